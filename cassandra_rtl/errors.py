@@ -1,0 +1,31 @@
+"""Exception types shared by every part of the toolkit.
+
+User errors (bad files, bad configs, missing tools) derive from ``UserError`` and are reported by the
+CLI as one line; anything else is a bug and keeps its traceback.
+"""
+
+
+class UserError(Exception):
+    """Base of all errors caused by input or environment, not by a bug."""
+
+
+class ConfigError(UserError, ValueError):
+    """An invalid codec / hardware / model configuration."""
+
+
+class FormatError(UserError, ValueError):
+    """A corrupt, truncated, wrong-version or otherwise malformed stream or container."""
+
+
+class InputError(UserError, ValueError):
+    """An unsupported input file, dtype or shape."""
+
+
+class ToolMissingError(UserError, RuntimeError):
+    """A required external tool (simulator, yosys, ...) is not installed; the message says how to install it."""
+
+
+def is_user_error(exc: BaseException) -> bool:
+    from .cli import CliError
+
+    return isinstance(exc, (UserError, CliError, FileNotFoundError, PermissionError, IsADirectoryError))
