@@ -1,0 +1,116 @@
+"""Tokenizer (Hugging Face `tokenizers`) and chat template (jinja2) for GGUF and HF checkpoints."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cassandra_rtl.errors import InputError
+
+
+@dataclass
+class ChatTokenizer:
+    tok: "object"  # tokenizers.Tokenizer
+    chat_template: str | None = None
+    bos_token: str | None = None
+    eos_token: str | None = None
+    stop_ids: set[int] = field(default_factory=set)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: list[int], skip_special: bool = True) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=skip_special)
+
+    def apply_chat(self, user_text: str, system: str | None = None) -> str:
+        """The prompt text for one user turn plus the assistant generation prompt."""
+        msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user_text}]
+        if not self.chat_template:
+            return user_text
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(msg):
+            raise InputError(f"chat template: {msg}")
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = raise_exception
+        try:
+            tpl = env.from_string(self.chat_template)
+            return tpl.render(messages=msgs, add_generation_prompt=True, bos_token=self.bos_token or "",
+                              eos_token=self.eos_token or "")
+        except jinja2.TemplateError as e:
+            raise InputError(f"cannot render the chat template: {e}") from None
+
+
+def tokenizer_from_gguf_fields(fields: dict) -> ChatTokenizer:
+    """Byte-level BPE (tokenizer.ggml.model == 'gpt2') from GGUF metadata."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, AddedToken
+
+    model = fields.get("tokenizer.ggml.model")
+    if model != "gpt2":
+        raise InputError(f"unsupported GGUF tokenizer model {model!r} (only gpt2-style byte-level BPE)")
+    tokens = fields["tokenizer.ggml.tokens"]
+    merges = [tuple(m.split(" ", 1)) for m in fields["tokenizer.ggml.merges"]]
+    types = fields.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    pre = fields.get("tokenizer.ggml.pre", "default")
+    bl = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre in ("smollm", "starcoder", "refact", "qwen2", "llama3", "llama-bpe"):
+        # individual digits (SmolLM / StarCoder); close enough for the others we do not bundle
+        tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), bl])
+    else:
+        tk.pre_tokenizer = bl
+    tk.decoder = decoders.ByteLevel()
+    special = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if int(ty) == 3]
+    tk.add_special_tokens(special)
+    bos = fields.get("tokenizer.ggml.bos_token_id")
+    eos = fields.get("tokenizer.ggml.eos_token_id")
+    stop = set()
+    if eos is not None:
+        stop.add(int(eos))
+    for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>"):
+        if name in vocab:
+            stop.add(vocab[name])
+    return ChatTokenizer(
+        tk,
+        chat_template=fields.get("tokenizer.chat_template"),
+        bos_token=tokens[int(bos)] if bos is not None else None,
+        eos_token=tokens[int(eos)] if eos is not None else None,
+        stop_ids=stop,
+    )
+
+
+def tokenizer_from_hf_folder(folder: Path) -> ChatTokenizer:
+    from tokenizers import Tokenizer
+
+    tj = folder / "tokenizer.json"
+    if not tj.is_file():
+        raise InputError(f"{folder}: no tokenizer.json")
+    try:
+        tk = Tokenizer.from_file(str(tj))
+    except Exception as e:  # noqa: BLE001 - the library raises bare Exceptions
+        raise InputError(f"{tj}: cannot load tokenizer: {e}") from None
+    cfg = {}
+    tc = folder / "tokenizer_config.json"
+    if tc.is_file():
+        cfg = json.loads(tc.read_text())
+
+    def _tokstr(v):
+        return v.get("content") if isinstance(v, dict) else v
+
+    bos, eos = _tokstr(cfg.get("bos_token")), _tokstr(cfg.get("eos_token"))
+    stop = set()
+    vocab = tk.get_vocab(with_added_tokens=True)
+    for name in [eos, "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>"]:
+        if name and name in vocab:
+            stop.add(vocab[name])
+    tpl = cfg.get("chat_template")
+    if isinstance(tpl, list):  # [{name, template}, ...]
+        tpl = next((t["template"] for t in tpl if t.get("name") == "default"), tpl[0]["template"])
+    return ChatTokenizer(tk, chat_template=tpl, bos_token=bos, eos_token=eos, stop_ids=stop)

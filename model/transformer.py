@@ -1,0 +1,271 @@
+"""A compact gpt-fast-style decoder-only transformer (Llama / SmolLM2 / Qwen2 family), bf16 on CPU.
+
+RMSNorm, rotary embeddings (HF "rotate-half" layout), grouped-query attention, SwiGLU MLP, tied or untied
+LM head, optional q/k/v biases (Qwen2), and a static KV cache indexed by absolute position.
+
+Batch invariance. Speculative decoding is only lossless if the target's logits for a position are the
+same bits whether the position is decoded alone (plain autoregressive decoding) or verified together
+with k other positions in one pass. Dense bf16 GEMM kernels may change their blocking / accumulation
+order with the number of rows, so ``forward(..., exact=True)`` (the decode/verify path) computes every
+matmul one row at a time and attends each query row over exactly the keys ``0..pos`` - the same kernels
+and shapes a 1-token decode step uses. Element-wise ops and the RMSNorm reduction act on each row
+independently. ``exact=False`` (the prompt prefill) uses ordinary batched kernels; the reference and
+the speculative engine share the same prefill, so that is consistent too.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, asdict
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class ModelArgs:
+    vocab_size: int = 49152
+    dim: int = 576
+    n_layers: int = 30
+    n_heads: int = 9
+    n_kv_heads: int = 3
+    hidden_dim: int = 1536
+    head_dim: int = 64
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    max_seq_len: int = 2048
+    tie_embeddings: bool = True
+    qkv_bias: bool = False
+    bos_token_id: int | None = None
+    eos_token_ids: list[int] = field(default_factory=list)
+    arch: str = "llama"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# Names of the parameters of one layer, in the order a weight stream would carry them.
+LAYER_LINEARS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim, dtype=torch.bfloat16), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # HF LlamaRMSNorm semantics: normalise in fp32, cast back, then scale.
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def _linear_rows(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, exact: bool) -> torch.Tensor:
+    """y = x @ w.T (+ b) for x of shape [T, in]; ``exact`` computes each row with the 1-row kernel."""
+    if not exact or x.shape[0] == 1:
+        return F.linear(x, w, b)
+    return torch.cat([F.linear(x[i : i + 1], w, b) for i in range(x.shape[0])], 0)
+
+
+class Attention(nn.Module):
+    def __init__(self, a: ModelArgs):
+        super().__init__()
+        self.a = a
+        self.wq = nn.Parameter(torch.zeros(a.n_heads * a.head_dim, a.dim, dtype=torch.bfloat16), requires_grad=False)
+        self.wk = nn.Parameter(torch.zeros(a.n_kv_heads * a.head_dim, a.dim, dtype=torch.bfloat16), requires_grad=False)
+        self.wv = nn.Parameter(torch.zeros(a.n_kv_heads * a.head_dim, a.dim, dtype=torch.bfloat16), requires_grad=False)
+        self.wo = nn.Parameter(torch.zeros(a.dim, a.n_heads * a.head_dim, dtype=torch.bfloat16), requires_grad=False)
+        if a.qkv_bias:
+            self.bq = nn.Parameter(torch.zeros(a.n_heads * a.head_dim, dtype=torch.bfloat16), requires_grad=False)
+            self.bk = nn.Parameter(torch.zeros(a.n_kv_heads * a.head_dim, dtype=torch.bfloat16), requires_grad=False)
+            self.bv = nn.Parameter(torch.zeros(a.n_kv_heads * a.head_dim, dtype=torch.bfloat16), requires_grad=False)
+        else:
+            self.bq = self.bk = self.bv = None
+
+
+class FeedForward(nn.Module):
+    def __init__(self, a: ModelArgs):
+        super().__init__()
+        self.w_gate = nn.Parameter(torch.zeros(a.hidden_dim, a.dim, dtype=torch.bfloat16), requires_grad=False)
+        self.w_up = nn.Parameter(torch.zeros(a.hidden_dim, a.dim, dtype=torch.bfloat16), requires_grad=False)
+        self.w_down = nn.Parameter(torch.zeros(a.dim, a.hidden_dim, dtype=torch.bfloat16), requires_grad=False)
+
+
+class Block(nn.Module):
+    def __init__(self, a: ModelArgs):
+        super().__init__()
+        self.attn = Attention(a)
+        self.mlp = FeedForward(a)
+        self.attn_norm = RMSNorm(a.dim, a.norm_eps)
+        self.ffn_norm = RMSNorm(a.dim, a.norm_eps)
+
+
+class KVCache:
+    """Static KV cache [n_layers, n_kv_heads, max_seq_len, head_dim] for K and V (batch size 1).
+
+    Entries are addressed by absolute position; a query at position p reads keys 0..p only, so stale
+    entries beyond the committed length (rejected draft tokens) are never read before being rewritten.
+    ``rollback(n)`` additionally zeroes everything from position n on, so a test can prove that.
+    """
+
+    def __init__(self, a: ModelArgs, dtype=torch.bfloat16):
+        shape = (a.n_layers, a.n_kv_heads, a.max_seq_len, a.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype)
+        self.v = torch.zeros(shape, dtype=dtype)
+
+    def rollback(self, n: int, upto: int | None = None) -> None:
+        self.k[:, :, n:upto] = 0
+        self.v[:, :, n:upto] = 0
+
+    def copy_(self, other: "KVCache", start: int, stop: int, layers=None) -> None:
+        sl = slice(None) if layers is None else list(layers)
+        self.k[sl, :, start:stop] = other.k[sl, :, start:stop]
+        self.v[sl, :, start:stop] = other.v[sl, :, start:stop]
+
+
+def rope_tables(a: ModelArgs) -> tuple[torch.Tensor, torch.Tensor]:
+    inv = 1.0 / (a.rope_theta ** (torch.arange(0, a.head_dim, 2, dtype=torch.float64) / a.head_dim))
+    t = torch.arange(a.max_seq_len, dtype=torch.float64)
+    freqs = torch.outer(t, inv)
+    emb = torch.cat([freqs, freqs], -1)
+    return emb.cos().float(), emb.sin().float()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], -1)
+
+
+class Transformer(nn.Module):
+    def __init__(self, a: ModelArgs):
+        super().__init__()
+        self.args = a
+        self.tok_emb = nn.Parameter(torch.zeros(a.vocab_size, a.dim, dtype=torch.bfloat16), requires_grad=False)
+        self.layers = nn.ModuleList(Block(a) for _ in range(a.n_layers))
+        self.norm = RMSNorm(a.dim, a.norm_eps)
+        if a.tie_embeddings:
+            self.lm_head = None
+        else:
+            self.lm_head = nn.Parameter(torch.zeros(a.vocab_size, a.dim, dtype=torch.bfloat16), requires_grad=False)
+        cos, sin = rope_tables(a)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    # -- weights as named tensors (the unit the codec encodes) --------------------------------------
+    def named_weights(self) -> dict[str, torch.Tensor]:
+        """Every parameter by a stable name: tok_emb, lm_head, layers.{i}.{wq,...,attn_norm,ffn_norm}, norm."""
+        out = {"tok_emb": self.tok_emb}
+        for i, blk in enumerate(self.layers):
+            for n in ("wq", "wk", "wv", "wo", "bq", "bk", "bv"):
+                p = getattr(blk.attn, n)
+                if p is not None:
+                    out[f"layers.{i}.{n}"] = p
+            for n in ("w_gate", "w_up", "w_down"):
+                out[f"layers.{i}.{n}"] = getattr(blk.mlp, n)
+            out[f"layers.{i}.attn_norm"] = blk.attn_norm.weight
+            out[f"layers.{i}.ffn_norm"] = blk.ffn_norm.weight
+        out["norm"] = self.norm.weight
+        if self.lm_head is not None:
+            out["lm_head"] = self.lm_head
+        return out
+
+    def load_named(self, tensors: dict[str, torch.Tensor]) -> None:
+        mine = self.named_weights()
+        missing = set(mine) - set(tensors)
+        if missing:
+            from cassandra_rtl.errors import InputError
+
+            raise InputError(f"checkpoint is missing tensors: {sorted(missing)[:5]}")
+        for k, p in mine.items():
+            t = tensors[k]
+            if tuple(t.shape) != tuple(p.shape):
+                from cassandra_rtl.errors import InputError
+
+                raise InputError(f"tensor {k} has shape {tuple(t.shape)}, expected {tuple(p.shape)}")
+            p.data = t.to(torch.bfloat16).contiguous()
+
+    def head_weight(self) -> torch.Tensor:
+        return self.tok_emb if self.lm_head is None else self.lm_head
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.args)
+
+    # -- forward ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        start_pos: int,
+        cache: KVCache,
+        exact: bool = True,
+        skip_layers: frozenset[int] | set[int] = frozenset(),
+        logits_rows: slice | None = None,
+    ) -> torch.Tensor:
+        """Run tokens (1-D LongTensor) at positions start_pos.. ; returns float32 logits [T, vocab].
+
+        Writes K/V of every processed position into ``cache``. ``skip_layers`` drops whole layers
+        (the layer-skip draft). ``logits_rows`` limits the LM head to some rows (prefill: the last).
+        """
+        a = self.args
+        T = tokens.shape[0]
+        if start_pos + T > a.max_seq_len:
+            from cassandra_rtl.errors import InputError
+
+            raise InputError(f"sequence of {start_pos + T} tokens exceeds the context of {a.max_seq_len}")
+        x = self.tok_emb[tokens]  # [T, dim] bf16
+        cos = self.rope_cos[start_pos : start_pos + T]
+        sin = self.rope_sin[start_pos : start_pos + T]
+        hd, nh, nkv = a.head_dim, a.n_heads, a.n_kv_heads
+        g = nh // nkv
+        for li, blk in enumerate(self.layers):
+            if li in skip_layers:
+                continue
+            at = blk.attn
+            h = blk.attn_norm(x)
+            q = _linear_rows(h, at.wq, at.bq, exact).view(T, nh, hd)
+            k = _linear_rows(h, at.wk, at.bk, exact).view(T, nkv, hd)
+            v = _linear_rows(h, at.wv, at.bv, exact).view(T, nkv, hd)
+            # RoPE in fp32 per row, cast back to bf16 (as HF does in the model dtype; we keep fp32 math
+            # for accuracy; identical for every batching since it is element-wise).
+            c, s = cos[:, None, :], sin[:, None, :]
+            q = (q.float() * c + _rotate_half(q.float()) * s).to(torch.bfloat16)
+            k = (k.float() * c + _rotate_half(k.float()) * s).to(torch.bfloat16)
+            cache.k[li, :, start_pos : start_pos + T] = k.transpose(0, 1)
+            cache.v[li, :, start_pos : start_pos + T] = v.transpose(0, 1)
+            scale = 1.0 / math.sqrt(hd)
+            if exact:
+                outs = []
+                for t in range(T):
+                    p = start_pos + t
+                    kk = cache.k[li, :, : p + 1].float()  # [nkv, p+1, hd]
+                    vv = cache.v[li, :, : p + 1].float()
+                    qq = q[t].float().view(nkv, g, hd)
+                    sc = torch.matmul(qq, kk.transpose(1, 2)) * scale  # [nkv, g, p+1]
+                    o = torch.matmul(torch.softmax(sc, -1), vv)  # [nkv, g, hd]
+                    outs.append(o.reshape(1, nh * hd))
+                o = torch.cat(outs, 0).to(torch.bfloat16)
+            else:
+                L = start_pos + T
+                kk = cache.k[li, :, :L].float()
+                vv = cache.v[li, :, :L].float()
+                qq = q.float().view(T, nkv, g, hd).permute(1, 2, 0, 3)  # [nkv, g, T, hd]
+                sc = torch.matmul(qq, kk[:, None].transpose(2, 3)) * scale  # [nkv, g, T, L]
+                mask = torch.arange(L)[None, :] > (start_pos + torch.arange(T))[:, None]
+                sc = sc.masked_fill(mask, float("-inf"))
+                o = torch.matmul(torch.softmax(sc, -1), vv[:, None])  # [nkv, g, T, hd]
+                o = o.permute(2, 0, 1, 3).reshape(T, nh * hd).to(torch.bfloat16)
+            x = x + _linear_rows(o, at.wo, None, exact)
+            h = blk.ffn_norm(x)
+            m = blk.mlp
+            gte = _linear_rows(h, m.w_gate, None, exact)
+            up = _linear_rows(h, m.w_up, None, exact)
+            x = x + _linear_rows(F.silu(gte) * up, m.w_down, None, exact)
+        if logits_rows is not None:
+            x = x[logits_rows]
+        x = self.norm(x)
+        return _linear_rows(x, self.head_weight(), None, exact).float()
+
+    def param_bytes(self) -> int:
+        """bf16 bytes of all parameters (the tied head counted once)."""
+        return sum(p.numel() * 2 for p in self.named_weights().values())
