@@ -1,0 +1,121 @@
+"""Vectorised LSB-first bit packing (docs/FORMAT.md section "Bit order").
+
+A plane is a byte string; stream bit ``i`` is ``(plane[i // 8] >> (i % 8)) & 1``. A field of width ``w``
+holding integer ``v`` occupies stream bits ``p .. p+w-1`` with bit ``p`` = ``v & 1``. A unary code of rank
+``r`` is the field ``1 << r`` of width ``r + 1`` (``r`` zeros, then a one).
+
+Planes are made of per-superblock *chunks*, each starting on a byte boundary (zero padding in between).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import FormatError
+
+WORD_BITS = 32
+MAX_FIELD_BITS = 24   # fields up to 24 bits straddle at most two 32-bit words
+
+
+def exclusive_cumsum(x: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(x) + 1, dtype=np.int64)
+    np.cumsum(x, out=out[1:])
+    return out
+
+
+def segment_offsets(segment_ids: np.ndarray, widths: np.ndarray, nseg: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bit offset of each field inside its segment, and each segment's total bits.
+
+    ``segment_ids`` must be non-decreasing (fields are stored in value order).
+    """
+    widths = widths.astype(np.int64, copy=False)
+    seg_bits = np.bincount(segment_ids, weights=widths, minlength=nseg).astype(np.int64)
+    run = exclusive_cumsum(widths)[:-1]
+    seg_start = exclusive_cumsum(seg_bits)[:-1]
+    return run - seg_start[segment_ids], seg_bits
+
+
+def pack_chunks(segment_ids: np.ndarray, widths: np.ndarray, values: np.ndarray, nseg: int
+                ) -> tuple[bytes, np.ndarray]:
+    """Pack fields into a plane of byte-aligned chunks (one chunk per segment = superblock).
+
+    Returns the plane and the byte offset of every chunk (length ``nseg + 1``; the last entry is the
+    plane length).
+    """
+    segment_ids = np.asarray(segment_ids, dtype=np.int64)
+    widths = np.asarray(widths, dtype=np.int64)
+    values = np.asarray(values, dtype=np.uint64)
+    if len(widths) and widths.max() > MAX_FIELD_BITS:
+        raise ValueError("field wider than 24 bits")
+    within, seg_bits = segment_offsets(segment_ids, widths, nseg)
+    chunk_bytes = (seg_bits + 7) >> 3
+    offsets = exclusive_cumsum(chunk_bytes)
+    total = int(offsets[-1])
+    if len(widths) == 0 or total == 0:
+        return bytes(total), offsets
+    start = offsets[:-1][segment_ids] * 8 + within
+    nwords = (total + 3) // 4 + 1
+    word = start >> 5
+    shift = (start & 31).astype(np.uint64)
+    shifted = values << shift                      # < 2**56: exact in uint64
+    lo = (shifted & np.uint64(0xFFFFFFFF)).astype(np.float64)
+    hi = (shifted >> np.uint64(32)).astype(np.float64)
+    # Fields never overlap, so summing the disjoint bit patterns of a word equals OR-ing them; each sum
+    # stays below 2**32 and is exact in float64, which lets bincount do the scatter at full speed.
+    acc = np.bincount(word, weights=lo, minlength=nwords)
+    acc += np.bincount(word + 1, weights=hi, minlength=nwords)[:nwords]
+    words = acc.astype(np.uint64).astype("<u4")
+    return words.tobytes()[:total], offsets
+
+
+def words_of(plane: bytes | np.ndarray) -> np.ndarray:
+    """The plane as little-endian u32 words with two zero words of slack for unaligned 32-bit reads."""
+    buf = np.frombuffer(plane, dtype=np.uint8) if not isinstance(plane, np.ndarray) else plane
+    padded = np.zeros(((len(buf) + 3) // 4 + 2) * 4, dtype=np.uint8)
+    padded[: len(buf)] = buf
+    return padded.view("<u4").astype(np.uint64)
+
+
+def read_fields(words: np.ndarray, bitpos: np.ndarray, widths: np.ndarray | int) -> np.ndarray:
+    """Read fields (<= 32 bits) at arbitrary bit positions from ``words_of(plane)``."""
+    bitpos = np.asarray(bitpos, dtype=np.int64)
+    q = bitpos >> 5
+    window = (words[q] | (words[q + 1] << np.uint64(32))) >> (bitpos & 31).astype(np.uint64)
+    mask = (np.uint64(1) << np.asarray(widths, dtype=np.uint64)) - np.uint64(1)
+    return window & mask
+
+
+def read_window32(words: np.ndarray, bitpos: np.ndarray) -> np.ndarray:
+    return read_fields(words, bitpos, 32)
+
+
+def ctz32(x: np.ndarray) -> np.ndarray:
+    """Count trailing zeros of u32 values (32 for zero) - the software twin of the parallel zero counter."""
+    x = x.astype(np.uint64)
+    low = x & (~x + np.uint64(1)) & np.uint64(0xFFFFFFFF)
+    out = np.full(x.shape, 32, dtype=np.int64)
+    nz = low != 0
+    out[nz] = np.log2(low[nz].astype(np.float64)).astype(np.int64)
+    return out
+
+
+def check_chunk_lengths(offsets: np.ndarray, used_bits: np.ndarray, plane_name: str) -> None:
+    """A chunk must be exactly ceil(used_bits / 8) bytes long (no overrun, no trailing garbage)."""
+    lengths = np.diff(offsets)
+    need = (used_bits + 7) >> 3
+    bad = np.flatnonzero(lengths != need)
+    if len(bad):
+        s = int(bad[0])
+        raise FormatError(f"{plane_name}: superblock {s} has {int(lengths[s])} bytes, its contents need {int(need[s])}")
+
+
+def check_zero_padding(words: np.ndarray, chunk_starts: np.ndarray, used_bits: np.ndarray, plane_name: str,
+                       chunk_ids: np.ndarray) -> None:
+    """Bits between a chunk's last field and its byte boundary must be zero."""
+    pad = (8 - (used_bits & 7)) & 7
+    has = np.flatnonzero(pad > 0)
+    if not len(has):
+        return
+    vals = read_fields(words, chunk_starts[has] * 8 + used_bits[has], pad[has])
+    bad = np.flatnonzero(vals != 0)
+    if len(bad):
+        raise FormatError(f"{plane_name}: non-zero padding bits in superblock {int(chunk_ids[has[bad[0]]])}")
