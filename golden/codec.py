@@ -468,3 +468,17 @@ def decode_full(enc: EncodedTensor) -> np.ndarray:
     pr = ~kept
     out[pr] = ((rest[pr] >> 7) << 15) | (pe << 7) | (rest[pr] & 0x7F)
     return out.astype(np.uint16).reshape(enc.shape)
+
+
+# ----------------------------------------------------------------------------------- per-superblock view
+
+def plane_offsets(enc: EncodedTensor, name: str) -> np.ndarray:
+    """Byte offsets (length nsb + 1) of every superblock chunk of plane ``name``, indexed or fixed."""
+    return _plane_offsets(enc, name)
+
+
+def superblock_chunks(enc: EncodedTensor, name: str) -> list[bytes]:
+    """The chunk of every superblock of plane ``name``: what a DMA channel hands the RTL per superblock."""
+    off = _plane_offsets(enc, name)
+    data = _plane(enc, name)
+    return [data[off[s]: off[s + 1]] for s in range(enc.nsb)]
