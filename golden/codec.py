@@ -44,7 +44,7 @@ class EncodedTensor:
         return superblock_count(self.numel, self.config.group_size)
 
     def index_bytes(self, plane: str) -> int:
-        return index_nbytes(self.nsb) if plane in INDEXED[self.config.scheme] else 0
+        return index_nbytes(self.nsb) if has_index(plane, self.config) else 0
 
     def _nbytes(self, names) -> int:
         return sum(len(self.planes[p]) + self.index_bytes(p) for p in names)
@@ -94,6 +94,13 @@ def fixed_offsets(name: str, numel: int, cfg: CodecConfig) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------------ index
+
+def has_index(plane: str, cfg: CodecConfig) -> bool:
+    """Variable-size planes carry an index, except C1's verif.codes when nothing is pruned (it is empty)."""
+    if plane not in INDEXED[cfg.scheme]:
+        return False
+    return not (cfg.scheme == "c1" and plane == "verif.codes" and not cfg.prunes)
+
 
 def index_nbytes(nsb: int) -> int:
     return 4 * ((nsb + INDEX_ANCHOR_STRIDE - 1) // INDEX_ANCHOR_STRIDE) + 2 * nsb
@@ -338,6 +345,10 @@ def _decode_codes_stepwise(plane, offsets, counts, book, name, chunks, out, out_
 
 def _plane_offsets(enc: EncodedTensor, name: str) -> np.ndarray:
     if name in INDEXED[enc.config.scheme]:
+        if not has_index(name, enc.config):
+            if len(enc.planes[name]):
+                raise FormatError(f"{name}: must be empty when nothing is pruned")
+            return np.zeros(enc.nsb + 1, dtype=np.int64)
         off = enc.offsets.get(name)
         if off is None:
             raise FormatError(f"{name}: index missing")

@@ -1,0 +1,189 @@
+"""The .cass container (docs/FORMAT.md §8): header JSON, speculation section, verification section.
+
+A draft loader calls ``read_container(path, verification=False)`` and never reads the verification
+section. Every corruption (magic, version, CRC, truncation, bad offsets, bad configs, inconsistent
+planes) raises ``FormatError`` with a one-line reason.
+"""
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError, FormatError
+from .codebook import Codebook
+from .codec import PLANES, EncodedTensor, has_index, index_from_bytes, index_to_bytes, superblock_count
+from .config import FORMAT_VERSION, CodecConfig
+
+MAGIC = b"CASS"
+PREFIX = struct.Struct("<4sHHII")   # magic, major, minor, header length, header crc32
+ALIGN = 64
+SECTIONS = ("speculation", "verification")
+
+
+@dataclass
+class Container:
+    tensors: dict[str, EncodedTensor]
+    meta: dict = field(default_factory=dict)
+    has_verification: bool = True
+
+
+def _section_of(plane: str) -> str:
+    return "speculation" if plane.startswith("spec.") else "verification"
+
+
+def write_container(path, tensors, meta: dict | None = None) -> dict:
+    """Write ``tensors`` (iterable of (name, EncodedTensor) or a dict) to ``path``; returns the header."""
+    items = list(tensors.items()) if isinstance(tensors, dict) else list(tensors)
+    bufs = {s: bytearray() for s in SECTIONS}
+    entries = []
+    names = set()
+    for name, enc in items:
+        if name in names:
+            raise ConfigError(f"duplicate tensor name {name!r}")
+        names.add(name)
+        scheme = enc.config.scheme
+        planes, indexes = {}, {}
+        for plane in PLANES[scheme][0] + PLANES[scheme][1]:
+            sec = _section_of(plane)
+            data = enc.planes[plane]
+            planes[plane] = {"section": sec, "offset": len(bufs[sec]), "length": len(data)}
+            bufs[sec] += data
+            if has_index(plane, enc.config):
+                idx = index_to_bytes(np.asarray(enc.offsets[plane]))
+                indexes[plane] = {"section": sec, "offset": len(bufs[sec]), "length": len(idx)}
+                bufs[sec] += idx
+        entries.append({
+            "name": name, "shape": list(enc.shape), "dtype": "bf16", "config": enc.config.to_json(),
+            "books": {"spec": enc.spec_book.to_json() if enc.spec_book is not None else None,
+                      "verif": enc.verif_book.to_json()},
+            "planes": planes, "indexes": indexes,
+        })
+    header = {"format": "cassandra", "version": list(FORMAT_VERSION), "meta": meta or {},
+              "tensors": entries, "sections": {}}
+    # Section offsets depend on the header length, which depends on the offsets' digits: iterate to a fixpoint.
+    start = 0
+    for _ in range(4):
+        pos = start
+        for s in SECTIONS:
+            header["sections"][s] = {"offset": pos, "length": len(bufs[s]), "crc32": zlib.crc32(bufs[s])}
+            pos += len(bufs[s])
+        blob = json.dumps(header, separators=(",", ":")).encode()
+        need = -(-(PREFIX.size + len(blob)) // ALIGN) * ALIGN
+        if need == start:
+            break
+        start = need
+    with open(path, "wb") as f:
+        f.write(PREFIX.pack(MAGIC, FORMAT_VERSION[0], FORMAT_VERSION[1], len(blob), zlib.crc32(blob)))
+        f.write(blob)
+        f.write(bytes(start - PREFIX.size - len(blob)))
+        for s in SECTIONS:
+            f.write(bufs[s])
+    return header
+
+
+def read_header(f, file_size: int) -> dict:
+    raw = f.read(PREFIX.size)
+    if len(raw) < PREFIX.size:
+        raise FormatError("truncated container: no complete prefix")
+    magic, major, minor, hlen, hcrc = PREFIX.unpack(raw)
+    if magic != MAGIC:
+        raise FormatError("not a .cass container (bad magic)")
+    if major != FORMAT_VERSION[0]:
+        raise FormatError(f"unsupported container version {major}.{minor} (this reader: {FORMAT_VERSION[0]}.x)")
+    if PREFIX.size + hlen > file_size:
+        raise FormatError("truncated container: header runs past the end of the file")
+    blob = f.read(hlen)
+    if zlib.crc32(blob) != hcrc:
+        raise FormatError("header checksum mismatch (corrupt container)")
+    try:
+        header = json.loads(blob)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FormatError(f"header is not valid JSON: {exc}") from None
+    if not isinstance(header, dict) or header.get("format") != "cassandra":
+        raise FormatError("header does not describe a Cassandra container")
+    return header
+
+
+def _read_section(f, header: dict, name: str, file_size: int) -> bytes:
+    try:
+        sec = header["sections"][name]
+        off, length, crc = int(sec["offset"]), int(sec["length"]), int(sec["crc32"])
+    except (KeyError, TypeError, ValueError):
+        raise FormatError(f"header lacks a valid {name} section entry") from None
+    if off < 0 or length < 0 or off + length > file_size:
+        raise FormatError(f"truncated container: {name} section ends at {off + length}, file has {file_size} bytes")
+    f.seek(off)
+    data = f.read(length)
+    if zlib.crc32(data) != crc:
+        raise FormatError(f"{name} section checksum mismatch (corrupt container)")
+    return data
+
+
+def _slice(sections: dict, ref, what: str) -> bytes:
+    try:
+        sec, off, length = ref["section"], int(ref["offset"]), int(ref["length"])
+        data = sections[sec]
+    except (KeyError, TypeError, ValueError):
+        raise FormatError(f"{what}: bad plane reference") from None
+    if off < 0 or length < 0 or off + length > len(data):
+        raise FormatError(f"{what}: lies outside its section")
+    return data[off: off + length]
+
+
+def _tensor(entry, sections: dict) -> tuple[str, EncodedTensor]:
+    try:
+        name = str(entry["name"])
+        shape = tuple(int(d) for d in entry["shape"])
+        cfg = CodecConfig.from_json(entry["config"])
+        books = entry["books"]
+        planes_ref, index_ref = entry["planes"], entry["indexes"]
+    except ConfigError as exc:
+        raise FormatError(f"invalid config in container: {exc}") from None
+    except (KeyError, TypeError, ValueError):
+        raise FormatError("malformed tensor entry in header") from None
+    if len(shape) not in (1, 2) or any(d < 0 for d in shape):
+        raise FormatError(f"{name}: invalid shape {shape}")
+    spec_book = Codebook.from_json(books.get("spec")) if books.get("spec") is not None else None
+    verif_book = Codebook.from_json(books.get("verif", []))
+    numel = int(np.prod(shape, dtype=np.int64))
+    nsb = superblock_count(numel, cfg.group_size)
+    planes, offsets = {}, {}
+    for plane in PLANES[cfg.scheme][0] + PLANES[cfg.scheme][1]:
+        if _section_of(plane) not in sections:
+            continue
+        if plane not in planes_ref:
+            raise FormatError(f"{name}: plane {plane} missing")
+        planes[plane] = _slice(sections, planes_ref[plane], f"{name}/{plane}")
+        if has_index(plane, cfg):
+            if plane not in index_ref:
+                raise FormatError(f"{name}: index of {plane} missing")
+            offsets[plane] = index_from_bytes(_slice(sections, index_ref[plane], f"{name}/{plane} index"), nsb,
+                                              len(planes[plane]), f"{name}/{plane} index")
+    return name, EncodedTensor(shape, cfg, spec_book, verif_book, planes, offsets)
+
+
+def read_container(path, verification: bool = True) -> Container:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such container: {path}")
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        header = read_header(f, size)
+        wanted = SECTIONS if verification else SECTIONS[:1]
+        sections = {s: _read_section(f, header, s, size) for s in wanted}
+    tensors = {}
+    entries = header.get("tensors")
+    if not isinstance(entries, list):
+        raise FormatError("header has no tensor list")
+    for entry in entries:
+        name, enc = _tensor(entry, sections)
+        if name in tensors:
+            raise FormatError(f"duplicate tensor {name!r}")
+        tensors[name] = enc
+    meta = header.get("meta") if isinstance(header.get("meta"), dict) else {}
+    return Container(tensors, meta, verification)

@@ -1,0 +1,98 @@
+"""Statistics of encoded tensors: bits per value per stream and per plane, exponent entropy vs code."""
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from .codec import INDEXED, PLANES, EncodedTensor, decode_full
+
+
+def entropy_bits(counts: np.ndarray) -> float:
+    counts = np.asarray(counts, dtype=np.float64)
+    total = counts.sum()
+    if total == 0:
+        return 0.0
+    p = counts[counts > 0] / total
+    return float(-(p * np.log2(p)).sum())
+
+
+def huffman_bits(counts: np.ndarray) -> float:
+    """Average Huffman code length (bits/symbol) for a histogram: the optimum a prefix code can reach."""
+    c = [int(x) for x in np.asarray(counts) if x > 0]
+    total = sum(c)
+    if len(c) <= 1:
+        return 1.0 if total else 0.0
+    heap = list(c)
+    heapq.heapify(heap)
+    cost = 0
+    while len(heap) > 1:
+        a, b = heapq.heappop(heap), heapq.heappop(heap)
+        cost += a + b
+        heapq.heappush(heap, a + b)
+    return cost / total
+
+
+def unary_rank_bits(counts: np.ndarray) -> float:
+    """Plain rank-unary (no escape, no length cap) average length: the paper's code."""
+    c = np.sort(np.asarray(counts)[np.asarray(counts) > 0])[::-1].astype(np.float64)
+    return float((c * np.arange(1, len(c) + 1)).sum() / c.sum()) if c.sum() else 0.0
+
+
+def tensor_stats(enc: EncodedTensor, original_bits: np.ndarray | None = None) -> dict:
+    """Sizes from the real planes and indexes; exponent statistics from the (decoded) original bits."""
+    n = max(enc.numel, 1)
+    scheme = enc.config.scheme
+    spec_planes, verif_planes = PLANES[scheme]
+    planes = {p: 8 * (len(enc.planes[p]) + enc.index_bytes(p)) / n for p in spec_planes + verif_planes}
+    bits = decode_full(enc) if original_bits is None else original_bits
+    e_counts = np.bincount(((np.asarray(bits).reshape(-1) >> 7) & 0xFF).astype(np.int64), minlength=256)
+    code_planes = [p for p in ("spec.codes", "verif.codes") if p in enc.planes]
+    return {
+        "values": enc.numel,
+        "config": enc.config.to_json(),
+        "bits_per_value": {
+            "total": 8 * (enc.spec_nbytes + enc.verif_nbytes) / n,
+            "speculation": 8 * enc.spec_nbytes / n,
+            "verification": 8 * enc.verif_nbytes / n,
+        },
+        "planes_bits_per_value": planes,
+        "index_bits_per_value": sum(8 * enc.index_bytes(p) for p in INDEXED[scheme]) / n,
+        "exponent_entropy_bits": entropy_bits(e_counts),
+        "exponent_huffman_bits": huffman_bits(e_counts),
+        "exponent_unary_rank_bits": unary_rank_bits(e_counts),
+        "exponent_code_bits": sum(8 * len(enc.planes[p]) for p in code_planes) / n,
+        "escapes_possible_K": {"spec": enc.spec_book.K if enc.spec_book else None, "verif": enc.verif_book.K},
+        "_exponent_counts": e_counts,
+    }
+
+
+def aggregate(stats: list[dict]) -> dict:
+    """Value-weighted totals over tensors; the entropy is that of the pooled exponent histogram and,
+    as ``exponent_entropy_per_tensor_bits``, the value-weighted mean of per-tensor entropies (the bound
+    for per-tensor codebooks)."""
+    n = sum(s["values"] for s in stats)
+    if n == 0:
+        return {"values": 0, "tensors": 0}
+
+    def wmean(get):
+        return sum(get(s) * s["values"] for s in stats) / n
+
+    pooled = sum(s["_exponent_counts"] for s in stats)
+    plane_names = sorted({p for s in stats for p in s["planes_bits_per_value"]})
+    return {
+        "values": n,
+        "tensors": len(stats),
+        "bits_per_value": {k: wmean(lambda s, k=k: s["bits_per_value"][k]) for k in ("total", "speculation", "verification")},
+        "planes_bits_per_value": {p: wmean(lambda s, p=p: s["planes_bits_per_value"].get(p, 0.0)) for p in plane_names},
+        "index_bits_per_value": wmean(lambda s: s["index_bits_per_value"]),
+        "exponent_entropy_bits": entropy_bits(pooled),
+        "exponent_entropy_per_tensor_bits": wmean(lambda s: s["exponent_entropy_bits"]),
+        "exponent_huffman_bits": huffman_bits(pooled),
+        "exponent_unary_rank_bits": unary_rank_bits(pooled),
+        "exponent_code_bits": wmean(lambda s: s["exponent_code_bits"]),
+    }
+
+
+def public(stats: dict) -> dict:
+    return {k: v for k, v in stats.items() if not k.startswith("_")}
