@@ -1,0 +1,176 @@
+"""Verilog export + cocotb runner glue shared by `make sim`, the pytest co-simulation tests and `cosim`.
+
+Folder layout (parallel runs never collide: every (block, config, simulator) has its own build, every test
+run its own folder, and both are guarded by file locks)::
+
+    build/sim/<block>/<config>/hdl/<top>.v                    exported Verilog (rewritten only on change)
+    build/sim/<block>/<config>/<sim>/build[_waves]/           compiled model (Verilator) / vvp (Icarus)
+    build/sim/<block>/<config>/<sim>/runs/<tag>/              results.xml, tb_stats.json, sim.log
+    build/sim/<block>/<config>/<sim>/runs/<tag>_waves/        re-run of failing tests with waveforms
+
+Waveforms: ``waves=True`` (or WAVES=1) records them for every run; on a failure without waves the failing
+test cases are re-run with the same seed and waveforms on (FST for Icarus, VCD for Verilator).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .blocks import BlockSpec, get_block
+from .tools import ensure_simulator
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_ROOT = Path(os.environ.get("TB_BUILD_ROOT", ROOT / "build" / "sim"))
+TIMESCALE = ("1ns", "1ps")
+STATS_FILE = "tb_stats.json"
+
+# Amaranth's Verilog is not -Wall clean for Verilator's *lint* (the RTL's own lint waivers live in hw/*.vlt);
+# the testbench only needs it to compile, so lint warnings are reported but never fatal here.
+VERILATOR_ARGS = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-Wno-MULTIDRIVEN", "--x-assign", "0", "--x-initial", "0"]
+
+
+@contextlib.contextmanager
+def file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def config_dir(block: str, config: str) -> Path:
+    return BUILD_ROOT / block / config
+
+
+def export_verilog(spec: BlockSpec, config: str) -> Path:
+    """Elaborate ``spec`` at ``config`` with Amaranth and write its Verilog (only if the text changed, so the
+    simulators' up-to-date checks keep working)."""
+    from amaranth.back import verilog
+
+    out_dir = config_dir(spec.name, config) / "hdl"
+    out = out_dir / f"{spec.toplevel}.v"
+    with file_lock(out_dir / ".lock"):
+        comp = spec.make(config)
+        text = verilog.convert(comp, name=spec.toplevel, emit_src=False)
+        if not out.exists() or out.read_text() != text:
+            out.write_text(text)
+        meta = out_dir / "config.json"
+        meta_text = json.dumps(spec.params(config), indent=1, sort_keys=True, default=str)
+        if not meta.exists() or meta.read_text() != meta_text:
+            meta.write_text(meta_text)
+    return out
+
+
+def _runner(sim: str):
+    from cocotb_tools.runner import get_runner
+
+    ensure_simulator(sim)
+    return get_runner(sim)
+
+
+def build(spec: BlockSpec, config: str, sim: str, waves: bool = False) -> Path:
+    src = export_verilog(spec, config)
+    bdir = config_dir(spec.name, config) / sim / ("build_waves" if waves else "build")
+    with file_lock(bdir.parent / f".{bdir.name}.lock"):
+        runner = _runner(sim)
+        args = list(VERILATOR_ARGS) if sim == "verilator" else []
+        if sim == "verilator" and waves:
+            args += ["--trace-structs"]
+        stamp = bdir / ".source-hash"
+        digest = hashlib.sha256(src.read_bytes() + repr(args).encode()).hexdigest()
+        fresh = stamp.exists() and stamp.read_text() == digest
+        runner.build(sources=[src], hdl_toplevel=spec.toplevel, build_dir=bdir, build_args=args, waves=waves,
+                     timescale=TIMESCALE, always=not fresh, log_file=bdir.parent / f"{bdir.name}.log")
+        stamp.write_text(digest)
+    return bdir
+
+
+@dataclass
+class RunResult:
+    block: str
+    config: str
+    sim: str
+    tests: int = 0
+    failed: int = 0
+    records: list[dict] = field(default_factory=list)   # one per cocotb test (written by tb/common/bench.py)
+    wall_s: float = 0.0
+    test_dir: Path | None = None
+    waves: list[Path] = field(default_factory=list)
+    seed: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and self.tests > 0
+
+    def total(self, key: str) -> int:
+        return sum(int(r.get(key, 0)) for r in self.records)
+
+
+def _read_records(test_dir: Path) -> list[dict]:
+    p = test_dir / STATS_FILE
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        if line.strip():
+            out.append(json.loads(line))
+    return out
+
+
+def run(block: str, config: str, sim: str, testcase: str | list[str] | None = None, seed: int | None = None,
+        waves: bool | None = None, env: dict | None = None, tag: str | None = None,
+        waves_on_failure: bool = True) -> RunResult:
+    """Build (if needed) and run the cocotb tests of ``block`` at ``config`` on ``sim``; returns their stats."""
+    from cocotb_tools.runner import get_results
+
+    spec = get_block(block)
+    if waves is None:
+        waves = os.environ.get("WAVES", "0") not in ("", "0")
+    if seed is None:
+        seed = random.randrange(1, 2**31)
+    cases = [testcase] if isinstance(testcase, str) else list(testcase or [])
+    tag = tag or ("-".join(cases) if cases else "all")
+    if len(tag) > 80:
+        tag = tag[:60] + "-" + hashlib.sha1(tag.encode()).hexdigest()[:8]
+    res = RunResult(block, config, sim, seed=seed)
+    t0 = time.perf_counter()
+    bdir = build(spec, config, sim, waves=waves)
+    test_dir = config_dir(block, config) / sim / "runs" / (tag + ("_waves" if waves else ""))
+    with file_lock(test_dir.parent / f".{test_dir.name}.lock"):
+        test_dir.mkdir(parents=True, exist_ok=True)
+        for stale in (STATS_FILE, "results.xml"):
+            (test_dir / stale).unlink(missing_ok=True)
+        full_env = {"TB_BLOCK": block, "TB_CONFIG": config, "TB_SIM": sim,
+                    "TB_PARAMS": json.dumps(spec.params(config), default=str),
+                    "TB_STATS": str(test_dir / STATS_FILE), "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "INFO")}
+        full_env.update({k: str(v) for k, v in (env or {}).items()})
+        runner = _runner(sim)
+        xml = runner.test(test_module=spec.test_module, hdl_toplevel=spec.toplevel, hdl_toplevel_lang="verilog",
+                          testcase=cases or None,
+                          seed=seed, build_dir=bdir, test_dir=test_dir, waves=waves, extra_env=full_env,
+                          timescale=TIMESCALE, results_xml=str(test_dir / "results.xml"),
+                          log_file=test_dir / "sim.log")
+        try:
+            res.tests, res.failed = get_results(xml)
+        except (RuntimeError, FileNotFoundError, OSError):
+            res.tests, res.failed = max(1, len(cases)), max(1, len(cases))
+        res.records = _read_records(test_dir)
+        res.test_dir = test_dir
+        if waves:
+            res.waves = sorted(p for p in test_dir.iterdir() if p.suffix in (".vcd", ".fst"))
+    res.wall_s = time.perf_counter() - t0
+    if res.failed and not waves and waves_on_failure:
+        failing = [r["test"] for r in res.records if not r.get("passed", False)] or cases
+        rerun = run(block, config, sim, testcase=failing or None, seed=seed, waves=True, env=env, tag=tag,
+                    waves_on_failure=False)
+        res.waves = rerun.waves
+    return res
