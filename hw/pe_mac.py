@@ -171,32 +171,35 @@ class PeMacBf16(wiring.Component):
         y_inf = (ey == 0xFF) & (fy == 0)
 
         # Order by magnitude (exponent then fraction compare as one 31-bit integer) so the
-        # subtraction below never goes negative and only the smaller operand is shifted.
+        # subtraction below never goes negative and only the smaller operand is shifted. Both
+        # exponent differences are computed beside the compare, not after it (shorter path).
         swap = Signal(name="add_swap")
         m.d.comb += swap.eq(y[0:31] > x[0:31])
         s_big = Mux(swap, sy, sx)
         e_big = Signal(8, name="add_e_big")
-        e_small = Signal(8, name="add_e_small")
         f_big = Signal(23, name="add_f_big")
+        e_small = Signal(8, name="add_e_small")
         f_small = Signal(23, name="add_f_small")
         m.d.comb += [
             e_big.eq(Mux(swap, ey, ex)), e_small.eq(Mux(swap, ex, ey)),
             f_big.eq(Mux(swap, fy, fx)), f_small.eq(Mux(swap, fx, fy)),
         ]
+        d_xy = Signal(8, name="add_d_xy")
+        d_yx = Signal(8, name="add_d_yx")
+        m.d.comb += [d_xy.eq(ex - ey), d_yx.eq(ey - ex)]
+        d = Signal(8, name="add_d")                               # e_big - e_small >= 0
+        m.d.comb += d.eq(Mux(swap, d_yx, d_xy))
         # DAZ: exponent 0 means zero (the hidden bit is 0 and the fraction is ignored).
         m_big = Cat(Mux(e_big == 0, 0, f_big), e_big != 0)       # 24 bits
         m_small = Cat(Mux(e_small == 0, 0, f_small), e_small != 0)
 
-        # Alignment: shift the smaller significand right by d; beyond 27 places only its
-        # sticky contribution remains, so clamp the shift (keeps the shifter 5 bits wide).
-        d = Signal(8, name="add_d")
-        m.d.comb += d.eq(e_big - e_small)
-        d_c = Signal(range(28), name="add_d_clamped")
-        m.d.comb += d_c.eq(Mux(d > 27, 27, d))
-        wide = Signal(51, name="add_aligned")                    # m_small * 2**(27 - d_c)
-        m.d.comb += wide.eq(Cat(Const(0, 27), m_small) >> d_c)
-        sticky_in = wide[0:25].any()
-        y_al = Cat(sticky_in, wide[25:51])                        # 27 bits: sig(24) G R S
+        # Alignment: shift the smaller significand right by d. The 56-bit window keeps every bit
+        # for shifts up to 31 (so the sticky bit is exact); at 32 or more only "non-zero" is left.
+        wide = Signal(56, name="add_aligned")                     # m_small * 2**(32 - d[0:5])
+        m.d.comb += wide.eq(Cat(Const(0, 32), m_small) >> d[0:5])
+        far = d[5:8] != 0
+        sticky_in = Mux(far, m_small != 0, wide[0:30].any())
+        y_al = Cat(sticky_in, Mux(far, 0, wide[30:56]))            # 27 bits: sig(24) G R S
         x_al = Cat(Const(0, 3), m_big)                            # 27 bits
 
         subtract = sx ^ sy
