@@ -1,0 +1,22 @@
+"""Shared fixtures (kept small on purpose; add yours below)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def _weights(n: int, seed: int = 0, special: float = 0.02) -> np.ndarray:
+    """Weight-like raw bf16 bits (normal(0, 0.02), truncated to bf16) with a sprinkle of arbitrary patterns
+    (±0, subnormals, ±Inf, NaNs, huge values)."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(n) * 0.02).astype(np.float32)
+    bits = (x.view(np.uint32) >> 16).astype(np.uint16)
+    pick = rng.random(n) < special
+    bits[pick] = rng.integers(0, 1 << 16, int(pick.sum()), dtype=np.uint16)
+    return bits
+
+
+@pytest.fixture
+def weight_bits():
+    """weight_bits(n, seed=0, special=0.02) -> uint16 array of n weight-like bf16 patterns."""
+    return _weights
