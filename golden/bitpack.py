@@ -119,3 +119,66 @@ def check_zero_padding(words: np.ndarray, chunk_starts: np.ndarray, used_bits: n
     bad = np.flatnonzero(vals != 0)
     if len(bad):
         raise FormatError(f"{plane_name}: non-zero padding bits in superblock {int(chunk_ids[has[bad[0]]])}")
+
+
+def _bits_to_plane(bitarr: np.ndarray) -> bytes:
+    return np.packbits(bitarr, bitorder="little").tobytes()
+
+
+def pack_unary(segment_ids: np.ndarray, ranks: np.ndarray, escape: np.ndarray, escape_payload: np.ndarray,
+               K: int, payload_bits: int, nseg: int) -> tuple[bytes, np.ndarray]:
+    """Fast path of ``pack_chunks`` for rank-unary code planes: a code of rank r is r zeros and a one,
+    so only the ones (and the rare escapes' raw bits) need placing in a zero bit array."""
+    widths = np.where(escape, K + 1 + payload_bits, ranks + 1)
+    within, seg_bits = segment_offsets(segment_ids, widths, nseg)
+    offsets = exclusive_cumsum((seg_bits + 7) >> 3)
+    bitarr = np.zeros(int(offsets[-1]) * 8, dtype=np.uint8)
+    start = offsets[:-1][segment_ids] * 8 + within
+    bitarr[start + np.where(escape, K, ranks)] = 1
+    esc = np.flatnonzero(escape)
+    if len(esc):
+        for j in range(payload_bits):
+            on = esc[((escape_payload[esc] >> j) & 1).astype(bool)]
+            bitarr[start[on] + K + 1 + j] = 1
+    return _bits_to_plane(bitarr), offsets
+
+
+def _field_bits(widths: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The stream bits of consecutive fields (LSB first), one uint8 per bit."""
+    widths = np.asarray(widths)
+    maxw = int(widths.max()) if len(widths) else 0
+    if maxw == 0:
+        return np.zeros(0, dtype=np.uint8)
+    lanes = np.arange(maxw, dtype=np.uint16)
+    bm = ((np.asarray(values, dtype=np.uint16)[:, None] >> lanes) & 1).astype(np.uint8)
+    return bm.reshape(-1) if np.all(widths == maxw) else bm[lanes[None, :] < widths[:, None]]
+
+
+def pack_fixed(sections: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> bytes:
+    """Fast path of ``pack_chunks`` for fixed-size planes. Each section is (widths, values, chunk_bits):
+    fields stored contiguously in value order, ``chunk_bits[s]`` of them in superblock ``s``. A chunk is
+    section 0's bits of that superblock, then section 1's, ...; chunks are byte-padded and packed.
+    All superblocks but the last have the same size, so the full ones are packed as one bit matrix."""
+    seqs = [_field_bits(w, v) for w, v, _ in sections]
+    bits = [np.asarray(b, dtype=np.int64) for _, _, b in sections]
+    nsb = len(bits[0])
+    for seq, b in zip(seqs, bits):
+        if len(b) != nsb or int(b.sum()) != len(seq):
+            raise ValueError("fields do not fill the declared chunks")
+    if nsb == 0:
+        return b""
+    total_last = sum(int(b[-1]) for b in bits)
+    total_full = sum(int(b[0]) for b in bits)
+    nfull = nsb if all(b[-1] == b[0] for b in bits) else nsb - 1
+    out = []
+    if nfull and total_full:
+        mat = np.zeros((nfull, ((total_full + 7) >> 3) * 8), dtype=np.uint8)
+        col = 0
+        for seq, b in zip(seqs, bits):
+            w = int(b[0])
+            mat[:, col: col + w] = seq[: nfull * w].reshape(nfull, w)
+            col += w
+        out.append(np.packbits(mat, axis=1, bitorder="little").reshape(-1).tobytes())
+    if nfull < nsb and total_last:
+        out.append(_bits_to_plane(np.concatenate([seq[nfull * int(b[0]):] for seq, b in zip(seqs, bits)])))
+    return b"".join(out)

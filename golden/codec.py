@@ -207,12 +207,17 @@ def encode_tensor(bits, cfg: CodecConfig, salience=None, books: tuple[Codebook |
     m = cfg.mantissa_bits
     planes, offsets = {}, {}
 
-    def code_plane(name, symbols, seg, book):
-        w, v = book.encode_fields(symbols)
-        planes[name], offsets[name] = bitpack.pack_chunks(seg, w, v, nsb)
+    n_s, k_s = superblock_sizes(N, cfg)
 
-    def fixed_plane(name, seg, widths, values):
-        planes[name], _ = bitpack.pack_chunks(seg, widths, values, nsb)
+    def code_plane(name, symbols, seg, book):
+        ranks = book.rank_table()[symbols]
+        escape = ranks == book.K
+        if escape.any() and (symbols[escape] > 0xFF).any():
+            raise ConfigError("the pruned mark must be in the speculation codebook; it cannot be escaped")
+        planes[name], offsets[name] = bitpack.pack_unary(seg, ranks, escape, symbols, book.K, ESCAPE_PAYLOAD_BITS, nsb)
+
+    def fixed_plane(name, widths, values):
+        planes[name] = bitpack.pack_fixed([(widths, values, fixed_chunk_bits(name, n_s, k_s, cfg))])
 
     if cfg.scheme == "c1":
         sym = np.where(kept, e, PRUNED)
@@ -224,10 +229,10 @@ def encode_tensor(bits, cfg: CodecConfig, salience=None, books: tuple[Codebook |
             if cfg.prunes and PRUNED not in spec_book.symbols:
                 raise ConfigError("the speculation codebook lacks the pruned mark but the config prunes")
         code_plane("spec.codes", sym, sb, spec_book)
-        fixed_plane("spec.signman", sb[kept], np.full(int(kept.sum()), 1 + m),
+        fixed_plane("spec.signman", np.full(int(kept.sum()), 1 + m),
                     (sign[kept] << m) | (mant[kept] >> (7 - m)))
         code_plane("verif.codes", e[~kept], sb[~kept], verif_book)
-        fixed_plane("verif.rest", sb, np.where(kept, 7 - m, 8),
+        fixed_plane("verif.rest", np.where(kept, 7 - m, 8),
                     np.where(kept, mant & ((1 << (7 - m)) - 1), (sign << 7) | mant))
     else:
         spec_book = None
@@ -242,16 +247,12 @@ def encode_tensor(bits, cfg: CodecConfig, salience=None, books: tuple[Codebook |
         else:
             verif_book = books[1]
         # spec.mx chunk = [keep bitmap (if pruning)] [X of each MX block] [sign|element of each kept value]
-        parts = []
+        nmx = (n_s + MX_BLOCK - 1) // MX_BLOCK
+        sections = [(np.full(len(X), 8), X, 8 * nmx), (np.full(int(kept.sum()), m + 2),
+                                                       (sign[kept] << (m + 1)) | elem[kept], k_s * (m + 2))]
         if cfg.prunes:
-            parts.append((sb, np.zeros(N, np.int64), np.arange(N), np.ones(N, np.int64), kept.astype(np.int64)))
-        mxstart = np.arange(0, N, MX_BLOCK)
-        parts.append((mxstart // G, np.ones(len(X), np.int64), mxstart, np.full(len(X), 8), X))
-        kidx = np.flatnonzero(kept)
-        parts.append((sb[kidx], np.full(len(kidx), 2), kidx, np.full(len(kidx), m + 2), (sign[kidx] << (m + 1)) | elem[kidx]))
-        seg, section, pos, widths, values = (np.concatenate(p) for p in zip(*parts))
-        order = np.lexsort((pos, section, seg))
-        fixed_plane("spec.mx", seg[order], widths[order], values[order])
+            sections.insert(0, (np.ones(N, np.int64), kept.astype(np.int64), n_s))
+        planes["spec.mx"] = bitpack.pack_fixed(sections)
         code_plane("verif.codes", delta[draft_zero], sb[draft_zero], verif_book)
         rest_w = np.where(draft_zero, 8, 7 - np.clip(c, 0, 7))
         rest_v = np.where(draft_zero, (sign << 7) | mant, mant & ((1 << rest_w) - 1))
