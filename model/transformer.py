@@ -6,10 +6,12 @@ LM head, optional q/k/v biases (Qwen2), and a static KV cache indexed by absolut
 Batch invariance. Speculative decoding is only lossless if the target's logits for a position are the
 same bits whether the position is decoded alone (plain autoregressive decoding) or verified together
 with k other positions in one pass. Dense bf16 GEMM kernels may change their blocking / accumulation
-order with the number of rows, so ``forward(..., exact=True)`` (the decode/verify path) computes every
-matmul one row at a time and attends each query row over exactly the keys ``0..pos`` - the same kernels
-and shapes a 1-token decode step uses. Element-wise ops and the RMSNorm reduction act on each row
-independently. ``exact=False`` (the prompt prefill) uses ordinary batched kernels; the reference and
+order with the number of rows (and vectorised element-wise kernels may treat a tail differently), so
+``forward(..., exact=True)`` (the decode/verify path) pushes every row separately through each layer:
+row t runs exactly the ops, kernels and shapes of a 1-token decode step at position start_pos + t,
+after rows < t of the same layer have written their K/V. Layers stay the outer loop, so a weight
+matrix is streamed from DRAM once per verify step and re-read from cache for the other rows.
+``exact=False`` (the prompt prefill) uses ordinary batched kernels; the reference and
 the speculative engine share the same prefill, so that is consistent too.
 """
 from __future__ import annotations
@@ -59,13 +61,6 @@ class RMSNorm(nn.Module):
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(x.dtype)
-
-
-def _linear_rows(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, exact: bool) -> torch.Tensor:
-    """y = x @ w.T (+ b) for x of shape [T, in]; ``exact`` computes each row with the 1-row kernel."""
-    if not exact or x.shape[0] == 1:
-        return F.linear(x, w, b)
-    return torch.cat([F.linear(x[i : i + 1], w, b) for i in range(x.shape[0])], 0)
 
 
 class Attention(nn.Module):
@@ -214,57 +209,53 @@ class Transformer(nn.Module):
 
             raise InputError(f"sequence of {start_pos + T} tokens exceeds the context of {a.max_seq_len}")
         x = self.tok_emb[tokens]  # [T, dim] bf16
-        cos = self.rope_cos[start_pos : start_pos + T]
-        sin = self.rope_sin[start_pos : start_pos + T]
-        hd, nh, nkv = a.head_dim, a.n_heads, a.n_kv_heads
-        g = nh // nkv
         for li, blk in enumerate(self.layers):
             if li in skip_layers:
                 continue
-            at = blk.attn
-            h = blk.attn_norm(x)
-            q = _linear_rows(h, at.wq, at.bq, exact).view(T, nh, hd)
-            k = _linear_rows(h, at.wk, at.bk, exact).view(T, nkv, hd)
-            v = _linear_rows(h, at.wv, at.bv, exact).view(T, nkv, hd)
-            # RoPE in fp32 per row, cast back to bf16 (as HF does in the model dtype; we keep fp32 math
-            # for accuracy; identical for every batching since it is element-wise).
-            c, s = cos[:, None, :], sin[:, None, :]
-            q = (q.float() * c + _rotate_half(q.float()) * s).to(torch.bfloat16)
-            k = (k.float() * c + _rotate_half(k.float()) * s).to(torch.bfloat16)
-            cache.k[li, :, start_pos : start_pos + T] = k.transpose(0, 1)
-            cache.v[li, :, start_pos : start_pos + T] = v.transpose(0, 1)
-            scale = 1.0 / math.sqrt(hd)
-            if exact:
-                outs = []
-                for t in range(T):
-                    p = start_pos + t
-                    kk = cache.k[li, :, : p + 1].float()  # [nkv, p+1, hd]
-                    vv = cache.v[li, :, : p + 1].float()
-                    qq = q[t].float().view(nkv, g, hd)
-                    sc = torch.matmul(qq, kk.transpose(1, 2)) * scale  # [nkv, g, p+1]
-                    o = torch.matmul(torch.softmax(sc, -1), vv)  # [nkv, g, hd]
-                    outs.append(o.reshape(1, nh * hd))
-                o = torch.cat(outs, 0).to(torch.bfloat16)
+            if exact and T > 1:
+                # one row at a time through the very code a 1-token decode step runs
+                x = torch.cat([self._block(blk, li, x[t : t + 1], start_pos + t, cache) for t in range(T)], 0)
             else:
-                L = start_pos + T
-                kk = cache.k[li, :, :L].float()
-                vv = cache.v[li, :, :L].float()
-                qq = q.float().view(T, nkv, g, hd).permute(1, 2, 0, 3)  # [nkv, g, T, hd]
-                sc = torch.matmul(qq, kk[:, None].transpose(2, 3)) * scale  # [nkv, g, T, L]
-                mask = torch.arange(L)[None, :] > (start_pos + torch.arange(T))[:, None]
-                sc = sc.masked_fill(mask, float("-inf"))
-                o = torch.matmul(torch.softmax(sc, -1), vv[:, None])  # [nkv, g, T, hd]
-                o = o.permute(2, 0, 1, 3).reshape(T, nh * hd).to(torch.bfloat16)
-            x = x + _linear_rows(o, at.wo, None, exact)
-            h = blk.ffn_norm(x)
-            m = blk.mlp
-            gte = _linear_rows(h, m.w_gate, None, exact)
-            up = _linear_rows(h, m.w_up, None, exact)
-            x = x + _linear_rows(F.silu(gte) * up, m.w_down, None, exact)
+                x = self._block(blk, li, x, start_pos, cache)
         if logits_rows is not None:
             x = x[logits_rows]
-        x = self.norm(x)
-        return _linear_rows(x, self.head_weight(), None, exact).float()
+        if exact and x.shape[0] > 1:
+            return torch.cat([self._head(x[t : t + 1]) for t in range(x.shape[0])], 0)
+        return self._head(x)
+
+    def _head(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.norm(x), self.head_weight()).float()
+
+    def _block(self, blk: Block, li: int, x: torch.Tensor, start_pos: int, cache: KVCache) -> torch.Tensor:
+        a = self.args
+        T = x.shape[0]
+        hd, nh, nkv = a.head_dim, a.n_heads, a.n_kv_heads
+        g = nh // nkv
+        at = blk.attn
+        h = blk.attn_norm(x)
+        q = F.linear(h, at.wq, at.bq).view(T, nh, hd)
+        k = F.linear(h, at.wk, at.bk).view(T, nkv, hd)
+        v = F.linear(h, at.wv, at.bv).view(T, nkv, hd)
+        c = self.rope_cos[start_pos : start_pos + T][:, None, :]
+        s = self.rope_sin[start_pos : start_pos + T][:, None, :]
+        q = (q.float() * c + _rotate_half(q.float()) * s).to(torch.bfloat16)
+        k = (k.float() * c + _rotate_half(k.float()) * s).to(torch.bfloat16)
+        cache.k[li, :, start_pos : start_pos + T] = k.transpose(0, 1)
+        cache.v[li, :, start_pos : start_pos + T] = v.transpose(0, 1)
+        L = start_pos + T
+        kk = cache.k[li, :, :L].float()  # [nkv, L, hd]
+        vv = cache.v[li, :, :L].float()
+        qq = q.float().view(T, nkv, g, hd).permute(1, 2, 0, 3)  # [nkv, g, T, hd]
+        sc = torch.matmul(qq, kk[:, None].transpose(2, 3)) * (1.0 / math.sqrt(hd))  # [nkv, g, T, L]
+        if T > 1:
+            mask = torch.arange(L)[None, :] > (start_pos + torch.arange(T))[:, None]
+            sc = sc.masked_fill(mask, float("-inf"))
+        o = torch.matmul(torch.softmax(sc, -1), vv[:, None])  # [nkv, g, T, hd]
+        o = o.permute(2, 0, 1, 3).reshape(T, nh * hd).to(torch.bfloat16)
+        x = x + F.linear(o, at.wo)
+        h = blk.ffn_norm(x)
+        m = blk.mlp
+        return x + F.linear(F.silu(F.linear(h, m.w_gate)) * F.linear(h, m.w_up), m.w_down)
 
     def param_bytes(self) -> int:
         """bf16 bytes of all parameters (the tied head counted once)."""

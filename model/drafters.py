@@ -1,0 +1,248 @@
+"""Draft sources: the Cassandra draft, layer-skip self-speculation, n-gram prompt lookup; INT8 baseline.
+
+The Cassandra draft's weights come from the golden codec's ``decode_draft``; the target's from
+``decode_full``, asserted equal to the checkpoint's bits. Per-tensor codec configs and salience scores
+are pluggable (``cfg_for(name, shape)``, ``salience_for(name, bits)``) so that draft selection
+(activation-aware salience, per-tensor allocation) plugs in without touching this machinery.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from cassandra_rtl.errors import ConfigError
+from cassandra_rtl.golden.codec import decode_draft, decode_full, encode_tensor
+from cassandra_rtl.golden.config import CodecConfig
+
+from .engine import Cost, Drafter, Engine, bf16_cost
+from .kvformat import KVSpecView
+from .loader import Checkpoint, bits_to_bf16
+from .sampling import SamplingParams, probs_from_logits, sample
+from .transformer import Transformer
+
+
+# ------------------------------------------------------------------------------- model-based drafting
+class ModelDrafter(Drafter):
+    """A draft that is a Transformer (possibly skipping layers) with its own KV cache, synced from the
+    target's cache for accepted positions by ``sync(target_cache, draft_cache, start, stop)``."""
+
+    def __init__(self, name: str, model: Transformer, cost: Cost, skip_layers=frozenset(), sync=None,
+                 kv_commit_bytes_per_token: Callable[[], float] | None = None):
+        self.name = name
+        self.model = model
+        self.dcost = cost
+        self.skip = frozenset(skip_layers)
+        self._sync = sync
+        self._kv_commit_bpt = kv_commit_bytes_per_token  # bytes/token the draft reads for committed positions
+        self.info: dict = {}
+
+    def sync(self, src, dst, start, stop):
+        if self._sync is None:
+            layers = [i for i in range(self.model.args.n_layers) if i not in self.skip]
+            dst.copy_(src, start, stop, layers)
+        else:
+            self._sync(src, dst, start, stop)
+
+    def start(self, eng: Engine, prompt: list[int]) -> None:
+        self.eng = eng
+        self.cache = self.model.new_cache()
+        self.sync(eng.cache, self.cache, 0, len(prompt))
+
+    def propose(self, ids, pos, gamma, sp: SamplingParams, gen):
+        a = self.model.args
+        tok = ids[-1]
+        draft, qs = [], []
+        bf16_bpt = self.dcost.kv_bytes_per_token
+        commit_bpt = self._kv_commit_bpt() if self._kv_commit_bpt else bf16_bpt
+        for i in range(gamma):
+            logits = self.model(torch.tensor([tok]), pos + i, self.cache, exact=True, skip_layers=self.skip)[0]
+            self.eng.ledger.add("draft", 1, self.dcost.weight_bytes, commit_bpt * pos + bf16_bpt * (i + 1),
+                                2.0 * self.dcost.matrix_params + 4.0 * self.dcost.attn_layers * a.n_heads
+                                * a.head_dim * (pos + i + 1))
+            if sp.greedy:
+                tok = int(logits.argmax())
+            else:
+                q = probs_from_logits(logits, sp)
+                tok = sample(q, gen)
+                qs.append(q)
+            draft.append(tok)
+        return draft, (torch.stack(qs) if qs else None)
+
+    def commit(self, start, n):
+        self.sync(self.eng.cache, self.cache, start, start + n)
+        self.cache.rollback(start + n, start + n + 64)  # hygiene: drop the draft's unverified K/V
+
+    def describe(self):
+        return {"draft": self.name, **self.info}
+
+
+# --------------------------------------------------------------------------------------- Cassandra
+@dataclass
+class EncodedModel:
+    """Every weight tensor of a checkpoint in the format (2-D matrices; 1-D norms/biases stay bf16)."""
+
+    enc: dict = field(default_factory=dict)  # name -> EncodedTensor
+    draft_bits: dict = field(default_factory=dict)  # name -> uint16 (speculation view)
+    spec_bytes: dict = field(default_factory=dict)
+    full_bytes: dict = field(default_factory=dict)  # spec + verif
+    seconds: float = 0.0
+
+
+def encode_model(ck: Checkpoint, cfg_for: Callable[[str, tuple], CodecConfig],
+                 salience_for: Callable[[str, np.ndarray], np.ndarray | None] | None = None,
+                 progress=None, decode=None) -> EncodedModel:
+    """Encode every 2-D weight; check decode_full == original bits; keep decode_draft's view.
+
+    ``decode`` optionally replaces the draft decoder (the RTL-in-the-loop path); its output must
+    equal the golden decode_draft's bit for bit.
+    """
+    em = EncodedModel()
+    t0 = time.perf_counter()
+    names = [n for n, b in ck.bits.items() if b.ndim == 2]
+    for i, name in enumerate(names):
+        bits = ck.bits[name]
+        cfg = cfg_for(name, bits.shape)
+        sal = salience_for(name, bits) if salience_for else None
+        enc = encode_tensor(bits, cfg, salience=sal)
+        full = decode_full(enc)
+        if not np.array_equal(full, bits):
+            raise AssertionError(f"decode_full({name}) differs from the original bits")
+        d = decode_draft(enc)
+        if decode is not None:
+            d2 = decode(name, enc)
+            if not np.array_equal(d2, d):
+                raise AssertionError(f"RTL draft decode of {name} differs from the golden decode_draft")
+        em.enc[name] = enc
+        em.draft_bits[name] = d
+        em.spec_bytes[name] = enc.spec_nbytes
+        em.full_bytes[name] = enc.spec_nbytes + enc.verif_nbytes
+        if progress:
+            progress(i + 1, len(names), name)
+    em.seconds = time.perf_counter() - t0
+    return em
+
+
+def uniform_cfg(keep_ratio: float = 1.0, mantissa_bits: int = 3, group_size: int = 128, scheme: str = "c1"):
+    cfg = CodecConfig(scheme=scheme, keep_ratio=keep_ratio, mantissa_bits=mantissa_bits, group_size=group_size)
+    return lambda name, shape: cfg
+
+
+def build_cassandra(ck: Checkpoint, target: Transformer, weight_cfg_for=None, kv_cfg: CodecConfig | None = None,
+                    salience_for=None, progress=None, decode=None, encoded: EncodedModel | None = None
+                    ) -> tuple[ModelDrafter, Cost]:
+    """The Cassandra draft + the target's cost when it reads the format (spec + verif streams)."""
+    em = encoded or encode_model(ck, weight_cfg_for or uniform_cfg(), salience_for, progress, decode)
+    # the target must be exactly the checkpoint (decode_full was checked per tensor in encode_model)
+    draft_bits = dict(ck.bits)
+    draft_bits.update(em.draft_bits)
+    draft = ck.build(draft_bits)
+    a = ck.args
+    kv_cfg = kv_cfg or CodecConfig(keep_ratio=1.0, mantissa_bits=3, group_size=a.head_dim, kind="kv")
+    if kv_cfg.group_size != a.head_dim:
+        raise ConfigError(f"KV group size must equal head_dim={a.head_dim} (one superblock per KV vector)")
+    view = KVSpecView(kv_cfg, a.n_layers)
+    tcost = bf16_cost(target, bytes_per_tensor=em.full_bytes)
+    dcost = bf16_cost(draft, bytes_per_tensor=em.spec_bytes)
+    vecs_per_token = 2 * a.n_layers * a.n_kv_heads  # K and V vectors per token
+
+    def sync(src, dst, start, stop):
+        if view.books is None:  # first call = the prompt: codebooks fixed from the prefill
+            view.calibrate(src, stop)
+        view.sync(src, dst, start, stop)
+        # the target reads committed K/V in the format (spec + verif), measured from the real streams
+        tcost.kv_bytes_per_token = view.full_bytes_per_token()
+
+    d = ModelDrafter("cassandra", draft, dcost, sync=sync, kv_commit_bytes_per_token=view.spec_bytes_per_token)
+    d.kv_view = view
+    d.encoded = em
+    cfg0 = (weight_cfg_for or uniform_cfg())("layers.0.wq", None)
+    d.info = {"keep_ratio": cfg0.keep_ratio, "mantissa_bits": cfg0.mantissa_bits, "scheme": cfg0.scheme,
+              "kv_keep_ratio": kv_cfg.keep_ratio, "kv_mantissa_bits": kv_cfg.mantissa_bits,
+              "draft_weight_bytes": dcost.weight_bytes, "target_weight_bytes": tcost.weight_bytes,
+              "bf16_weight_bytes": bf16_cost(target).weight_bytes, "encode_s": em.seconds,
+              "kv_vectors_per_token": vecs_per_token}
+    return d, tcost
+
+
+# --------------------------------------------------------------------------------------- layer skip
+def layerskip_drafter(target: Transformer, skip: list[int]) -> ModelDrafter:
+    d = ModelDrafter("layerskip", target, bf16_cost(target, frozenset(skip)), skip_layers=frozenset(skip))
+    d.info = {"skip_layers": sorted(skip)}
+    return d
+
+
+@torch.no_grad()
+def search_skip_layers(target: Transformer, calib: list[list[int]], n_skip: int, progress=None) -> list[int]:
+    """Greedy search: add, one at a time, the layer whose removal keeps the most teacher-forced top-1
+    agreement with the full model on the calibration sequences (Draft&Verify-style, small)."""
+    refs = []
+    for seq in calib:
+        c = target.new_cache()
+        refs.append(target(torch.tensor(seq), 0, c, exact=False).argmax(-1))
+
+    def agreement(skip):
+        ok = tot = 0
+        for seq, ref in zip(calib, refs):
+            c = target.new_cache()
+            am = target(torch.tensor(seq), 0, c, exact=False, skip_layers=frozenset(skip)).argmax(-1)
+            ok += int((am == ref).sum())
+            tot += len(seq)
+        return ok / tot
+
+    skip: list[int] = []
+    n = target.args.n_layers
+    for step in range(n_skip):
+        best = max((agreement(skip + [li]), -li) for li in range(1, n - 1) if li not in skip)
+        skip.append(-best[1])
+        if progress:
+            progress(step + 1, n_skip, f"skip {sorted(skip)} agreement {best[0]:.3f}")
+    return sorted(skip)
+
+
+# --------------------------------------------------------------------------------------- n-gram lookup
+class NgramDrafter(Drafter):
+    """Prompt lookup decoding: match the last n tokens (n = max_n..1) earlier in the context and propose
+    what followed. Reads no weights."""
+
+    name = "ngram"
+
+    def __init__(self, max_n: int = 3):
+        self.max_n = max_n
+
+    def propose(self, ids, pos, gamma, sp, gen):
+        L = len(ids)
+        for n in range(min(self.max_n, L - 1), 0, -1):
+            tail = ids[L - n:]
+            for s in range(L - n - 1, -1, -1):
+                if ids[s : s + n] == tail:
+                    cont = ids[s + n : s + n + gamma]
+                    if cont:
+                        return list(cont), None
+        return [], None
+
+    def describe(self):
+        return {"draft": "ngram", "max_n": self.max_n}
+
+
+# --------------------------------------------------------------------------------------- INT8 baseline
+def int8_model(ck: Checkpoint) -> tuple[Transformer, Cost]:
+    """Weight-only INT8 (symmetric, per output channel, bf16 scale) of every 2-D weight, dequantized to
+    bf16 for compute; cost = int8 bytes + scales."""
+    bits = dict(ck.bits)
+    nbytes = {}
+    for name, b in ck.bits.items():
+        if b.ndim != 2:
+            continue
+        w = bits_to_bf16(b).float()
+        scale = (w.abs().amax(1, keepdim=True) / 127.0).clamp(min=1e-12).to(torch.bfloat16).float()
+        qw = torch.clamp(torch.round(w / scale), -127, 127)
+        from .loader import bf16_to_bits
+
+        bits[name] = bf16_to_bits(qw * scale)
+        nbytes[name] = b.size + 2 * b.shape[0]
+    m = ck.build(bits)
+    return m, bf16_cost(m, bytes_per_tensor=nbytes)

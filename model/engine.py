@@ -1,0 +1,213 @@
+"""Plain and speculative decoding in one harness, with per-pass byte accounting.
+
+The target always verifies through ``Transformer.forward(exact=True)`` (row-exact, see transformer.py),
+and plain decoding runs the same 1-row code path, so greedy speculative decoding is token-identical to
+plain greedy decoding of the target. Sampling uses the Leviathan/Chen rule (sampling.py).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from cassandra_rtl.errors import ConfigError, InputError
+
+from .metrics import Ledger, hardware_presets, pass_flops
+from .sampling import SamplingParams, greedy_accept, probs_from_logits, sample, speculative_accept
+from .transformer import Transformer
+
+
+@dataclass
+class Cost:
+    """What one forward pass of a model variant reads."""
+
+    weight_bytes: int  # weights streamed per pass (the head counted once; embedding lookups ignored)
+    kv_bytes_per_token: float  # KV bytes read per cached position
+    matrix_params: int  # weights multiplied per token (for FLOPs)
+    attn_layers: int
+
+    def charge(self, ledger: Ledger, kind: str, tokens: int, ctx: int, a) -> None:
+        ledger.add(kind, tokens, self.weight_bytes, self.kv_bytes_per_token * ctx,
+                   pass_flops(self.matrix_params, tokens, self.attn_layers, a.n_heads, a.head_dim, ctx))
+
+
+def bf16_cost(model: Transformer, skip_layers=frozenset(), bytes_per_tensor: dict[str, int] | None = None) -> Cost:
+    """Cost of running ``model`` with bf16 weights (or ``bytes_per_tensor`` overrides) and a bf16 KV cache."""
+    a = model.args
+    wb = 0
+    mp = 0
+    for name, p in model.named_weights().items():
+        if name.startswith("layers.") and int(name.split(".")[1]) in skip_layers:
+            continue
+        if name == "tok_emb" and not a.tie_embeddings:
+            wb += a.dim * 2  # one embedding row per token; the untied head is counted as lm_head
+            continue
+        wb += bytes_per_tensor[name] if bytes_per_tensor and name in bytes_per_tensor else p.numel() * 2
+        if p.dim() == 2:
+            mp += p.numel()
+    n_attn = a.n_layers - len(skip_layers)
+    return Cost(wb, 2 * n_attn * a.n_kv_heads * a.head_dim * 2, mp, n_attn)
+
+
+class Drafter:
+    """Interface of a draft source. ``propose`` returns draft tokens and the draft distributions they were
+    sampled from (None if the proposals are deterministic / greedy)."""
+
+    name = "none"
+
+    def start(self, eng: "Engine", prompt: list[int]) -> None:
+        self.eng = eng
+
+    def propose(self, ids: list[int], pos: int, gamma: int, sp: SamplingParams, gen: torch.Generator
+                ) -> tuple[list[int], torch.Tensor | None]:
+        raise NotImplementedError
+
+    def commit(self, start: int, n: int) -> None:
+        """Target positions [start, start+n) now hold accepted tokens' K/V."""
+
+    def describe(self) -> dict:
+        return {"draft": self.name}
+
+
+@dataclass
+class RunStats:
+    prompt_tokens: int = 0
+    generated: int = 0
+    steps: int = 0  # target decode passes (plain steps + verify steps)
+    step_tokens: int = 0  # tokens emitted by those passes
+    drafted: int = 0
+    accepted: int = 0
+    drafted_at: list[int] = field(default_factory=list)
+    accepted_at: list[int] = field(default_factory=list)
+    gammas: list[int] = field(default_factory=list)
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+
+    def per_position(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+
+
+@dataclass
+class Result:
+    tokens: list[int]
+    stats: RunStats
+    ledger: Ledger
+    baseline: Ledger  # plain bf16 autoregressive decoding of the same tokens (modeled)
+    info: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        s = self.stats
+        hw = hardware_presets()
+        n = max(1, s.generated)
+        out = {
+            "tokens": self.tokens,
+            "generated": s.generated,
+            "prompt_tokens": s.prompt_tokens,
+            "acceptance_rate": (s.accepted / s.drafted) if s.drafted else None,
+            "acceptance_per_position": s.per_position(),
+            "drafted": s.drafted,
+            "accepted": s.accepted,
+            "verify_steps": s.steps,
+            "tokens_per_step": (s.step_tokens / s.steps) if s.steps else None,
+            "mean_gamma": (sum(s.gammas) / len(s.gammas)) if s.gammas else 0.0,
+            "bytes_per_token": self.ledger.bytes() / n,
+            "draft_bytes_per_token": self.ledger.bytes("draft") / n,
+            "target_bytes_per_token": self.ledger.bytes("target") / n,
+            "bf16_ar_bytes_per_token": self.baseline.bytes() / n,
+            "cpu_tokens_per_s": (s.generated - 1) / s.decode_s if s.decode_s > 0 and s.generated > 1 else None,
+            "prefill_s": s.prefill_s,
+            "decode_s": s.decode_s,
+            "modeled_speedup": {k: (self.baseline.time(h) / self.ledger.time(h)) if self.ledger.passes else None
+                                for k, h in hw.items()},
+        }
+        out.update(self.info)
+        return out
+
+
+class Engine:
+    def __init__(self, target: Transformer, target_cost: Cost | None = None, stop_ids=(), baseline_cost=None):
+        self.target = target
+        self.args = target.args
+        self.cost = target_cost or bf16_cost(target)
+        self.baseline_cost = baseline_cost or bf16_cost(target)
+        self.stop_ids = set(stop_ids)
+        self.cache = None
+        self.ledger = None
+
+    def generate(self, prompt: list[int], max_new_tokens: int = 64, drafter: Drafter | None = None,
+                 gamma: int = 4, adaptive: bool = False, sp: SamplingParams = SamplingParams(), seed: int = 0,
+                 on_tokens=None, gamma_max: int = 16) -> Result:
+        a = self.args
+        if not prompt:
+            raise InputError("empty prompt")
+        if len(prompt) >= a.max_seq_len:
+            raise InputError(f"prompt of {len(prompt)} tokens does not fit the context of {a.max_seq_len} "
+                             f"(at most {a.max_seq_len - 1})")
+        if max_new_tokens < 1:
+            raise ConfigError(f"max new tokens must be >= 1, got {max_new_tokens}")
+        if drafter is not None and not 1 <= gamma <= 64:
+            raise ConfigError(f"gamma must be in 1..64, got {gamma}")
+        gen = torch.Generator().manual_seed(int(seed))
+        stats = RunStats(prompt_tokens=len(prompt))
+        self.ledger, base = Ledger(), Ledger()
+        self.cache = self.target.new_cache()
+        t0 = time.perf_counter()
+        logits = self.target(torch.tensor(prompt), 0, self.cache, exact=False, logits_rows=slice(-1, None))
+        first = int(logits[0].argmax()) if sp.greedy else sample(probs_from_logits(logits[0], sp), gen)
+        stats.prefill_s = time.perf_counter() - t0
+        out = [first]
+        if on_tokens:
+            on_tokens([first])
+        t0 = time.perf_counter()
+        if drafter is not None:
+            drafter.start(self, prompt)
+        pos = len(prompt)  # position of out[-1], whose K/V is not in the cache yet
+        g = gamma
+        while len(out) < max_new_tokens and out[-1] not in self.stop_ids and pos < a.max_seq_len:
+            remaining = max_new_tokens - len(out)
+            k = 0 if drafter is None else max(0, min(g, remaining - 1, a.max_seq_len - pos - 1))
+            ids = prompt + out
+            draft, q = ([], None) if k == 0 else drafter.propose(ids, pos, k, sp, gen)
+            k = len(draft)
+            logits = self.target(torch.tensor([out[-1]] + draft), pos, self.cache, exact=True)
+            self.cost.charge(self.ledger, "target", k + 1, pos + k + 1, a)
+            if sp.greedy:
+                n_acc, nxt = greedy_accept(logits, draft)
+            else:
+                n_acc, nxt = speculative_accept(probs_from_logits(logits, sp), q, draft, gen)
+            if k:
+                stats.drafted += k
+                stats.accepted += n_acc
+                stats.gammas.append(k)
+                while len(stats.drafted_at) < k:
+                    stats.drafted_at.append(0)
+                    stats.accepted_at.append(0)
+                for i in range(min(k, n_acc + 1)):
+                    stats.drafted_at[i] += 1
+                    stats.accepted_at[i] += int(i < n_acc)
+                if adaptive:
+                    g = min(gamma_max, g + 2) if n_acc == k else max(1, g - 1)
+            # roll back: K/V written for rejected drafts are dropped (zeroed) from the target cache
+            self.cache.rollback(pos + n_acc + 1, pos + k + 1)
+            if drafter is not None:
+                drafter.commit(pos, n_acc + 1)
+            new = draft[:n_acc] + [nxt]
+            stats.steps += 1
+            emitted = []
+            for t in new:
+                if len(out) >= max_new_tokens or out[-1] in self.stop_ids:
+                    break
+                out.append(t)
+                emitted.append(t)
+            stats.step_tokens += len(emitted)
+            if on_tokens and emitted:
+                on_tokens(emitted)
+            pos += n_acc + 1
+        stats.decode_s = time.perf_counter() - t0
+        stats.generated = len(out)
+        # modeled plain bf16 autoregressive decoding of the same tokens: one 1-token pass per token after the first
+        for i in range(1, len(out)):
+            self.baseline_cost.charge(base, "target", 1, len(prompt) + i, a)
+        info = drafter.describe() if drafter is not None else {"draft": "none"}
+        return Result(out, stats, self.ledger, base, info)

@@ -1,0 +1,57 @@
+"""The draft's view of the KV cache in the Cassandra format.
+
+K/V of accepted tokens are written at full precision by the target; this module encodes them with the
+golden KV path (one superblock = one KV vector of head_dim values per layer / kv-head / token; codebooks
+fixed at prefill) and writes their speculation view into the draft's cache.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from cassandra_rtl.golden.kv import calibrate_kv_codebooks, decode_kv_draft, encode_kv  # the RTL encoder mirrors it
+
+from .loader import bf16_to_bits, bits_to_bf16
+from .transformer import KVCache
+
+
+class KVSpecView:
+    """Encodes target K/V slices into the format and fills a draft cache with their speculation view."""
+
+    def __init__(self, cfg, n_layers: int):
+        self.cfg = cfg
+        self.n_layers = n_layers
+        self.books = None
+        self.spec_bytes = 0
+        self.verif_bytes = 0
+        self.vectors = 0  # KV vectors encoded (per layer, K and V, per kv-head, per token)
+        self.tokens = 0
+
+    @staticmethod
+    def _bits(t: torch.Tensor) -> np.ndarray:
+        # [nkv, n, hd] -> [n * nkv, hd], token-major
+        return bf16_to_bits(t.transpose(0, 1).reshape(-1, t.shape[-1]))
+
+    def calibrate(self, target: KVCache, n: int) -> None:
+        """Codebooks per layer and K/V from the prefill's K/V (never from later tokens)."""
+        self.books = [[calibrate_kv_codebooks(self._bits(c[li, :, :n]), self.cfg) for c in (target.k, target.v)]
+                      for li in range(self.n_layers)]
+
+    def sync(self, target: KVCache, draft: KVCache, start: int, stop: int) -> None:
+        if stop <= start:
+            return
+        for li in range(self.n_layers):
+            for j, (src, dst) in enumerate(((target.k, draft.k), (target.v, draft.v))):
+                sl = src[li, :, start:stop]  # [nkv, n, hd]
+                enc = encode_kv(self._bits(sl), self.cfg, self.books[li][j])
+                self.spec_bytes += enc.spec_nbytes
+                self.verif_bytes += enc.verif_nbytes
+                view = bits_to_bf16(decode_kv_draft(enc)).view(stop - start, sl.shape[0], sl.shape[2])
+                dst[li, :, start:stop] = view.transpose(0, 1)
+        self.tokens += stop - start
+
+    def spec_bytes_per_token(self) -> float:
+        return self.spec_bytes / self.tokens if self.tokens else 0.0
+
+    def full_bytes_per_token(self) -> float:
+        return (self.spec_bytes + self.verif_bytes) / self.tokens if self.tokens else 0.0
