@@ -181,10 +181,9 @@ def block_max_exponent(bits: np.ndarray, G: int) -> np.ndarray:
     """X of every value: the max exponent of its MX block (32 values; blocks never straddle superblocks
     because G is a multiple of 32; the last block may be shorter)."""
     e = ((bits.astype(np.int64) >> 7) & 0xFF).reshape(-1)
-    X = np.empty_like(e)
-    for b in range(0, len(e), MX_BLOCK):
-        X[b: b + MX_BLOCK] = e[b: b + MX_BLOCK].max()
-    return X
+    n = len(e)
+    padded = np.concatenate([e, np.zeros(-n % MX_BLOCK, dtype=np.int64)])   # 0 never raises a max
+    return np.repeat(padded.reshape(-1, MX_BLOCK).max(axis=1), MX_BLOCK)[:n]
 
 
 # ------------------------------------------------------------------------------------------- codebooks
@@ -553,9 +552,13 @@ def keep_flags_np(bits: np.ndarray, G: int, k: int) -> np.ndarray:
     by descending key (bits & 0x7FFF) keeps the first k_s, so equal keys go to the lower index."""
     key = (bits.astype(np.int64) & 0x7FFF).reshape(-1)
     kept = np.zeros(len(key), dtype=bool)
-    for start in range(0, len(key), G):
-        blk = key[start: start + G]
-        ks = kept_in(k, len(blk), G)
-        order = np.argsort(-blk, kind="stable")[:ks]
-        kept[start + order] = True
+    nfull = len(key) // G
+    for start, rows, n in ((0, nfull, G), (nfull * G, 1 if len(key) % G else 0, len(key) % G)):
+        if rows == 0:
+            continue
+        blk = key[start: start + rows * n].reshape(rows, n)
+        order = np.argsort(-blk, axis=1, kind="stable")[:, : kept_in(k, n, G)]
+        sel = np.zeros((rows, n), dtype=bool)
+        np.put_along_axis(sel, order, True, axis=1)
+        kept[start: start + rows * n] = sel.reshape(-1)
     return kept
