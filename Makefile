@@ -45,8 +45,10 @@ iverilog:
 demo: setup
 	$(PY) -m cassandra_rtl.cli demo
 
+# pytest exit code 5 means "no tests collected": a broken suite, reported as a failure.
 test: setup iverilog
-	$(PY) -m pytest -q -n $(JOBS) -m "not slow" tests
+	@$(PY) -m pytest -q -n $(JOBS) -m "not slow" tests; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 test-slow: setup iverilog
 	$(PY) -m pytest -q -m slow tests
