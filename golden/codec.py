@@ -354,9 +354,13 @@ def _plane_offsets(enc: EncodedTensor, name: str) -> np.ndarray:
         if off is None:
             raise FormatError(f"{name}: index missing")
         return np.asarray(off, dtype=np.int64)
-    off = fixed_offsets(name, enc.numel, enc.config)
-    if off[-1] != len(enc.planes[name]):
-        raise FormatError(f"{name}: {len(enc.planes[name])} bytes, the config implies {int(off[-1])}")
+    n, k = superblock_sizes(enc.numel, enc.config)
+    used = fixed_chunk_bits(name, n, k, enc.config)
+    off = bitpack.exclusive_cumsum((used + 7) >> 3)
+    data = _plane(enc, name)
+    if off[-1] != len(data):
+        raise FormatError(f"{name}: {len(data)} bytes, the config implies {int(off[-1])}")
+    bitpack.check_zero_padding(bitpack.words_of(data), off[:-1], used, name, np.arange(enc.nsb))
     return off
 
 
@@ -475,6 +479,7 @@ def decode_full(enc: EncodedTensor) -> np.ndarray:
     within, seg_bits = bitpack.segment_offsets(sb, widths, nsb)
     bitpack.check_chunk_lengths(roff, seg_bits, "verif.rest")
     words = bitpack.words_of(_plane(enc, "verif.rest"))
+    bitpack.check_zero_padding(words, roff[:-1], seg_bits, "verif.rest", np.arange(nsb))
     rest = bitpack.read_fields(words, roff[:-1][sb] * 8 + within, widths).astype(np.int64)
     out = np.where(kept, draft | rest, 0)
     pr = ~kept

@@ -58,8 +58,8 @@ class CodecConfig:
             ratio = 1.0 if self.keep_ratio is None else self.keep_ratio
             if not isinstance(ratio, (int, float)) or math.isnan(ratio) or not 0.0 < ratio <= 1.0:
                 raise ConfigError(f"keep ratio must be in (0, 1], got {ratio!r}")
-            # The tiny epsilon keeps e.g. 0.3 * 128 = 38.400000000000006 from becoming 39 through fp noise only.
-            count = min(self.group_size, max(1, math.ceil(ratio * self.group_size - 1e-9)))
+            # G is a power of two, so ratio * G is exact in binary floating point and ceil() is exact too.
+            count = min(self.group_size, max(1, math.ceil(ratio * self.group_size)))
             object.__setattr__(self, "keep_count", count)
         elif not isinstance(self.keep_count, int) or not 1 <= self.keep_count <= self.group_size:
             raise ConfigError(f"keep count must be in 1..{self.group_size}, got {self.keep_count!r}")

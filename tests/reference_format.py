@@ -59,6 +59,7 @@ class BitWriter:
 
     def __init__(self):
         self.bits: list[int] = []
+        self.used: list[int] = []        # bits used by every chunk ended so far
 
     def write(self, value: int, width: int) -> None:
         assert width >= 0 and 0 <= value < (1 << width) or (width == 0 and value == 0), (value, width)
@@ -82,6 +83,7 @@ class BitWriter:
 
     def chunk(self) -> bytes:
         """End a superblock chunk: zero bits up to the byte boundary, then the bytes."""
+        self.used.append(len(self.bits))
         bits = self.bits + [0] * (-len(self.bits) % 8)
         out = bytes(sum(bits[j + i] << i for i in range(8)) for j in range(0, len(bits), 8))
         self.bits = []
@@ -189,8 +191,9 @@ def block_max_exponent(bits: np.ndarray, G: int) -> np.ndarray:
 # ------------------------------------------------------------------------------------------- codebooks
 
 def golden_codebook(counts: dict, required: int | None = None) -> list[int]:
-    """§3.1 "Golden construction": descending count, ties to the smaller symbol; cut at the K in 0..15 that
-    minimises the coded size (ties: smaller K); extend the cut to include ``required`` (P) when present."""
+    """§3.1 "Golden construction": descending count, ties to the smaller symbol; K_min = rank(P)+1 if P
+    occurs, else 0; cut at the K in K_min..min(15, distinct) minimising the coded size (ties: smaller K);
+    if rank(P) >= 15 the book is the 14 most frequent exponents followed by P."""
     order = sorted((s for s, c in counts.items() if c > 0), key=lambda s: (-counts[s], s))
 
     def cost(K):
@@ -198,20 +201,20 @@ def golden_codebook(counts: dict, required: int | None = None) -> list[int]:
         tail = sum(counts[s] for s in order[K:]) * (K + 9)
         return head + tail
 
-    best = min(range(0, min(K_MAX, len(order)) + 1), key=lambda K: (cost(K), K))
-    if required is not None and counts.get(required, 0) > 0 and required not in order[:best]:
-        best = order.index(required) + 1
-        if best > K_MAX:
-            raise Unspecified("the pruned mark ranks below 15 other symbols: FORMAT.md gives no construction")
+    k_min = order.index(required) + 1 if required is not None and counts.get(required, 0) > 0 else 0
+    if k_min > K_MAX:
+        return [s for s in order if s != required][:K_MAX - 1] + [required]
+    best = min(range(k_min, min(K_MAX, len(order)) + 1), key=lambda K: (cost(K), K))
     return order[:best]
 
 
 # ---------------------------------------------------------------------------------------------- encode
 
 class RefEncoded:
-    def __init__(self, planes, offsets, spec_book, verif_book, kept):
+    def __init__(self, planes, offsets, spec_book, verif_book, kept, used=None):
         self.planes = planes          # name -> bytes
         self.offsets = offsets        # name -> list of chunk byte offsets, length nsb + 1
+        self.used = used              # name -> list of the bits each chunk's fields use
         self.spec_book = spec_book
         self.verif_book = verif_book
         self.kept = kept
@@ -309,8 +312,10 @@ def encode(values, scheme: str, G: int, m: int, k: int, salience=None, books=Non
     else:
         raise ValueError(scheme)
     joined = {name: _join(ch) for name, ch in planes.items()}
+    order = list(planes)                              # chunks were ended plane by plane, superblock by superblock
+    used = {name: w.used[i::len(order)] for i, name in enumerate(order)}
     return RefEncoded({n: j[0] for n, j in joined.items()}, {n: j[1] for n, j in joined.items()},
-                      spec_book, verif_book, kept)
+                      spec_book, verif_book, kept, used)
 
 
 # ------------------------------------------------------------------------------------------------ §6
