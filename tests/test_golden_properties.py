@@ -1,6 +1,8 @@
 """Hypothesis property tests of the golden codec against FORMAT.md (through the independent reference)."""
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -127,12 +129,21 @@ def test_kv_fixed_books_escape_unseen_exponents(case):
     assert calibrate_kv_codebooks(pre, cfg) == books
     if cfg.scheme == "c1":
         assert 250 not in spec and 250 not in verif   # ... so the new token's exponent 250 is escaped
-        if not cfg.prunes:
-            from collections import Counter
-            assert spec == R.golden_codebook(Counter(((pre >> 7) & 0xFF).reshape(-1).tolist()))
-        else:
-            assert R.P in spec
+        # §3.1: the golden construction over the prefill's symbols; P counts at least once if it prunes.
+        e = ((pre >> 7) & 0xFF).reshape(-1)
+        kept = R.keep_flags_np(pre, cfg.group_size, cfg.keep_count)
+        counts = Counter(np.where(kept, e, R.P).tolist())
+        if cfg.prunes:
+            counts[R.P] = max(counts[R.P], 1)
+        assert spec == R.golden_codebook(counts, required=R.P)
+        assert verif == R.golden_codebook(Counter(e[~kept].tolist()))
     else:
+        X = R.block_max_exponent(pre.reshape(-1), cfg.group_size)
+        e = ((pre >> 7) & 0xFF).reshape(-1).astype(np.int64)
+        kept = R.keep_flags_np(pre, cfg.group_size, cfg.keep_count)
+        dz = [not kept[i] or R.draft_c2(int(v), cfg.mantissa_bits, int(X[i]), True) & 0x7FFF == 0
+              for i, v in enumerate(pre.reshape(-1))]
+        assert verif == R.golden_codebook(Counter((X - e)[np.array(dz)].tolist()))
         assert max(verif, default=0) <= 3             # prefill deltas only
         X = R.block_max_exponent(new.reshape(-1), cfg.group_size)
         assert X[1] - ((int(new[0, 1]) >> 7) & 0xFF) not in verif   # ... so this delta is escaped
