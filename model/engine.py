@@ -164,9 +164,9 @@ class Engine:
             drafter.start(self, prompt)
         pos = len(prompt)  # position of out[-1], whose K/V is not in the cache yet
         g = gamma
-        while len(out) < max_new_tokens and out[-1] not in self.stop_ids and pos < a.max_seq_len:
+        while len(out) < max_new_tokens and out[-1] not in self.stop_ids and pos + 1 < a.max_seq_len:
             remaining = max_new_tokens - len(out)
-            k = 0 if drafter is None else max(0, min(g, remaining - 1, a.max_seq_len - pos - 1))
+            k = 0 if drafter is None else max(0, min(g, remaining - 1, a.max_seq_len - pos - 2))
             ids = prompt + out
             draft, q = ([], None) if k == 0 else drafter.propose(ids, pos, k, sp, gen)
             k = len(draft)
