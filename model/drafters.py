@@ -195,7 +195,7 @@ def search_skip_layers(target: Transformer, calib: list[list[int]], n_skip: int,
 
     skip: list[int] = []
     n = target.args.n_layers
-    for step in range(n_skip):
+    for step in range(min(n_skip, n - 2)):
         best = max((agreement(skip + [li]), -li) for li in range(1, n - 1) if li not in skip)
         skip.append(-best[1])
         if progress:

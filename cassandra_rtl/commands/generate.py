@@ -1,0 +1,133 @@
+"""`cassandra-rtl generate`: plain or speculative decoding (Cassandra / layer-skip / n-gram draft) on a model.
+
+Streams the generated text, then prints a stats table (or one JSON object with --json).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import ConfigError, InputError
+
+
+def _table(s: dict) -> str:
+    def f(v, fmt="{:.3f}"):
+        return "-" if v is None else fmt.format(v)
+
+    rows = [
+        ("draft", s.get("draft")),
+        ("generated tokens", s["generated"]),
+        ("prompt tokens", s["prompt_tokens"]),
+        ("acceptance rate", f(s["acceptance_rate"])),
+        ("acceptance per draft position", " ".join(f"{x:.2f}" for x in s["acceptance_per_position"]) or "-"),
+        ("tokens per verify step", f(s["tokens_per_step"])),
+        ("mean gamma", f(s["mean_gamma"], "{:.2f}")),
+        ("bytes read / token (MB)", f(s["bytes_per_token"] / 1e6, "{:.2f}")),
+        ("  of which draft (MB)", f(s["draft_bytes_per_token"] / 1e6, "{:.2f}")),
+        ("bf16 autoregressive bytes / token (MB)", f(s["bf16_ar_bytes_per_token"] / 1e6, "{:.2f}")),
+        ("CPU tokens/s (decode)", f(s["cpu_tokens_per_s"], "{:.2f}")),
+    ]
+    for k, v in s["modeled_speedup"].items():
+        rows.append((f"modeled speedup vs bf16 AR: {k}", f(v, "{:.2f}x")))
+    if "lossless_vs_plain" in s:
+        rows.append(("token-identical to plain greedy", s["lossless_vs_plain"]))
+    w = max(len(r[0]) for r in rows)
+    return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
+
+
+def run(args) -> int:
+    from ..model.loader import load
+    from ..model.runner import DraftOptions, build, set_threads, stderr_progress
+    from ..model.sampling import SamplingParams
+
+    set_threads(args.threads)
+    if args.max_new_tokens < 1:
+        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    sp = SamplingParams(temperature=args.temperature, top_p=args.top_p)
+    skip = None
+    if args.skip_layers:
+        try:
+            skip = [int(x) for x in args.skip_layers.split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError(f"--skip-layers expects comma-separated integers, got {args.skip_layers!r}") from None
+    opts = DraftOptions(gamma=args.gamma, adaptive=args.adaptive, keep_ratio=args.keep_ratio,
+                        mantissa_bits=args.mantissa_bits, group_size=args.group_size, scheme=args.scheme,
+                        kv_keep_ratio=args.kv_keep_ratio, kv_mantissa_bits=args.kv_mantissa_bits,
+                        skip_layers=skip, n_skip=args.n_skip, rtl=args.rtl)
+    quiet = args.json
+    ck = load(args.model, max_seq_len=args.max_seq_len)
+    tok = ck.tokenizer
+    if tok is None:
+        raise ConfigError("this checkpoint has no tokenizer")
+    text = args.prompt if args.raw else tok.apply_chat(args.prompt)
+    ids = ([ck.args.bos_token_id] if ck.args.bos_token_id is not None else []) + tok.encode(text)
+    if len(ids) >= ck.args.max_seq_len:
+        raise InputError(f"prompt of {len(ids)} tokens does not fit the context of {ck.args.max_seq_len} "
+                         f"(at most {ck.args.max_seq_len - 1})")
+    prog = None if quiet or not sys.stderr.isatty() else stderr_progress("build")
+    eng, drafter, _ = build(ck, args.draft, opts, progress=prog)
+
+    printed = [0]
+    gen_ids: list[int] = []
+
+    def on_tokens(new):
+        gen_ids.extend(new)
+        if quiet:
+            return
+        s = tok.decode(gen_ids)
+        if s.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for the next token
+            return
+        sys.stdout.write(s[printed[0]:])
+        sys.stdout.flush()
+        printed[0] = len(s)
+
+    res = eng.generate(ids, args.max_new_tokens, drafter=drafter, gamma=args.gamma, adaptive=args.adaptive,
+                       sp=sp, seed=args.seed, on_tokens=on_tokens)
+    summary = res.summary()
+    summary["text"] = tok.decode(res.tokens)
+    summary["model"] = ck.source
+    if args.compare and sp.greedy and args.draft not in ("none", "int8"):
+        plain, _, _ = build(ck, "none", opts)
+        ref = plain.generate(ids, args.max_new_tokens)
+        summary["lossless_vs_plain"] = ref.tokens == res.tokens
+    if quiet:
+        print(json.dumps(summary))
+    else:
+        s = tok.decode(gen_ids)
+        sys.stdout.write(s[printed[0]:] + "\n\n")
+        print(_table(summary))
+    if summary.get("lossless_vs_plain") is False:
+        print("cassandra-rtl generate: error: speculative output differs from plain greedy decoding", file=sys.stderr)
+        return 1
+    return 0
+
+
+def register(sub):
+    p = sub.add_parser("generate", help="generate text with plain or self-speculative decoding",
+                       description=__doc__)
+    p.add_argument("--prompt", required=True, help="user message (wrapped in the chat template unless --raw)")
+    p.add_argument("--model", default=None, help="a .gguf file or a Hugging Face folder (default: bundled SmolLM2)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--draft", default="cassandra", choices=["cassandra", "layerskip", "ngram", "none", "int8"],
+                   help="draft source; 'none' = plain bf16 decoding, 'int8' = INT8 weight-only plain decoding")
+    p.add_argument("--gamma", type=int, default=4, help="draft length (initial length with --adaptive)")
+    p.add_argument("--adaptive", action="store_true", help="adapt gamma: +2 after a fully accepted draft, -1 else")
+    p.add_argument("--keep-ratio", type=float, default=1.0, help="Cassandra: fraction of weights the draft keeps")
+    p.add_argument("--mantissa-bits", type=int, default=3, help="Cassandra: mantissa bits the draft keeps (0..7)")
+    p.add_argument("--group-size", type=int, default=128, help="Cassandra: weight superblock size")
+    p.add_argument("--scheme", default="c1", choices=["c1", "c2"], help="Cassandra: format scheme")
+    p.add_argument("--kv-keep-ratio", type=float, default=1.0, help="Cassandra: KV view keep ratio")
+    p.add_argument("--kv-mantissa-bits", type=int, default=None, help="Cassandra: KV view mantissa bits "
+                   "(default: --mantissa-bits)")
+    p.add_argument("--skip-layers", default=None, help="layer-skip: comma-separated layers (default: searched)")
+    p.add_argument("--n-skip", type=int, default=6, help="layer-skip: layers to skip when searching")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-seq-len", type=int, default=2048, help="static KV cache length")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    p.add_argument("--compare", action="store_true", help="also run plain greedy decoding and check identity")
+    p.add_argument("--rtl", action="store_true", help="decode the draft's streams through the RTL in simulation")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text + table")
+    p.set_defaults(func=run)

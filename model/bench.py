@@ -1,0 +1,130 @@
+"""Benchmark drafts on a model: `python -m cassandra_rtl.model.bench [--configs ...] [--out FILE]`.
+
+For every prompt, plain greedy decoding is the reference; every speculative config must reproduce it
+token for token (reported as `lossless`). Prints one JSON line per (config, prompt) to --out and a table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from .loader import load
+from .runner import DraftOptions, build, set_threads
+
+PROMPTS = (
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain in two sentences why the sky is blue.",
+    "List three fruits that are red.",
+    "How do I reverse a list in Python?",
+    "What is 12 times 7?",
+)
+
+CONFIGS = {
+    "none": ("none", {}),
+    "int8": ("int8", {}),
+    "ngram": ("ngram", {}),
+    "layerskip6": ("layerskip", {"n_skip": 6}),
+    "layerskip4": ("layerskip", {"n_skip": 4}),
+    **{f"c_k1.0_m{m}": ("cassandra", {"keep_ratio": 1.0, "mantissa_bits": m, "kv_mantissa_bits": 3})
+       for m in (1, 2, 3, 4)},
+    **{f"c_k{k}_m{m}": ("cassandra", {"keep_ratio": k, "mantissa_bits": m, "kv_mantissa_bits": 3})
+       for k, m in ((0.75, 3), (0.5, 3), (0.5, 4))},
+    "c_k1.0_m3_kv2": ("cassandra", {"keep_ratio": 1.0, "mantissa_bits": 3, "kv_mantissa_bits": 2}),
+    "c_k1.0_m3_adaptive": ("cassandra", {"keep_ratio": 1.0, "mantissa_bits": 3, "kv_mantissa_bits": 3,
+                                         "adaptive": True}),
+}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--configs", default="all", help="comma-separated names from: " + ", ".join(CONFIGS))
+    ap.add_argument("--prompts", type=int, default=len(PROMPTS), help="use the first N built-in prompts")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default=None, help="append JSON lines here")
+    a = ap.parse_args(argv)
+    set_threads(a.threads)
+    names = list(CONFIGS) if a.configs == "all" else a.configs.split(",")
+    ck = load(a.model)
+    tok = ck.tokenizer
+    prompts = [tok.encode(tok.apply_chat(p)) for p in PROMPTS[: a.prompts]]
+    ref_eng, _, _ = build(ck, "none", DraftOptions())
+    refs = [ref_eng.generate(p, a.max_new_tokens).tokens for p in prompts]
+    out = open(a.out, "a") if a.out else None
+    rows = []
+    for name in names:
+        draft, kw = CONFIGS[name]
+        t0 = time.perf_counter()
+        o = DraftOptions(gamma=a.gamma, **kw)
+        eng, d, _ = build(ck, draft, o)
+        build_s = time.perf_counter() - t0
+        agg = {"drafted": 0, "accepted": 0, "steps": 0, "step_tokens": 0, "gen": 0, "bytes": 0, "base": 0,
+               "time": {}, "btime": {}, "lossless": 0, "match": 0, "decode_s": 0.0}
+        pos_d, pos_a = [], []
+        for i, (p, ref) in enumerate(zip(prompts, refs)):
+            r = eng.generate(p, a.max_new_tokens, drafter=d, gamma=a.gamma, adaptive=o.adaptive)
+            s = r.summary()
+            s.update(config=name, prompt=PROMPTS[i], lossless=r.tokens == ref, build_s=build_s)
+            if out:
+                out.write(json.dumps(s) + "\n")
+                out.flush()
+            st = r.stats
+            agg["drafted"] += st.drafted
+            agg["accepted"] += st.accepted
+            agg["steps"] += st.steps
+            agg["step_tokens"] += st.step_tokens
+            agg["gen"] += st.generated
+            agg["decode_s"] += st.decode_s
+            agg["bytes"] += r.ledger.bytes()
+            agg["base"] += r.baseline.bytes()
+            agg["lossless"] += int(r.tokens == ref)
+            agg["match"] += sum(x == y for x, y in zip(r.tokens, ref))
+            from .metrics import hardware_presets
+
+            for k, h in hardware_presets().items():
+                agg["time"][k] = agg["time"].get(k, 0.0) + r.ledger.time(h)
+                agg["btime"][k] = agg["btime"].get(k, 0.0) + r.baseline.time(h)
+            for j, (dd, aa) in enumerate(zip(st.drafted_at, st.accepted_at)):
+                while len(pos_d) <= j:
+                    pos_d.append(0)
+                    pos_a.append(0)
+                pos_d[j] += dd
+                pos_a[j] += aa
+        row = {
+            "config": name,
+            "lossless": f"{agg['lossless']}/{len(prompts)}",
+            "token_match": agg["match"] / max(1, sum(len(r) for r in refs)),
+            "acceptance": agg["accepted"] / agg["drafted"] if agg["drafted"] else None,
+            "per_position": [x / y if y else 0 for x, y in zip(pos_a, pos_d)],
+            "tokens_per_step": agg["step_tokens"] / agg["steps"] if agg["steps"] else None,
+            "MB_per_token": agg["bytes"] / agg["gen"] / 1e6,
+            "bf16_MB_per_token": agg["base"] / agg["gen"] / 1e6,
+            "speedup": {k: agg["btime"][k] / agg["time"][k] for k in agg["time"]},
+            "cpu_tok_s": (agg["gen"] - len(prompts)) / agg["decode_s"] if agg["decode_s"] else None,
+            "build_s": build_s,
+            **(d.describe() if d is not None else {}),
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if out:
+            out.write(json.dumps({"summary": row}) + "\n")
+            out.flush()
+    print()
+    print(f"{'config':<22}{'lossless':>9}{'match':>7}{'accept':>8}{'tok/step':>9}{'MB/tok':>8}"
+          f"{'4090':>7}{'Orin':>7}{'NPU':>7}{'cpu t/s':>8}")
+    for r in rows:
+        acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.3f}"
+        tps = "-" if r["tokens_per_step"] is None else f"{r['tokens_per_step']:.2f}"
+        sp = r["speedup"]
+        print(f"{r['config']:<22}{r['lossless']:>9}{r['token_match']:>7.2f}{acc:>8}{tps:>9}{r['MB_per_token']:>8.1f}"
+              f"{sp['rtx4090']:>7.2f}{sp['orin']:>7.2f}{sp['npu']:>7.2f}{r['cpu_tok_s'] or 0:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

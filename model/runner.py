@@ -1,0 +1,107 @@
+"""Glue shared by the CLI, the demo and the benchmark: build the engine + draft for a named method."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from cassandra_rtl.errors import ConfigError, ToolMissingError
+from cassandra_rtl.golden.config import CodecConfig
+
+from .drafters import NgramDrafter, build_cassandra, int8_model, layerskip_drafter, search_skip_layers
+from .engine import Engine, bf16_cost
+from .loader import Checkpoint
+
+DRAFTS = ("cassandra", "layerskip", "ngram", "none", "int8")
+
+# A small built-in calibration text for the layer-skip search (never one of the benchmark prompts).
+CALIB_TEXTS = (
+    "The history of the printing press begins in the fifteenth century, when movable type made books cheaper.",
+    "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
+    "Photosynthesis converts light energy into chemical energy stored in glucose molecules inside plants.",
+)
+
+
+@dataclass
+class DraftOptions:
+    gamma: int = 4
+    adaptive: bool = False
+    keep_ratio: float = 1.0
+    mantissa_bits: int = 3
+    group_size: int = 128
+    scheme: str = "c1"
+    kv_keep_ratio: float = 1.0
+    kv_mantissa_bits: int | None = None  # None: same as mantissa_bits
+    skip_layers: list[int] | None = None
+    n_skip: int = 6
+    ngram_max: int = 3
+    rtl: bool = False
+
+
+def rtl_decoder():
+    """The RTL-in-the-loop draft decoder: decode(name, enc) -> uint16 bits from the generated RTL in simulation.
+
+    Provided by the verification work (cassandra_rtl.tb.bulk / cassandra_rtl.tb.cosim, ``decode_draft(enc)``);
+    until that exists this raises a one-line ToolMissingError.
+    """
+    import importlib
+
+    for mod in ("cassandra_rtl.tb.bulk", "cassandra_rtl.tb.cosim"):
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            continue
+        fn = getattr(m, "decode_draft", None)
+        if callable(fn):
+            return lambda name, enc: fn(enc)
+    raise ToolMissingError("--rtl: the RTL co-simulation bulk decoder (cassandra_rtl.tb.bulk.decode_draft) "
+                           "is not available in this checkout yet")
+
+
+def build(ck: Checkpoint, draft: str, o: DraftOptions, progress=None, encoded=None):
+    """Returns (engine, drafter or None, target model). ``draft`` in DRAFTS."""
+    if draft not in DRAFTS:
+        raise ConfigError(f"unknown draft {draft!r} (choose from {', '.join(DRAFTS)})")
+    if o.rtl and draft != "cassandra":
+        raise ConfigError("--rtl decodes the Cassandra draft's streams: use it with --draft cassandra")
+    target = ck.build()
+    stop = ck.tokenizer.stop_ids if ck.tokenizer else set(ck.args.eos_token_ids)
+    if draft == "none":
+        return Engine(target, stop_ids=stop), None, target
+    if draft == "int8":
+        q, cost = int8_model(ck)
+        return Engine(q, cost, stop_ids=stop, baseline_cost=bf16_cost(target)), None, q
+    if draft == "ngram":
+        return Engine(target, stop_ids=stop), NgramDrafter(o.ngram_max), target
+    if draft == "layerskip":
+        skip = o.skip_layers
+        if skip is None:
+            tok = ck.tokenizer
+            calib = [tok.encode(t) for t in CALIB_TEXTS] if tok else [list(range(1, 40))]
+            skip = search_skip_layers(target, calib, o.n_skip, progress)
+        bad = [i for i in skip if not 0 <= i < ck.args.n_layers]
+        if bad:
+            raise ConfigError(f"skip layers {bad} out of range 0..{ck.args.n_layers - 1}")
+        return Engine(target, stop_ids=stop), layerskip_drafter(target, skip), target
+    wcfg = CodecConfig(scheme=o.scheme, keep_ratio=o.keep_ratio, mantissa_bits=o.mantissa_bits,
+                       group_size=o.group_size)
+    kvm = o.mantissa_bits if o.kv_mantissa_bits is None else o.kv_mantissa_bits
+    kcfg = CodecConfig(scheme=o.scheme, keep_ratio=o.kv_keep_ratio, mantissa_bits=kvm,
+                       group_size=ck.args.head_dim, kind="kv")
+    dec = rtl_decoder() if o.rtl else None
+    d, tcost = build_cassandra(ck, target, lambda n, s: wcfg, kcfg, progress=progress, decode=dec,
+                               encoded=encoded)
+    return Engine(target, tcost, stop_ids=stop, baseline_cost=bf16_cost(target)), d, target
+
+
+def stderr_progress(label: str):
+    def cb(i, n, what):
+        print(f"\r[{label}] {i}/{n} {what[:60]:<60}", end="" if i < n else "\n", file=sys.stderr, flush=True)
+
+    return cb
+
+
+def set_threads(n: int | None) -> None:
+    if n:
+        torch.set_num_threads(int(n))
