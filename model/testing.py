@@ -95,3 +95,66 @@ def write_hf_folder(path: str | Path, seed: int = 0, arch: str = "LlamaForCausal
     (path / "tokenizer_config.json").write_text(json.dumps(
         {"chat_template": CHAT_TEMPLATE, "eos_token": "<|im_end|>", "bos_token": None}))
     return path
+
+
+def _permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's convert_hf_to_gguf permutation of q/k rows (rotate-half -> interleaved RoPE layout)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_gguf(path: str | Path, seed: int = 0, arch: str = "llama", **kw) -> Path:
+    """A tiny random model as a llama-architecture GGUF (F32 tensors, q/k permuted as llama.cpp does,
+    gpt2-style BPE tokenizer metadata and a chat template). Returns the path; the same weights as
+    ``tiny_checkpoint(seed, vocab=<tokenizer size>, **kw)``."""
+    import gguf
+
+    from .loader import bits_to_bf16
+
+    path = Path(path)
+    tk = byte_tokenizer_json()
+    vocab = tk.get_vocab_size(with_added_tokens=True)
+    ck = tiny_checkpoint(seed, vocab=vocab, **kw)
+    a = ck.args
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(a.n_layers)
+    w.add_context_length(a.max_seq_len)
+    w.add_embedding_length(a.dim)
+    w.add_feed_forward_length(a.hidden_dim)
+    w.add_head_count(a.n_heads)
+    w.add_head_count_kv(a.n_kv_heads)
+    w.add_rope_dimension_count(a.head_dim)
+    w.add_rope_freq_base(a.rope_theta)
+    w.add_layer_norm_rms_eps(a.norm_eps)
+    inv = {i: t for t, i in tk.get_vocab(with_added_tokens=True).items()}
+    tokens = [inv[i] for i in range(vocab)]
+    merges = json.loads(tk.to_str())["model"]["merges"]
+    merges = [" ".join(m) if isinstance(m, list) else m for m in merges]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_merges(merges)
+    w.add_token_types([3 if t.startswith("<|") else 1 for t in tokens])
+    w.add_bos_token_id(tk.token_to_id("<|im_start|>"))
+    w.add_eos_token_id(tk.token_to_id("<|im_end|>"))
+    w.add_chat_template(CHAT_TEMPLATE)
+    names = {"tok_emb": "token_embd.weight", "norm": "output_norm.weight", "lm_head": "output.weight"}
+    per = {"wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight", "wo": "attn_output.weight",
+           "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight", "w_down": "ffn_down.weight",
+           "attn_norm": "attn_norm.weight", "ffn_norm": "ffn_norm.weight"}
+    for name, b in ck.bits.items():
+        x = bits_to_bf16(b).float().numpy()
+        if name in names:
+            g = names[name]
+        else:
+            _, i, n = name.split(".")
+            g = f"blk.{i}.{per[n]}"
+            if n == "wq":
+                x = _permute_qk(x, a.n_heads)
+            elif n == "wk":
+                x = _permute_qk(x, a.n_kv_heads)
+        w.add_tensor(g, np.ascontiguousarray(x, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
