@@ -37,6 +37,7 @@ class DraftOptions:
     n_skip: int = 6
     ngram_max: int = 3
     rtl: bool = False
+    rtl_layers: list[int] | None = None  # None = every tensor through the RTL; else these layers only
 
 
 def rtl_decoder():
@@ -89,7 +90,20 @@ def build(ck: Checkpoint, draft: str, o: DraftOptions, progress=None, encoded=No
     kvm = o.mantissa_bits if o.kv_mantissa_bits is None else o.kv_mantissa_bits
     kcfg = CodecConfig(scheme=o.scheme, keep_ratio=o.kv_keep_ratio, mantissa_bits=kvm,
                        group_size=ck.args.head_dim, kind="kv")
-    dec = rtl_decoder() if o.rtl else None
+    dec = None
+    if o.rtl:
+        rtl = rtl_decoder()
+        if o.rtl_layers is None:
+            dec = rtl
+        else:
+            chosen = {f"layers.{i}." for i in o.rtl_layers}
+
+            def dec(name, enc):
+                if any(name.startswith(c) for c in chosen):
+                    return rtl(name, enc)
+                from cassandra_rtl.golden.codec import decode_draft
+
+                return decode_draft(enc)
     d, tcost = build_cassandra(ck, target, lambda n, s: wcfg, kcfg, progress=progress, decode=dec,
                                encoded=encoded)
     return Engine(target, tcost, stop_ids=stop, baseline_cost=bf16_cost(target)), d, target

@@ -50,10 +50,16 @@ def run(args) -> int:
             skip = [int(x) for x in args.skip_layers.split(",") if x.strip()]
         except ValueError:
             raise ConfigError(f"--skip-layers expects comma-separated integers, got {args.skip_layers!r}") from None
+    rtl_layers = None
+    if args.rtl_layers not in (None, "all"):
+        try:
+            rtl_layers = [int(x) for x in args.rtl_layers.split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError(f"--rtl-layers expects 'all' or comma-separated integers, got {args.rtl_layers!r}") from None
     opts = DraftOptions(gamma=args.gamma, adaptive=args.adaptive, keep_ratio=args.keep_ratio,
                         mantissa_bits=args.mantissa_bits, group_size=args.group_size, scheme=args.scheme,
                         kv_keep_ratio=args.kv_keep_ratio, kv_mantissa_bits=args.kv_mantissa_bits,
-                        skip_layers=skip, n_skip=args.n_skip, rtl=args.rtl)
+                        skip_layers=skip, n_skip=args.n_skip, rtl=args.rtl, rtl_layers=rtl_layers)
     quiet = args.json
     ck = load(args.model, max_seq_len=args.max_seq_len)
     tok = ck.tokenizer
@@ -129,5 +135,7 @@ def register(sub):
     p.add_argument("--raw", action="store_true", help="do not apply the chat template")
     p.add_argument("--compare", action="store_true", help="also run plain greedy decoding and check identity")
     p.add_argument("--rtl", action="store_true", help="decode the draft's streams through the RTL in simulation")
+    p.add_argument("--rtl-layers", default="all", help="with --rtl: 'all' or comma-separated layer indices "
+                   "whose weight streams go through the RTL (the rest use the golden decoder)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text + table")
     p.set_defaults(func=run)
