@@ -100,6 +100,7 @@ def main(argv=None) -> int:
             "lossless": f"{agg['lossless']}/{len(prompts)}",
             "token_match": agg["match"] / max(1, sum(len(r) for r in refs)),
             "acceptance": agg["accepted"] / agg["drafted"] if agg["drafted"] else None,
+            "alpha": sum(pos_a) / sum(pos_d) if sum(pos_d) else None,
             "per_position": [x / y if y else 0 for x, y in zip(pos_a, pos_d)],
             "tokens_per_step": agg["step_tokens"] / agg["steps"] if agg["steps"] else None,
             "MB_per_token": agg["bytes"] / agg["gen"] / 1e6,
@@ -115,13 +116,14 @@ def main(argv=None) -> int:
             out.write(json.dumps({"summary": row}) + "\n")
             out.flush()
     print()
-    print(f"{'config':<22}{'lossless':>9}{'match':>7}{'accept':>8}{'tok/step':>9}{'MB/tok':>8}"
+    print(f"{'config':<22}{'lossless':>9}{'match':>7}{'accept':>8}{'alpha':>7}{'tok/step':>9}{'MB/tok':>8}"
           f"{'4090':>7}{'Orin':>7}{'NPU':>7}{'cpu t/s':>8}")
     for r in rows:
         acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.3f}"
         tps = "-" if r["tokens_per_step"] is None else f"{r['tokens_per_step']:.2f}"
         sp = r["speedup"]
-        print(f"{r['config']:<22}{r['lossless']:>9}{r['token_match']:>7.2f}{acc:>8}{tps:>9}{r['MB_per_token']:>8.1f}"
+        al = "-" if r["alpha"] is None else f"{r['alpha']:.3f}"
+        print(f"{r['config']:<22}{r['lossless']:>9}{r['token_match']:>7.2f}{acc:>8}{al:>7}{tps:>9}{r['MB_per_token']:>8.1f}"
               f"{sp['rtx4090']:>7.2f}{sp['orin']:>7.2f}{sp['npu']:>7.2f}{r['cpu_tok_s'] or 0:>8.2f}")
     return 0
 

@@ -106,6 +106,11 @@ class Result:
             "prompt_tokens": s.prompt_tokens,
             "acceptance_rate": (s.accepted / s.drafted) if s.drafted else None,
             "acceptance_per_position": s.per_position(),
+            # conditional per-token acceptance: accepted / draft tokens the verifier reached (a token after
+            # the first rejection of a step is not reached); E[tokens/step] = (1 - a^(g+1)) / (1 - a)
+            "alpha": (sum(s.accepted_at) / sum(s.drafted_at)) if sum(s.drafted_at) else None,
+            "drafted_at": s.drafted_at,
+            "accepted_at": s.accepted_at,
             "drafted": s.drafted,
             "accepted": s.accepted,
             "verify_steps": s.steps,
