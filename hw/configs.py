@@ -1,0 +1,67 @@
+"""Named configurations of the hw blocks: the registry used by export (Verilog), synthesis and the tbs.
+
+``NAMED_CONFIGS[name]()`` builds a fresh Component; ``CONFIG_INFO[name]`` describes it (block, lanes,
+widths, nominal values/cycle, latency in cycles) for the port tables and the synthesis report.
+
+Defaults and why:
+
+* ``zero_counter_w64_l8`` / ``zero_counter_w128_l16``: the zero counters inside the two decoders
+  (window = 8 bits per lane: the mean SmolLM2 code is ~2.8 bits, the longest non-escape code 15).
+* ``decoder_c1_l4``: a cheap decoder for exhaustive simulation (32-bit words).
+* ``decoder_c1_l8``: 8 values/cycle, 64-bit plane words (a 64-bit DMA channel per plane).
+* ``decoder_c1_l16``: 16 values/cycle, 128-bit plane words. Every plane needs at most 8 bits per
+  value (a pruned value's rest field; signman at m = 7), so word = 8 * L sustains L values/cycle in
+  every configuration of the format.
+* ``encoder_kv_c1_l8`` / ``encoder_kv_c1_l16``: the online KV encoder (hw/encoder.py), same widths.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from amaranth.lib import wiring
+
+from .decoder import DecoderC1
+from .zero_counter import ZeroCounter
+
+NAMED_CONFIGS: dict[str, Callable[[], wiring.Component]] = {}
+CONFIG_INFO: dict[str, dict] = {}
+
+
+def _register(name: str, factory, **info):
+    NAMED_CONFIGS[name] = factory
+    CONFIG_INFO[name] = info
+
+
+for _w, _l in ((64, 8), (128, 16)):
+    _register(f"zero_counter_w{_w}_l{_l}", lambda w=_w, l=_l: ZeroCounter(w, l, registered=True),
+              block="zero_counter", lanes=_l, window=_w, values_per_cycle=_l, latency_cycles=1,
+              description=f"parallel zero counter, {_w}-bit window, {_l} codes/cycle, registered outputs")
+
+for _l, _word in ((4, 32), (8, 64), (16, 128)):
+    _register(f"decoder_c1_l{_l}", lambda l=_l, w=_word: DecoderC1(lanes=l, word=w),
+              block="decoder_c1", lanes=_l, word=_word, window=max(24, 8 * _l), values_per_cycle=_l,
+              latency_cycles=2,
+              description=f"Cassandra-1 decoder, {_l} bf16 values/cycle, {_word}-bit plane words")
+
+
+def _encoder_factories():
+    try:
+        from .encoder import EncoderKvC1
+    except ImportError:            # the encoder is optional while it is being developed
+        return
+    for l, word in ((8, 64), (16, 128)):
+        _register(f"encoder_kv_c1_l{l}", lambda l=l, w=word: EncoderKvC1(lanes=l, word=w),
+                  block="encoder_kv_c1", lanes=l, word=word, values_per_cycle=l,
+                  latency_cycles=None,
+                  description=f"online KV-cache encoder (C1), {l} bf16 values/cycle in, {word}-bit plane words")
+
+
+_encoder_factories()
+
+
+def build(name: str) -> wiring.Component:
+    from ..errors import ConfigError
+    try:
+        return NAMED_CONFIGS[name]()
+    except KeyError:
+        raise ConfigError(f"unknown hw config {name!r}; known: {', '.join(sorted(NAMED_CONFIGS))}") from None
