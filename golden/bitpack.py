@@ -182,3 +182,45 @@ def pack_fixed(sections: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> byt
     if nfull < nsb and total_last:
         out.append(_bits_to_plane(np.concatenate([seq[nfull * int(b[0]):] for seq, b in zip(seqs, bits)])))
     return b"".join(out)
+
+
+def _bits_to_fields(seq: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """Inverse of ``_field_bits``: consecutive LSB-first fields (<= 16 bits) from one uint8 per bit."""
+    widths = np.asarray(widths)
+    n = len(widths)
+    maxw = int(widths.max()) if n else 0
+    if maxw == 0:
+        return np.zeros(n, dtype=np.int64)
+    if np.all(widths == maxw):
+        bm = seq.reshape(n, maxw)
+    else:
+        bm = np.zeros((n, maxw), dtype=np.uint8)
+        bm[np.arange(maxw)[None, :] < widths[:, None]] = seq
+    if maxw > 8:
+        bm = np.pad(bm, ((0, 0), (0, 16 - maxw)))
+        return np.packbits(bm, axis=1, bitorder="little").view("<u2").reshape(-1).astype(np.int64)
+    return np.packbits(bm, axis=1, bitorder="little").reshape(-1).astype(np.int64)
+
+
+def unpack_fixed(plane: bytes, sections: list[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+    """Inverse of ``pack_fixed``: sections are (widths, chunk_bits); returns each section's field values.
+    The caller has checked the plane length and padding."""
+    bits = [np.asarray(b, dtype=np.int64) for _, b in sections]
+    nsb = len(bits[0])
+    allbits = np.unpackbits(np.frombuffer(plane, dtype=np.uint8), bitorder="little")
+    total_full = sum(int(b[0]) for b in bits) if nsb else 0
+    nfull = nsb if nsb and all(b[-1] == b[0] for b in bits) else max(nsb - 1, 0)
+    B8 = ((total_full + 7) >> 3) * 8
+    mat = allbits[: nfull * B8].reshape(nfull, B8) if B8 else np.zeros((nfull, 0), np.uint8)
+    tail = allbits[nfull * B8:]
+    out, col, tcol = [], 0, 0
+    for (widths, _), b in zip(sections, bits):
+        w_full = int(b[0]) if nsb else 0
+        parts = [mat[:, col: col + w_full].reshape(-1)]
+        col += w_full
+        if nfull < nsb:
+            w_last = int(b[-1])
+            parts.append(tail[tcol: tcol + w_last])
+            tcol += w_last
+        out.append(_bits_to_fields(np.concatenate(parts), widths))
+    return out

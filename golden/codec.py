@@ -88,6 +88,17 @@ def fixed_chunk_bits(name: str, n: np.ndarray, k: np.ndarray, cfg: CodecConfig) 
     raise KeyError(name)
 
 
+def fixed_plane_nbytes(name: str, numel: int, cfg: CodecConfig) -> int:
+    """Length of a fixed-size plane, computed without per-superblock arrays (cheap for any shape)."""
+    nsb = superblock_count(numel, cfg.group_size)
+    if nsb == 0:
+        return 0
+    n_last = numel - (nsb - 1) * cfg.group_size
+    full, last = (int(fixed_chunk_bits(name, np.array([n]), np.array([cfg.kept_in(n)]), cfg)[0])
+                  for n in (cfg.group_size, n_last))
+    return (nsb - 1) * ((full + 7) >> 3) + ((last + 7) >> 3)
+
+
 def fixed_offsets(name: str, numel: int, cfg: CodecConfig) -> np.ndarray:
     n, k = superblock_sizes(numel, cfg)
     return bitpack.exclusive_cumsum((fixed_chunk_bits(name, n, k, cfg) + 7) >> 3)
@@ -306,33 +317,60 @@ def decode_codes(plane: bytes, offsets: np.ndarray, counts: np.ndarray, book: Co
     dirty = np.flatnonzero(~clean & (counts >= 0))
     dirty = dirty[(counts[dirty] > 0) | (chunk_bits[dirty] > 0)]
     if len(dirty):
-        _decode_codes_stepwise(plane, offsets, counts, book, name, dirty, out, out_start)
+        _decode_codes_with_escapes(plane, ones, offsets, counts, book, name, dirty, out, out_start)
     return out
 
 
-def _decode_codes_stepwise(plane, offsets, counts, book, name, chunks, out, out_start):
+def _decode_codes_with_escapes(plane, ones, offsets, counts, book, name, chunks, out, out_start):
+    """Exact decode of the given chunks, one escape per round: the codes up to a chunk's next escape are
+    read from the ones like the fast path; the escape's 8 raw bits are then skipped. Rounds = the most
+    escapes in one chunk (usually 1-2), each vectorised over all chunks."""
     K = book.K
     table = book.symbol_table()
-    words = bitpack.words_of(plane)
+    bitarr = np.unpackbits(np.frombuffer(plane, dtype=np.uint8), bitorder="little")
     start = offsets[:-1][chunks] * 8
     end = offsets[1:][chunks] * 8
-    ptr = start.copy()
-    cnt = counts[chunks]
-    for j in range(int(cnt.max()) if len(cnt) else 0):
-        act = np.flatnonzero(cnt > j)
-        win = bitpack.read_window32(words, ptr[act])
-        run = bitpack.ctz32(win)
-        bad = np.flatnonzero((run > K) | (ptr[act] >= end[act]))
-        if len(bad):
-            s = int(chunks[act[bad[0]]])
-            raise FormatError(f"{name}: impossible code or overrun in superblock {s} (code {j})")
-        esc = run == K
-        sym = np.empty(len(act), dtype=np.int64)
-        sym[esc] = (win[esc] >> np.uint64(K + 1)).astype(np.int64) & 0xFF
-        sym[~esc] = table[run[~esc]] if K else 0
-        ptr[act] += np.where(esc, K + 1 + ESCAPE_PAYLOAD_BITS, run + 1)
-        out[out_start[chunks[act]] + j] = sym
-    used = ptr - start
+    pos = start.copy()                                    # where each chunk's next code starts
+    done = np.zeros(len(chunks), dtype=np.int64)          # codes decoded so far
+    payload_weights = 1 << np.arange(ESCAPE_PAYLOAD_BITS)
+    act = np.flatnonzero(counts[chunks] > 0)
+    while len(act):
+        rem = counts[chunks[act]] - done[act]
+        i0 = np.searchsorted(ones, pos[act])
+        seg = np.repeat(np.arange(len(act)), rem)
+        t = np.arange(int(rem.sum())) - np.repeat(bitpack.exclusive_cumsum(rem)[:-1], rem)
+        idx = i0[seg] + t
+        inside = idx < len(ones)
+        p = np.where(inside, ones[np.minimum(idx, len(ones) - 1)], np.iinfo(np.int64).max)
+        prevp = np.where(t == 0, pos[act][seg], np.r_[0, p[:-1]] + 1)
+        run = p - prevp
+        stop = (run >= K) | (p >= end[act][seg])
+        # first stopping code of each chunk (rem if none)
+        first = np.full(len(act), -1, dtype=np.int64)
+        hit = np.flatnonzero(stop)
+        first_hit = np.full(len(act), np.iinfo(np.int64).max)
+        np.minimum.at(first_hit, seg[hit], t[hit])
+        first = np.where(first_hit == np.iinfo(np.int64).max, rem, first_hit)
+        ok = t < first[seg]
+        out[out_start[chunks[act][seg[ok]]] + done[act][seg[ok]] + t[ok]] = table[run[ok]] if K else 0
+        finished = first == rem
+        last_ok = np.flatnonzero(ok & (t == rem[seg] - 1))
+        pos[act[seg[last_ok]]] = p[last_ok] + 1
+        cont = np.flatnonzero(~finished)
+        if len(cont):
+            at = np.flatnonzero(~ok & (t == first[seg]))      # the stopping code of each unfinished chunk
+            a = act[seg[at]]
+            bad = (p[at] >= end[a]) | (run[at] != K) | (p[at] + ESCAPE_PAYLOAD_BITS >= end[a])
+            if bad.any():
+                s_bad = int(chunks[a[np.flatnonzero(bad)[0]]])
+                raise FormatError(f"{name}: impossible code or overrun in superblock {s_bad}")
+            raw = bitarr[p[at][:, None] + 1 + np.arange(ESCAPE_PAYLOAD_BITS)] @ payload_weights
+            out[out_start[chunks[a]] + done[a] + t[at]] = raw
+            done[a] += t[at] + 1
+            pos[a] = p[at] + 1 + ESCAPE_PAYLOAD_BITS
+        done[act[finished]] = counts[chunks[act[finished]]]
+        act = act[~finished]
+    used = pos - start
     lengths = np.diff(offsets)[chunks]
     need = (used + 7) >> 3
     bad = np.flatnonzero(need != lengths)
@@ -341,7 +379,7 @@ def _decode_codes_stepwise(plane, offsets, counts, book, name, chunks, out, out_
         what = "overruns" if need[bad[0]] > lengths[bad[0]] else "is shorter than"
         raise FormatError(f"{name}: the codes of superblock {s} {what} its declared length "
                           f"({int(lengths[bad[0]])} bytes, codes need {int(need[bad[0]])})")
-    bitpack.check_zero_padding(words, offsets[:-1][chunks], used, name, chunks)
+    bitpack.check_zero_padding(bitpack.words_of(plane), offsets[:-1][chunks], used, name, chunks)
 
 
 def _plane_offsets(enc: EncodedTensor, name: str) -> np.ndarray:
@@ -391,10 +429,9 @@ def _decode_c1_spec(enc: EncodedTensor):
     bad = np.flatnonzero(nk != k)
     if len(bad):
         raise FormatError(f"spec.codes: superblock {int(bad[0])} keeps {int(nk[bad[0]])} values, config says {int(k[bad[0]])}")
-    off = _plane_offsets(enc, "spec.signman")
-    words = bitpack.words_of(_plane(enc, "spec.signman"))
-    pos = off[:-1][sb[kept]] * 8 + _rank_in_segment(kept, sb, nsb) * (1 + m)
-    f = bitpack.read_fields(words, pos, 1 + m).astype(np.int64)
+    _plane_offsets(enc, "spec.signman")              # checks length and padding
+    (f,) = bitpack.unpack_fixed(_plane(enc, "spec.signman"),
+                                [(np.full(int(k.sum()), 1 + m), fixed_chunk_bits("spec.signman", n, k, cfg))])
     draft = np.zeros(N, dtype=np.int64)
     draft[kept] = ((f >> m) << 15) | (sym[kept] << 7) | ((f & ((1 << m) - 1)) << (7 - m))
     return draft, kept, sym, sb, n, k
@@ -476,11 +513,14 @@ def decode_full(enc: EncodedTensor) -> np.ndarray:
         widths = np.where(draft_zero, 8, 7 - np.clip(c, 0, 7))
         kept = nz                                      # below: "kept" = the draft holds the value's top bits
     roff = _plane_offsets(enc, "verif.rest")
-    within, seg_bits = bitpack.segment_offsets(sb, widths, nsb)
-    bitpack.check_chunk_lengths(roff, seg_bits, "verif.rest")
-    words = bitpack.words_of(_plane(enc, "verif.rest"))
-    bitpack.check_zero_padding(words, roff[:-1], seg_bits, "verif.rest", np.arange(nsb))
-    rest = bitpack.read_fields(words, roff[:-1][sb] * 8 + within, widths).astype(np.int64)
+    if cfg.scheme == "c1":                            # fixed chunks: length and padding checked above
+        (rest,) = bitpack.unpack_fixed(_plane(enc, "verif.rest"), [(widths, fixed_chunk_bits("verif.rest", n, k, cfg))])
+    else:
+        within, seg_bits = bitpack.segment_offsets(sb, widths, nsb)
+        bitpack.check_chunk_lengths(roff, seg_bits, "verif.rest")
+        words = bitpack.words_of(_plane(enc, "verif.rest"))
+        bitpack.check_zero_padding(words, roff[:-1], seg_bits, "verif.rest", np.arange(nsb))
+        rest = bitpack.read_fields(words, roff[:-1][sb] * 8 + within, widths).astype(np.int64)
     out = np.where(kept, draft | rest, 0)
     pr = ~kept
     out[pr] = ((rest[pr] >> 7) << 15) | (pe << 7) | (rest[pr] & 0x7F)

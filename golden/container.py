@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import ConfigError, FormatError
 from .codebook import Codebook
-from .codec import PLANES, EncodedTensor, has_index, index_from_bytes, index_to_bytes, superblock_count
+from .codec import (INDEXED, PLANES, EncodedTensor, fixed_plane_nbytes, has_index, index_from_bytes,
+                    index_to_bytes, superblock_count)
 from .config import FORMAT_VERSION, CodecConfig
 
 MAGIC = b"CASS"
@@ -106,6 +107,10 @@ def read_header(f, file_size: int) -> dict:
         raise FormatError(f"header is not valid JSON: {exc}") from None
     if not isinstance(header, dict) or header.get("format") != "cassandra":
         raise FormatError("header does not describe a Cassandra container")
+    version = header.get("version")
+    # Any minor version of our major is readable (FORMAT.md preamble); the JSON must agree on the major.
+    if not (isinstance(version, list) and len(version) == 2 and version[0] == major):
+        raise FormatError(f"header version {version!r} disagrees with the prefix's major version {major}")
     return header
 
 
@@ -135,22 +140,37 @@ def _slice(sections: dict, ref, what: str) -> bytes:
     return data[off: off + length]
 
 
+MAX_VALUES = 1 << 40   # far above any real tensor; keeps a corrupt shape from allocating absurd arrays
+
+
 def _tensor(entry, sections: dict) -> tuple[str, EncodedTensor]:
+    if not isinstance(entry, dict):
+        raise FormatError("malformed tensor entry in header")
     try:
         name = str(entry["name"])
-        shape = tuple(int(d) for d in entry["shape"])
+        shape_raw, books, planes_ref, index_ref = entry["shape"], entry["books"], entry["planes"], entry["indexes"]
         cfg = CodecConfig.from_json(entry["config"])
-        books = entry["books"]
-        planes_ref, index_ref = entry["planes"], entry["indexes"]
     except ConfigError as exc:
         raise FormatError(f"invalid config in container: {exc}") from None
-    except (KeyError, TypeError, ValueError):
-        raise FormatError("malformed tensor entry in header") from None
-    if len(shape) not in (1, 2) or any(d < 0 for d in shape):
-        raise FormatError(f"{name}: invalid shape {shape}")
-    spec_book = Codebook.from_json(books.get("spec")) if books.get("spec") is not None else None
+    except KeyError as exc:
+        raise FormatError(f"tensor entry lacks {exc}") from None
+    if entry.get("dtype") != "bf16":
+        raise FormatError(f"{name}: unsupported dtype {entry.get('dtype')!r} (format 1.0 stores bf16 only)")
+    if not isinstance(shape_raw, list) or len(shape_raw) not in (1, 2) or \
+            not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < MAX_VALUES for d in shape_raw):
+        raise FormatError(f"{name}: invalid shape {shape_raw!r}")
+    shape = tuple(shape_raw)
+    numel = 1
+    for d in shape:
+        numel *= d
+    if numel >= MAX_VALUES:
+        raise FormatError(f"{name}: shape {shape} is implausibly large")
+    if not all(isinstance(x, dict) for x in (books, planes_ref, index_ref)):
+        raise FormatError(f"{name}: books, planes and indexes must be objects")
+    spec_book = Codebook.from_json(books["spec"]) if books.get("spec") is not None else None
     verif_book = Codebook.from_json(books.get("verif", []))
-    numel = int(np.prod(shape, dtype=np.int64))
+    if cfg.scheme == "c1" and spec_book is None:
+        raise FormatError(f"{name}: a C1 tensor needs a speculation codebook")
     nsb = superblock_count(numel, cfg.group_size)
     planes, offsets = {}, {}
     for plane in PLANES[cfg.scheme][0] + PLANES[cfg.scheme][1]:
@@ -164,6 +184,10 @@ def _tensor(entry, sections: dict) -> tuple[str, EncodedTensor]:
                 raise FormatError(f"{name}: index of {plane} missing")
             offsets[plane] = index_from_bytes(_slice(sections, index_ref[plane], f"{name}/{plane} index"), nsb,
                                               len(planes[plane]), f"{name}/{plane} index")
+        elif plane not in INDEXED[cfg.scheme] or cfg.scheme == "c1" and plane == "verif.codes":
+            expect = fixed_plane_nbytes(plane, numel, cfg) if plane not in INDEXED[cfg.scheme] else 0
+            if len(planes[plane]) != expect:
+                raise FormatError(f"{name}/{plane}: {len(planes[plane])} bytes, shape and config imply {expect}")
     return name, EncodedTensor(shape, cfg, spec_book, verif_book, planes, offsets)
 
 
