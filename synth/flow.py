@@ -96,7 +96,7 @@ def hw_blocks() -> tuple[dict[str, Block], str | None]:
         return {}, "hw/configs.py has no NAMED_CONFIGS dict"
     # Optional per-config metadata, under any of the names a registry might reasonably use.
     extra = {}
-    for attr in ("CONFIG_METADATA", "METADATA", "NAMED_CONFIG_METADATA"):
+    for attr in ("CONFIG_INFO", "CONFIG_METADATA", "METADATA", "NAMED_CONFIG_METADATA"):
         if isinstance(getattr(module, attr, None), dict):
             extra = getattr(module, attr)
             break
@@ -116,9 +116,10 @@ def hw_blocks() -> tuple[dict[str, Block], str | None]:
 def block_kind(name: str, meta: dict) -> str:
     if meta.get("kind"):
         return str(meta["kind"])
-    low = name.lower()
+    # hw/configs.py's CONFIG_INFO names the block family ("decoder_c1", "zero_counter", ...).
+    low = f"{meta.get('block', '')} {name}".lower()
     for kind in ("decoder", "encoder", "zero_counter", "pe"):
-        if low.startswith(kind) or f"_{kind}" in low:
+        if re.search(rf"(^|[\s_]){kind}", low):
             return kind
     return "other"
 
