@@ -158,3 +158,26 @@ def test_kv_fixed_books_escape_unseen_exponents(case):
     want = [R.draft_c1(v, cfg.mantissa_bits, kept[i]) if cfg.scheme == "c1"
             else R.draft_c2(v, cfg.mantissa_bits, int(X[i]), kept[i]) for i, v in enumerate(flat)]
     assert decode_kv_draft(enc).reshape(-1).tolist() == want
+
+
+@st.composite
+def book_case(draw):
+    cfg = draw(configs())
+    bits = draw(tensors(max_values=200))
+    syms = st.integers(0, 255)
+    verif = draw(st.lists(syms, max_size=15, unique=True))
+    spec = None
+    if cfg.scheme == "c1":
+        spec = draw(st.lists(syms, max_size=14, unique=True))
+        if cfg.prunes or draw(st.booleans()):
+            spec.insert(draw(st.integers(0, len(spec))), R.P)
+    return bits, cfg, spec, verif
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(case=book_case())
+def test_arbitrary_fixed_books_escape_heavy(case):
+    """§3.1 'decoders accept any valid book': random books (K = 0..15, P anywhere) make most codes escapes,
+    mixed with ranked codes in the same chunk."""
+    bits, cfg, spec, verif = case
+    check_against_reference(bits, cfg, books=(spec, verif))
