@@ -383,23 +383,29 @@ def run_flow(opts: FlowOptions, only: list[str] | None = None,
                                    "area_ge": None}
         blocks = {n: b for n, b in blocks.items() if n in only}
 
+    if opts.quick and not only:
+        # Filter before elaborating: a large configuration can take minutes just to elaborate.
+        pre = {n: {"lanes": b.meta.get("lanes") or b.meta.get("L")} for n, b in blocks.items()}
+        for n, m in pre.items():
+            if not m["lanes"] and (hit := re.search(r"_l(\d+)(?:_|$)", n)):
+                m["lanes"] = int(hit.group(1))
+        keep = _smallest_per_family(list(blocks), pre) | ({PE_BLOCK} & set(blocks))
+        for n in list(blocks):
+            if n not in keep:
+                report["blocks"][n] = {"status": "skipped", "reason": "--quick: larger configuration",
+                                       "kind": block_kind(n, blocks[n].meta), "area_ge": None}
+        blocks = {n: b for n, b in blocks.items() if n in keep}
+
     # Elaborate in this process (Python factories), then synthesise in parallel subprocesses.
     prepared: dict[str, tuple[str, dict]] = {}
-    for name, block in blocks.items():
+    for i, (name, block) in enumerate(blocks.items(), 1):
+        _log(f"[elaborate {i}/{len(blocks)}] {name}")
         try:
             prepared[name] = elaborate(block)
         except Exception as exc:  # noqa: BLE001 - one broken block must not stop the report
             report["blocks"][name] = {"status": "missing", "reason": f"elaboration failed: {exc!r}",
                                       "kind": block_kind(name, block.meta), "area_ge": None,
                                       "traceback": traceback.format_exc(limit=3)}
-    if opts.quick and not only:
-        keep = _smallest_per_family(list(prepared), {n: m for n, (_, m) in prepared.items()})
-        keep.add(PE_BLOCK) if PE_BLOCK in prepared else None
-        for n in list(prepared):
-            if n not in keep:
-                report["blocks"][n] = {"status": "skipped", "reason": "--quick: larger configuration",
-                                       "kind": prepared[n][1]["kind"], "area_ge": None}
-                del prepared[n]
 
     total = len(prepared)
     _log(f"[synth] {total} block(s) to synthesise with {opts.jobs} job(s); library {opts.lib.name}, "

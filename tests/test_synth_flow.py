@@ -189,3 +189,11 @@ def test_hw_registry_blocks_monotone_in_lanes(tmp_path):
         if None in areas:
             pytest.fail(f"{names}: not synthesised: {[r['blocks'][n].get('reason') for n in names]}")
         assert areas == sorted(areas) and len(set(areas)) == len(areas), dict(zip(names, areas))
+
+
+def test_quick_keeps_smallest_configuration_per_family(tmp_path):
+    blocks = {n: b for n, b in _blocks().items() if n.startswith("toy_")}
+    r = flow.run_flow(flow.FlowOptions(out=tmp_path, quick=True), blocks=blocks)
+    assert r["blocks"]["toy_adder_l2"]["status"] == "ok"
+    assert r["blocks"]["toy_adder_l2"]["quick"] is True
+    assert r["blocks"]["toy_adder_l4"]["status"] == "skipped"
