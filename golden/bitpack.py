@@ -27,11 +27,23 @@ def segment_offsets(segment_ids: np.ndarray, widths: np.ndarray, nseg: int) -> t
 
     ``segment_ids`` must be non-decreasing (fields are stored in value order).
     """
-    widths = widths.astype(np.int64, copy=False)
-    seg_bits = np.bincount(segment_ids, weights=widths, minlength=nseg).astype(np.int64)
-    run = exclusive_cumsum(widths)[:-1]
-    seg_start = exclusive_cumsum(seg_bits)[:-1]
-    return run - seg_start[segment_ids], seg_bits
+    cs = exclusive_cumsum(np.asarray(widths, dtype=np.int64))
+    first = exclusive_cumsum(np.bincount(segment_ids, minlength=nseg)[:nseg])
+    seg_start = cs[first]
+    return cs[:-1] - seg_start[:-1][segment_ids], np.diff(seg_start)
+
+
+def pack_variable(segment_ids: np.ndarray, widths: np.ndarray, values: np.ndarray, nseg: int
+                  ) -> tuple[bytes, np.ndarray]:
+    """Fields of <= 16 bits in value order, byte-aligned chunks per segment: bit sequence, then each
+    segment's bits shifted to its chunk start."""
+    _, seg_bits = segment_offsets(segment_ids, widths, nseg)
+    offsets = exclusive_cumsum((seg_bits + 7) >> 3)
+    seq = _field_bits(widths, values)
+    shift = offsets[:-1] * 8 - exclusive_cumsum(seg_bits)[:-1]
+    bitarr = np.zeros(int(offsets[-1]) * 8, dtype=np.uint8)
+    bitarr[np.arange(len(seq)) + np.repeat(shift, seg_bits)] = seq
+    return _bits_to_plane(bitarr), offsets
 
 
 def pack_chunks(segment_ids: np.ndarray, widths: np.ndarray, values: np.ndarray, nseg: int
@@ -144,14 +156,19 @@ def pack_unary(segment_ids: np.ndarray, ranks: np.ndarray, escape: np.ndarray, e
 
 
 def _field_bits(widths: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """The stream bits of consecutive fields (LSB first), one uint8 per bit."""
+    """The stream bits of consecutive fields (<= 16 bits, LSB first), one uint8 per bit."""
     widths = np.asarray(widths)
     maxw = int(widths.max()) if len(widths) else 0
     if maxw == 0:
         return np.zeros(0, dtype=np.uint8)
-    lanes = np.arange(maxw, dtype=np.uint16)
-    bm = ((np.asarray(values, dtype=np.uint16)[:, None] >> lanes) & 1).astype(np.uint8)
-    return bm.reshape(-1) if np.all(widths == maxw) else bm[lanes[None, :] < widths[:, None]]
+    if maxw <= 8:
+        bm = np.unpackbits(np.asarray(values, dtype=np.uint8)[:, None], axis=1, bitorder="little")
+    else:
+        v16 = np.ascontiguousarray(np.asarray(values, dtype="<u2"))
+        bm = np.unpackbits(v16.view(np.uint8).reshape(-1, 2), axis=1, bitorder="little")
+    if np.all(widths == maxw):
+        return bm[:, :maxw].reshape(-1)
+    return bm[np.arange(bm.shape[1])[None, :] < widths[:, None]]
 
 
 def pack_fixed(sections: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> bytes:

@@ -267,7 +267,7 @@ def encode_tensor(bits, cfg: CodecConfig, salience=None, books: tuple[Codebook |
         code_plane("verif.codes", delta[draft_zero], sb[draft_zero], verif_book)
         rest_w = np.where(draft_zero, 8, 7 - np.clip(c, 0, 7))
         rest_v = np.where(draft_zero, (sign << 7) | mant, mant & ((1 << rest_w) - 1))
-        planes["verif.rest"], offsets["verif.rest"] = bitpack.pack_chunks(sb, rest_w, rest_v, nsb)
+        planes["verif.rest"], offsets["verif.rest"] = bitpack.pack_variable(sb, rest_w, rest_v, nsb)
     return EncodedTensor(tuple(arr.shape), cfg, spec_book, verif_book, planes, offsets)
 
 
