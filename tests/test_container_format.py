@@ -168,3 +168,74 @@ def test_header_is_plain_json(written):
     raw = path.read_bytes()
     hlen = struct.unpack_from("<I", raw, 8)[0]
     json.loads(raw[16:16 + hlen].decode("utf-8"))
+
+
+# ------------------------------------------------------------------ index contents (§6), CRCs made valid
+
+def _patch_index(path, tensor, plane, mutate):
+    """Rewrite the index of ``plane`` of ``tensor`` through ``mutate(anchors, rel) -> (anchors, rel)`` and
+    make every CRC valid again, so only the reader's §6 checks stand between it and a wrong decode."""
+    c = R.read_container(path)
+    h = c["header"]
+    entry = next(t for t in h["tensors"] if t["name"] == tensor)
+    ref = entry["indexes"][plane]
+    sec = bytearray(c["sections"][ref["section"]])
+    data = bytes(sec[ref["offset"]: ref["offset"] + ref["length"]])
+    nsb = len(R.superblocks(int(np.prod(entry["shape"])), entry["config"]["group_size"]))
+    na = (nsb + 15) // 16
+    assert 4 * na + 2 * nsb == ref["length"]
+    anchors = list(struct.unpack_from(f"<{na}I", data, 0))
+    rel = list(struct.unpack_from(f"<{nsb}H", data, 4 * na))
+    anchors, rel = mutate(anchors, rel)
+    sec[ref["offset"]: ref["offset"] + ref["length"]] = struct.pack(f"<{na}I", *anchors) + struct.pack(f"<{nsb}H", *rel)
+    h["sections"][ref["section"]]["crc32"] = zlib.crc32(bytes(sec))
+    raw = bytearray(c["raw"])
+    start = h["sections"][ref["section"]]["offset"]
+    raw[start: start + len(sec)] = sec
+    out = path.with_name("patched.cass")
+    out.write_bytes(R.rewrite_header(bytes(raw), h))
+    return out
+
+
+def _swap(a, r):
+    r[3], r[4] = r[4], r[3]
+    return a, r
+
+
+def _shift_boundary(a, r):
+    r[5] += 1
+    return a, r
+
+
+def _past_end(a, r):
+    r[-1] = 0xFFFF
+    return a, r
+
+
+def _anchor_moved(a, r):                 # same offsets, but A_1 != o_16 (§6 defines A_j = o_{16j})
+    a[1] -= 1
+    r[16:32] = [x + 1 for x in r[16:32]]
+    return a, r
+
+
+@pytest.mark.parametrize("mutate", [_swap, _shift_boundary, _past_end, pytest.param(
+    _anchor_moved, marks=pytest.mark.xfail(strict=True, reason=(
+        "FORMAT.md §6 defines A_j = o_{16j}, so R_{16j} = 0; golden/codec.py index_from_bytes only checks that "
+        "A + R is monotone from 0, and accepts A_1 = o_16 - 1 with R_16 = 1 (a decoder that starts at "
+        "superblock 16 from the anchor alone would start one byte early)")))])
+def test_inconsistent_index_is_rejected(written, mutate):
+    path, tensors, originals, _ = written
+    assert len(R.superblocks(originals["c1.big"].size, 32)) == 40
+    bad = _patch_index(path, "c1.big", "spec.codes", mutate)
+    with pytest.raises(FormatError):
+        c = read_container(bad)
+        decode_full(c.tensors["c1.big"])
+    with pytest.raises(FormatError):
+        c = read_container(bad, verification=False)
+        decode_draft(c.tensors["c1.big"])
+
+
+def test_index_patch_harness_identity(written):
+    path, tensors, originals, _ = written
+    same = _patch_index(path, "c1.big", "spec.codes", lambda a, r: (a, r))
+    np.testing.assert_array_equal(decode_full(read_container(same).tensors["c1.big"]), originals["c1.big"])
