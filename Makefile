@@ -69,7 +69,7 @@ formal: setup
 	$(PY) -m cassandra_rtl.hw.formal --out build/formal
 
 report: setup
-	$(PY) -m cassandra_rtl.report --out docs/report
+	$(PY) eval/report.py --out docs/report
 
 bench: setup
 	$(PY) bench/golden_bench.py
