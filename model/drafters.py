@@ -92,22 +92,60 @@ class EncodedModel:
     seconds: float = 0.0
 
 
+def _cache_path(ck: Checkpoint, cfgs: dict, cache_dir) -> "Path | None":
+    import hashlib
+    import json
+    import os
+    from pathlib import Path
+
+    if cache_dir is None:
+        return None
+    src = Path(ck.source)
+    if not src.exists():
+        return None
+    st = src.stat() if src.is_file() else max((f.stat() for f in src.glob("*.safetensors")),
+                                               key=lambda x: x.st_mtime)
+    key = json.dumps([str(src.resolve()), st.st_size, st.st_mtime_ns,
+                      sorted((n, c.to_json()) for n, c in cfgs.items())], sort_keys=True)
+    return Path(os.path.expanduser(str(cache_dir))) / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".cass")
+
+
+def default_cache_dir() -> str:
+    import os
+
+    return os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cassandra-rtl")
+
+
 def encode_model(ck: Checkpoint, cfg_for: Callable[[str, tuple], CodecConfig],
                  salience_for: Callable[[str, np.ndarray], np.ndarray | None] | None = None,
-                 progress=None, decode=None) -> EncodedModel:
+                 progress=None, decode=None, cache_dir=None) -> EncodedModel:
     """Encode every 2-D weight; check decode_full == original bits; keep decode_draft's view.
 
     ``decode`` optionally replaces the draft decoder (the RTL-in-the-loop path); its output must
-    equal the golden decode_draft's bit for bit.
+    equal the golden decode_draft's bit for bit. With ``cache_dir`` (and no salience function) the
+    encoded tensors are kept in a .cass container there and re-read on the next run; the checks
+    against the checkpoint's bits run either way.
     """
+    from cassandra_rtl.golden.container import read_container, write_container
+
     em = EncodedModel()
     t0 = time.perf_counter()
     names = [n for n, b in ck.bits.items() if b.ndim == 2]
+    cfgs = {n: cfg_for(n, ck.bits[n].shape) for n in names}
+    cpath = _cache_path(ck, cfgs, cache_dir) if salience_for is None else None
+    cached = {}
+    if cpath is not None and cpath.is_file():
+        try:
+            cached = read_container(cpath).tensors
+        except Exception:  # noqa: BLE001 - a stale or corrupt cache entry is just re-encoded
+            cached = {}
     for i, name in enumerate(names):
         bits = ck.bits[name]
-        cfg = cfg_for(name, bits.shape)
-        sal = salience_for(name, bits) if salience_for else None
-        enc = encode_tensor(bits, cfg, salience=sal)
+        cfg = cfgs[name]
+        enc = cached.get(name)
+        if enc is None or enc.config != cfg or tuple(enc.shape) != bits.shape:
+            sal = salience_for(name, bits) if salience_for else None
+            enc = encode_tensor(bits, cfg, salience=sal)
         full = decode_full(enc)
         if not np.array_equal(full, bits):
             raise AssertionError(f"decode_full({name}) differs from the original bits")
@@ -122,6 +160,14 @@ def encode_model(ck: Checkpoint, cfg_for: Callable[[str, tuple], CodecConfig],
         em.full_bytes[name] = enc.spec_nbytes + enc.verif_nbytes
         if progress:
             progress(i + 1, len(names), name)
+    if cpath is not None and len(cached) != len(names):
+        try:
+            cpath.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cpath.with_suffix(".tmp")
+            write_container(tmp, em.enc, {"source": ck.source, "what": "cassandra-rtl model cache"})
+            tmp.replace(cpath)
+        except OSError:
+            pass
     em.seconds = time.perf_counter() - t0
     return em
 
@@ -132,10 +178,10 @@ def uniform_cfg(keep_ratio: float = 1.0, mantissa_bits: int = 3, group_size: int
 
 
 def build_cassandra(ck: Checkpoint, target: Transformer, weight_cfg_for=None, kv_cfg: CodecConfig | None = None,
-                    salience_for=None, progress=None, decode=None, encoded: EncodedModel | None = None
-                    ) -> tuple[ModelDrafter, Cost]:
+                    salience_for=None, progress=None, decode=None, encoded: EncodedModel | None = None,
+                    cache_dir=None) -> tuple[ModelDrafter, Cost]:
     """The Cassandra draft + the target's cost when it reads the format (spec + verif streams)."""
-    em = encoded or encode_model(ck, weight_cfg_for or uniform_cfg(), salience_for, progress, decode)
+    em = encoded or encode_model(ck, weight_cfg_for or uniform_cfg(), salience_for, progress, decode, cache_dir)
     # the target must be exactly the checkpoint (decode_full was checked per tensor in encode_model)
     draft_bits = dict(ck.bits)
     draft_bits.update(em.draft_bits)

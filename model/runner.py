@@ -37,6 +37,7 @@ class DraftOptions:
     n_skip: int = 6
     ngram_max: int = 3
     rtl: bool = False
+    cache_dir: str | None = None  # keep encoded weights in a .cass container here (None: no cache)
     rtl_layers: list[int] | None = None  # None = every tensor through the RTL; else these layers only
 
 
@@ -105,7 +106,7 @@ def build(ck: Checkpoint, draft: str, o: DraftOptions, progress=None, encoded=No
 
                 return decode_draft(enc)
     d, tcost = build_cassandra(ck, target, lambda n, s: wcfg, kcfg, progress=progress, decode=dec,
-                               encoded=encoded)
+                               encoded=encoded, cache_dir=o.cache_dir)
     return Engine(target, tcost, stop_ids=stop, baseline_cost=bf16_cost(target)), d, target
 
 

@@ -68,7 +68,8 @@ def _cli(capsys, *argv):
     return rc, out.out, out.err
 
 
-def test_cli_generate_json_and_errors(capsys, hf, tmp_path):
+def test_cli_generate_json_and_errors(capsys, hf, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     rc, out, err = _cli(capsys, "--model", str(hf), "--prompt", "the cat", "--max-new-tokens", "10", "--json",
                         "--mantissa-bits", "2", "--compare")
     assert rc == 0, err
@@ -76,6 +77,10 @@ def test_cli_generate_json_and_errors(capsys, hf, tmp_path):
     for key in ("tokens", "text", "acceptance_rate", "tokens_per_step", "modeled_speedup"):
         assert key in s
     assert len(s["tokens"]) == 10 and s["lossless_vs_plain"] is True
+    assert len(list((tmp_path / "cache" / "cassandra-rtl").glob("*.cass"))) == 1  # encoded draft cached
+    rc, out2, err = _cli(capsys, "--model", str(hf), "--prompt", "the cat", "--max-new-tokens", "10", "--json",
+                         "--mantissa-bits", "2")
+    assert rc == 0 and json.loads(out2)["tokens"] == s["tokens"]  # same draft from the cache
     rc, out, err = _cli(capsys, "--model", str(hf), "--prompt", "the cat", "--max-new-tokens", "6", "--draft", "ngram")
     assert rc == 0 and "tokens per verify step" in out
     # errors: one line, no traceback

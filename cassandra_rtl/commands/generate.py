@@ -36,6 +36,7 @@ def _table(s: dict) -> str:
 
 
 def run(args) -> int:
+    from ..model.drafters import default_cache_dir
     from ..model.loader import load
     from ..model.runner import DraftOptions, build, set_threads, stderr_progress
     from ..model.sampling import SamplingParams
@@ -59,7 +60,8 @@ def run(args) -> int:
     opts = DraftOptions(gamma=args.gamma, adaptive=args.adaptive, keep_ratio=args.keep_ratio,
                         mantissa_bits=args.mantissa_bits, group_size=args.group_size, scheme=args.scheme,
                         kv_keep_ratio=args.kv_keep_ratio, kv_mantissa_bits=args.kv_mantissa_bits,
-                        skip_layers=skip, n_skip=args.n_skip, rtl=args.rtl, rtl_layers=rtl_layers)
+                        skip_layers=skip, n_skip=args.n_skip, rtl=args.rtl, rtl_layers=rtl_layers,
+                        cache_dir=None if args.no_cache else default_cache_dir())
     quiet = args.json
     ck = load(args.model, max_seq_len=args.max_seq_len)
     tok = ck.tokenizer
@@ -137,5 +139,7 @@ def register(sub):
     p.add_argument("--rtl", action="store_true", help="decode the draft's streams through the RTL in simulation")
     p.add_argument("--rtl-layers", default="all", help="with --rtl: 'all' or comma-separated layer indices "
                    "whose weight streams go through the RTL (the rest use the golden decoder)")
+    p.add_argument("--no-cache", action="store_true", help="do not keep the encoded draft in "
+                   "~/.cache/cassandra-rtl (a .cass container per model and config)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text + table")
     p.set_defaults(func=run)
