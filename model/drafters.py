@@ -179,7 +179,7 @@ def uniform_cfg(keep_ratio: float = 1.0, mantissa_bits: int = 3, group_size: int
 
 def build_cassandra(ck: Checkpoint, target: Transformer, weight_cfg_for=None, kv_cfg: CodecConfig | None = None,
                     salience_for=None, progress=None, decode=None, encoded: EncodedModel | None = None,
-                    cache_dir=None) -> tuple[ModelDrafter, Cost]:
+                    cache_dir=None, kv_decode=None) -> tuple[ModelDrafter, Cost]:
     """The Cassandra draft + the target's cost when it reads the format (spec + verif streams)."""
     em = encoded or encode_model(ck, weight_cfg_for or uniform_cfg(), salience_for, progress, decode, cache_dir)
     # the target must be exactly the checkpoint (decode_full was checked per tensor in encode_model)
@@ -190,7 +190,7 @@ def build_cassandra(ck: Checkpoint, target: Transformer, weight_cfg_for=None, kv
     kv_cfg = kv_cfg or CodecConfig(keep_ratio=1.0, mantissa_bits=3, group_size=a.head_dim, kind="kv")
     if kv_cfg.group_size != a.head_dim:
         raise ConfigError(f"KV group size must equal head_dim={a.head_dim} (one superblock per KV vector)")
-    view = KVSpecView(kv_cfg, a.n_layers)
+    view = KVSpecView(kv_cfg, a.n_layers, kv_decode)
     tcost = bf16_cost(target, bytes_per_tensor=em.full_bytes)
     dcost = bf16_cost(draft, bytes_per_tensor=em.spec_bytes)
     vecs_per_token = 2 * a.n_layers * a.n_kv_heads  # K and V vectors per token

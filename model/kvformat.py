@@ -18,7 +18,10 @@ from .transformer import KVCache
 class KVSpecView:
     """Encodes target K/V slices into the format and fills a draft cache with their speculation view."""
 
-    def __init__(self, cfg, n_layers: int):
+    def __init__(self, cfg, n_layers: int, decode=None):
+        """``decode(enc) -> uint16`` optionally replaces decode_kv_draft (the RTL in the loop); its output is
+        asserted equal to the golden decode."""
+        self.decode = decode
         self.cfg = cfg
         self.n_layers = n_layers
         self.books = None
@@ -46,7 +49,10 @@ class KVSpecView:
                 enc = encode_kv(self._bits(sl), self.cfg, self.books[li][j])
                 self.spec_bytes += enc.spec_nbytes
                 self.verif_bytes += enc.verif_nbytes
-                view = bits_to_bf16(decode_kv_draft(enc)).view(stop - start, sl.shape[0], sl.shape[2])
+                d = decode_kv_draft(enc)
+                if self.decode is not None and not np.array_equal(self.decode(enc), d):
+                    raise AssertionError(f"RTL KV draft decode differs from the golden one (layer {li})")
+                view = bits_to_bf16(d).view(stop - start, sl.shape[0], sl.shape[2])
                 dst[li, :, start:stop] = view.transpose(0, 1)
         self.tokens += stop - start
 

@@ -41,6 +41,21 @@ class DraftOptions:
     rtl_layers: list[int] | None = None  # None = every tensor through the RTL; else these layers only
 
 
+def rtl_kv_decoder():
+    """The RTL KV-view decoder ``decode(enc) -> uint16`` if the co-simulation path offers one, else None."""
+    import importlib
+
+    for mod in ("cassandra_rtl.tb.bulk", "cassandra_rtl.tb.cosim"):
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            continue
+        fn = getattr(m, "decode_kv_draft", None)
+        if callable(fn):
+            return fn
+    return None
+
+
 def rtl_decoder():
     """The RTL-in-the-loop draft decoder: decode(name, enc) -> uint16 bits from the generated RTL in simulation.
 
@@ -106,7 +121,7 @@ def build(ck: Checkpoint, draft: str, o: DraftOptions, progress=None, encoded=No
 
                 return decode_draft(enc)
     d, tcost = build_cassandra(ck, target, lambda n, s: wcfg, kcfg, progress=progress, decode=dec,
-                               encoded=encoded, cache_dir=o.cache_dir)
+                               encoded=encoded, cache_dir=o.cache_dir, kv_decode=rtl_kv_decoder() if o.rtl else None)
     return Engine(target, tcost, stop_ids=stop, baseline_cost=bf16_cost(target)), d, target
 
 
