@@ -8,6 +8,8 @@ import zlib
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import reference_format as R
 from cassandra_rtl.errors import ConfigError, FormatError
@@ -239,3 +241,49 @@ def test_index_patch_harness_identity(written):
     path, tensors, originals, _ = written
     same = _patch_index(path, "c1.big", "spec.codes", lambda a, r: (a, r))
     np.testing.assert_array_equal(decode_full(read_container(same).tensors["c1.big"]), originals["c1.big"])
+
+
+# --------------------------------------------------------------------------------- random containers
+
+@st.composite
+def _tensor_sets(draw):
+    out = []
+    for i in range(draw(st.integers(1, 3))):
+        G = draw(st.sampled_from([32, 64, 128, 256]))
+        cfg = CodecConfig(scheme=draw(st.sampled_from(["c1", "c2"])), group_size=G,
+                          mantissa_bits=draw(st.integers(0, 7)), keep_count=draw(st.integers(1, G)))
+        n = draw(st.integers(1, 700))
+        seed = draw(st.integers(0, 2 ** 31))
+        rows = draw(st.sampled_from([r for r in (1, 2, 5) if n % r == 0]))
+        out.append((f"t{i}", cfg, seed, (rows, n // rows) if rows > 1 else (n,)))
+    return out
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=_tensor_sets())
+def test_random_containers_roundtrip_through_the_reference(case):
+    import tempfile
+
+    from conftest import _weights
+    tensors, originals = {}, {}
+    for name, cfg, seed, shape in case:
+        bits = _weights(int(np.prod(shape)), seed=seed, special=0.1).reshape(shape)
+        originals[name] = bits
+        tensors[name] = encode_tensor(bits, cfg)
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/r.cass"
+        write_container(path, tensors)
+        c = R.read_container(path)
+        back = read_container(path)
+    for entry in c["header"]["tensors"]:
+        name, cfg = entry["name"], entry["config"]
+        np.testing.assert_array_equal(decode_full(back.tensors[name]), originals[name])
+        planes = {p: c["sections"][r["section"]][r["offset"]: r["offset"] + r["length"]]
+                  for p, r in entry["planes"].items()}
+        N = originals[name].size
+        nsb = len(R.superblocks(N, cfg["group_size"]))
+        offsets = {p: R.parse_index(c["sections"][r["section"]][r["offset"]: r["offset"] + r["length"]], nsb,
+                                    len(planes[p])) for p, r in entry["indexes"].items()}
+        full, _ = R.decode(planes, offsets, N, cfg["scheme"], cfg["group_size"], cfg["mantissa_bits"],
+                           cfg["keep_count"], entry["books"]["spec"], entry["books"]["verif"])
+        assert full == originals[name].reshape(-1).tolist()

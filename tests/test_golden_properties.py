@@ -1,6 +1,7 @@
 """Hypothesis property tests of the golden codec against FORMAT.md (through the independent reference)."""
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import numpy as np
@@ -14,6 +15,8 @@ from cassandra_rtl.golden.kv import calibrate_kv_codebooks, decode_kv_draft, dec
 from test_golden_reference import check_against_reference
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# Longer campaigns: CASSANDRA_HYPOTHESIS_SCALE=50 pytest tests/test_golden_properties.py
+SCALE = max(1, int(os.environ.get("CASSANDRA_HYPOTHESIS_SCALE", "1")))
 
 SPECIALS = [0x0000, 0x8000, 0x0001, 0x807F, 0x0080, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80, 0x7FC0, 0xFFFF, 0x7F81,
             0x3F80, 0xBF80]
@@ -41,13 +44,13 @@ def configs(draw, schemes=("c1", "c2"), sizes=(32, 64)):
                        mantissa_bits=draw(st.integers(0, 7)), keep_count=k)
 
 
-@settings(max_examples=40, **SETTINGS)
+@settings(max_examples=40 * SCALE, **SETTINGS)
 @given(bits=tensors(), cfg=configs())
 def test_roundtrip_and_byte_exact_vs_reference(bits, cfg):
     check_against_reference(bits, cfg, compare_books=False)
 
 
-@settings(max_examples=60, **SETTINGS)
+@settings(max_examples=60 * SCALE, **SETTINGS)
 @given(bits=tensors(max_values=500), cfg=configs(sizes=(32, 64, 128, 256)))
 def test_roundtrip(bits, cfg):
     enc = encode_tensor(bits, cfg)
@@ -65,7 +68,7 @@ def _kept_from_stream(enc, n):
     return np.array(draft, dtype=np.uint16), np.array(kept, dtype=bool)
 
 
-@settings(max_examples=60, **SETTINGS)
+@settings(max_examples=60 * SCALE, **SETTINGS)
 @given(bits=tensors(), cfg=configs())
 def test_draft_is_a_bit_prefix_of_kept_values(bits, cfg):
     """§2: truncation, never rounding: a kept value's draft is bits & (0xFFFF << t) with t = 7-m in C1 and
@@ -86,7 +89,7 @@ def test_draft_is_a_bit_prefix_of_kept_values(bits, cfg):
 few = st.sampled_from([0x0000, 0x8000, 0x3F80, 0xBF80, 0x3F81, 0x0001, 0x8001, 0x7F80])
 
 
-@settings(max_examples=60, **SETTINGS)
+@settings(max_examples=60 * SCALE, **SETTINGS)
 @given(bits=tensors(pattern=st.one_of(few, few, pattern)), cfg=configs(sizes=(32, 64, 128)))
 def test_kept_count_is_k_s_and_ties_go_to_lower_index(bits, cfg):
     enc = encode_tensor(bits, cfg)
@@ -118,7 +121,7 @@ def kv_case(draw):
             pre.reshape(n_pre, head_dim), new.reshape(n_new, head_dim))
 
 
-@settings(max_examples=30, **SETTINGS)
+@settings(max_examples=30 * SCALE, **SETTINGS)
 @given(case=kv_case())
 def test_kv_fixed_books_escape_unseen_exponents(case):
     cfg, pre, new = case
@@ -174,7 +177,7 @@ def book_case(draw):
     return bits, cfg, spec, verif
 
 
-@settings(max_examples=60, **SETTINGS)
+@settings(max_examples=60 * SCALE, **SETTINGS)
 @given(case=book_case())
 def test_arbitrary_fixed_books_escape_heavy(case):
     """§3.1 'decoders accept any valid book': random books (K = 0..15, P anywhere) make most codes escapes,
