@@ -38,6 +38,23 @@ CONFIGS = {
 }
 
 
+def markdown(rows: list[dict]) -> str:
+    """A markdown table of summary rows (as printed / written by main)."""
+    lines = ["| config | lossless (greedy) | token match | acceptance | alpha | per position | tokens/step | "
+             "draft MB | MB read/token | modeled speedup 4090 / Orin / NPU | CPU tok/s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        f = lambda v, fmt="{:.3f}": "-" if v is None else fmt.format(v)  # noqa: E731
+        sp = r["speedup"]
+        dmb = r.get("draft_weight_bytes")
+        lines.append(
+            f"| {r['config']} | {r['lossless']} | {r['token_match']:.2f} | {f(r['acceptance'])} | {f(r.get('alpha'))} | "
+            f"{' '.join(f'{x:.2f}' for x in r['per_position']) or '-'} | {f(r['tokens_per_step'], '{:.2f}')} | "
+            f"{f(dmb / 1e6 if dmb else None, '{:.1f}')} | {r['MB_per_token']:.1f} | "
+            f"{sp['rtx4090']:.2f}x / {sp['orin']:.2f}x / {sp['npu']:.2f}x | {f(r['cpu_tok_s'], '{:.2f}')} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None)
@@ -47,7 +64,15 @@ def main(argv=None) -> int:
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None, help="append JSON lines here")
+    ap.add_argument("--table", nargs="+", default=None, help="only render a markdown table from these JSONL files")
     a = ap.parse_args(argv)
+    if a.table:
+        rows = []
+        for fn in a.table:
+            with open(fn) as fh:
+                rows += [json.loads(x)["summary"] for x in fh if '"summary"' in x]
+        print(markdown(rows))
+        return 0
     set_threads(a.threads)
     names = list(CONFIGS) if a.configs == "all" else a.configs.split(",")
     ck = load(a.model)
