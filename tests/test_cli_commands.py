@@ -375,3 +375,36 @@ def test_malformed_input_files_without_traceback(tmp_path, case):
         h = json.dumps(header).encode()
         p.write_bytes(struct.pack("<Q", len(h)) + h + bytes(100))
     assert_one_line_error(cli("encode", p, "-o", tmp_path / "out.cass"))
+
+
+def test_gguf_f32_q8_0_f16(tmp_path, capsys):
+    """A tiny GGUF written with gguf-py: quantized tensors are dequantized (Q8_0 decoded here by hand:
+    blocks of an f16 scale and 32 int8), then rounded to bf16 (RNE)."""
+    gguf = pytest.importorskip("gguf")
+    rng = np.random.default_rng(12)
+    a = (rng.standard_normal((4, 64)) * 0.1).astype(np.float32)
+    b = (rng.standard_normal((2, 64)) * 0.1).astype(np.float32)
+    c = (rng.standard_normal(64) * 3).astype(np.float16)
+    q = gguf.quantize(b, gguf.GGMLQuantizationType.Q8_0)
+    w = gguf.GGUFWriter(str(tmp_path / "tiny.gguf"), "llama")
+    w.add_tensor("a", a)
+    w.add_tensor("b", q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.add_tensor("c", c)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    blocks = np.asarray(q, dtype=np.uint8).reshape(-1, 34)
+    scale = blocks[:, :2].copy().view(np.float16).astype(np.float32)
+    bq = (blocks[:, 2:].copy().view(np.int8).astype(np.float32) * scale).reshape(2, 64)
+
+    def rne(x):
+        return np.array([R.f32_to_bf16_rne(float(v)) for v in np.asarray(x, np.float32).reshape(-1)],
+                        dtype=np.uint16).reshape(np.shape(x))
+
+    rc, _, _ = cli_inproc(capsys, "encode", tmp_path / "tiny.gguf", "-o", tmp_path / "t.cass", "--group-size", "32")
+    assert rc == 0
+    for name, want in {"a": rne(a), "b": rne(bq), "c": rne(c.astype(np.float32))}.items():
+        rc, _, _ = cli_inproc(capsys, "decode", tmp_path / "t.cass", "-o", tmp_path / "o.npy", "--tensor", name)
+        assert rc == 0
+        np.testing.assert_array_equal(np.load(tmp_path / "o.npy"), want)
