@@ -71,11 +71,29 @@ class Ctx:
             sb.finish()
 
 
+def init_inputs(dut):
+    """Drive every input port (listed by the runner in TB_INPUTS) to 0 before reset: no X ever enters."""
+    for name in filter(None, os.environ.get("TB_INPUTS", "").split(",")):
+        if name not in ("clk", "rst"):
+            getattr(dut, name).value = 0
+
+
+def has_clock(dut) -> bool:
+    try:
+        dut.clk
+        return True
+    except AttributeError:
+        return False
+
+
 def start_clock(dut):
     Clock(dut.clk, CLOCK_NS, unit="ns").start()
 
 
 async def reset(dut, cycles: int = 2, ctx: Ctx | None = None):
+    """Synchronous reset for ``cycles`` edges; may be called mid-test (it first waits for a clock edge, so
+    it is legal right after a ReadOnly phase). Ends in the ReadOnly phase after the first free edge."""
+    await RisingEdge(dut.clk)
     dut.rst.value = 1
     for _ in range(cycles):
         await RisingEdge(dut.clk)
@@ -83,7 +101,7 @@ async def reset(dut, cycles: int = 2, ctx: Ctx | None = None):
     await RisingEdge(dut.clk)
     await ReadOnly()
     if ctx is not None:
-        ctx.extra_cycles += cycles + 1
+        ctx.extra_cycles += cycles + 2
 
 
 def _write_record(rec: dict):
@@ -102,8 +120,10 @@ def tb_test(**kwargs):
         @functools.wraps(fn)
         async def wrapper(dut):
             ctx = Ctx(dut, fn.__name__)
-            start_clock(dut)
-            await reset(dut, ctx=ctx)
+            init_inputs(dut)
+            if has_clock(dut):
+                start_clock(dut)
+                await reset(dut, ctx=ctx)
             t0 = time.perf_counter()
             passed, err = False, None
             try:

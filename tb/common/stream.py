@@ -119,6 +119,9 @@ class Source(_Agent):
         self._v = None
 
     def drive(self):
+        if self._v is None and self.payload is not None and self.cur is None:
+            # idle payload = 0 rather than X (Icarus would propagate X through the DUT's muxes)
+            self.payload.value = 0
         if self.cur is None and self.queue and self.pacer.active():
             self.cur = self.queue.popleft()
             if self.payload is not None:
@@ -129,7 +132,10 @@ class Source(_Agent):
             self._v = v
 
     def sample(self):
-        r = bool(self.ready.value)
+        rv = self.ready.value
+        if not rv.is_resolvable:
+            raise AssertionError(f"{self.prefix}__ready is {rv} (not 0/1)")
+        r = bool(rv)
         v = self.cur is not None
         self._track(v, r)
         if v and r:
@@ -157,7 +163,10 @@ class Sink(_Agent):
             self._r = r
 
     def sample(self):
-        v = bool(self.valid.value)
+        vv = self.valid.value
+        if not vv.is_resolvable:
+            raise AssertionError(f"{self.prefix}__valid is {vv} (not 0/1)")
+        v = bool(vv)
         r = bool(self._r)  # our own ready, as driven this cycle
         self._track(v, r)
         if v and r:

