@@ -28,6 +28,7 @@ CONFIGS = {
     "ngram": ("ngram", {}),
     "layerskip6": ("layerskip", {"n_skip": 6}),
     "layerskip4": ("layerskip", {"n_skip": 4}),
+    "layerskip_auto": ("layerskip", {"n_skip": 0}),
     **{f"c_k1.0_m{m}": ("cassandra", {"keep_ratio": 1.0, "mantissa_bits": m, "kv_mantissa_bits": 3})
        for m in (1, 2, 3, 4)},
     **{f"c_k{k}_m{m}": ("cassandra", {"keep_ratio": k, "mantissa_bits": m, "kv_mantissa_bits": 3})

@@ -217,8 +217,52 @@ def build_cassandra(ck: Checkpoint, target: Transformer, weight_cfg_for=None, kv
 # --------------------------------------------------------------------------------------- layer skip
 def layerskip_drafter(target: Transformer, skip: list[int]) -> ModelDrafter:
     d = ModelDrafter("layerskip", target, bf16_cost(target, frozenset(skip)), skip_layers=frozenset(skip))
-    d.info = {"skip_layers": sorted(skip)}
+    d.info = {"skip_layers": sorted(skip), "draft_weight_bytes": d.dcost.weight_bytes,
+              "bf16_weight_bytes": bf16_cost(target).weight_bytes}
     return d
+
+
+def expected_speedup(alpha: float, cost_ratio: float, gamma: int) -> float:
+    """Leviathan et al.'s expected speedup for per-token acceptance alpha and draft/target cost ratio c."""
+    alpha = min(alpha, 0.999999)
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha) / (gamma * cost_ratio + 1)
+
+
+@torch.no_grad()
+def search_skip_layers_auto(target: Transformer, calib: list[list[int]], gamma: int = 4, max_skip: int | None = None,
+                            progress=None) -> tuple[list[int], dict]:
+    """Small search that also picks how many layers to skip: rank layers by the teacher-forced top-1
+    agreement kept when each is skipped alone, then evaluate every prefix of that ranking and keep the one
+    with the best expected speedup (agreement as the acceptance proxy, bytes as the cost)."""
+    refs = []
+    for seq in calib:
+        refs.append(target(torch.tensor(seq), 0, target.new_cache(), exact=False).argmax(-1))
+
+    def agreement(skip):
+        ok = tot = 0
+        for seq, ref in zip(calib, refs):
+            am = target(torch.tensor(seq), 0, target.new_cache(), exact=False, skip_layers=frozenset(skip)).argmax(-1)
+            ok += int((am == ref).sum())
+            tot += len(seq)
+        return ok / tot
+
+    n = target.args.n_layers
+    full = bf16_cost(target).weight_bytes
+    single = sorted(((agreement([li]), -li) for li in range(1, n - 1)), reverse=True)
+    order = [-x[1] for x in single]
+    max_skip = min(max_skip or n - 2, len(order))
+    best, trace = (0.0, []), []
+    for k in range(1, max_skip + 1):
+        skip = order[:k]
+        a = agreement(skip)
+        c = bf16_cost(target, frozenset(skip)).weight_bytes / full
+        e = expected_speedup(a, c, gamma)
+        trace.append({"n_skip": k, "agreement": a, "cost_ratio": c, "expected_speedup": e})
+        if progress:
+            progress(k, max_skip, f"skip {k}: agreement {a:.3f} cost {c:.2f} expected {e:.2f}x")
+        if e > best[0]:
+            best = (e, sorted(skip))
+    return best[1], {"search": trace}
 
 
 @torch.no_grad()

@@ -9,7 +9,8 @@ import torch
 from cassandra_rtl.errors import ConfigError, ToolMissingError
 from cassandra_rtl.golden.config import CodecConfig
 
-from .drafters import NgramDrafter, build_cassandra, int8_model, layerskip_drafter, search_skip_layers
+from .drafters import (NgramDrafter, build_cassandra, int8_model, layerskip_drafter, search_skip_layers,
+                       search_skip_layers_auto)
 from .engine import Engine, bf16_cost
 from .loader import Checkpoint
 
@@ -34,7 +35,7 @@ class DraftOptions:
     kv_keep_ratio: float = 1.0
     kv_mantissa_bits: int | None = None  # None: same as mantissa_bits
     skip_layers: list[int] | None = None
-    n_skip: int = 6
+    n_skip: int = 0  # layer-skip: 0 = choose how many by the search (expected speedup), else this many
     ngram_max: int = 3
     rtl: bool = False
     cache_dir: str | None = None  # keep encoded weights in a .cass container here (None: no cache)
@@ -96,7 +97,10 @@ def build(ck: Checkpoint, draft: str, o: DraftOptions, progress=None, encoded=No
         if skip is None:
             tok = ck.tokenizer
             calib = [tok.encode(t) for t in CALIB_TEXTS] if tok else [list(range(1, 40))]
-            skip = search_skip_layers(target, calib, o.n_skip, progress)
+            if o.n_skip:
+                skip = search_skip_layers(target, calib, o.n_skip, progress)
+            else:
+                skip, _ = search_skip_layers_auto(target, calib, o.gamma, progress=progress)
         bad = [i for i in skip if not 0 <= i < ck.args.n_layers]
         if bad:
             raise ConfigError(f"skip layers {bad} out of range 0..{ck.args.n_layers - 1}")

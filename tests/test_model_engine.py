@@ -7,7 +7,7 @@ import torch
 
 from cassandra_rtl.golden.kv import kv_config
 from cassandra_rtl.model.drafters import (NgramDrafter, build_cassandra, int8_model, layerskip_drafter,
-                                          search_skip_layers, uniform_cfg)
+                                          search_skip_layers, search_skip_layers_auto, uniform_cfg)
 from cassandra_rtl.model.engine import Engine
 from cassandra_rtl.model.sampling import SamplingParams, probs_from_logits
 from cassandra_rtl.model.testing import tiny_checkpoint
@@ -71,6 +71,9 @@ def test_baseline_drafts_greedy_lossless(tiny):
             assert plain.generate(p, 20, drafter=d, gamma=3).tokens == ref.tokens
     skip = search_skip_layers(m, prompts(1), 1)
     assert len(skip) == 1 and 0 < skip[0] < m.args.n_layers - 1
+    skip2, info = search_skip_layers_auto(m, prompts(1))
+    assert 1 <= len(skip2) <= m.args.n_layers - 2 and len(info["search"]) == m.args.n_layers - 2
+    assert skip2 == search_skip_layers_auto(m, prompts(1))[0]  # deterministic
 
 
 def test_kv_rollback(tiny):

@@ -128,7 +128,8 @@ def register(sub):
     p.add_argument("--kv-mantissa-bits", type=int, default=None, help="Cassandra: KV view mantissa bits "
                    "(default: --mantissa-bits)")
     p.add_argument("--skip-layers", default=None, help="layer-skip: comma-separated layers (default: searched)")
-    p.add_argument("--n-skip", type=int, default=6, help="layer-skip: layers to skip when searching")
+    p.add_argument("--n-skip", type=int, default=0, help="layer-skip: layers to skip when searching "
+                   "(0 = let the search choose by expected speedup)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
