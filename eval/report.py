@@ -1,0 +1,464 @@
+"""Regenerate the evaluation report: `python eval/report.py --out docs/report [--quick]` (`make report`).
+
+Writes OUT/report.md and PNG plots (matplotlib, Agg):
+  1. entropy.png    exponent entropy vs our code vs rank-unary vs Huffman per tensor type (+ KV cache)
+  2. acceptance.png acceptance vs draft compression ratio: pruning / truncation / both, baselines marked
+  3. memory.png     footprint vs context; longest context within a budget (SmolLM2, an 8B-class config)
+  4. speedup.png    modeled speedup (RTX 4090 / Jetson AGX Orin / NPU) next to the paper's 1.78-2.41x
+  5. hardware.png   area per block / lane, NPU overhead, co-simulation throughput (when present)
+Measurements are cached as JSON lines under --cache (default build/report/), keyed by what produced
+them (model, config, prompt, tokens), so reruns only compute what is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import glob
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+
+import report_acceptance as acc  # noqa: E402
+import report_entropy as ent  # noqa: E402
+import report_hw as rhw  # noqa: E402
+import report_memory as mem  # noqa: E402
+from report_lib import PROMPTS, JsonlCache, Progress, env_summary, load_checkpoint  # noqa: E402
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="docs/report", help="output folder (report.md + PNGs)")
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny smoke run: 2 prompts x 12 tokens, 3 configs, a handful of tensors")
+    ap.add_argument("--model", default=None, help=".gguf or HF folder (default: the bundled SmolLM2)")
+    ap.add_argument("--cache", default=None, help="cache folder (default build/report, or build/report/quick)")
+    ap.add_argument("--prompts", type=int, default=None, help=f"first N of the {len(PROMPTS)} built-in prompts")
+    ap.add_argument("--max-new-tokens", type=int, default=None)
+    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--configs", default=None, help="comma-separated subset of the sweep's config names")
+    ap.add_argument("--kv-prompts", type=int, default=None, help="prompts whose K/V are captured (entropy)")
+    ap.add_argument("--kv-tokens", type=int, default=None, help="greedy tokens generated before the K/V capture")
+    ap.add_argument("--draft-fraction", type=float, default=0.05, help="trained-draft size / target size")
+    ap.add_argument("--budget-small-gib", type=float, default=0.5, help="memory budget for the bundled model")
+    ap.add_argument("--budget-8b-gib", type=float, default=24.0, help="memory budget for the 8B-class config")
+    ap.add_argument("--synth-report", default="build/synth/report.json")
+    ap.add_argument("--cosim-json", action="append", default=[], help="saved `cassandra-rtl cosim --json` output")
+    ap.add_argument("--cosim-values", type=int, default=None, help="run cosim on this many values (if available)")
+    ap.add_argument("--no-cosim", action="store_true", help="never run `cassandra-rtl cosim`, only read results")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--quiet", action="store_true")
+    a = ap.parse_args(argv)
+    q = a.quick
+    a.prompts = a.prompts or (2 if q else 8)
+    a.max_new_tokens = a.max_new_tokens or (12 if q else 32)
+    a.kv_prompts = a.kv_prompts or (1 if q else 4)
+    a.kv_tokens = a.kv_tokens or (1 if q else 32)
+    a.cosim_values = a.cosim_values if a.cosim_values is not None else (0 if q else 200_000)
+    a.cache = Path(a.cache or ("build/report/quick" if q else "build/report"))
+    return a
+
+
+def command_line(argv) -> str:
+    return "python eval/report.py " + " ".join(shlex.quote(x) for x in argv)
+
+
+def find_tuned(root: Path) -> tuple[list[dict], list[str]]:
+    """Saved draft-selection results (model/tune.py), if any: points with an acceptance and a draft ratio."""
+    pats = ["build/tune/**/*.json", "build/tune/**/*.jsonl", "build/tune*.json", "build/tune*.jsonl",
+            "build/draft_selection/**/*.json", "build/draft_selection/**/*.jsonl", "build/frontier*.json*"]
+    files = sorted({f for p in pats for f in glob.glob(str(root / p), recursive=True)})
+    pts, used = [], []
+
+    def take(rec, src):
+        if not isinstance(rec, dict):
+            return
+        a = next((rec[k] for k in ("acceptance_rate", "acceptance") if isinstance(rec.get(k), (int, float))), None)
+        r = next((rec[k] for k in ("draft_ratio", "draft_bytes_ratio", "weight_ratio", "compression_ratio")
+                  if isinstance(rec.get(k), (int, float))), None)
+        if r is None and isinstance(rec.get("draft_weight_bytes"), (int, float)) \
+                and isinstance(rec.get("bf16_weight_bytes"), (int, float)) and rec["bf16_weight_bytes"]:
+            r = rec["draft_weight_bytes"] / rec["bf16_weight_bytes"]
+        if a is not None and r is not None:
+            sp = rec.get("modeled_speedup") or rec.get("speedup")
+            pts.append({"acceptance": float(a), "ratio": float(r), "name": rec.get("name") or rec.get("config"),
+                        "speedup": sp.get("orin") if isinstance(sp, dict) else (sp if isinstance(sp, (int, float)) else None),
+                        "speedup_by_hw": sp if isinstance(sp, dict) else None, "source": src})
+
+    for f in files:
+        rel = os.path.relpath(f, root)
+        n0 = len(pts)
+        try:
+            text = Path(f).read_text()
+            if f.endswith(".jsonl"):
+                for line in text.splitlines():
+                    try:
+                        take(json.loads(line), rel)
+                    except json.JSONDecodeError:
+                        pass
+            else:
+                d = json.loads(text)
+                for rec in (d if isinstance(d, list) else d.get("frontier") or d.get("points") or d.get("results") or [d]
+                            if isinstance(d, dict) else []):
+                    take(rec, rel)
+        except (OSError, json.JSONDecodeError, AttributeError):
+            continue
+        if len(pts) > n0:
+            used.append(rel)
+    return pts, used
+
+
+def fmt(x, spec=".3f", none="—"):
+    return none if x is None else format(x, spec)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    a = parse_args(argv)
+    import torch
+
+    torch.set_num_threads(a.threads)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = JsonlCache(a.cache / "measurements.jsonl")
+    cmd = command_line(argv)
+    prog = Progress(6, quiet=a.quiet)
+    t_start = time.perf_counter()
+    timings = {}
+    started = _dt.datetime.now(_dt.timezone.utc)
+
+    # ---------------------------------------------------------------------------------------- model
+    prog.stage("loading the model")
+    t0 = time.perf_counter()
+    ck, ident, model_path = load_checkpoint(a.model)
+    tok = ck.tokenizer
+    model_name = f"{ident['name']} ({ck.args.arch}, {ck.args.n_layers} layers, dim {ck.args.dim})"
+    prompts_all = [(f"[{d}] {t}", tok.encode(tok.apply_chat(t))) for d, t in PROMPTS]
+    prompts = prompts_all[: a.prompts]
+    timings["load"] = time.perf_counter() - t0
+    figs = {}
+
+    # ---------------------------------------------------------------------------------------- entropy
+    prog.stage("entropy: real encodes of the weights and of captured K/V")
+    t0 = time.perf_counter()
+    from cassandra_rtl.golden.config import CodecConfig
+    from cassandra_rtl.golden.kv import kv_config
+
+    wcfg = CodecConfig(scheme="c1", group_size=128, keep_ratio=1.0, mantissa_bits=3)
+    kvcfg = kv_config(ck.args.head_dim, scheme="c1", mantissa_bits=3, keep_ratio=1.0)
+    wrows = ent.encode_weights(ck, ident, wcfg, a.quick, cache, prog)
+    kvrows = ent.capture_kv(ck, ident, prompts_all[: a.kv_prompts], a.kv_tokens, kvcfg, cache, prog)
+    agg = ent.aggregate_by_type(list(wrows.values()) + kvrows)
+    wvals = sum(r["values"] for r in wrows.values() if r["type"] != "embeddings" or not a.quick)
+    all_w = list(wrows.values())
+    n_w = sum(r["values"] for r in all_w)
+    w_bits = sum(r["bits_per_value"]["total"] * r["values"] for r in all_w) / n_w
+    w_spec_bits = sum(r["bits_per_value"]["speculation"] * r["values"] for r in all_w) / n_w
+    n_kv = sum(r["values"] for r in kvrows)
+    kv_bits = sum(r["bits_per_value"]["total"] * r["values"] for r in kvrows) / n_kv
+    kv_spec_bits = sum(r["bits_per_value"]["speculation"] * r["values"] for r in kvrows) / n_kv
+    formula_ok = all(r.get("draft_formula_ok", True) for r in all_w)
+    ent_cfg = (f"C1, G=128, keep 1.0, m=3 (weights: {len(all_w)} tensors, {n_w:,} values"
+               + (", quick subset" if a.quick else "") + f"); KV: G=head_dim={ck.args.head_dim}, books calibrated on "
+               f"the prompt's K/V per layer and K/V, {a.kv_prompts} prompt(s) + {a.kv_tokens} greedy token(s)")
+    figs["entropy"] = ent.plot(agg, out, "entropy.png", {"command": cmd, "model": model_name, "config": ent_cfg})
+    timings["entropy"] = time.perf_counter() - t0
+
+    # ---------------------------------------------------------------------------------------- acceptance
+    prog.stage(f"acceptance sweep: {a.prompts} prompts x {a.max_new_tokens} tokens, gamma {a.gamma}")
+    t0 = time.perf_counter()
+    configs = dict(acc.QUICK_CONFIGS if a.quick else acc.FULL_CONFIGS)
+    if a.configs:
+        keep = set(a.configs.split(",")) | {"none"}
+        unknown = keep - set(acc.FULL_CONFIGS) - set(acc.QUICK_CONFIGS)
+        if unknown:
+            print(f"report: unknown configs {sorted(unknown)}", file=sys.stderr)
+            return 2
+        configs = {k: v for k, v in {**acc.FULL_CONFIGS, **acc.QUICK_CONFIGS}.items() if k in keep}
+    sweep = acc.Sweep(ck, ident, prompts, a.max_new_tokens, a.gamma, cache, prog, a.quick,
+                      entropy_rows=wrows if not a.quick else None)
+    runs = sweep.run(configs)
+    summ = acc.summarize(runs)
+    tuned, tuned_files = find_tuned(ROOT)
+    acc_cfg = (f"greedy, gamma={a.gamma} fixed, {a.prompts} prompts x {a.max_new_tokens} new tokens "
+               f"(domains: {', '.join(sorted({d for d, _ in PROMPTS[: a.prompts]}))}); C1, G=128, magnitude salience; "
+               f"draft KV view keep 1.0, m=3; layer-skip by greedy search on built-in calibration texts")
+    figs["acceptance"] = acc.plot(summ, tuned, out, "acceptance.png",
+                                  {"command": cmd, "model": model_name, "config": acc_cfg})
+    timings["acceptance"] = time.perf_counter() - t0
+
+    # ---------------------------------------------------------------------------------------- memory
+    prog.stage("memory footprint vs context")
+    small = mem.model_shape(ck, ident["name"], model_path)
+    memres = mem.analyse([(small, a.budget_small_gib), (mem.LLAMA8B, a.budget_8b_gib)], w_bits, kv_bits,
+                         a.draft_fraction)
+    mem_cfg = (f"measured lossless bits/value: weights {w_bits:.3f} (2-D, C1 G=128), KV {kv_bits:.3f}; 1-D weights "
+               f"bf16; trained draft = +{100 * a.draft_fraction:g}% weights and KV; budgets {a.budget_small_gib:g} GiB "
+               f"/ {a.budget_8b_gib:g} GiB; 8B-class = Llama-3-8B shape with SmolLM2's bits/value")
+    figs["memory"] = mem.plot(memres, w_bits, kv_bits, a.draft_fraction, out, "memory.png",
+                              {"command": cmd, "model": model_name + " and " + mem.LLAMA8B["name"], "config": mem_cfg})
+
+    # ---------------------------------------------------------------------------------------- speedup
+    prog.stage("modeled speedup")
+    from cassandra_rtl.model.metrics import hardware_presets
+
+    presets = hardware_presets()
+    entries = rhw.speedup_entries(summ, tuned, acc.DEFAULT_CASSANDRA)
+    hw_desc = "; ".join(f"{h.name}: {h.bandwidth / 1e9:g} GB/s, {h.flops / 1e12:g} TFLOP/s" for h in presets.values())
+    sp_cfg = acc_cfg + "; performance model of docs/MODEL.md: " + hw_desc
+    figs["speedup"] = rhw.plot_speedup(entries, out, "speedup.png", {"command": cmd, "model": model_name,
+                                                                     "config": sp_cfg}) if entries else None
+
+    # ---------------------------------------------------------------------------------------- hardware
+    prog.stage("hardware: synthesis and co-simulation results")
+    synth_path = ROOT / a.synth_report if not Path(a.synth_report).is_absolute() else Path(a.synth_report)
+    srep = rhw.read_synth(synth_path)
+    blocks = rhw.synth_blocks(srep) if srep else []
+    overhead = (srep or {}).get("npu_overhead_percent") or {}
+    cosim = rhw.read_cosim_files([*a.cosim_json, a.cache / "cosim.json"])
+    cosim_note = None
+    if not cosim and not a.no_cosim and a.cosim_values > 0:
+        if rhw.cosim_available():
+            cass = ROOT / "build/demo/smollm2.cass"
+            if cass.is_file():
+                cosim = rhw.run_cosim(cass, a.cosim_values, log=prog.log)
+                if any("error" not in c for c in cosim):
+                    (a.cache / "cosim.json").write_text(json.dumps(cosim, indent=1))
+            else:
+                cosim_note = "not run: no container at build/demo/smollm2.cass (run `make demo` first)"
+        else:
+            cosim_note = "not run: `cassandra-rtl cosim` is not available in this checkout"
+    elif not cosim:
+        cosim_note = "not run (" + ("--no-cosim" if a.no_cosim else "--quick") + ")"
+    good_cosim = [c for c in cosim if "error" not in c]
+    hw_cfg = f"synthesis: {os.path.relpath(synth_path, ROOT)}" + (
+        f" ({(srep.get('flow') or {}).get('command', '')}, library {(srep.get('flow') or {}).get('library', '?')})"
+        if srep else " (missing)") + "; cosim: " + (", ".join(c.get("command", c.get("source", "?")) for c in good_cosim)
+                                                     or (cosim_note or "errors"))
+    figs["hardware"] = rhw.plot_hw(blocks, overhead, good_cosim, out, "hardware.png",
+                                   {"command": cmd, "model": "RTL blocks (hw/)", "config": hw_cfg}) \
+        if (blocks or good_cosim) else None
+
+    timings["total"] = time.perf_counter() - t_start
+    results = {
+        "command": cmd, "started_utc": started.isoformat(timespec="seconds"), "model": model_name,
+        "ident": ident, "env": env_summary(), "timings_s": timings, "entropy": agg,
+        "bits": {"weights_total": w_bits, "weights_spec": w_spec_bits, "kv_total": kv_bits, "kv_spec": kv_spec_bits},
+        "acceptance": summ, "memory": memres, "speedup_entries": entries, "synth_blocks": blocks,
+        "npu_overhead_percent": overhead, "cosim": cosim, "tuned": tuned, "tuned_files": tuned_files,
+        "draft_formula_ok": formula_ok,
+    }
+    a.cache.mkdir(parents=True, exist_ok=True)
+    (a.cache / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    md = render_markdown(a, results, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_cfg, mem_cfg, sp_cfg,
+                         hw_cfg, presets)
+    (out / "report.md").write_text(md)
+    prog.log(f"wrote {out / 'report.md'} and {len([f for f in figs.values() if f])} PNGs "
+             f"in {timings['total']:.0f}s")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ markdown
+def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_cfg, mem_cfg, sp_cfg, hw_cfg,
+                    presets) -> str:
+    L = []
+    w = L.append
+    quick = " (**--quick smoke run: tiny sample, not the measurement**)" if a.quick else ""
+    w(f"# Cassandra evaluation report{quick}\n")
+    w(f"Generated by `{R['command']}` (`make report`) on {R['started_utc']} in {R['timings_s']['total']:.0f} s; "
+      f"never edited by hand. Model: **{R['model']}** ({R['ident']['name']}, dequantized from its GGUF and rounded "
+      f"to bf16 with round-to-nearest-even: the exponent statistics are those of that bf16 model). Environment: "
+      f"Python {R['env']['python']}, torch {R['env']['torch']}, {R['env']['threads']} thread(s), CPU only. "
+      f"Measurements are cached in `{a.cache}/measurements.jsonl` (keyed by model, config, prompt and tokens); "
+      f"raw numbers of this run: `{a.cache}/results.json`.\n")
+    w(f"Scale of this run: {a.prompts} prompt(s) x {a.max_new_tokens} new tokens per config, gamma = {a.gamma}, "
+      f"{len(R['acceptance'])} configs; K/V captured from {a.kv_prompts} prompt(s) + {a.kv_tokens} token(s). "
+      "A larger run: `python eval/report.py --out docs/report --prompts 8 --max-new-tokens 64`.\n")
+    w("Contents: [1 entropy](#1-exponent-entropy-vs-code-length) · [2 acceptance](#2-acceptance-vs-draft-compression) · "
+      "[3 memory](#3-memory-footprint-vs-context) · [4 speedup](#4-modeled-speedup) · [5 hardware](#5-hardware) · "
+      "[what is not covered](#what-this-report-does-not-cover)\n")
+
+    # 1 ------------------------------------------------------------------------------------------
+    ag = R["entropy"]
+    w("## 1. Exponent entropy vs code length\n")
+    w(f"![entropy]({figs['entropy']})\n")
+    w(f"*Command* `{R['command']}` · *model* {R['model']} · *config* {ent_cfg}.\n")
+    w("Per tensor type: the Shannon entropy of the bf16 exponent field (per tensor, value-weighted mean: the "
+      "bound for per-tensor codebooks), the average Huffman code length with a per-tensor Huffman code, the bits "
+      "per value of our C1 exponent code planes measured from the real encoded streams (rank-unary with a 15-symbol "
+      "cap and an 8-bit escape, byte-aligned superblock chunks; indexes excluded), and plain rank-unary without "
+      "cap or escape (the paper's code). KV rows code K and V vectors with codebooks fixed at the prompt's "
+      "prefill, so generated tokens' rare exponents are escaped.\n")
+    w("| type | tensors | values | entropy | Huffman | **our code** | rank-unary | code − entropy | lossless total b/v | draft (spec) b/v |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for t, r in ag.items():
+        w(f"| {t} | {r['tensors']} | {r['values']:,} | {r['entropy']:.3f} | {r['huffman']:.3f} | **{r['code']:.3f}** | "
+          f"{r['unary_rank']:.3f} | {r['code'] - r['entropy']:+.3f} | {r['total_bits']:.3f} | {r['spec_bits']:.3f} |")
+    b = R["bits"]
+    w(f"\nAll 2-D weights: lossless total **{b['weights_total']:.3f} bits/value** "
+      f"({100 * b['weights_total'] / 16:.1f}% of bf16; draft stream at m=3: {b['weights_spec']:.3f} b/v); KV cache: "
+      f"**{b['kv_total']:.3f} bits/value** lossless, {b['kv_spec']:.3f} b/v draft view. "
+      f"The draft-view formula used by the sweep (FORMAT.md §2.1) was checked bit-equal to `decode_draft` on every "
+      f"tensor encoded here: {'yes' if R['draft_formula_ok'] else '**NO**'}.\n")
+
+    # 2 ------------------------------------------------------------------------------------------
+    S = R["acceptance"]
+    w("## 2. Acceptance vs draft compression\n")
+    w(f"![acceptance]({figs['acceptance']})\n")
+    w(f"*Command* `{R['command']}` · *model* {R['model']} · *config* {acc_cfg}.\n")
+    w("Draft compression ratio = the draft's weight bytes per pass / bf16 weight bytes per pass, from the real "
+      "speculation-stream sizes (codes + sign/mantissa planes + indexes) of every 2-D weight; layer-skip = bf16 "
+      "bytes of the kept layers; n-gram reads no weights (ratio 0). Acceptance = accepted / drafted tokens; "
+      "alpha = accepted / draft tokens the verifier reached; lossless = token-identical to plain greedy decoding. "
+      "Speedups are modeled from bytes moved (docs/MODEL.md), not measured on this CPU.\n")
+    hws = list(presets)
+    w("| config | family | ratio | acceptance | alpha | tokens/step | bytes/token vs bf16 | " +
+      " | ".join(f"speedup {presets[h].name}" for h in hws) + " | lossless |")
+    w("|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(hws) + "---|")
+    order = sorted(S, key=lambda k: ({"reference": 0, "baseline": 1, "mantissa": 2, "prune": 3, "both": 4}[S[k]["family"]],
+                                     -S[k]["weight_ratio"]))
+    for k in order:
+        s = S[k]
+        extra = f" (skip {s['skip_layers']})" if s.get("skip_layers") else ""
+        w(f"| {k}{extra} | {s['family']} | {s['weight_ratio']:.3f} | {fmt(s['acceptance'])} | {fmt(s['alpha'])} | "
+          f"{fmt(s['tokens_per_step'], '.2f')} | {s['bytes_ratio']:.3f} | " +
+          " | ".join(f"{s['speedup'][h]:.2f}x" for h in hws) + f" | {s['lossless']} |")
+    if R["tuned"]:
+        w(f"\nTuned drafts from the draft-selection work (read from {', '.join(R['tuned_files'])}) are plotted as black "
+          "crosses; their numbers come from that tool's own runs (its prompts and settings), not this sweep.\n")
+    else:
+        w("\nNo saved draft-selection results (model/tune.py output) were found under build/: tuned drafts not shown.\n")
+    w(findings_acceptance(S))
+
+    # 3 ------------------------------------------------------------------------------------------
+    w("## 3. Memory footprint vs context\n")
+    w(f"![memory]({figs['memory']})\n")
+    w(f"*Command* `{R['command']}` · *model* {R['model']} and {mem.LLAMA8B['name']} · *config* {mem_cfg}.\n")
+    w("Cassandra needs no memory beyond its lossless encoding: the draft reads a subset (the speculation "
+      "streams) of the same bytes. A trained draft (EAGLE/Medusa-style) adds its own network and KV cache on top "
+      f"of bf16 (here {100 * a.draft_fraction:g}% of the target, `--draft-fraction`). GiB = 2^30 bytes.\n")
+    for res in R["memory"]:
+        m = res["model"]
+        w(f"**{m['name']}** ({m['params_2d'] + m['params_1d']:,} parameters, {m['n_layers']} layers, "
+          f"{m['n_kv_heads']} KV heads x {m['head_dim']}; budget {res['budget_gib']:g} GiB; trained context "
+          f"{m['max_context']:,}):\n")
+        w("| scheme | weights (GiB) | KV bytes / token | longest context in budget | vs bf16 |")
+        w("|---|---:|---:|---:|---:|")
+        for r in res["rows"]:
+            w(f"| {r['scheme']} | {r['fixed_gib']:.3f} | {r['kv_bytes_per_token']:,.0f} | {r['max_context']:,} | "
+              f"{fmt(r['vs_bf16'], '.2f')}x |")
+        w("")
+    w("The 8B-class figures apply SmolLM2's measured bits/value to a Llama-3-8B shape (no 8B checkpoint is "
+      "available offline); larger models' exponent histograms are usually as concentrated, but that is an "
+      "assumption, not a measurement.\n")
+
+    # 4 ------------------------------------------------------------------------------------------
+    w("## 4. Modeled speedup\n")
+    if figs["speedup"]:
+        w(f"![speedup]({figs['speedup']})\n")
+        w(f"*Command* `{R['command']}` · *model* {R['model']} · *config* {sp_cfg}.\n")
+        w("| method | " + " | ".join(presets[h].name for h in hws) + " |")
+        w("|---|" + "---:|" * len(hws))
+        for name, sp in R["speedup_entries"]:
+            w(f"| {name.replace(chr(10), ' ')} | " + " | ".join(f"{sp[h]:.2f}x" for h in hws if h in sp) + " |")
+        w("\nThe paper reports 1.78–2.41x on 4–8B models on its own hardware; these are modeled figures for a "
+          "135M model (time per pass = max(bytes / bandwidth, FLOPs / peak), summed over the run's passes, vs "
+          "plain bf16 autoregressive decoding of the same tokens). With those presets every pass of this model is "
+          "memory-bound, so the three devices give nearly the same ratio. INT8 is lossy (token match vs bf16 in §2's "
+          "table); the speculative methods are lossless.\n")
+    else:
+        w("Not run (no sweep results).\n")
+
+    # 5 ------------------------------------------------------------------------------------------
+    w("## 5. Hardware\n")
+    if figs["hardware"]:
+        w(f"![hardware]({figs['hardware']})\n")
+        w(f"*Command* `{R['command']}` · *model* RTL blocks · *config* {hw_cfg}.\n")
+    if srep:
+        fl = srep.get("flow") or {}
+        w(f"From `{os.path.relpath(synth_path, ROOT)}` (written by `{fl.get('command', 'make synth')}`; library "
+          f"{fl.get('library', '?')}, {fl.get('nand2_um2', '?')} µm²/GE; pre-layout estimates):\n")
+        if R["synth_blocks"]:
+            w("| block | kind | area GE | µm² | lanes | GE / lane | FFs | est. MHz |")
+            w("|---|---|---:|---:|---:|---:|---:|---:|")
+            for bl in R["synth_blocks"]:
+                w(f"| {bl['block']} | {bl['kind']} | {bl['area_ge']:,.0f} | {fmt(bl['area_um2'], ',.0f')} | "
+                  f"{bl['lanes'] or '—'} | {fmt(bl['area_ge_per_lane'], ',.0f')} | {bl['flip_flops']} | "
+                  f"{fmt(bl['fmax_mhz'], '.0f')} |")
+        kinds = {bl["kind"] for bl in R["synth_blocks"]}
+        missing = [k for k in ("decoder", "encoder") if k not in kinds]
+        if missing:
+            w(f"\n{' and '.join(missing).capitalize()} block(s): **not run** (absent from the synthesis report).")
+        ov = R["npu_overhead_percent"]
+        w("\nNPU overhead (decoder + encoder area as % of a 64 TFLOPS PE array, same flow): " +
+          (", ".join(f"{k}: {'not run' if v is None else f'{v:.3f}%'}" for k, v in ov.items()) or "not run") +
+          f" — the paper's figure is ~{rhw.PAPER_OVERHEAD_PERCENT:g}%.\n")
+    else:
+        w(f"Synthesis: **not run** (`{os.path.relpath(synth_path, ROOT)}` not found; run `make synth`).\n")
+    good = [c for c in R["cosim"] if "error" not in c]
+    if good:
+        w("Co-simulation (RTL decoder vs golden decode):\n")
+        w("| source | simulator | mode | values | mismatches | values / s |")
+        w("|---|---|---|---:|---:|---:|")
+        for c in good:
+            w(f"| `{c.get('command', c.get('source', '?'))}` | {c.get('simulator', '?')} | {c.get('mode', '?')} | "
+              f"{c.get('values', 0):,} | {c.get('mismatches', '?')} | {fmt(c.get('values_per_second'), ',.0f')} |")
+        w("")
+    else:
+        errs = [c for c in R["cosim"] if "error" in c]
+        w("Co-simulation throughput: **not run**" + (f" — {cosim_note}" if cosim_note else "") +
+          ("".join(f"\n- `{c.get('command')}`: {c['error']}" for c in errs)) + "\n")
+
+    # limits -------------------------------------------------------------------------------------
+    w("## What this report does not cover\n")
+    lim = [
+        f"Scale: {a.prompts} prompts x {a.max_new_tokens} tokens per config on a shared 2-core CPU; acceptance "
+        "rates carry a sampling error of a few points at this size.",
+        "Speedups are modeled from bytes moved and FLOPs, not measured on the devices; CPU tokens/s is "
+        "meaningless here (the CPU is compute-bound and the row-exact verify path costs compute).",
+        "Only magnitude salience and uniform per-model configs are swept here; activation-aware salience and "
+        "per-tensor allocation belong to the draft-selection work (model/tune.py)" +
+        (" whose saved results are overlaid." if R["tuned"] else ", whose results were not available."),
+        "The 8B-class memory figure reuses SmolLM2's bits/value (no 8B checkpoint offline).",
+    ]
+    if not good:
+        lim.append("Co-simulation throughput was not available for this run.")
+    if not srep or not {"decoder", "encoder"} <= {bl["kind"] for bl in R["synth_blocks"]}:
+        lim.append("Decoder/encoder synthesis results were incomplete or missing in build/synth/report.json.")
+    for x in lim:
+        w(f"- {x}")
+    w("")
+    return "\n".join(L)
+
+
+def findings_acceptance(S) -> str:
+    lines = []
+    cass = {k: v for k, v in S.items() if v["draft"] == "cassandra" and v["acceptance"] is not None}
+    if cass:
+        best = max(cass, key=lambda k: cass[k]["speedup"].get("orin", 0))
+        b = cass[best]
+        lines.append(f"Best Cassandra point of this sweep by modeled speedup: **{best}** — ratio {b['weight_ratio']:.3f}, "
+                     f"acceptance {b['acceptance']:.3f}, {b['tokens_per_step']:.2f} tokens/step, "
+                     f"{b['speedup'].get('orin', 0):.2f}x modeled on Jetson AGX Orin.")
+    for k, v in S.items():
+        if v["draft"] in ("layerskip", "ngram") and v["acceptance"] is not None:
+            lines.append(f"{k}: acceptance {v['acceptance']:.3f} at ratio {v['weight_ratio']:.3f}, "
+                         f"{v['speedup'].get('orin', 0):.2f}x modeled.")
+    bad = [k for k, v in S.items() if v["lossless"] not in ("n/a",) and v["lossless"].split("/")[0] != v["lossless"].split("/")[1]]
+    lines.append("Every speculative run was token-identical to plain greedy decoding." if not bad else
+                 f"**Not lossless**: {', '.join(bad)}.")
+    return "\n".join(f"- {x}" for x in lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
