@@ -274,6 +274,7 @@ class DecoderC1(wiring.Component):
             wiring.connect(m, wiring.flipped(getattr(self, name)), rd.inp)
             readers[name] = rd
         S, M, V, R = (readers[n] for n in ("spec_codes", "spec_signman", "verif_codes", "verif_rest"))
+        self._readers = readers          # for white-box simulation probes
 
         # Superblock bookkeeping.
         remaining = Signal(CFG_DATA_BITS)
@@ -386,10 +387,10 @@ class DecoderC1(wiring.Component):
 
         # ---- readers' controls
         for rd in (S, M):
-            m.d.comb += [rd.enable.eq(busy), rd.drain.eq(err.any() & ~busy), rd.flush.eq(start | raise_err.any())]
+            m.d.comb += [rd.enable.eq(busy), rd.drain.eq(err.any() & ~busy), rd.flush.eq(raise_err.any())]
         for rd in (V, R):
             m.d.comb += [rd.enable.eq(busy & full), rd.drain.eq(err.any() & ~busy),
-                         rd.flush.eq(start | raise_err.any())]
+                         rd.flush.eq(raise_err.any())]
         m.d.comb += [S.take.eq(spec_take), M.take.eq(sm_take), V.take.eq(ver_take), R.take.eq(rest_take)]
         for rd in (S, M, V, R):
             m.d.comb += rd.skip.eq(finishing)

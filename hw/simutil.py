@@ -115,3 +115,112 @@ def beat_values(beats, lanes: int) -> tuple[np.ndarray, list[tuple[int, int, int
         vals.extend(int(b.lanes[i]) for i in range(n))
         meta.append((n, int(b.sb_end), int(b.last)))
     return np.array(vals, dtype=np.uint16), meta
+
+
+@dataclass
+class DecodeJob:
+    """One tensor for ``run_decoder``: its encoding, the mode, and optional stream overrides (for malformed
+    stimuli): ``planes`` replaces the framed plane words, ``program`` the register writes."""
+    enc: EncodedTensor
+    full: bool
+    planes: dict | None = None
+    program: list | None = None
+    pre_wait: int = 0          # cycles the host waits before programming this job (e.g. to let a drain finish)
+    gate: bool = False         # the DMA of this job starts only after its program was written
+
+
+@dataclass
+class DecodeResult:
+    values: list            # per job: np.ndarray of the values of its beats
+    meta: list              # per job: (count, sb_end, last) of every beat
+    cycles: int             # clock cycles from the first START to the last beat (or to the timeout)
+    error_code: int
+    busy: int
+
+
+def run_decoder(dut, jobs: list[DecodeJob], stalls: Stalls | None = None, max_cycles: int = 200_000,
+                expect_error: bool = False) -> DecodeResult:
+    """Simulate ``dut`` (a DecoderC1) on ``jobs`` in sequence with random idles on every input and random
+    backpressure on the output. The host waits for ``busy = 0`` before programming the next tensor."""
+    from amaranth.sim import Simulator
+
+    stalls = stalls or Stalls()
+    lanes, word = dut.lanes, dut.word
+    feeds: dict[str, list] = {p: [] for p in DECODER_PORTS.values()}   # (job index, words) segments
+    for j, job in enumerate(jobs):
+        planes = job.planes if job.planes is not None else decoder_planes(job.enc, job.full, word)
+        for port, items in planes.items():
+            feeds[port].append((j, items))
+    state = {"beats": [], "cycles": 0, "err": 0, "busy": 0, "started": False, "programmed": 0}
+    n_last_expected = len(jobs)
+
+    async def host(ctx):
+        for job in jobs:
+            while ctx.get(dut.busy) or (ctx.get(dut.cfg.valid) and not ctx.get(dut.cfg.ready)):
+                await ctx.tick()
+            await ctx.tick()
+            for _ in range(job.pre_wait):
+                await ctx.tick()
+            prog = job.program if job.program is not None else decoder_program(job.enc, job.full)
+            await drive_stream(ctx, dut.cfg, prog, Stalls(idle=stalls.idle, seed=stalls.seed + 101),
+                               fields=("addr", "data"))
+            state["started"] = True
+            state["programmed"] += 1
+            await ctx.tick()
+            if expect_error and ctx.get(dut.error):
+                break
+
+    def feeder(port, segments, seed):
+        async def proc(ctx):
+            st = Stalls(idle=stalls.idle, seed=seed)
+            for j, items in segments:
+                while jobs[j].gate and state["programmed"] <= j:
+                    await ctx.tick()
+                await drive_stream(ctx, getattr(dut, port), items, st)
+        return proc
+
+    async def sink(ctx):
+        out = dut.out
+        rng = Stalls(backpressure=stalls.backpressure, seed=stalls.seed + 7)
+        lasts = 0
+        idle_after_error = 0
+        while state["cycles"] < max_cycles:
+            ready = 0 if rng.stall_now() else 1
+            ctx.set(out.ready, ready)
+            _, _, valid, payload, err = await ctx.tick().sample(out.valid, out.payload, dut.error)
+            if state["started"]:
+                state["cycles"] += 1
+            if valid and ready:
+                state["beats"].append(payload)
+                lasts += int(payload.last)
+                if lasts == n_last_expected:
+                    break
+            if err and expect_error:
+                idle_after_error += 1
+                if idle_after_error > 64:          # let the drain run a while, then stop
+                    break
+        state["err"] = ctx.get(dut.error_code)
+        state["busy"] = ctx.get(dut.busy)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(host, background=True)
+    for i, (port, items) in enumerate(feeds.items()):
+        if items:
+            sim.add_testbench(feeder(port, items, stalls.seed * 13 + i), background=True)
+    sim.add_testbench(sink)
+    sim.run()
+    # Split the beats per job at the `last` flags.
+    values, meta, cur = [], [], []
+    for b in state["beats"]:
+        cur.append(b)
+        if int(b.last):
+            v, mt = beat_values(cur, lanes)
+            values.append(v)
+            meta.append(mt)
+            cur = []
+    if cur:
+        v, mt = beat_values(cur, lanes)
+        values.append(v)
+        meta.append(mt)
+    return DecodeResult(values, meta, state["cycles"], state["err"], state["busy"])
