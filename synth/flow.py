@@ -38,7 +38,7 @@ from typing import Any, Callable
 from ..errors import ConfigError, ToolMissingError
 from . import liberty, timing
 
-FLOW_VERSION = 5                     # bump when the script or the parsing changes meaning
+FLOW_VERSION = 6                     # bump when the script or the parsing changes meaning
 LIB_PATH = liberty.LIB_PATH
 LOCAL_LIB = "cells.lib"               # the library is copied next to each design (see yosys_script)
 # NAND2_X1 area assumed for a 28 nm standard-cell library (µm²): an estimate, see docs/SYNTHESIS.md.
@@ -181,17 +181,20 @@ def yosys_argv() -> list[str]:
 
 
 def abc_script(period_ps: float, quick: bool) -> str:
-    """ABC commands: Yosys' default liberty script *without* ``dc2`` and with fanout buffering.
+    """ABC commands: structural choices (``&dch``), delay-driven mapping (``&nf -D``), buffering.
 
-    ``dc2`` is area-oriented AIG rewriting; on its own it turns the Brent-Kung adders Yosys builds
-    into ripple-carry chains (a 27-bit add: 9 -> 27 levels, 0.56 -> 1.32 ns for 5 % less area).
-    Yosys' script also does no buffering; a real flow would, and without it the single-strength
-    cells would see absurd fanout loads (``buffer -N 8`` caps the fanout of ABC's nets)."""
+    Compared with Yosys' default liberty script this drops
+    * ``dc2`` (area-oriented AIG rewriting): it turns Yosys' Brent-Kung adders into ripple-carry
+      chains (a 27-bit add: 9 -> 27 levels, 0.56 -> 1.32 ns, for 5 % less area);
+    * ``&fraig -x; scorr; dretime``: SAT sweeping and sequential passes that, on the purely
+      combinational logic ABC sees here, cost minutes in the WebAssembly build (zero counter:
+      69 s -> 448 s) and gave a slightly *larger* netlist;
+    and adds ``buffer -N 8``: Yosys' script does no fanout buffering, and single-strength cells
+    would otherwise drive 50-load nets directly. --quick also drops ``&dch``."""
     d = f"-D {int(period_ps)}"
     if quick:
         return f"strash; &get -n; &nf {d}; &put; buffer -N 8\n"
-    return (f"strash; &get -n; &fraig -x; &put; scorr; dretime; strash; &get -n; &dch -f; "
-            f"&nf {d}; &put; buffer -N 8\n")
+    return f"strash; &get -n; &dch -f; &nf {d}; &put; buffer -N 8\n"
 
 
 def yosys_script(top: str, abc_cmds: str, period_ps: float) -> str:
