@@ -133,6 +133,8 @@ def index_from_bytes(data: bytes, nsb: int, plane_len: int, name: str = "index")
     na = (nsb + INDEX_ANCHOR_STRIDE - 1) // INDEX_ANCHOR_STRIDE
     anchors = np.frombuffer(data, dtype="<u4", count=na).astype(np.int64)
     rel = np.frombuffer(data, dtype="<u2", count=nsb, offset=4 * na).astype(np.int64)
+    if np.any(rel[::INDEX_ANCHOR_STRIDE] != 0):
+        raise FormatError(f"{name}: an anchor differs from its superblock's offset (A_j != o_16j)")
     starts = np.repeat(anchors, INDEX_ANCHOR_STRIDE)[:nsb] + rel
     offsets = np.append(starts, plane_len)
     if nsb and (starts[0] != 0 or np.any(np.diff(offsets) < 0)):

@@ -18,7 +18,7 @@ from ..errors import ConfigError, FormatError
 from .codebook import Codebook
 from .codec import (INDEXED, PLANES, EncodedTensor, fixed_plane_nbytes, has_index, index_from_bytes,
                     index_to_bytes, superblock_count)
-from .config import FORMAT_VERSION, CodecConfig
+from .config import FORMAT_VERSION, PRUNED, CodecConfig
 
 MAGIC = b"CASS"
 PREFIX = struct.Struct("<4sHHII")   # magic, major, minor, header length, header crc32
@@ -169,6 +169,9 @@ def _tensor(entry, sections: dict) -> tuple[str, EncodedTensor]:
         raise FormatError(f"{name}: books, planes and indexes must be objects")
     spec_book = Codebook.from_json(books["spec"]) if books.get("spec") is not None else None
     verif_book = Codebook.from_json(books.get("verif", []))
+    if PRUNED in verif_book.symbols:
+        raise FormatError(f"{name}: the verification book holds the pruned mark, which only the speculation "
+                          "alphabet has")
     if cfg.scheme == "c1" and spec_book is None:
         raise FormatError(f"{name}: a C1 tensor needs a speculation codebook")
     nsb = superblock_count(numel, cfg.group_size)

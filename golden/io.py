@@ -50,8 +50,8 @@ def _to_bits(name: str, arr: np.ndarray) -> np.ndarray:
 def _npy(path: Path) -> Iterator[tuple[str, np.ndarray]]:
     try:
         arr = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        raise InputError(f"{path.name}: not a readable .npy file ({exc})") from None
+    except (ValueError, EOFError, OSError) as exc:
+        raise InputError(f"{path.name}: not a readable .npy file ({exc or 'empty file'})") from None
     yield path.stem, _to_bits(path.stem, arr)
 
 
@@ -60,25 +60,36 @@ def _safetensors(path: Path) -> Iterator[tuple[str, np.ndarray]]:
     import struct
 
     # Parse the header ourselves: numpy has no bf16 dtype, so safetensors' numpy API cannot load bf16.
+    size = path.stat().st_size
     with open(path, "rb") as f:
         raw = f.read(8)
         if len(raw) < 8:
             raise InputError(f"{path.name}: truncated safetensors file")
         (n,) = struct.unpack("<Q", raw)
+        if n > size - 8:
+            raise InputError(f"{path.name}: safetensors header runs past the end of the file")
         try:
             header = json.loads(f.read(n))
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise InputError(f"{path.name}: corrupt safetensors header") from None
+        if not isinstance(header, dict):
+            raise InputError(f"{path.name}: safetensors header is not a JSON object")
         base = 8 + n
         dtypes = {"BF16": np.uint16, "F32": np.float32, "F16": np.float16, "F64": np.float64}
         for name, info in header.items():
             if name == "__metadata__":
                 continue
-            if info["dtype"] not in dtypes:
-                raise InputError(f"{name}: unsupported safetensors dtype {info['dtype']}")
-            start, end = info["data_offsets"]
+            try:
+                dtype, shape, (start, end) = info["dtype"], [int(d) for d in info["shape"]], info["data_offsets"]
+            except (KeyError, TypeError, ValueError):
+                raise InputError(f"{path.name}: tensor {name!r} lacks a valid dtype/shape/data_offsets") from None
+            if dtype not in dtypes:
+                raise InputError(f"{name}: unsupported safetensors dtype {dtype}")
+            count = int(np.prod(shape, dtype=np.int64))
+            if not (0 <= start <= end and base + end <= size and end - start == count * np.dtype(dtypes[dtype]).itemsize):
+                raise InputError(f"{path.name}: tensor {name!r} data does not match its shape or lies past the end")
             f.seek(base + start)
-            arr = np.frombuffer(f.read(end - start), dtype=dtypes[info["dtype"]]).reshape(info["shape"])
+            arr = np.frombuffer(f.read(end - start), dtype=dtypes[dtype]).reshape(shape)
             yield name, _to_bits(name, arr)
 
 

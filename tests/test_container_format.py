@@ -220,11 +220,7 @@ def _anchor_moved(a, r):                 # same offsets, but A_1 != o_16 (§6 de
     return a, r
 
 
-@pytest.mark.parametrize("mutate", [_swap, _shift_boundary, _past_end, pytest.param(
-    _anchor_moved, marks=pytest.mark.xfail(strict=True, reason=(
-        "FORMAT.md §6 defines A_j = o_{16j}, so R_{16j} = 0; golden/codec.py index_from_bytes only checks that "
-        "A + R is monotone from 0, and accepts A_1 = o_16 - 1 with R_16 = 1 (a decoder that starts at "
-        "superblock 16 from the anchor alone would start one byte early)")))])
+@pytest.mark.parametrize("mutate", [_swap, _shift_boundary, _past_end, _anchor_moved])
 def test_inconsistent_index_is_rejected(written, mutate):
     path, tensors, originals, _ = written
     assert len(R.superblocks(originals["c1.big"].size, 32)) == 40

@@ -320,9 +320,6 @@ def test_huge_shape_on_draft_path_is_a_format_error(tmp_path):
     assert status == "error", out
 
 
-@pytest.mark.xfail(strict=True, reason="§3.1: the C1 verification alphabet is the exponents 0..255 (P = 256 only "
-                   "exists in the speculation alphabet); golden accepts a verification book holding 256 and "
-                   "decodes exponent 256, whose bit 8 lands in the sign bit: a silently wrong tensor")
 def test_c1_verification_book_with_pruned_mark_is_rejected(tmp_path):
     book = list(HEADER["tensors"][_t(C1)]["books"]["verif"])
     book[0] = 256                                       # same K: the codes still parse
