@@ -252,7 +252,7 @@ class EncoderKvC1(wiring.Component):
                     with m.If(beat == 0):
                         ok = self._config_ok(r)
                         loaded = r["spec_loaded"] & r["verif_loaded"]
-                        m.d.comb += [raise_err[Err.CONFIG].eq(~ok), raise_err[Err.NO_BOOK].eq(ok & ~loaded)]
+                        m.d.comb += [raise_err[Err.NO_BOOK].eq(~loaded), raise_err[Err.CONFIG].eq(loaded & ~ok)]
                     with m.If(self.inp.payload.last != last_beat):
                         m.d.comb += raise_err[FRAME_ERR].eq(1)
                     with m.If(raise_err.any()):

@@ -224,3 +224,97 @@ def run_decoder(dut, jobs: list[DecodeJob], stalls: Stalls | None = None, max_cy
         values.append(v)
         meta.append(mt)
     return DecodeResult(values, meta, state["cycles"], state["err"], state["busy"])
+
+
+# ------------------------------------------------------------------------------------------- encoder
+
+ENCODER_PORTS = ("spec_codes", "spec_signman", "verif_codes", "verif_rest")
+
+
+def encoder_program(cfg, books) -> list[tuple[int, int]]:
+    """Register writes of the KV encoder: MBITS, KEEP, GROUP and both books (sizes written last)."""
+    spec, verif = books
+    w = [(Reg.MBITS, cfg.mantissa_bits), (Reg.KEEP, cfg.keep_count), (Reg.GROUP, cfg.group_size)]
+    w += [(Reg.SPEC_SYM + r, s) for r, s in enumerate(spec.symbols)] + [(Reg.SPEC_K, spec.K)]
+    w += [(Reg.VERIF_SYM + r, s) for r, s in enumerate(verif.symbols)] + [(Reg.VERIF_K, verif.K)]
+    return [(int(a), int(d)) for a, d in w]
+
+
+def expected_plane_words(enc: EncodedTensor, word_bits: int) -> dict[str, list[tuple[int, int]]]:
+    return {DECODER_PORTS[p]: plane_words(enc, p, word_bits) for p in DECODER_PORTS}
+
+
+@dataclass
+class EncodeResult:
+    planes: dict            # port name -> list of (data, last) words
+    cycles: int             # cycles from the first input beat to the last output word
+    error_code: int
+
+
+def run_encoder(dut, vectors: np.ndarray, program: list, stalls: Stalls | None = None,
+                max_cycles: int = 100_000, frame_last=None) -> EncodeResult:
+    """Simulate the KV encoder on ``vectors`` ([n, G] uint16), program first; collect every plane's words.
+    ``frame_last(v, b)`` overrides the `last` flag of beat b of vector v (malformed framing tests)."""
+    from amaranth.sim import Simulator
+
+    stalls = stalls or Stalls()
+    L = dut.lanes
+    n, G = vectors.shape
+    beats = []
+    for v in range(n):
+        for b in range(G // L):
+            last = int(b == G // L - 1) if frame_last is None else frame_last(v, b)
+            beats.append((tuple(int(t) for t in vectors[v, b * L:(b + 1) * L]), last))
+    n_chunks = n
+    got = {p: [] for p in ENCODER_PORTS}
+    state = {"first": None, "lastword": 0, "cycle": 0, "err": 0}
+
+    async def host(ctx):
+        await drive_stream(ctx, dut.cfg, program, Stalls(), fields=("addr", "data"))
+        st = Stalls(idle=stalls.idle, seed=stalls.seed + 1)
+        for lanes, last in beats:
+            while st.idle_now():
+                await ctx.tick()
+            ctx.set(dut.inp.valid, 1)
+            for i, t in enumerate(lanes):
+                ctx.set(dut.inp.payload.lanes[i], t)
+            ctx.set(dut.inp.payload.last, last)
+            if state["first"] is None:
+                state["first"] = state["cycle"]
+            await ctx.tick().until(dut.inp.ready)
+            ctx.set(dut.inp.valid, 0)
+
+    def sink(p, seed):
+        async def proc(ctx):
+            port = getattr(dut, p)
+            st = Stalls(backpressure=stalls.backpressure, seed=seed)
+            while True:
+                rdy = 0 if st.stall_now() else 1
+                ctx.set(port.ready, rdy)
+                _, _, v, d, last = await ctx.tick().sample(port.valid, port.payload.data, port.payload.last)
+                if v and rdy:
+                    got[p].append((d, last))
+                    state["lastword"] = state["cycle"]
+        return proc
+
+    async def clock(ctx):
+        idle = 0
+        while state["cycle"] < max_cycles:
+            await ctx.tick()
+            state["cycle"] += 1
+            done = all(sum(l for _, l in got[p]) >= n_chunks for p in ENCODER_PORTS)
+            if done or ctx.get(dut.error):
+                idle += 1
+                if idle > 32:
+                    break
+        state["err"] = ctx.get(dut.error_code)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(host, background=True)
+    for i, p in enumerate(ENCODER_PORTS):
+        sim.add_testbench(sink(p, stalls.seed * 7 + i), background=True)
+    sim.add_testbench(clock)
+    sim.run()
+    cycles = state["lastword"] - (state["first"] or 0) + 1
+    return EncodeResult(got, cycles, state["err"])
