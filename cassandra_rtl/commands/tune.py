@@ -1,0 +1,120 @@
+"""`cassandra-rtl tune`: search the Cassandra draft's per-tensor allocation (keep ratio, mantissa bits, scheme)
+and KV view that maximise modeled speedup; write it as a reusable draft config (JSON) and/or record it in
+a .cass container's meta. `cassandra-rtl generate --draft-config PATH` uses it.
+
+Method: docs/DRAFT_SELECTION.md (Wanda-style salience from calibration prompts; teacher-forced agreement
+on held-apart prompts as the acceptance proxy; exact speculation-stream bytes; greedy per-group descent).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from ..errors import ConfigError, InputError
+
+
+def _prompts(path):
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"prompt file not found: {p}")
+    text = p.read_text()
+    if p.suffix == ".json":
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{p}: not valid JSON ({exc})") from None
+        if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+            raise InputError(f"{p}: expected a JSON list of strings")
+    else:
+        items = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not items:
+        raise InputError(f"{p}: no prompts")
+    return tuple(items)
+
+
+def _options(spec: str | None):
+    from ..model.tune import DEFAULT_OPTIONS
+
+    if not spec:
+        return DEFAULT_OPTIONS
+    out = []
+    for item in spec.split(","):
+        try:
+            s, k, m = item.split(":")
+            out.append((s, float(k), int(m)))
+        except ValueError:
+            raise ConfigError(f"--options: expected scheme:keep:mantissa items, got {item!r}") from None
+    return tuple(out)
+
+
+def run(args) -> int:
+    from ..model.loader import load
+    from ..model.runner import set_threads
+    from ..model.salience import CALIBRATION_PROMPTS
+    from ..model.tune import EVAL_PROMPTS, run_search, write_container_with
+
+    set_threads(args.threads)
+    if not args.out and not args.container:
+        raise ConfigError("give --out DRAFT.json and/or --container OUT.cass")
+    calib = _prompts(args.calib_prompts) or CALIBRATION_PROMPTS
+    evalp = _prompts(args.eval_prompts) or EVAL_PROMPTS
+    if args.quick:
+        evalp = evalp[:3]
+        calib = calib[:4]
+    t0 = time.perf_counter()
+
+    def say(msg):
+        if not args.quiet:
+            print(f"[tune {time.perf_counter() - t0:6.0f}s] {msg}", file=sys.stderr, flush=True)
+
+    def prog(i, n, what):
+        say(f"{i}/{n} {what}")
+
+    ck = load(args.model, max_seq_len=args.max_seq_len)
+    say(f"model {ck.source}: {ck.args.n_layers} layers, dim {ck.args.dim}")
+    alloc, report = run_search(ck, salience_kind=args.salience, calib_prompts=calib, eval_prompts=evalp,
+                               n_new=args.new_tokens, options=_options(args.options), bands=args.bands,
+                               ctx=args.ctx, max_steps=args.max_steps, cache_dir=args.cache,
+                               quick=args.quick, progress=prog, say=say, log_path=args.log)
+    if args.out:
+        alloc.save(args.out)
+        say(f"wrote {args.out}")
+    if args.container:
+        write_container_with(ck, alloc, args.container, progress=prog)
+        say(f"wrote {args.container} (allocation in meta['draft_allocation'])")
+    best = report["best"]
+    print(json.dumps({"best": best, "uniform_best": report.get("uniform_best"),
+                      "out": args.out, "container": args.container}) if args.json else
+          f"best: agreement {best['agreement']:.3f}, draft {100 * best['draft_frac']:.1f}% of bf16 "
+          f"({best['bits_per_value']:.2f} bits/value), gamma {best['gamma']}, "
+          f"modeled speedup {best['speedup']:.2f}x (proxy estimate; measure with "
+          f"`cassandra-rtl generate --draft-config ...`)")
+    return 0
+
+
+def register(sub):
+    p = sub.add_parser("tune", help="search the Cassandra draft's per-tensor allocation (draft selection)",
+                       description=__doc__)
+    p.add_argument("--model", default=None, help="a .gguf file or a Hugging Face folder (default: bundled SmolLM2)")
+    p.add_argument("--out", default=None, help="write the draft config JSON here")
+    p.add_argument("--container", default=None, help="also encode the model with it into this .cass container")
+    p.add_argument("--salience", default="wanda", choices=["wanda", "magnitude"])
+    p.add_argument("--calib-prompts", default=None, help="calibration prompts: text file (one per line) or JSON list")
+    p.add_argument("--eval-prompts", default=None, help="held-apart evaluation prompts (same forms)")
+    p.add_argument("--new-tokens", type=int, default=32, help="target continuation length per prompt")
+    p.add_argument("--options", default=None, help="candidate per-group options scheme:keep:mantissa,...")
+    p.add_argument("--bands", type=int, default=3, help="layer bands per tensor type in the search")
+    p.add_argument("--ctx", type=int, default=128, help="context length assumed by the cost model")
+    p.add_argument("--max-steps", type=int, default=40, help="greedy descent steps")
+    p.add_argument("--cache", default="build/tune", help="cache directory for calibration / evaluation data")
+    p.add_argument("--log", default=None, help="append every evaluated candidate as a JSON line here")
+    p.add_argument("--max-seq-len", type=int, default=512)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--quick", action="store_true", help="few prompts, few options (smoke test)")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)

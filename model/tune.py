@@ -1,0 +1,468 @@
+"""Draft selection: per-tensor allocation of (scheme, keep ratio, mantissa bits) that maximises modeled speedup.
+
+Method (docs/DRAFT_SELECTION.md):
+
+1. *Evaluation set*: held-apart prompts (``EVAL_PROMPTS``, never used for calibration nor by bench.py),
+   each followed by the target's own greedy continuation. The target's K/V (rounded to bf16) and its
+   next-token distributions on the continuation are cached.
+2. *Acceptance proxy*: teacher-forced top-1 agreement of a candidate draft with the target on the
+   continuation positions, the draft attending to the target's K/V **in the KV view of the format** for
+   every earlier position (as in speculative decoding) and to its own K/V at the current position. One
+   float32 forward per prompt and candidate (proxy.py). Also the mean KL(target || draft), a smoother
+   signal used to rank per-group sensitivities.
+3. *Bytes*: exact speculation-stream sizes (``salience.spec_nbytes`` == ``encode_tensor(...).spec_nbytes``).
+4. *Modeled speedup* of a candidate from (proxy alpha, gamma, bytes): memory-bound model of metrics.py,
+   ``E[tokens/step] * bytes(bf16 AR token) / (gamma * bytes(draft pass) + bytes(verify pass))`` at a
+   representative context.
+5. *Search*: per-group sensitivity (one group degraded at a time from a high-quality reference), then
+   a greedy descent over groups by "KL increase per byte saved", scoring the path's points jointly with the
+   proxy, and the best point (with the KV view and gamma) is kept. Deterministic: no randomness
+   beyond a fixed seed that only orders ties.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cassandra_rtl.golden.config import CodecConfig
+
+from .allocation import Allocation, group_of, option_key
+from .proxy import ProxyModel
+from .salience import (CALIBRATION_PROMPTS, calibrate, chat_ids, draft_bits, kept_mask, salience, spec_nbytes)
+
+# Held-apart evaluation prompts for the search (neither calibration nor bench.PROMPTS).
+EVAL_PROMPTS = (
+    "How many minutes are there in three and a half hours?",
+    "Write a Python function that returns the largest element of a list.",
+    "Tell me a fun fact about octopuses.",
+    "What is the difference between weather and climate?",
+    "Give me three tips for learning a new language.",
+    "Translate 'good morning' into Spanish and French.",
+    "Why do we have seasons on Earth?",
+    "Write a SQL query that counts the rows of a table named users.",
+    "What is a prime number? Give two examples.",
+    "Suggest a name for a friendly robot.",
+)
+
+
+def _hash(*parts) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(json.dumps(p, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------------------- evaluation set
+@dataclass
+class EvalSet:
+    seqs: list[list[int]]
+    rows: list[torch.Tensor]  # positions whose next token the draft predicts (the continuation)
+    top: list[torch.Tensor]  # target argmax at those positions
+    logp: list[torch.Tensor]  # target log-probabilities at those positions (float16 to save memory)
+    kv_bits: list[list[tuple[np.ndarray, np.ndarray]]]  # per sequence, per layer: target K, V as bf16 bits
+
+    @property
+    def positions(self) -> int:
+        return int(sum(len(r) for r in self.rows))
+
+
+def make_eval_set(ck, prompts=EVAL_PROMPTS, n_new: int = 32, model: ProxyModel | None = None, progress=None
+                  ) -> EvalSet:
+    from .loader import bf16_to_bits
+
+    m = model or ProxyModel(ck.args, ck.bits)
+    stop = set(ck.tokenizer.stop_ids) if ck.tokenizer else set()
+    es = EvalSet([], [], [], [], [])
+    for i, p in enumerate(prompts):
+        ids = chat_ids(ck, p)[: ck.args.max_seq_len - n_new - 1]
+        cont = m.greedy(ids, n_new, stop)
+        seq = ids + cont
+        rows = torch.arange(len(ids) - 1, len(seq) - 1)
+        logits, kv = m.forward(seq, head_rows=rows, return_kv=True)
+        lp = torch.log_softmax(logits, -1)
+        es.seqs.append(seq)
+        es.rows.append(rows)
+        es.top.append(logits.argmax(-1))
+        es.logp.append(lp.half())
+        es.kv_bits.append([(bf16_to_bits(k), bf16_to_bits(v)) for k, v in kv])
+        if progress:
+            progress(i + 1, len(prompts), f"eval set: {len(seq)} tokens")
+    return es
+
+
+def kv_view(es: EvalSet, kv_cfg: CodecConfig) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """The draft's view of the target's K/V under ``kv_cfg`` (magnitude pruning, truncation), float32."""
+    from .loader import bits_to_bf16
+
+    out = []
+    for seq_kv in es.kv_bits:
+        layers = []
+        for kb, vb in seq_kv:
+            pair = []
+            for b in (kb, vb):
+                flat = b.reshape(-1, b.shape[-1])
+                kept = kept_mask(flat, kv_cfg, None)
+                pair.append(bits_to_bf16(draft_bits(flat, kv_cfg, kept).reshape(b.shape)).float())
+            layers.append(tuple(pair))
+        out.append(layers)
+    return out
+
+
+def kv_spec_bits_per_value(es: EvalSet, kv_cfg: CodecConfig) -> float:
+    """Speculation bits per KV value (books from each sequence's own K/V, as calibrated on the prefill)."""
+    tot = n = 0
+    for seq_kv in es.kv_bits[:3]:
+        for kb, vb in seq_kv:
+            for b in (kb, vb):
+                flat = b.reshape(-1, b.shape[-1])
+                tot += spec_nbytes(flat, kv_cfg, kept_mask(flat, kv_cfg, None)) * 8
+                n += flat.size
+    return tot / max(n, 1)
+
+
+@torch.no_grad()
+def score(model: ProxyModel, es: EvalSet, kvv) -> dict:
+    """Teacher-forced top-1 agreement and mean KL(target || draft) on the evaluation positions."""
+    agree = tot = 0
+    kl = 0.0
+    for seq, rows, top, lp, kv in zip(es.seqs, es.rows, es.top, es.logp, kvv):
+        logits, _ = model.forward(seq, head_rows=rows, kv=kv)
+        agree += int((logits.argmax(-1) == top).sum())
+        tot += len(rows)
+        lq = torch.log_softmax(logits, -1)
+        p = lp.float()
+        kl += float((p.exp() * (p - lq)).sum())
+    return {"agreement": agree / tot, "kl": kl / tot, "positions": tot}
+
+
+# ------------------------------------------------------------------------------------------- cost model
+def tokens_per_step(alpha: float, gamma: int) -> float:
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def modeled_speedup(alpha: float, gamma: int, draft_bytes: float, target_bytes: float, bf16_bytes: float,
+                    kv_draft_bpt: float = 0.0, kv_target_bpt: float = 0.0, kv_bf16_bpt: float = 0.0,
+                    ctx: int = 128) -> float:
+    """Memory-bound speedup over bf16 autoregressive decoding (every pass reads its weights once, plus the
+    K/V of ``ctx`` positions; the draft's own unverified positions are ignored)."""
+    step = gamma * (draft_bytes + kv_draft_bpt * ctx) + target_bytes + kv_target_bpt * ctx
+    return tokens_per_step(alpha, gamma) * (bf16_bytes + kv_bf16_bpt * ctx) / step
+
+
+# ------------------------------------------------------------------------------------------------ tuner
+@dataclass
+class Tuner:
+    """Holds the checkpoint, salience and evaluation set; evaluates allocations (cached)."""
+
+    ck: object
+    salience_kind: str = "wanda"
+    norms: dict | None = None
+    es: EvalSet | None = None
+    ctx: int = 128
+    progress: object = None
+    log: list = field(default_factory=list)
+
+    def __post_init__(self):
+        a = self.ck.args
+        self.tied = a.tie_embeddings
+        self.names = [n for n, b in self.ck.bits.items() if b.ndim == 2]
+        self.base = ProxyModel(a, self.ck.bits)
+        self._kept: dict = {}
+        self._bytes: dict = {}
+        self._sal: dict = {}
+        self._kvv: dict = {}
+        self._scores: dict = {}
+        self.bf16_bytes = sum(self.ck.bits[n].size * 2 for n in self.ck.bits
+                              if not (n == "tok_emb" and not self.tied))
+        self.kv_bf16_bpt = 2 * a.n_layers * a.n_kv_heads * a.head_dim * 2
+        lossless = CodecConfig(keep_ratio=1.0, mantissa_bits=7)
+        self.one_d_bytes = sum(b.size * 2 for b in self.ck.bits.values() if b.ndim != 2)
+        # the target reads spec + verif; at keep 1, m = 7 the speculation stream *is* the lossless stream
+        self.target_bytes = self.one_d_bytes + sum(self.tensor_bytes(n, lossless) for n in self.names)
+
+    # -- per tensor ---------------------------------------------------------------------------------
+    def _salience(self, name):
+        if name not in self._sal:
+            self._sal[name] = salience(name, self.ck.bits[name], self.salience_kind, self.norms, self.tied)
+        return self._sal[name]
+
+    def kept(self, name: str, cfg: CodecConfig) -> np.ndarray:
+        key = (name, cfg.group_size, cfg.keep_count)
+        if not cfg.prunes:
+            return np.ones(self.ck.bits[name].size, dtype=bool)
+        if key not in self._kept:
+            k = kept_mask(self.ck.bits[name], cfg, self._salience(name))
+            self._kept[key] = np.packbits(k)
+        return np.unpackbits(self._kept[key], count=self.ck.bits[name].size).astype(bool)
+
+    def tensor_bytes(self, name: str, cfg: CodecConfig) -> int:
+        key = (name, option_key(cfg))
+        if key not in self._bytes:
+            self._bytes[key] = spec_nbytes(self.ck.bits[name], cfg, self.kept(name, cfg))
+        return self._bytes[key]
+
+    def draft_bytes(self, alloc: Allocation) -> int:
+        """Weight bytes the draft reads per pass (tied head once; 1-D tensors at bf16)."""
+        return self.one_d_bytes + sum(self.tensor_bytes(n, alloc.cfg_for(n)) for n in self.names)
+
+    # -- evaluation ---------------------------------------------------------------------------------
+    def kvv(self, kv_cfg: CodecConfig):
+        k = option_key(kv_cfg)
+        if k not in self._kvv:
+            self._kvv.clear()  # one KV view in memory at a time
+            self._kvv[k] = (kv_view(self.es, kv_cfg), kv_spec_bits_per_value(self.es, kv_cfg))
+        return self._kvv[k]
+
+    def evaluate(self, alloc: Allocation, gammas=(2, 3, 4, 5, 6), label: str = "") -> dict:
+        key = alloc.digest()
+        if key in self._scores:
+            return self._scores[key]
+        t0 = time.perf_counter()
+        bits = {}
+        for n in self.names:
+            cfg = alloc.cfg_for(n)
+            if cfg is not None:
+                bits[n] = draft_bits(self.ck.bits[n], cfg, self.kept(n, cfg))
+        model = self.base.replace(bits)
+        kvv, kv_bpv = self.kvv(alloc.kv)
+        s = score(model, self.es, kvv)
+        db = self.draft_bytes(alloc)
+        a = self.ck.args
+        kv_vals = 2 * a.n_layers * a.n_kv_heads * a.head_dim
+        kv_d = kv_bpv * kv_vals / 8
+        kv_t = self.kv_bf16_bpt * 0.69  # the target's lossless KV stream (~11 of 16 bits); a small term here
+        sp = {g: modeled_speedup(s["agreement"], g, db, self.target_bytes, self.bf16_bytes, kv_d, kv_t,
+                                 self.kv_bf16_bpt, self.ctx) for g in gammas}
+        best_g = max(sp, key=lambda g: (sp[g], -g))
+        r = {**s, "draft_bytes": db, "draft_frac": db / self.bf16_bytes,
+             "bits_per_value": 8 * (db - self.one_d_bytes) / sum(self.ck.bits[n].size for n in self.names),
+             "kv_bits_per_value": kv_bpv, "speedup": sp[best_g], "gamma": best_g,
+             "speedup_g4": sp.get(4), "label": label, "seconds": time.perf_counter() - t0}
+        self._scores[key] = r
+        self.log.append({**r, "allocation": alloc.to_json(include_norms=False)})
+        if self.progress:
+            self.progress(f"{label:<40} agree {r['agreement']:.3f} kl {r['kl']:.3f} "
+                          f"draft {100 * r['draft_frac']:.1f}% speedup {r['speedup']:.2f}x (g={best_g})")
+        return r
+
+
+# ------------------------------------------------------------------------------------------------ search
+DEFAULT_OPTIONS = (
+    # (scheme, keep_ratio, mantissa_bits), roughly from expensive to cheap
+    ("c1", 1.0, 4), ("c1", 1.0, 3), ("c2", 1.0, 4), ("c1", 1.0, 2), ("c2", 1.0, 3), ("c1", 0.75, 3),
+    ("c1", 0.75, 2), ("c2", 1.0, 2), ("c1", 0.5, 3), ("c1", 0.5, 2), ("c2", 0.5, 3), ("c2", 1.0, 1),
+    ("c1", 0.5, 1), ("c1", 0.3, 2),
+)
+
+
+def options_cfgs(options, group_size=128):
+    return [CodecConfig(scheme=s, keep_ratio=k, mantissa_bits=m, group_size=group_size) for s, k, m in options]
+
+
+def greedy_search(t: Tuner, groups: list[str], options: list[CodecConfig], start: Allocation,
+                  sens: dict, max_steps: int = 60) -> list[tuple[Allocation, dict]]:
+    """Walk from ``start`` towards cheaper drafts: at each step move the group whose next cheaper option
+    costs the least sensitivity (KL increase, measured alone) per byte saved; evaluate every point jointly.
+    Returns the path [(allocation, result)]."""
+    cur = start
+    path = [(cur, t.evaluate(cur, label="start"))]
+    for step in range(max_steps):
+        best = None
+        for g in groups:
+            now = cur.group_cfg(g)
+            now_b = t_group_bytes(t, g, now)
+            now_kl = sens[g].get(option_key(now), 0.0)
+            for cand in options:
+                cb = t_group_bytes(t, g, cand)
+                if cb >= now_b or option_key(cand) not in sens[g]:
+                    continue
+                dkl = max(sens[g][option_key(cand)] - now_kl, 1e-6)
+                ratio = dkl / (now_b - cb)
+                key = (ratio, g, option_key(cand))
+                if best is None or key < best:
+                    best = key
+        if best is None:
+            break
+        _, g, ok = best
+        cfg = next(c for c in options if option_key(c) == ok)
+        cur = cur.with_group(g, cfg)
+        path.append((cur, t.evaluate(cur, label=f"step {step + 1}: {g} -> {ok}")))
+    return path
+
+
+def t_group_bytes(t: Tuner, group: str, cfg: CodecConfig) -> int:
+    return sum(t.tensor_bytes(n, cfg) for n in t.names if group_of(n, t.ck.args.n_layers) == group)
+
+
+def sensitivity(t: Tuner, groups: list[str], options: list[CodecConfig], ref: Allocation) -> dict:
+    """KL (and agreement) when one group alone takes each option, the rest staying at ``ref``."""
+    out = {}
+    for g in groups:
+        out[g] = {}
+        for cfg in options:
+            r = t.evaluate(ref.with_group(g, cfg), label=f"sens {g} {option_key(cfg)}")
+            out[g][option_key(cfg)] = r["kl"]
+    return out
+
+
+# ------------------------------------------------------------------------------------------ preparation
+def prepare(ck, cache_dir=None, calib_prompts=CALIBRATION_PROMPTS, eval_prompts=EVAL_PROMPTS, n_new: int = 32,
+            calib_new: int = 32, progress=None) -> tuple[dict, EvalSet]:
+    """Calibration norms and the evaluation set, cached under ``cache_dir`` (keyed by model and prompts)."""
+    overlap = set(calib_prompts) & set(eval_prompts)
+    if overlap:
+        from cassandra_rtl.errors import ConfigError
+
+        raise ConfigError(f"evaluation prompts must be held apart from calibration prompts: {sorted(overlap)[:2]}")
+    mkey = _hash(ck.source, ck.args.to_dict(), sorted((k, int(v[:64].astype(np.int64).sum())) for k, v in ck.bits.items()))
+    base = ProxyModel(ck.args, ck.bits)
+    cdir = Path(cache_dir) if cache_dir else None
+    if cdir:
+        cdir.mkdir(parents=True, exist_ok=True)
+    norms = es = None
+    nkey = _hash(mkey, list(calib_prompts), calib_new)
+    ekey = _hash(mkey, list(eval_prompts), n_new)
+    if cdir and (cdir / f"norms-{nkey}.pt").exists():
+        norms = torch.load(cdir / f"norms-{nkey}.pt", weights_only=False)
+    if norms is None:
+        norms = calibrate(ck, calib_prompts, calib_new, progress=progress, model=base)
+        if cdir:
+            torch.save(norms, cdir / f"norms-{nkey}.pt")
+    if cdir and (cdir / f"eval-{ekey}.pt").exists():
+        es = torch.load(cdir / f"eval-{ekey}.pt", weights_only=False)
+    if es is None:
+        es = make_eval_set(ck, eval_prompts, n_new, model=base, progress=progress)
+        if cdir:
+            torch.save(es, cdir / f"eval-{ekey}.pt")
+    return norms, es
+
+
+def subset(es: EvalSet, n: int) -> EvalSet:
+    return EvalSet(es.seqs[:n], es.rows[:n], es.top[:n], es.logp[:n], es.kv_bits[:n])
+
+
+# The sensitivity ladder: options tried per group alone (the greedy walk only moves along measured options).
+SENS_OPTIONS = (("c1", 1.0, 2), ("c2", 1.0, 3), ("c2", 1.0, 2), ("c1", 0.5, 3))
+KV_OPTIONS = (("c1", 1.0, 2), ("c1", 1.0, 3), ("c1", 1.0, 4), ("c1", 0.75, 3), ("c1", 0.5, 3))
+
+
+def run_search(ck, salience_kind="wanda", calib_prompts=CALIBRATION_PROMPTS, eval_prompts=EVAL_PROMPTS,
+               n_new=32, options=DEFAULT_OPTIONS, bands=3, ctx=128, max_steps=40, cache_dir=None, quick=False,
+               progress=None, say=None, log_path=None, ref_option=("c1", 1.0, 3), sens_options=SENS_OPTIONS,
+               kv_options=KV_OPTIONS, sens_prompts: int | None = None, group_size: int = 128):
+    """The whole search; returns (best Allocation with its estimate, report dict)."""
+    from .allocation import Allocation, all_groups
+    from .salience import norms_digest, norms_to_json
+
+    say = say or (lambda s: None)
+    norms, es = prepare(ck, cache_dir, calib_prompts, eval_prompts, n_new, n_new, progress)
+    say(f"calibration: {len(calib_prompts)} prompts; evaluation: {len(es.seqs)} held-apart prompts, "
+        f"{es.positions} positions")
+    a = ck.args
+    sal = {"kind": salience_kind,
+           "calibration": {"prompts": list(calib_prompts), "new_tokens": n_new, "source": "target greedy"}}
+    if salience_kind == "wanda":
+        sal["norms"] = norms_to_json(norms)
+        sal["digest"] = norms_digest(norms)
+    t = Tuner(ck, salience_kind, norms, es, ctx, progress=say)
+    opts = options_cfgs(options, group_size)
+    ref = options_cfgs([ref_option], group_size)[0]
+    kv0 = CodecConfig(scheme="c1", keep_ratio=1.0, mantissa_bits=3, group_size=a.head_dim, kind="kv")
+    start = Allocation(default=ref, kv=kv0, n_layers=a.n_layers, bands=bands, salience=sal, model=ck.source)
+    # 1. uniform allocations (the baseline a per-tensor search must beat)
+    uni = []
+    for o in (opts[:3] if quick else opts):
+        uni.append((start.copy() if option_key(o) == option_key(ref) else _with_default(start, o),
+                    None))
+    uni = [(al, t.evaluate(al, label=f"uniform {option_key(al.default)}")) for al, _ in uni]
+    # 2. per-group sensitivity (a subset of the evaluation prompts keeps it affordable)
+    groups = [g for g in all_groups(a.n_layers, bands) if any(group_of(n, a.n_layers, bands) == g for n in t.names)]
+    sopts = options_cfgs(sens_options[:2] if quick else sens_options, group_size)
+    ns = sens_prompts or (2 if quick else max(1, len(es.seqs) // 2))
+    ts = Tuner(ck, salience_kind, norms, subset(es, ns), ctx, progress=say)
+    ts._kept, ts._bytes, ts._sal = t._kept, t._bytes, t._sal  # share per-tensor caches
+    say(f"sensitivity: {len(groups)} groups x {len(sopts)} options on {ns} prompts")
+    sens = sensitivity(ts, groups, sopts, start)
+    base_kl = ts.evaluate(start)["kl"]
+    for g in groups:
+        sens[g][option_key(ref)] = base_kl
+    # 3. greedy descent over groups, every point evaluated jointly on the full evaluation set
+    path = greedy_search(t, groups, sopts + [ref], start, sens, max_steps=2 if quick else max_steps)
+    cands = uni + path
+    best_al, best = max(cands, key=lambda c: (c[1]["speedup"], -c[1]["draft_bytes"]))
+    # 4. the KV view for the best weight allocation
+    for s_, k_, m_ in (kv_options[:2] if quick else kv_options):
+        kvc = CodecConfig(scheme=s_, keep_ratio=k_, mantissa_bits=m_, group_size=a.head_dim, kind="kv")
+        al = best_al.with_kv(kvc)
+        r = t.evaluate(al, label=f"kv {option_key(kvc)}")
+        cands.append((al, r))
+        if r["speedup"] > best["speedup"]:
+            best_al, best = al, r
+    best_al = best_al.copy()
+    best_al.gamma = int(best["gamma"])
+    frontier = pareto([r for _, r in cands])
+    best_al.estimate = {"proxy_agreement": best["agreement"], "kl": best["kl"], "draft_frac": best["draft_frac"],
+                        "bits_per_value": best["bits_per_value"], "modeled_speedup": best["speedup"],
+                        "gamma": best["gamma"], "ctx": ctx, "eval_prompts": list(eval_prompts),
+                        "positions": es.positions,
+                        "uniform_best": max((r for _, r in uni), key=lambda r: r["speedup"])["label"]}
+    if log_path:
+        with open(log_path, "a") as f:
+            for row in t.log + ts.log:
+                f.write(json.dumps(row) + "\n")
+    report = {"best": best, "uniform": [r for _, r in uni], "path": [r for _, r in path], "frontier": frontier,
+              "uniform_best": best_al.estimate["uniform_best"], "sensitivity": sens}
+    return best_al, report
+
+
+def _with_default(al, cfg):
+    b = al.copy()
+    b.default = cfg
+    b.groups = {}
+    return b
+
+
+def pareto(rows: list[dict]) -> list[dict]:
+    """Candidates not beaten on both agreement and draft bytes, sorted by draft bytes."""
+    rows = sorted(rows, key=lambda r: (r["draft_bytes"], -r["agreement"]))
+    out, best = [], -1.0
+    for r in rows:
+        if r["agreement"] > best:
+            out.append(r)
+            best = r["agreement"]
+    return out
+
+
+def write_container_with(ck, alloc, path, progress=None) -> dict:
+    """Encode every tensor with ``alloc`` (real golden codec; 1-D tensors lossless) and record it in meta."""
+    from cassandra_rtl.golden.codec import decode_full, encode_tensor
+    from cassandra_rtl.golden.container import write_container
+
+    from .allocation import META_KEY
+
+    sal = alloc.salience_for(ck)
+    enc = {}
+    names = list(ck.bits)
+    for i, n in enumerate(names):
+        b = ck.bits[n]
+        if b.ndim == 2:
+            cfg = alloc.cfg_for(n)
+            e = encode_tensor(b, cfg, salience=sal(n, b))
+        else:
+            e = encode_tensor(b, CodecConfig(scheme="c1", keep_ratio=1.0, mantissa_bits=7))
+        if not np.array_equal(decode_full(e).reshape(b.shape), b):
+            raise AssertionError(f"decode_full({n}) differs from the original bits")
+        enc[n] = e
+        if progress:
+            progress(i + 1, len(names), f"encode {n}")
+    meta = {"producer": "cassandra-rtl tune", "source": str(ck.source), META_KEY: alloc.to_json()}
+    return write_container(path, enc, meta)
