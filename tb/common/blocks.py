@@ -28,6 +28,13 @@ class BlockSpec:
     def make(self, config: str):
         return self.factory(self.params(config))
 
+    def has_testbench(self) -> bool:
+        import importlib.util
+        try:
+            return importlib.util.find_spec(self.test_module) is not None
+        except ModuleNotFoundError:
+            return False
+
     def available(self) -> bool:
         try:
             return bool(self.configs())

@@ -99,6 +99,24 @@ def escape_books(bits: np.ndarray, cfg: CodecConfig, rng: np.random.Generator, K
     return Codebook(tuple(spec)), Codebook(tuple(verif))
 
 
+def deep_rank_books(bits: np.ndarray, cfg: CodecConfig, K: int = K_MAX):
+    """Books whose *most* frequent symbols sit at the *highest* ranks: many maximum-length (K-bit zero run)
+    codes on both code planes, and escapes for everything outside the K most frequent symbols."""
+    e = ((bits.astype(np.int64) >> 7) & 0xFF).reshape(-1)
+    kept = np.ones(len(e), bool)
+    if cfg.prunes:
+        from cassandra_rtl.golden.codec import keep_mask
+        kept = keep_mask(bits.reshape(-1), cfg)
+    def book(symbols, extra=None):
+        counts = np.bincount(symbols, minlength=257)
+        order = [int(s) for s in np.argsort(-counts, kind="stable") if counts[s] > 0][:K]
+        if extra is not None and extra not in order:
+            order = order[: K - 1] + [extra]
+        return Codebook(tuple(reversed(order)))
+    spec_syms = np.where(kept, e, PRUNED)
+    return book(spec_syms, PRUNED if cfg.prunes else None), book(e[~kept]) if (~kept).any() else Codebook(())
+
+
 def encode(bits: np.ndarray, cfg: CodecConfig, books=None):
     return encode_tensor(np.asarray(bits, dtype=np.uint16).reshape(-1), cfg, books=books)
 

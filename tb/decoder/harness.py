@@ -48,7 +48,8 @@ class DecoderHarness:
         self.beats_after_error = 0
         self.engine = ctx.engine([self.cfg, *self.planes.values(), self.out], watchers=[self._watch])
         L = self.L
-        cov.define("dec.lane_fill", range(1, L + 1))
+        self.fill_point = f"dec.lane_fill_L{L}"
+        cov.define(self.fill_point, range(1, L + 1))
         cov.define("dec.beat", ["full", "short_escape", "sb_end", "last"])
         cov.define("dec.spec_rank", [*range(15), "esc"])
         cov.define("dec.verif_rank", [*range(15), "esc"])
@@ -96,7 +97,7 @@ class DecoderHarness:
             self._violation(f"unused lanes not zero: count={count} lanes={[hex(x) for x in lanes]}")
         if t.check:
             self.sb.check(lanes[:count], where=f"tensor value {t.pos}")
-        cov.hit("dec.lane_fill", count)
+        cov.hit(self.fill_point, count)
         new = t.pos + count
         end = int(t.sb_ends[t.sb])
         if new > end:

@@ -75,6 +75,18 @@ async def max_length_codes_and_escapes(dut, ctx):
             x = D.uniform_bits(rng, 64 * 3 + 17) if K > 8 else D.weights_like(rng, 64 * 3 + 17)
             enc = D.encode(x, cfg, books=D.escape_books(x, cfg, rng, K))
             items += [(enc, True), (enc, False)]
+    # every book size with escapes present, and deepest ranks (most frequent symbol at rank K-1)
+    for K in range(16):
+        k = 32 if K == 0 else int(rng.integers(1, 33))
+        cfg = CodecConfig(group_size=32, mantissa_bits=int(rng.integers(0, 8)), keep_count=k)
+        x = D.uniform_bits(rng, 64)
+        books = D.escape_books(x, cfg, rng, K) if K else (Codebook(()), Codebook(()))
+        if cfg.prunes and PRUNED not in books[0].symbols:
+            continue
+        items.append((D.encode(x, cfg, books=books), bool(K % 2)))
+        if K:
+            y = D.weights_like(rng, 96)
+            items.append((D.encode(y, cfg, books=D.deep_rank_books(y, cfg, K)), True))
     cfg0 = CodecConfig(group_size=32, mantissa_bits=3, keep_count=32)
     x = D.weights_like(rng, 100)
     items.append((D.encode(x, cfg0, books=(Codebook(()), Codebook(()))), True))
