@@ -140,7 +140,7 @@ def _exact_joint(m, prompt, sp, n_tokens):
     return probs
 
 
-@pytest.mark.parametrize("draft", ["layerskip", "cassandra"])
+@pytest.mark.parametrize("draft", ["layerskip", pytest.param("cassandra", marks=pytest.mark.slow)])
 def test_speculative_sampling_matches_target_distribution(draft):
     """Whole path on a tiny model: law of 3 generated tokens (1 from prefill, 2 from a verify step) vs the
     exact target law, by chi-square, on a 6-token vocabulary. With the layer-skip draft (acceptance ~0.9)

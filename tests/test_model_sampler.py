@@ -47,7 +47,7 @@ def _first_token_counts(q_mode: str, n: int, seed: int = 0):
 
 @pytest.mark.parametrize("q_mode", ["dist", "onehot"])
 def test_acceptance_rule_preserves_target_distribution(q_mode):
-    n = 20000
+    n = 10000
     counts = _first_token_counts(q_mode, n)
     stat, df = chi2(counts, P.tolist(), n)
     assert stat < chi2_threshold(df), (counts, stat)
@@ -71,7 +71,7 @@ def test_second_position_and_bonus():
     q0, q1 = Q, torch.tensor([0.1, 0.5, 0.2, 0.1, 0.1], dtype=torch.float64)
     p = torch.stack([p0, p1, BONUS])
     q = torch.stack([q0, q1])
-    n = 30000
+    n = 12000
     counts = [0] * 25
     for _ in range(n):
         d = [int(torch.multinomial(q0, 1, generator=g)), int(torch.multinomial(q1, 1, generator=g))]
