@@ -234,3 +234,18 @@ class Allocation:
 def uniform(n_layers: int, scheme="c1", keep_ratio=1.0, mantissa_bits=3, group_size=128, **kw) -> Allocation:
     return Allocation(CodecConfig(scheme=scheme, keep_ratio=keep_ratio, mantissa_bits=mantissa_bits,
                                   group_size=group_size), n_layers=n_layers, **kw)
+
+
+def build_engine(ck, alloc: Allocation, progress=None, decode=None, kv_decode=None):
+    """(engine, Cassandra drafter, target) for ``alloc`` through the ``build_cassandra`` hooks."""
+    from .drafters import build_cassandra
+    from .engine import Engine, bf16_cost
+
+    alloc.check(ck)
+    target = ck.build()
+    stop = ck.tokenizer.stop_ids if ck.tokenizer else set(ck.args.eos_token_ids)
+    d, tcost = build_cassandra(ck, target, alloc.weight_cfg_for, alloc.kv_cfg(ck.args.head_dim),
+                               salience_for=alloc.salience_for(ck), progress=progress, decode=decode,
+                               kv_decode=kv_decode)
+    d.info.update(alloc.describe())
+    return Engine(target, tcost, stop_ids=stop, baseline_cost=bf16_cost(target)), d, target

@@ -170,6 +170,8 @@ class Tuner:
     ctx: int = 128
     progress: object = None
     log: list = field(default_factory=list)
+    score_cache: str | None = None  # JSON-lines file of evaluated allocations (reruns are free)
+    tensor_cache_bytes: int = 3 << 30  # float32 draft tensors kept between evaluations
 
     def __post_init__(self):
         a = self.ck.args
@@ -181,6 +183,19 @@ class Tuner:
         self._sal: dict = {}
         self._kvv: dict = {}
         self._scores: dict = {}
+        self._f32: dict = {}
+        self._f32_bytes = 0
+        from .salience import norms_digest
+
+        self.norms_key = norms_digest(self.norms) if self.norms else None
+        self.es_key = _hash([s[:8] for s in self.es.seqs], self.es.positions) if self.es else ""
+        if self.score_cache and Path(self.score_cache).exists():
+            for line in Path(self.score_cache).read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                self._scores[row["key"]] = row["result"]
         self.bf16_bytes = sum(self.ck.bits[n].size * 2 for n in self.ck.bits
                               if not (n == "tok_emb" and not self.tied))
         self.kv_bf16_bpt = 2 * a.n_layers * a.n_kv_heads * a.head_dim * 2
@@ -222,17 +237,33 @@ class Tuner:
             self._kvv[k] = (kv_view(self.es, kv_cfg), kv_spec_bits_per_value(self.es, kv_cfg))
         return self._kvv[k]
 
+    def draft_f32(self, name: str, cfg: CodecConfig) -> torch.Tensor:
+        from .proxy import f32
+
+        key = (name, option_key(cfg))
+        t = self._f32.get(key)
+        if t is None:
+            t = f32(draft_bits(self.ck.bits[name], cfg, self.kept(name, cfg)))
+            if self._f32_bytes + 4 * t.numel() <= self.tensor_cache_bytes:
+                self._f32[key] = t
+                self._f32_bytes += 4 * t.numel()
+        return t
+
     def evaluate(self, alloc: Allocation, gammas=(2, 3, 4, 5, 6), label: str = "") -> dict:
-        key = alloc.digest()
+        key = _hash(alloc.digest(), self.es_key, self.salience_kind, self.ctx, list(gammas),
+                    self.norms_key)
         if key in self._scores:
-            return self._scores[key]
+            r = dict(self._scores[key], label=label)
+            if self.progress:
+                self.progress(f"{label:<40} (cached) agree {r['agreement']:.3f} draft {100 * r['draft_frac']:.1f}% "
+                              f"speedup {r['speedup']:.2f}x (g={r['gamma']})")
+            return r
         t0 = time.perf_counter()
-        bits = {}
+        model = ProxyModel.__new__(ProxyModel)
+        model.a, model.cos, model.sin = self.base.a, self.base.cos, self.base.sin
+        model.w = dict(self.base.w)
         for n in self.names:
-            cfg = alloc.cfg_for(n)
-            if cfg is not None:
-                bits[n] = draft_bits(self.ck.bits[n], cfg, self.kept(n, cfg))
-        model = self.base.replace(bits)
+            model.w[n] = self.draft_f32(n, alloc.cfg_for(n))
         kvv, kv_bpv = self.kvv(alloc.kv)
         s = score(model, self.es, kvv)
         db = self.draft_bytes(alloc)
@@ -248,6 +279,9 @@ class Tuner:
              "kv_bits_per_value": kv_bpv, "speedup": sp[best_g], "gamma": best_g,
              "speedup_g4": sp.get(4), "label": label, "seconds": time.perf_counter() - t0}
         self._scores[key] = r
+        if self.score_cache:
+            with open(self.score_cache, "a") as f:
+                f.write(json.dumps({"key": key, "result": r}) + "\n")
         self.log.append({**r, "allocation": alloc.to_json(include_norms=False)})
         if self.progress:
             self.progress(f"{label:<40} agree {r['agreement']:.3f} kl {r['kl']:.3f} "
@@ -257,10 +291,8 @@ class Tuner:
 
 # ------------------------------------------------------------------------------------------------ search
 DEFAULT_OPTIONS = (
-    # (scheme, keep_ratio, mantissa_bits), roughly from expensive to cheap
-    ("c1", 1.0, 4), ("c1", 1.0, 3), ("c2", 1.0, 4), ("c1", 1.0, 2), ("c2", 1.0, 3), ("c1", 0.75, 3),
-    ("c1", 0.75, 2), ("c2", 1.0, 2), ("c1", 0.5, 3), ("c1", 0.5, 2), ("c2", 0.5, 3), ("c2", 1.0, 1),
-    ("c1", 0.5, 1), ("c1", 0.3, 2),
+    # uniform allocations tried first, (scheme, keep_ratio, mantissa_bits), roughly from expensive to cheap
+    ("c1", 1.0, 3), ("c1", 1.0, 2), ("c1", 0.75, 3), ("c1", 0.75, 2), ("c1", 0.5, 3),
 )
 
 
@@ -351,7 +383,7 @@ def subset(es: EvalSet, n: int) -> EvalSet:
 
 
 # The sensitivity ladder: options tried per group alone (the greedy walk only moves along measured options).
-SENS_OPTIONS = (("c1", 1.0, 2), ("c2", 1.0, 3), ("c2", 1.0, 2), ("c1", 0.5, 3))
+SENS_OPTIONS = (("c1", 1.0, 2), ("c1", 0.75, 3), ("c1", 0.75, 2), ("c1", 0.5, 3))
 KV_OPTIONS = (("c1", 1.0, 2), ("c1", 1.0, 3), ("c1", 1.0, 4), ("c1", 0.75, 3), ("c1", 0.5, 3))
 
 
@@ -373,7 +405,8 @@ def run_search(ck, salience_kind="wanda", calib_prompts=CALIBRATION_PROMPTS, eva
     if salience_kind == "wanda":
         sal["norms"] = norms_to_json(norms)
         sal["digest"] = norms_digest(norms)
-    t = Tuner(ck, salience_kind, norms, es, ctx, progress=say)
+    scache = str(Path(cache_dir) / "scores.jsonl") if cache_dir else None
+    t = Tuner(ck, salience_kind, norms, es, ctx, progress=say, score_cache=scache)
     opts = options_cfgs(options, group_size)
     ref = options_cfgs([ref_option], group_size)[0]
     kv0 = CodecConfig(scheme="c1", keep_ratio=1.0, mantissa_bits=3, group_size=a.head_dim, kind="kv")
@@ -387,9 +420,9 @@ def run_search(ck, salience_kind="wanda", calib_prompts=CALIBRATION_PROMPTS, eva
     # 2. per-group sensitivity (a subset of the evaluation prompts keeps it affordable)
     groups = [g for g in all_groups(a.n_layers, bands) if any(group_of(n, a.n_layers, bands) == g for n in t.names)]
     sopts = options_cfgs(sens_options[:2] if quick else sens_options, group_size)
-    ns = sens_prompts or (2 if quick else max(1, len(es.seqs) // 2))
-    ts = Tuner(ck, salience_kind, norms, subset(es, ns), ctx, progress=say)
-    ts._kept, ts._bytes, ts._sal = t._kept, t._bytes, t._sal  # share per-tensor caches
+    ns = sens_prompts or (2 if quick else min(3, len(es.seqs)))
+    ts = Tuner(ck, salience_kind, norms, subset(es, ns), ctx, progress=say, score_cache=scache)
+    ts._kept, ts._bytes, ts._sal, ts._f32 = t._kept, t._bytes, t._sal, t._f32  # share per-tensor caches
     say(f"sensitivity: {len(groups)} groups x {len(sopts)} options on {ns} prompts")
     sens = sensitivity(ts, groups, sopts, start)
     base_kl = ts.evaluate(start)["kl"]

@@ -42,6 +42,16 @@ def run(args) -> int:
     from ..model.sampling import SamplingParams
 
     set_threads(args.threads)
+    # draft selection (issue 7): a tuned per-tensor allocation from `cassandra-rtl tune` (JSON or .cass meta)
+    alloc = None
+    if args.draft_config:
+        from ..model.allocation import Allocation
+
+        if args.draft != "cassandra":
+            raise ConfigError("--draft-config configures the Cassandra draft: use it with --draft cassandra")
+        alloc = Allocation.load(args.draft_config)
+    if args.gamma is None:
+        args.gamma = alloc.gamma if alloc is not None else 4
     if args.max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     sp = SamplingParams(temperature=args.temperature, top_p=args.top_p)
@@ -73,7 +83,16 @@ def run(args) -> int:
         raise InputError(f"prompt of {len(ids)} tokens does not fit the context of {ck.args.max_seq_len} "
                          f"(at most {ck.args.max_seq_len - 1})")
     prog = None if quiet or not sys.stderr.isatty() else stderr_progress("build")
-    eng, drafter, _ = build(ck, args.draft, opts, progress=prog)
+    if alloc is not None:
+        from ..model.allocation import build_engine
+        from ..model.runner import rtl_decoder, rtl_kv_decoder
+
+        if args.rtl and rtl_layers is not None:
+            raise ConfigError("--draft-config with --rtl decodes every layer through the RTL (omit --rtl-layers)")
+        eng, drafter, _ = build_engine(ck, alloc, progress=prog, decode=rtl_decoder() if args.rtl else None,
+                                       kv_decode=rtl_kv_decoder() if args.rtl else None)
+    else:
+        eng, drafter, _ = build(ck, args.draft, opts, progress=prog)
 
     printed = [0]
     gen_ids: list[int] = []
@@ -118,7 +137,8 @@ def register(sub):
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--draft", default="cassandra", choices=["cassandra", "layerskip", "ngram", "none", "int8"],
                    help="draft source; 'none' = plain bf16 decoding, 'int8' = INT8 weight-only plain decoding")
-    p.add_argument("--gamma", type=int, default=4, help="draft length (initial length with --adaptive)")
+    p.add_argument("--gamma", type=int, default=None, help="draft length (initial length with --adaptive; "
+                   "default 4, or the gamma recorded in --draft-config)")
     p.add_argument("--adaptive", action="store_true", help="adapt gamma: +2 after a fully accepted draft, -1 else")
     p.add_argument("--keep-ratio", type=float, default=1.0, help="Cassandra: fraction of weights the draft keeps")
     p.add_argument("--mantissa-bits", type=int, default=3, help="Cassandra: mantissa bits the draft keeps (0..7)")
@@ -127,6 +147,9 @@ def register(sub):
     p.add_argument("--kv-keep-ratio", type=float, default=1.0, help="Cassandra: KV view keep ratio")
     p.add_argument("--kv-mantissa-bits", type=int, default=None, help="Cassandra: KV view mantissa bits "
                    "(default: --mantissa-bits)")
+    p.add_argument("--draft-config", default=None, help="Cassandra: a tuned per-tensor draft allocation from "
+                   "`cassandra-rtl tune` (JSON, or a .cass container holding it in its meta); overrides "
+                   "--keep-ratio/--mantissa-bits/--scheme/--group-size/--kv-*")
     p.add_argument("--skip-layers", default=None, help="layer-skip: comma-separated layers (default: searched)")
     p.add_argument("--n-skip", type=int, default=0, help="layer-skip: layers to skip when searching "
                    "(0 = let the search choose by expected speedup)")
