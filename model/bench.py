@@ -36,6 +36,8 @@ CONFIGS = {
     "c_k1.0_m3_kv2": ("cassandra", {"keep_ratio": 1.0, "mantissa_bits": 3, "kv_mantissa_bits": 2}),
     "c_k1.0_m3_adaptive": ("cassandra", {"keep_ratio": 1.0, "mantissa_bits": 3, "kv_mantissa_bits": 3,
                                          "adaptive": True}),
+    **{f"c_k1.0_m{m}_g{g}": ("cassandra", {"keep_ratio": 1.0, "mantissa_bits": m, "kv_mantissa_bits": 3, "gamma": g})
+       for m in (1, 2, 3) for g in (2, 3, 6)},
 }
 
 
@@ -70,6 +72,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None, help="append JSON lines here")
+    ap.add_argument("--cache", default=None, help="keep encoded drafts (.cass) in this folder between configs/runs")
     ap.add_argument("--table", nargs="+", default=None, help="only render a markdown table from these JSONL files")
     a = ap.parse_args(argv)
     if a.table:
@@ -91,14 +94,14 @@ def main(argv=None) -> int:
     for name in names:
         draft, kw = CONFIGS[name]
         t0 = time.perf_counter()
-        o = DraftOptions(gamma=a.gamma, **kw)
+        o = DraftOptions(**{"gamma": a.gamma, "cache_dir": a.cache, **kw})
         eng, d, _ = build(ck, draft, o)
         build_s = time.perf_counter() - t0
         agg = {"drafted": 0, "accepted": 0, "steps": 0, "step_tokens": 0, "gen": 0, "bytes": 0, "base": 0,
                "time": {}, "btime": {}, "lossless": 0, "match": 0, "decode_s": 0.0}
         pos_d, pos_a = [], []
         for i, (p, ref) in enumerate(zip(prompts, refs)):
-            r = eng.generate(p, a.max_new_tokens, drafter=d, gamma=a.gamma, adaptive=o.adaptive)
+            r = eng.generate(p, a.max_new_tokens, drafter=d, gamma=o.gamma, adaptive=o.adaptive)
             s = r.summary()
             s.update(config=name, prompt=PROMPTS[i], lossless=r.tokens == ref, build_s=build_s)
             if out:
@@ -143,6 +146,8 @@ def main(argv=None) -> int:
             "speedup_vs_target_ar": {k: agg["ttime"][k] / agg["time"][k] for k in agg["time"]},
             "cpu_tok_s": (agg["gen"] - len(prompts)) / agg["decode_s"] if agg["decode_s"] else None,
             "build_s": build_s,
+            "gamma": o.gamma,
+            "adaptive": o.adaptive,
             **(d.describe() if d is not None else {}),
         }
         rows.append(row)
