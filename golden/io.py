@@ -25,8 +25,25 @@ def bundled_model_path() -> Path:
     return path
 
 
+def _float64_to_float32_round_to_odd(x: np.ndarray) -> np.ndarray:
+    """f64 -> f32 rounding to odd: truncate, then set the last bit if anything was cut. A second rounding
+    (f32 -> bf16, RNE) is then exactly the correctly rounded f64 -> bf16 result: no double rounding."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = x.astype(np.float32)
+        over = np.abs(f.astype(np.float64)) > np.abs(x)
+        f = np.where(over, np.nextafter(f, np.float32(0)), f)
+        inexact = (f.astype(np.float64) != x) & np.isfinite(x)
+    u = f.view(np.uint32).copy()
+    u[inexact] |= 1
+    return u.view(np.float32)
+
+
 def float_to_bf16_bits(x) -> np.ndarray:
-    """Round float32 (or anything castable) to bf16 with round-to-nearest-even; NaNs stay NaN (quiet)."""
+    """Round float16/32/64 to bf16 with round-to-nearest-even (float64 without double rounding); NaNs stay
+    NaN (quiet)."""
+    x = np.asarray(x)
+    if x.dtype == np.float64:
+        x = _float64_to_float32_round_to_odd(x)
     u = np.ascontiguousarray(np.asarray(x, dtype=np.float32)).view(np.uint32)
     rounded = ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype(np.uint16)
     nan = (u & 0x7FFFFFFF) > 0x7F800000
