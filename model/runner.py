@@ -42,39 +42,38 @@ class DraftOptions:
     rtl_layers: list[int] | None = None  # None = every tensor through the RTL; else these layers only
 
 
-def rtl_kv_decoder():
-    """The RTL KV-view decoder ``decode(enc) -> uint16`` if the co-simulation path offers one, else None."""
-    import importlib
+def _bulk():
+    try:
+        from cassandra_rtl.tb import bulk
+    except ImportError as e:
+        raise ToolMissingError(f"--rtl: the RTL co-simulation path (cassandra_rtl.tb.bulk) is not available ({e})") \
+            from None
+    if not bulk.available():
+        raise ToolMissingError("--rtl: Verilator, which runs the RTL co-simulation, is not installed (run `make setup`)")
+    return bulk
 
-    for mod in ("cassandra_rtl.tb.bulk", "cassandra_rtl.tb.cosim"):
-        try:
-            m = importlib.import_module(mod)
-        except ImportError:
-            continue
-        fn = getattr(m, "decode_kv_draft", None)
-        if callable(fn):
-            return fn
-    return None
+
+def rtl_kv_decoder():
+    """The RTL KV-view decoder ``decode(enc) -> uint16`` (with ``.many(encs)`` batching one step's vectors into
+    one co-simulation run), or None when the co-simulation path is unavailable."""
+    try:
+        bulk = _bulk()
+    except ToolMissingError:
+        return None
+
+    def fn(enc):
+        return bulk.decode_with_rtl(enc, mode="draft")
+
+    fn.many = lambda encs: bulk.decode_many_with_rtl(list(encs), mode="draft", jobs=1)
+    return fn
 
 
 def rtl_decoder():
-    """The RTL-in-the-loop draft decoder: decode(name, enc) -> uint16 bits from the generated RTL in simulation.
-
-    Provided by the verification work (cassandra_rtl.tb.bulk / cassandra_rtl.tb.cosim, ``decode_draft(enc)``);
-    until that exists this raises a one-line ToolMissingError.
-    """
-    import importlib
-
-    for mod in ("cassandra_rtl.tb.bulk", "cassandra_rtl.tb.cosim"):
-        try:
-            m = importlib.import_module(mod)
-        except ImportError:
-            continue
-        fn = getattr(m, "decode_draft", None)
-        if callable(fn):
-            return lambda name, enc: fn(enc)
-    raise ToolMissingError("--rtl: the RTL co-simulation bulk decoder (cassandra_rtl.tb.bulk.decode_draft) "
-                           "is not available in this checkout yet")
+    """The RTL-in-the-loop draft decoder ``decode(name, enc) -> uint16``: the generated decoder's Verilog run by
+    the verification work's bulk co-simulation (cassandra_rtl.tb.bulk.decode_with_rtl). Raises a one-line
+    ToolMissingError when that path or its simulator is unavailable."""
+    bulk = _bulk()
+    return lambda name, enc: bulk.decode_with_rtl(enc, mode="draft")
 
 
 def build(ck: Checkpoint, draft: str, o: DraftOptions, progress=None, encoded=None):
@@ -83,6 +82,8 @@ def build(ck: Checkpoint, draft: str, o: DraftOptions, progress=None, encoded=No
         raise ConfigError(f"unknown draft {draft!r} (choose from {', '.join(DRAFTS)})")
     if o.rtl and draft != "cassandra":
         raise ConfigError("--rtl decodes the Cassandra draft's streams: use it with --draft cassandra")
+    if o.rtl and o.scheme != "c1":
+        raise ConfigError("--rtl: the generated decoder implements scheme c1 only")
     target = ck.build()
     stop = ck.tokenizer.stop_ids if ck.tokenizer else set(ck.args.eos_token_ids)
     if draft == "none":
