@@ -9,9 +9,11 @@ bit of every chunk (the last bit of a word that had ``last`` set). Marks shift w
 buffer may hold the tail of one chunk and the head of the next at the same time: the next superblock
 starts decoding in the cycle after the previous one finished (no bubble at superblock boundaries).
 
-Buffer capacity ``C = window + word``: a word is accepted whenever ``fill <= window`` (a registered
-condition, so ``inp.ready`` never depends combinationally on the consumer), which sustains one word
-per cycle while the consumer takes up to ``window`` bits a cycle.
+Buffer capacity ``C = window + 2 * word``: a word is accepted whenever ``fill <= window + word`` (a
+registered condition, so ``inp.ready`` never depends combinationally on the consumer). The extra word
+of slack covers a chunk's word padding (up to ``word - 1`` zero bits): at a superblock's final beat the
+buffer may hold up to ``window`` bits of content plus the padding, and the next chunk's first word must
+still be accepted in that cycle, or the next superblock would start one cycle late.
 """
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ class BitReader(wiring.Component):
         if not isinstance(window, int) or window < 1:
             raise ConfigError(f"bit reader window must be positive, got {window!r}")
         self.word, self.window = word, window
-        self.capacity = window + word
+        self.capacity = window + 2 * word
         super().__init__({
             "inp": In(stream.Signature(word_layout(word))),
             "enable": In(1), "drain": In(1), "flush": In(1),
@@ -74,14 +76,19 @@ class BitReader(wiring.Component):
         marks = Signal(C)
         fill = Signal(cw)
         used = Signal()            # some bit of the current chunk has been taken
+        # The current chunk was taken exactly up to its end: its mark left the buffer with its last bit,
+        # so remember that the chunk ends at position 0 (else the next chunk would look like its tail).
+        at_end = Signal()
 
         # Where the current chunk ends: one past its lowest end mark.
         lowest = Signal(C)
+        mark_end = Signal(cw)
         chunk_end = Signal(cw)
         m.d.comb += [
             lowest.eq(marks & (~marks + 1)),
-            chunk_end.eq(onehot_to_index(lowest, cw) + 1),
-            self.end_seen.eq(marks.any()),
+            mark_end.eq(onehot_to_index(lowest, cw) + 1),
+            chunk_end.eq(Mux(at_end, 0, mark_end)),
+            self.end_seen.eq(at_end | marks.any()),
             self.avail.eq(Mux(self.end_seen, chunk_end, fill)),
             self.win.eq(buf[:W]),
             self.skip_ok.eq(self.end_seen),
@@ -108,7 +115,7 @@ class BitReader(wiring.Component):
         kept_fill = Signal(cw)
         m.d.comb += [kept_buf.eq(buf >> shift), kept_marks.eq(marks >> shift), kept_fill.eq(fill - shift)]
 
-        can_take_word = fill <= C - IW
+        can_take_word = fill <= W + IW
         m.d.comb += self.inp.ready.eq(self.drain | (self.enable & can_take_word))
         append = self.inp.valid & self.inp.ready & ~self.drain
         new_buf = Signal(C)
@@ -118,12 +125,14 @@ class BitReader(wiring.Component):
             new_marks.eq(kept_marks | (self.inp.payload.last << (kept_fill + (IW - 1)))),
         ]
         with m.If(self.flush | self.drain):
-            m.d.sync += [buf.eq(0), marks.eq(0), fill.eq(0), used.eq(0)]
+            m.d.sync += [buf.eq(0), marks.eq(0), fill.eq(0), used.eq(0), at_end.eq(0)]
         with m.Else():
             m.d.sync += [
                 buf.eq(Mux(append, new_buf, kept_buf)),
                 marks.eq(Mux(append, new_marks, kept_marks)),
                 fill.eq(Mux(append, kept_fill + IW, kept_fill)),
                 used.eq(Mux(self.commit, Mux(self.skip, 0, used_now), used)),
+                at_end.eq(Mux(self.commit,
+                              Mux(self.skip, 0, at_end | (marks.any() & (self.take == mark_end))), at_end)),
             ]
         return m
