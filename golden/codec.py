@@ -323,10 +323,13 @@ def decode_codes(plane: bytes, offsets: np.ndarray, counts: np.ndarray, book: Co
     return out
 
 
+ESCAPE_LOOKAHEAD = 16   # codes examined per chunk and round: bounds the work when escapes are dense
+
+
 def _decode_codes_with_escapes(plane, ones, offsets, counts, book, name, chunks, out, out_start):
-    """Exact decode of the given chunks, one escape per round: the codes up to a chunk's next escape are
-    read from the ones like the fast path; the escape's 8 raw bits are then skipped. Rounds = the most
-    escapes in one chunk (usually 1-2), each vectorised over all chunks."""
+    """Exact decode of the given chunks in rounds, vectorised over chunks: each round reads up to
+    ESCAPE_LOOKAHEAD codes of every chunk from the ones (like the fast path) and stops at the chunk's next
+    escape, whose 8 raw bits it then skips. Rounds ~ escapes per chunk + G / ESCAPE_LOOKAHEAD."""
     K = book.K
     table = book.symbol_table()
     bitarr = np.unpackbits(np.frombuffer(plane, dtype=np.uint8), bitorder="little")
@@ -335,43 +338,40 @@ def _decode_codes_with_escapes(plane, ones, offsets, counts, book, name, chunks,
     pos = start.copy()                                    # where each chunk's next code starts
     done = np.zeros(len(chunks), dtype=np.int64)          # codes decoded so far
     payload_weights = 1 << np.arange(ESCAPE_PAYLOAD_BITS)
+    never = np.iinfo(np.int64).max
     act = np.flatnonzero(counts[chunks] > 0)
     while len(act):
         rem = counts[chunks[act]] - done[act]
+        take = np.minimum(rem, ESCAPE_LOOKAHEAD)
         i0 = np.searchsorted(ones, pos[act])
-        seg = np.repeat(np.arange(len(act)), rem)
-        t = np.arange(int(rem.sum())) - np.repeat(bitpack.exclusive_cumsum(rem)[:-1], rem)
+        seg = np.repeat(np.arange(len(act)), take)
+        t = np.arange(int(take.sum())) - np.repeat(bitpack.exclusive_cumsum(take)[:-1], take)
         idx = i0[seg] + t
-        inside = idx < len(ones)
-        p = np.where(inside, ones[np.minimum(idx, len(ones) - 1)], np.iinfo(np.int64).max)
+        p = np.where(idx < len(ones), ones[np.minimum(idx, len(ones) - 1)], never)
         prevp = np.where(t == 0, pos[act][seg], np.r_[0, p[:-1]] + 1)
         run = p - prevp
         stop = (run >= K) | (p >= end[act][seg])
-        # first stopping code of each chunk (rem if none)
-        first = np.full(len(act), -1, dtype=np.int64)
+        first_hit = np.full(len(act), never)
         hit = np.flatnonzero(stop)
-        first_hit = np.full(len(act), np.iinfo(np.int64).max)
         np.minimum.at(first_hit, seg[hit], t[hit])
-        first = np.where(first_hit == np.iinfo(np.int64).max, rem, first_hit)
+        first = np.where(first_hit == never, take, first_hit)      # codes decoded before a stop
         ok = t < first[seg]
         out[out_start[chunks[act][seg[ok]]] + done[act][seg[ok]] + t[ok]] = table[run[ok]] if K else 0
-        finished = first == rem
-        last_ok = np.flatnonzero(ok & (t == rem[seg] - 1))
+        last_ok = np.flatnonzero(ok & (t == first[seg] - 1))
         pos[act[seg[last_ok]]] = p[last_ok] + 1
-        cont = np.flatnonzero(~finished)
-        if len(cont):
-            at = np.flatnonzero(~ok & (t == first[seg]))      # the stopping code of each unfinished chunk
+        done[act] += first
+        at = np.flatnonzero(~ok & (t == first[seg]))                # the stopping code, where there is one
+        if len(at):
             a = act[seg[at]]
             bad = (p[at] >= end[a]) | (run[at] != K) | (p[at] + ESCAPE_PAYLOAD_BITS >= end[a])
             if bad.any():
                 s_bad = int(chunks[a[np.flatnonzero(bad)[0]]])
                 raise FormatError(f"{name}: impossible code or overrun in superblock {s_bad}")
             raw = bitarr[p[at][:, None] + 1 + np.arange(ESCAPE_PAYLOAD_BITS)] @ payload_weights
-            out[out_start[chunks[a]] + done[a] + t[at]] = raw
-            done[a] += t[at] + 1
+            out[out_start[chunks[a]] + done[a]] = raw
+            done[a] += 1
             pos[a] = p[at] + 1 + ESCAPE_PAYLOAD_BITS
-        done[act[finished]] = counts[chunks[act[finished]]]
-        act = act[~finished]
+        act = act[done[act] < counts[chunks[act]]]
     used = pos - start
     lengths = np.diff(offsets)[chunks]
     need = (used + 7) >> 3
