@@ -56,6 +56,9 @@ def parse_args(argv=None):
     ap.add_argument("--cosim-json", action="append", default=[], help="saved `cassandra-rtl cosim --json` output")
     ap.add_argument("--cosim-values", type=int, default=None, help="run cosim on this many values (if available)")
     ap.add_argument("--no-cosim", action="store_true", help="never run `cassandra-rtl cosim`, only read results")
+    ap.add_argument("--tuned-config", default=None,
+                    help="a saved draft config (cassandra-rtl tune --out) to run in the sweep; default: found under "
+                         "build/ or model/ when present (not in --quick)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
@@ -64,7 +67,7 @@ def parse_args(argv=None):
     a.max_new_tokens = a.max_new_tokens or (12 if q else 32)
     a.kv_prompts = a.kv_prompts or (1 if q else 4)
     a.kv_tokens = a.kv_tokens or (1 if q else 32)
-    a.cosim_values = a.cosim_values if a.cosim_values is not None else (0 if q else 200_000)
+    a.cosim_values = a.cosim_values if a.cosim_values is not None else (0 if q else 2_000_000)
     a.cache = Path(a.cache or ("build/report/quick" if q else "build/report"))
     return a
 
@@ -83,15 +86,17 @@ def find_tuned(root: Path) -> tuple[list[dict], list[str]]:
     def take(rec, src):
         if not isinstance(rec, dict):
             return
-        a = next((rec[k] for k in ("acceptance_rate", "acceptance") if isinstance(rec.get(k), (int, float))), None)
-        r = next((rec[k] for k in ("draft_ratio", "draft_bytes_ratio", "weight_ratio", "compression_ratio")
+        a = next((rec[k] for k in ("acceptance_rate", "acceptance", "agreement") if isinstance(rec.get(k), (int, float))),
+                 None)
+        r = next((rec[k] for k in ("draft_ratio", "draft_bytes_ratio", "weight_ratio", "compression_ratio", "draft_frac")
                   if isinstance(rec.get(k), (int, float))), None)
         if r is None and isinstance(rec.get("draft_weight_bytes"), (int, float)) \
                 and isinstance(rec.get("bf16_weight_bytes"), (int, float)) and rec["bf16_weight_bytes"]:
             r = rec["draft_weight_bytes"] / rec["bf16_weight_bytes"]
         if a is not None and r is not None:
             sp = rec.get("modeled_speedup") or rec.get("speedup")
-            pts.append({"acceptance": float(a), "ratio": float(r), "name": rec.get("name") or rec.get("config"),
+            pts.append({"acceptance": float(a), "ratio": float(r), "name": rec.get("name") or rec.get("label") or rec.get("config"),
+                        "proxy": "agreement" in rec and "acceptance_rate" not in rec and "acceptance" not in rec,
                         "speedup": sp.get("orin") if isinstance(sp, dict) else (sp if isinstance(sp, (int, float)) else None),
                         "speedup_by_hw": sp if isinstance(sp, dict) else None, "source": src})
 
@@ -116,6 +121,22 @@ def find_tuned(root: Path) -> tuple[list[dict], list[str]]:
         if len(pts) > n0:
             used.append(rel)
     return pts, used
+
+
+def find_tuned_config(root: Path) -> Path | None:
+    """The newest saved draft config (\"format\": \"cassandra-draft-config\") under build/ or model/."""
+    cands = []
+    for pat in ("build/*.json", "build/tune/**/*.json", "build/draft*/**/*.json", "model/*.json", "model/**/*.json"):
+        for f in glob.glob(str(root / pat), recursive=True):
+            try:
+                if Path(f).stat().st_size > 50_000_000:
+                    continue
+                d = json.loads(Path(f).read_text())
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(d, dict) and d.get("format") == "cassandra-draft-config":
+                cands.append(Path(f))
+    return max(cands, key=lambda p: p.stat().st_mtime) if cands else None
 
 
 def fmt(x, spec=".3f", none="—"):
@@ -185,6 +206,14 @@ def main(argv=None) -> int:
             print(f"report: unknown configs {sorted(unknown)}", file=sys.stderr)
             return 2
         configs = {k: v for k, v in {**acc.FULL_CONFIGS, **acc.QUICK_CONFIGS}.items() if k in keep}
+    tuned_cfg = Path(a.tuned_config) if a.tuned_config else (None if a.quick else find_tuned_config(ROOT))
+    if tuned_cfg is not None:
+        import hashlib
+
+        digest = hashlib.sha256(tuned_cfg.read_bytes()).hexdigest()[:16] if tuned_cfg.is_file() else "missing"
+        rel = os.path.relpath(tuned_cfg, ROOT)
+        configs["tuned"] = ("tuned", "tuned", {"path": str(tuned_cfg), "file": rel, "sha256": digest})
+        prog.log(f"  tuned draft config: {rel} (sha256 {digest})")
     sweep = acc.Sweep(ck, ident, prompts, a.max_new_tokens, a.gamma, cache, prog, a.quick,
                       entropy_rows=wrows if not a.quick else None)
     runs = sweep.run(configs)
@@ -256,7 +285,7 @@ def main(argv=None) -> int:
         "bits": {"weights_total": w_bits, "weights_spec": w_spec_bits, "kv_total": kv_bits, "kv_spec": kv_spec_bits},
         "acceptance": summ, "memory": memres, "speedup_entries": entries, "synth_blocks": blocks,
         "npu_overhead_percent": overhead, "cosim": cosim, "tuned": tuned, "tuned_files": tuned_files,
-        "draft_formula_ok": formula_ok,
+        "draft_formula_ok": formula_ok, "sweep_errors": sweep.errors,
     }
     a.cache.mkdir(parents=True, exist_ok=True)
     (a.cache / "results.json").write_text(json.dumps(results, indent=1, default=str))
@@ -325,7 +354,8 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
     w("| config | family | ratio | acceptance | alpha | tokens/step | bytes/token vs bf16 | " +
       " | ".join(f"speedup {presets[h].name}" for h in hws) + " | lossless |")
     w("|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(hws) + "---|")
-    order = sorted(S, key=lambda k: ({"reference": 0, "baseline": 1, "mantissa": 2, "prune": 3, "both": 4}[S[k]["family"]],
+    order = sorted(S, key=lambda k: ({"reference": 0, "baseline": 1, "mantissa": 2, "prune": 3, "both": 4,
+                                      "tuned": 5}[S[k]["family"]],
                                      -S[k]["weight_ratio"]))
     for k in order:
         s = S[k]
@@ -333,11 +363,23 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
         w(f"| {k}{extra} | {s['family']} | {s['weight_ratio']:.3f} | {fmt(s['acceptance'])} | {fmt(s['alpha'])} | "
           f"{fmt(s['tokens_per_step'], '.2f')} | {s['bytes_ratio']:.3f} | " +
           " | ".join(f"{s['speedup'][h]:.2f}x" for h in hws) + f" | {s['lossless']} |")
-    if R["tuned"]:
-        w(f"\nTuned drafts from the draft-selection work (read from {', '.join(R['tuned_files'])}) are plotted as black "
-          "crosses; their numbers come from that tool's own runs (its prompts and settings), not this sweep.\n")
+    tuned_rows = [k for k, v in S.items() if v["family"] == "tuned"]
+    if tuned_rows:
+        o = S[tuned_rows[0]]["options"]
+        w(f"\n`tuned` = the saved draft-selection config `{o.get('file')}` (sha256 {o.get('sha256')}: per-tensor keep "
+          f"ratio / mantissa bits / scheme, its salience and KV view, from `cassandra-rtl tune`), encoded for real and "
+          f"run in this harness on these prompts at gamma = {a.gamma} (black X in the plot).\n")
+    elif R["sweep_errors"].get("tuned"):
+        w(f"\nThe saved tuned draft config could not be run: {R['sweep_errors']['tuned']}.\n")
     else:
-        w("\nNo saved draft-selection results (model/tune.py output) were found under build/: tuned drafts not shown.\n")
+        w("\nNo saved draft-selection config (`cassandra-rtl tune --out`) was found: tuned draft not run.\n")
+    if R["tuned"]:
+        proxy = any(t.get("proxy") for t in R["tuned"])
+        w(f"Grey crosses: {len(R['tuned'])} rows saved by the draft-selection work ({', '.join(R['tuned_files'])}: "
+          "activation-aware salience and per-tensor allocation candidates); their y value is "
+          + ("that tool's teacher-forced top-1 agreement with the target (its acceptance proxy)" if proxy else
+             "that tool's own acceptance figure") + " on its own held-apart prompts, and their speedup its own "
+          "estimate — not measurements of this sweep.\n")
     w(findings_acceptance(S))
 
     # 3 ------------------------------------------------------------------------------------------
@@ -408,12 +450,16 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
     good = [c for c in R["cosim"] if "error" not in c]
     if good:
         w("Co-simulation (RTL decoder vs golden decode):\n")
-        w("| source | simulator | mode | values | mismatches | values / s |")
-        w("|---|---|---|---:|---:|---:|")
+        w("| command | decoder config | simulator / engine | mode | values | mismatches | values / cycle | values / s |")
+        w("|---|---|---|---|---:|---:|---:|---:|")
         for c in good:
-            w(f"| `{c.get('command', c.get('source', '?'))}` | {c.get('simulator', '?')} | {c.get('mode', '?')} | "
-              f"{c.get('values', 0):,} | {c.get('mismatches', '?')} | {fmt(c.get('values_per_second'), ',.0f')} |")
-        w("")
+            w(f"| `{c.get('command', c.get('source', '?'))}` | {c.get('config', '?')} | {c.get('simulator', '?')} / "
+              f"{c.get('engine', '?')} | {c.get('mode', '?')} | {c.get('values', 0):,} | {c.get('mismatches', '?')} | "
+              f"{c.get('values_per_cycle', '—')} | {fmt(c.get('values_per_second'), ',.0f')} |")
+        w(f"\nThe container is `build/demo/smollm2.cass` (`make demo`: the bundled SmolLM2 at the default config); "
+          f"values/s is wall-clock throughput of the compiled Verilator harness on this shared CPU (it includes "
+          f"framing and comparison); values/cycle is the decoder's own rate. Results are cached in "
+          f"`{a.cache}/cosim.json`; delete it to re-run.\n")
     else:
         errs = [c for c in R["cosim"] if "error" in c]
         w("Co-simulation throughput: **not run**" + (f" — {cosim_note}" if cosim_note else "") +

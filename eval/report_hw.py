@@ -28,10 +28,9 @@ def speedup_entries(summ: dict, tuned: list[dict], default_name: str) -> list[tu
         best = max(cass, key=lambda k: cass[k]["speedup"].get("orin", 0))
         if best != default_name:
             ents.append((f"Cassandra best of sweep\n({best})", cass[best]["speedup"]))
-    for t in tuned:
-        if isinstance(t.get("speedup_by_hw"), dict):
-            ents.append((f"tuned\n({t.get('name', 'tune.py')})", t["speedup_by_hw"]))
-            break
+    for k, v in summ.items():
+        if v["family"] == "tuned" and v["acceptance"] is not None:
+            ents.append(("tuned draft config\n(same harness)", v["speedup"]))
     for k, v in summ.items():
         if v["draft"] == "int8":
             ents.append(("INT8 weight-only\n(autoregressive)", v["speedup"]))
@@ -65,7 +64,8 @@ def plot_speedup(entries, out, fname: str, footer: dict) -> str:
     ax.set_xticks(x, [e[0] for e in entries], fontsize=8)
     ax.set_ylabel("modeled speedup vs bf16 autoregressive")
     ax.set_title("Modeled decode speedup on memory-bound hardware (same harness, same prompts)")
-    ax.legend(fontsize=8)
+    ax.set_ylim(0, max(PAPER_SPEEDUP[1], max(e[1][h] for e in entries for h in hws)) * 1.25)
+    ax.legend(fontsize=8, loc="upper right", ncol=2)
     ax.grid(axis="y", alpha=0.3)
     figure_footer(fig, **footer)
     fig.tight_layout(rect=(0, 0.09, 1, 1))
@@ -131,11 +131,15 @@ def plot_hw(blocks, overhead: dict, cosim: list[dict], out, fname: str, footer: 
     ax.tick_params(axis="x", labelsize=7)
     if cosim:
         ax = axes[2]
-        labs = [f"{c.get('simulator', '?')}\n{c.get('mode', '')}" for c in cosim]
+        labs = [f"{c.get('config', '?')}\n{c.get('simulator', '?')} {c.get('mode', '')}" for c in cosim]
         ax.bar(labs, [c.get("values_per_second") or 0 for c in cosim], color="#8172b2")
         ax.set_yscale("log")
         ax.set_ylabel("values / s (co-simulation)")
-        ax.set_title("RTL co-simulation throughput", fontsize=10)
+        ax.set_title("RTL co-simulation throughput (bulk path)", fontsize=10)
+        ax.tick_params(axis="x", labelsize=6.5)
+        for i, c in enumerate(cosim):
+            ax.text(i, c.get("values_per_second") or 1, f"{c.get('values_per_cycle', '?')} v/cyc\n"
+                    f"{c.get('mismatches', '?')} mism.", ha="center", va="bottom", fontsize=6.5)
     figure_footer(fig, **footer)
     fig.tight_layout(rect=(0, 0.09, 1, 1))
     return save(fig, out, fname)
@@ -149,12 +153,17 @@ def cosim_available() -> bool:
         return False
 
 
-def run_cosim(cass: Path, max_values: int, modes=("draft", "full"), timeout: float = 600, log=print) -> list[dict]:
-    """`cassandra-rtl cosim CASS --mode M --max-values N --json` for each mode; results or error records."""
+COSIM_CONFIGS = ("decoder_c1_l8", "decoder_c1_l16")
+
+
+def run_cosim(cass: Path, max_values: int, modes=("draft", "full"), configs=COSIM_CONFIGS, timeout: float = 900,
+              log=print) -> list[dict]:
+    """`cassandra-rtl cosim CASS --config C --mode M --max-values N --json` (the bulk Verilator path) per
+    decoder configuration and mode; results or error records."""
     out = []
-    for mode in modes:
-        cmd = [sys.executable, "-m", "cassandra_rtl.cli", "cosim", str(cass), "--mode", mode,
-               "--max-values", str(max_values), "--json"]
+    for config, mode in [(c, m) for c in configs for m in modes]:
+        cmd = [sys.executable, "-m", "cassandra_rtl.cli", "cosim", str(cass), "--config", config, "--mode", mode,
+               "--max-values", str(max_values), "--jobs", "1", "--json"]
         log(f"  cosim: {' '.join(cmd[2:])}")
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

@@ -23,6 +23,10 @@ PROMPTS = (
     ("code", "Explain what this Python code does: squares = [i * i for i in range(10)]"),
     ("prose", "Summarize the story of Little Red Riding Hood in three sentences."),
     ("chat", "What should I cook for dinner tonight if I have rice, eggs and spinach?"),
+    ("math", "A train travels 120 km in 1.5 hours. What is its average speed?"),
+    ("code", "Write a SQL query that returns the ten most recent rows of a table called orders."),
+    ("prose", "Describe a busy city market at dawn."),
+    ("chat", "I feel nervous before my job interview tomorrow. Any tips?"),
 )
 
 
