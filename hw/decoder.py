@@ -339,6 +339,8 @@ class DecoderC1(wiring.Component):
         fit = [Const(1, 1)]
         for i in range(L):
             fit.append(fit[-1] & lane_ok[i])
+        self._probe = {"spec_ok": Cat(*spec["ok"]), "sm_ok": Cat(*sm_ok), "rest_ok": Cat(*rest_ok),
+                       "v_ok": Cat(*v_ok), "kept": kept}          # white-box simulation probes
         n_out = Signal(range(L + 1))
         m.d.comb += n_out.eq(sum(fit[1:]))
         # Spec-only prefix for the signman/verif overrun checks (lanes the codes already allow).
