@@ -95,6 +95,16 @@ async def reset(dut, cycles: int = 2, ctx: Ctx | None = None):
     it is legal right after a ReadOnly phase). Ends in the ReadOnly phase after the first free edge."""
     await RisingEdge(dut.clk)
     dut.rst.value = 1
+    # Every handshake input goes low with the reset (a stream agent whose engine stopped stepping would
+    # otherwise keep its last valid/ready asserted into the first cycle after reset); the agents drop
+    # their queues (a reset discards everything in flight) and re-drive from scratch.
+    for name in filter(None, os.environ.get("TB_INPUTS", "").split(",")):
+        if name.endswith("__valid") or name.endswith("__ready"):
+            getattr(dut, name).value = 0
+    if ctx is not None:
+        for eng in ctx.engines:
+            for agent in eng.agents:
+                agent.reset()
     for _ in range(cycles):
         await RisingEdge(dut.clk)
     dut.rst.value = 0
