@@ -331,6 +331,26 @@ def greedy_search(t: Tuner, groups: list[str], options: list[CodecConfig], start
     return path
 
 
+def knapsack_points(t: Tuner, groups: list[str], options: list[CodecConfig], start: Allocation, sens: dict,
+                    lambdas=(0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)) -> list[Allocation]:
+    """Lagrangian knapsack over the sensitivity table: for each lambda, every group independently takes the
+    option minimising KL_g(option) + lambda * bytes_g(option) / bf16 bytes (additive-KL model); distinct
+    allocations, from expensive to cheap. Moves whole groups at once (the greedy walk moves one per step)."""
+    out, seen = [], set()
+    for lam in lambdas:
+        al = start
+        for g in groups:
+            choice = min(options, key=lambda c: (sens[g].get(option_key(c), math.inf)
+                                                 + lam * t_group_bytes(t, g, c) / t.bf16_bytes, option_key(c)))
+            if option_key(choice) != option_key(al.group_cfg(g)):
+                al = al.with_group(g, choice)
+        d = al.digest()
+        if d not in seen:
+            seen.add(d)
+            out.append((lam, al))
+    return out
+
+
 def t_group_bytes(t: Tuner, group: str, cfg: CodecConfig) -> int:
     return sum(t.tensor_bytes(n, cfg) for n in t.names if group_of(n, t.ck.args.n_layers) == group)
 
@@ -383,8 +403,8 @@ def subset(es: EvalSet, n: int) -> EvalSet:
 
 
 # The sensitivity ladder: options tried per group alone (the greedy walk only moves along measured options).
-SENS_OPTIONS = (("c1", 1.0, 2), ("c1", 0.75, 3), ("c1", 0.75, 2), ("c1", 0.5, 3))
-KV_OPTIONS = (("c1", 1.0, 2), ("c1", 1.0, 3), ("c1", 1.0, 4), ("c1", 0.75, 3), ("c1", 0.5, 3))
+SENS_OPTIONS = (("c1", 1.0, 2), ("c1", 0.75, 3), ("c1", 0.75, 2), ("c1", 0.5, 3), ("c1", 0.5, 2))
+KV_OPTIONS = (("c1", 1.0, 7), ("c1", 1.0, 5), ("c1", 1.0, 4), ("c1", 1.0, 3), ("c1", 1.0, 2), ("c1", 0.75, 4))
 
 
 def run_search(ck, salience_kind="wanda", calib_prompts=CALIBRATION_PROMPTS, eval_prompts=EVAL_PROMPTS,
@@ -430,7 +450,10 @@ def run_search(ck, salience_kind="wanda", calib_prompts=CALIBRATION_PROMPTS, eva
         sens[g][option_key(ref)] = base_kl
     # 3. greedy descent over groups, every point evaluated jointly on the full evaluation set
     path = greedy_search(t, groups, sopts + [ref], start, sens, max_steps=2 if quick else max_steps)
-    cands = uni + path
+    # 3b. knapsack points over the same table (whole groups move at once), evaluated jointly
+    knap = [(al, t.evaluate(al, label=f"knapsack lambda={lam}"))
+            for lam, al in knapsack_points(t, groups, sopts + [ref], start, sens)[: 3 if quick else None]]
+    cands = uni + path + knap
     best_al, best = max(cands, key=lambda c: (c[1]["speedup"], -c[1]["draft_bytes"]))
     # 4. the KV view for the best weight allocation
     for s_, k_, m_ in (kv_options[:2] if quick else kv_options):
@@ -452,7 +475,8 @@ def run_search(ck, salience_kind="wanda", calib_prompts=CALIBRATION_PROMPTS, eva
         with open(log_path, "a") as f:
             for row in t.log + ts.log:
                 f.write(json.dumps(row) + "\n")
-    report = {"best": best, "uniform": [r for _, r in uni], "path": [r for _, r in path], "frontier": frontier,
+    report = {"best": best, "uniform": [r for _, r in uni], "path": [r for _, r in path],
+              "knapsack": [r for _, r in knap], "frontier": frontier,
               "uniform_best": best_al.estimate["uniform_best"], "sensitivity": sens}
     return best_al, report
 
@@ -499,3 +523,147 @@ def write_container_with(ck, alloc, path, progress=None) -> dict:
             progress(i + 1, len(names), f"encode {n}")
     meta = {"producer": "cassandra-rtl tune", "source": str(ck.source), META_KEY: alloc.to_json()}
     return write_container(path, enc, meta)
+
+
+# ------------------------------------------------------------------------------------------- validation
+def validate(ck, alloc, prompts=None, n_new: int = 48, gamma: int | None = None, progress=None,
+             encoded=None) -> dict:
+    """Real speculative decoding (the engine, bf16, greedy) with ``alloc`` on ``prompts`` (default: the
+    benchmark prompts of bench.py, held apart from calibration and search); checks losslessness against
+    plain greedy decoding and aggregates acceptance, tokens/step, bytes and modeled speedup like bench.py."""
+    from .allocation import build_engine
+    from .bench import PROMPTS
+    from .engine import Engine
+    from .metrics import hardware_presets
+
+    prompts = prompts or PROMPTS
+    g = gamma or alloc.gamma
+    eng, d, target = build_engine(ck, alloc)
+    plain = Engine(target, stop_ids=eng.stop_ids)
+    agg = {"drafted": 0, "accepted": 0, "steps": 0, "step_tokens": 0, "gen": 0, "bytes": 0, "base": 0,
+           "draft_bytes": 0, "lossless": 0}
+    times, btimes = {}, {}
+    pos_d, pos_a = [], []
+    for i, p in enumerate(prompts):
+        ids = chat_ids(ck, p)
+        ref = plain.generate(ids, n_new).tokens
+        r = eng.generate(ids, n_new, drafter=d, gamma=g)
+        st = r.stats
+        agg["drafted"] += st.drafted
+        agg["accepted"] += st.accepted
+        agg["steps"] += st.steps
+        agg["step_tokens"] += st.step_tokens
+        agg["gen"] += st.generated
+        agg["bytes"] += r.ledger.bytes()
+        agg["draft_bytes"] += r.ledger.bytes("draft")
+        agg["base"] += r.baseline.bytes()
+        agg["lossless"] += int(r.tokens == ref)
+        for k, h in hardware_presets().items():
+            times[k] = times.get(k, 0.0) + r.ledger.time(h)
+            btimes[k] = btimes.get(k, 0.0) + r.baseline.time(h)
+        for j, (dd, aa) in enumerate(zip(st.drafted_at, st.accepted_at)):
+            while len(pos_d) <= j:
+                pos_d.append(0)
+                pos_a.append(0)
+            pos_d[j] += dd
+            pos_a[j] += aa
+        if progress:
+            progress(i + 1, len(prompts), f"validate: acceptance so far {agg['accepted'] / max(1, agg['drafted']):.3f}")
+    return {"prompts": len(prompts), "new_tokens": n_new, "gamma": g,
+            "lossless": f"{agg['lossless']}/{len(prompts)}",
+            "acceptance": agg["accepted"] / agg["drafted"] if agg["drafted"] else None,
+            "alpha": sum(pos_a) / sum(pos_d) if sum(pos_d) else None,
+            "per_position": [a / b if b else 0.0 for a, b in zip(pos_a, pos_d)],
+            "tokens_per_step": agg["step_tokens"] / agg["steps"] if agg["steps"] else None,
+            "draft_weight_frac": d.info["draft_weight_bytes"] / d.info["bf16_weight_bytes"],
+            "draft_bits_per_value": 8 * sum(d.encoded.spec_bytes.values())
+            / sum(ck.bits[n].size for n in d.encoded.spec_bytes),
+            "target_weight_frac": d.info["target_weight_bytes"] / d.info["bf16_weight_bytes"],
+            "MB_per_token": agg["bytes"] / agg["gen"] / 1e6, "bf16_MB_per_token": agg["base"] / agg["gen"] / 1e6,
+            "speedup": {k: btimes[k] / times[k] for k in times}}
+
+
+def main(argv=None) -> int:
+    """``python -m cassandra_rtl.model.tune validate CONFIG.json [...]``: real speculative decoding per config."""
+    import argparse
+    import sys
+
+    from .loader import load
+
+    ap = argparse.ArgumentParser(description="validate draft configs by real speculative decoding")
+    ap.add_argument("cmd", choices=["validate", "plot"])
+    ap.add_argument("configs", nargs="+", help="validate: draft config JSON files, or uniform:scheme:keep:m[:kvm]; "
+                    "plot: SEARCH_LOG.jsonl [VALIDATE.jsonl] (writes --png)")
+    ap.add_argument("--png", default="docs/report/draft_selection_frontier.png")
+    ap.add_argument("--prompts", type=int, default=6)
+    ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--gamma", type=int, default=None)
+    ap.add_argument("--out", default=None, help="append one JSON line per config")
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args(argv)
+    if a.cmd == "plot":
+        plot(a.configs[0], a.configs[1] if len(a.configs) > 1 else None, a.png)
+        print(f"wrote {a.png}")
+        return 0
+    torch.set_num_threads(a.threads)
+    from .allocation import Allocation, uniform
+    from .bench import PROMPTS
+
+    ck = load(None)
+    for spec in a.configs:
+        if spec.startswith("uniform:"):
+            parts = spec.split(":")[1:]
+            al = uniform(ck.args.n_layers, scheme=parts[0], keep_ratio=float(parts[1]), mantissa_bits=int(parts[2]))
+            kvm = int(parts[3]) if len(parts) > 3 else 3
+            al.kv = CodecConfig(keep_ratio=1.0, mantissa_bits=kvm, group_size=ck.args.head_dim, kind="kv")
+        else:
+            al = Allocation.load(spec)
+        t0 = time.perf_counter()
+        r = validate(ck, al, PROMPTS[: a.prompts], a.new_tokens, a.gamma,
+                     progress=lambda i, n, w: print(f"  [{spec}] {i}/{n} {w}", file=sys.stderr, flush=True))
+        r.update(config=spec, seconds=time.perf_counter() - t0)
+        print(json.dumps(r), flush=True)
+        if a.out:
+            with open(a.out, "a") as f:
+                f.write(json.dumps(r) + "\n")
+    return 0
+
+
+def plot(search_log, validate_log=None, png="docs/report/draft_selection_frontier.png") -> None:
+    """Proxy agreement vs draft bytes of every evaluated candidate (search log), the Pareto frontier, and
+    real acceptance of validated configs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(x) for x in Path(search_log).read_text().splitlines() if x.strip()]
+    rows = [r for r in rows if r.get("positions", 0) == max(q.get("positions", 0) for q in rows)]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    kinds = {"uniform": ("o", "uniform allocation"), "step": ("s", "greedy per-group path"),
+             "kv": ("^", "KV view variants"), "knapsack": ("D", "knapsack points"), "start": ("s", None)}
+    for k, (mk, lab) in kinds.items():
+        pts = [r for r in rows if r["label"].startswith(k)]
+        if pts and lab:
+            ax.scatter([100 * r["draft_frac"] for r in pts], [r["agreement"] for r in pts], marker=mk, label=lab,
+                       alpha=0.75)
+    fr = pareto(rows)
+    ax.plot([100 * r["draft_frac"] for r in fr], [r["agreement"] for r in fr], "k--", lw=1, label="Pareto frontier")
+    if validate_log and Path(validate_log).exists():
+        val = [json.loads(x) for x in Path(validate_log).read_text().splitlines() if x.strip()]
+        ax.scatter([100 * v["draft_weight_frac"] for v in val], [v["alpha"] for v in val], marker="*", s=140,
+                   c="red", label="real speculative decoding (alpha)")
+    ax.set_xlabel("draft weight bytes, % of bf16")
+    ax.set_ylabel("top-1 agreement with the target (proxy)")
+    ax.set_title("SmolLM2-135M-Instruct: draft selection (cassandra-rtl tune)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.text(0.01, 0.01, f"python -m cassandra_rtl.model.tune plot {search_log}"
+             + (f" {validate_log}" if validate_log else ""), fontsize=6, color="gray")
+    Path(png).parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
