@@ -75,8 +75,8 @@ def spec_zero_counter(m: Module, data, W: int, L: int):
 class ZeroCounterCheck(wiring.Component):
     """``ok`` = the DUT's outputs equal the specification's (registered DUT: the spec is registered too)."""
 
-    def __init__(self, window: int, lanes: int, registered: bool):
-        self.W, self.L, self.registered = window, lanes, registered
+    def __init__(self, window: int, lanes: int, registered: bool, mutant: bool = False):
+        self.W, self.L, self.registered, self.mutant = window, lanes, registered, mutant
         super().__init__({"data": In(window), "ok": Out(1)})
 
     def elaborate(self, platform):
@@ -86,6 +86,10 @@ class ZeroCounterCheck(wiring.Component):
         m.submodules.dut = dut = ZeroCounter(self.W, self.L, registered=self.registered)
         m.d.comb += dut.data.eq(self.data)
         v, r, e, c = spec_zero_counter(m, self.data, self.W, self.L)
+        if self.mutant:
+            # a deliberately wrong specification (consumed off by one when the window's last bit is the
+            # last counted one): the proof must FAIL, which shows the check can fail
+            c = Mux(c == self.W, c - 1, c)
         if self.registered:
             regs = [Signal(len(x), name=f"spec_q{i}") for i, x in enumerate((v, r, e, c))]
             m.d.sync += [q.eq(x) for q, x in zip(regs, (v, r, e, c))]

@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="write the summary as JSON here")
     args = ap.parse_args(argv)
     try:
-        ensure_simulator(args.sim)
+        ensure_simulator(args.sim, install=True)
     except ToolMissingError as exc:
         print(f"[sim] {exc}", file=sys.stderr)
         return 2

