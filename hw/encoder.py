@@ -241,32 +241,48 @@ class EncoderKvC1(wiring.Component):
         for w in writers.values():
             writers_idle = writers_idle & w.idle
 
+        # ---- loading: in LOAD, and also while the current vector is emitted (into the beats already
+        # emitted), so the next vector streams in without waiting.
+        phase_load, phase_emit = Signal(), Signal()
+        lbeat = Signal(range(beats + 1))           # beats of the next vector loaded (== nbeats: complete)
+        vec_full = Signal()
+        m.d.comb += vec_full.eq(lbeat == nbeats)
+        can_load = Signal()
+        m.d.comb += can_load.eq(~err.any() & ~vec_full &
+                                (phase_load | (phase_emit & (lbeat < beat))))
+        load = self.inp.valid & can_load
+        load_last = lbeat + 1 == nbeats
+        with m.If(load):
+            for i in range(L):
+                m.d.sync += buf[lbeat * L + i].eq(self.inp.payload.lanes[i])
+            with m.If(lbeat == 0):
+                ok = self._config_ok(r)
+                loaded = r["spec_loaded"] & r["verif_loaded"]
+                m.d.comb += [raise_err[Err.NO_BOOK].eq(~loaded), raise_err[Err.CONFIG].eq(loaded & ~ok)]
+            with m.If(self.inp.payload.last != load_last):
+                m.d.comb += raise_err[FRAME_ERR].eq(1)
+            m.d.sync += lbeat.eq(lbeat + 1)
+
+        def start_vector():
+            """The loaded vector becomes the current one: select (or emit directly when k = G)."""
+            m.d.sync += [lbeat.eq(0), beat.eq(0), bit.eq(KEY_BITS - 1), prefix.eq(0), eq_seen.eq(0)]
+            with m.If(r["k"] == r["g"]):
+                # Nothing pruned: t = 0 and all G values "equal or above" are kept.
+                m.d.sync += rem.eq(r["g"])
+                m.next = "EMIT"
+            with m.Else():
+                m.d.sync += rem.eq(r["k"])
+                m.next = "SELECT"
+
         # ---- control
         with m.FSM(name="phase"):
             with m.State("LOAD"):
-                m.d.comb += [self.inp.ready.eq(1), self.cfg.ready.eq(beat == 0), self.busy.eq(beat != 0)]
-                with m.If(self.inp.valid):
-                    for i in range(L):
-                        m.d.sync += buf[beat * L + i].eq(self.inp.payload.lanes[i])
-                    last_beat = beat + 1 == nbeats
-                    with m.If(beat == 0):
-                        ok = self._config_ok(r)
-                        loaded = r["spec_loaded"] & r["verif_loaded"]
-                        m.d.comb += [raise_err[Err.NO_BOOK].eq(~loaded), raise_err[Err.CONFIG].eq(loaded & ~ok)]
-                    with m.If(self.inp.payload.last != last_beat):
-                        m.d.comb += raise_err[FRAME_ERR].eq(1)
-                    with m.If(raise_err.any()):
-                        m.next = "DRAIN"
-                    with m.Elif(last_beat):
-                        m.d.sync += [beat.eq(0), bit.eq(KEY_BITS - 1), prefix.eq(0), rem.eq(r["k"]), eq_seen.eq(0)]
-                        with m.If(r["k"] == r["g"]):
-                            # Nothing pruned: t = 0 and all G values "equal or above" are kept.
-                            m.next = "EMIT"
-                            m.d.sync += [prefix.eq(0), rem.eq(r["g"])]
-                        with m.Else():
-                            m.next = "SELECT"
-                    with m.Else():
-                        m.d.sync += beat.eq(beat + 1)
+                m.d.comb += [phase_load.eq(1), self.inp.ready.eq(can_load), self.cfg.ready.eq(lbeat == 0),
+                             self.busy.eq((lbeat != 0) | ~writers_idle)]
+                with m.If(raise_err.any()):
+                    m.next = "DRAIN"
+                with m.Elif(load & load_last):
+                    start_vector()
             with m.State("SELECT"):
                 m.d.comb += self.busy.eq(1)
                 with m.If(count >= rem):
@@ -278,28 +294,26 @@ class EncoderKvC1(wiring.Component):
                 with m.Else():
                     m.d.sync += bit.eq(bit - 1)
             with m.State("EMIT"):
-                m.d.comb += self.busy.eq(1)
+                m.d.comb += [phase_emit.eq(1), self.busy.eq(1), self.inp.ready.eq(can_load)]
                 last_beat = beat + 1 == nbeats
                 for w in writers.values():
                     m.d.comb += [w.valid.eq(all_ready), w.close.eq(last_beat)]
                 with m.If(all_ready):
-                    m.d.sync += eq_seen.eq(eq_seen + eq_before[L])
+                    m.d.sync += [eq_seen.eq(eq_seen + eq_before[L]), beat.eq(beat + 1)]
+                    # After the last beat the bit writers close the chunks on their own; selection of
+                    # the next vector (already loaded into the emitted beats) starts right away.
                     with m.If(last_beat):
-                        m.d.sync += beat.eq(0)
-                        m.next = "FLUSH"
-                    with m.Else():
-                        m.d.sync += beat.eq(beat + 1)
-            with m.State("FLUSH"):
-                # The writers close their chunks; the next vector may load meanwhile only after they are
-                # idle (the buffer is free already, but a config write must not race the flush).
-                m.d.comb += self.busy.eq(1)
-                with m.If(writers_idle):
-                    m.next = "LOAD"
+                        with m.If(err.any() | raise_err.any()):
+                            m.next = "DRAIN"       # an error in the next vector: stop after this one
+                        with m.Elif(vec_full | (load & load_last)):
+                            start_vector()
+                        with m.Else():
+                            m.next = "LOAD"
             with m.State("DRAIN"):
                 # Error: discard input beats so the producer never hangs, until CLEAR_ERROR.
                 m.d.comb += [self.inp.ready.eq(1), self.cfg.ready.eq(1)]
                 with m.If(clear):
-                    m.d.sync += beat.eq(0)
+                    m.d.sync += [beat.eq(0), lbeat.eq(0)]
                     m.next = "LOAD"
         with m.If(raise_err.any()):
             m.d.sync += err.eq(err | raise_err)
