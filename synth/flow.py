@@ -45,6 +45,7 @@ LOCAL_LIB = "cells.lib"               # the library is copied next to each desig
 NAND2_UM2_28NM = 0.50
 DEFAULT_PERIOD_PS = 1000             # ABC delay target: 1 GHz, a usual 28 nm NPU clock
 DEFAULT_TIMEOUT_S = 3600
+HEARTBEAT_S = 60                     # progress line while long blocks are still in Yosys
 PE_BLOCK = "pe_bf16_fp32"
 
 # Memory systems the overhead is evaluated for (bytes/s). "npu" is the configurable one.
@@ -414,23 +415,31 @@ def run_flow(opts: FlowOptions, only: list[str] | None = None,
     _log(f"[synth] {total} block(s) to synthesise with {opts.jobs} job(s); library {opts.lib.name}, "
          f"ABC target {opts.period_ps:.0f} ps{' (quick)' if opts.quick else ''}")
     done = 0
+    started = time.monotonic()
     with futures.ThreadPoolExecutor(max_workers=opts.jobs) as pool:
         jobs = {pool.submit(synthesise_block, blocks[n], opts, text, meta): n
                 for n, (text, meta) in prepared.items()}
-        for fut in futures.as_completed(jobs):
-            name = jobs[fut]
-            done += 1
-            try:
-                entry = fut.result()
-                tim = entry.get("timing", {})
-                how = "cached" if entry.get("cached") else f"{entry.get('synth_seconds', 0):.0f} s"
-                _log(f"[synth {done}/{total}] {name}: {entry['area_ge']:.0f} GE, {entry['flip_flops']} FFs, "
-                     f"~{tim.get('est_fmax_mhz', float('nan')):.0f} MHz ({how})")
-            except Exception as exc:  # noqa: BLE001
-                entry = {"status": "missing", "reason": f"synthesis failed: {exc}",
-                         "kind": prepared[name][1]["kind"], "area_ge": None}
-                _log(f"[synth {done}/{total}] {name}: FAILED ({exc})")
-            report["blocks"][name] = entry
+        pending = set(jobs)
+        while pending:
+            finished, pending = futures.wait(pending, timeout=HEARTBEAT_S, return_when=futures.FIRST_COMPLETED)
+            if not finished:            # big blocks take minutes: say what is still running
+                running = sorted(jobs[f] for f in pending if f.running())
+                _log(f"[synth {done}/{total}] {time.monotonic() - started:.0f} s, running: {', '.join(running)}")
+                continue
+            for fut in finished:
+                name = jobs[fut]
+                done += 1
+                try:
+                    entry = fut.result()
+                    tim = entry.get("timing", {})
+                    how = "cached" if entry.get("cached") else f"{entry.get('synth_seconds', 0):.0f} s"
+                    _log(f"[synth {done}/{total}] {name}: {entry['area_ge']:.0f} GE, {entry['flip_flops']} FFs, "
+                         f"~{tim.get('est_fmax_mhz', float('nan')):.0f} MHz ({how})")
+                except Exception as exc:  # noqa: BLE001
+                    entry = {"status": "missing", "reason": f"synthesis failed: {exc}",
+                             "kind": prepared[name][1]["kind"], "area_ge": None}
+                    _log(f"[synth {done}/{total}] {name}: FAILED ({exc})")
+                report["blocks"][name] = entry
     report["blocks"] = dict(sorted(report["blocks"].items()))
     report.update(overhead(report, overhead_params or OverheadParams()))
     write_reports(report, opts.out)
