@@ -224,6 +224,45 @@ def yosys_script(top: str, abc_cmds: str, period_ps: float) -> str:
     ])
 
 
+def breakdown_script(top: str, period_ps: float) -> str:
+    """Hierarchy-preserving pass (no -flatten, quick ABC per module) for the per-submodule area split.
+    Optimisation cannot cross module boundaries here, so its total is a little above the flat one;
+    only the shares are reported."""
+    inline = "+" + ";".join(c.strip().replace(" ", ",") for c in abc_script(period_ps, True).strip().split(";")
+                            if c.strip())
+    return "\n".join([
+        "read_rtlil design.il",
+        f"hierarchy -check -top {top}",
+        f"synth -noabc -top {top}",
+        f"dfflibmap -liberty {LOCAL_LIB}",
+        f"abc -liberty {LOCAL_LIB} -D {int(period_ps)} -script {inline}",
+        "opt_clean -purge",
+        f"tee -q -o stat_hier.json stat -json -liberty {LOCAL_LIB}",
+        "",
+    ])
+
+
+def parse_breakdown(workdir: pathlib.Path, top: str) -> dict:
+    """Per-module *local* area (Yosys' stat -json reports areas including submodules)."""
+    stat = json.loads((workdir / "stat_hier.json").read_text())
+    full = {name.lstrip("\\"): float(mod.get("area", 0.0)) for name, mod in stat["modules"].items()}
+
+    def children(parent: str) -> list[str]:
+        return [n for n in full if n.startswith(parent + ".") and "." not in n[len(parent) + 1:]]
+
+    areas = {}
+    for name, area in full.items():
+        local = area - sum(full[c] for c in children(name))
+        # Amaranth names submodules "<top>.<path>"; keep the path below the top.
+        short = name[len(top) + 1:] if name.startswith(top + ".") else ("(top-level logic)" if name == top else name)
+        areas[short] = round(local, 1)
+    total = full.get(top) or sum(areas.values()) or 1.0
+    ordered = sorted(areas.items(), key=lambda kv: -kv[1])
+    return {"area_ge_by_module": dict(ordered),
+            "share_percent_by_module": {k: round(100 * v / total, 1) for k, v in ordered},
+            "hierarchical_total_ge": round(total, 1)}
+
+
 def _sha(*parts: str | bytes) -> str:
     h = hashlib.sha256()
     for p in parts:
@@ -250,16 +289,16 @@ def _top_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
-def run_yosys(workdir: pathlib.Path, script: str, timeout_s: float) -> None:
-    argv = yosys_argv() + ["-q", "-l", "yosys.log", "-s", "script.ys"]
-    (workdir / "script.ys").write_text(script)
+def run_yosys(workdir: pathlib.Path, script: str, timeout_s: float, tag: str = "") -> None:
+    argv = yosys_argv() + ["-q", "-l", f"yosys{tag}.log", "-s", f"script{tag}.ys"]
+    (workdir / f"script{tag}.ys").write_text(script)
     try:
         proc = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         raise TimeoutError(f"yosys did not finish in {timeout_s:.0f} s") from exc
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-5:]
-        log = workdir / "yosys.log"
+        log = workdir / f"yosys{tag}.log"
         if log.exists():
             errs = [ln for ln in log.read_text(errors="replace").splitlines() if "ERROR" in ln]
             tail = errs[-3:] or tail
@@ -304,6 +343,7 @@ class FlowOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S
     use_cache: bool = True
     lib: pathlib.Path = LIB_PATH
+    breakdown: bool = False           # per-submodule area split for decoders/encoders (second pass)
 
     def __post_init__(self):
         if self.period_ps <= 0:
@@ -328,7 +368,9 @@ def synthesise_block(block: Block, opts: FlowOptions, rtlil_text: str, meta: dic
     workdir.mkdir(parents=True, exist_ok=True)
     abc_text = abc_script(opts.period_ps, opts.quick)
     script = yosys_script(top, abc_text, opts.period_ps)
-    key = _sha(str(FLOW_VERSION), rtlil_text, lib_text, script, abc_text, repr(opts.nand2_um2))
+    want_breakdown = opts.breakdown and meta["kind"] in ("decoder", "encoder")
+    key = _sha(str(FLOW_VERSION), rtlil_text, lib_text, script, abc_text, repr(opts.nand2_um2),
+               "breakdown-v2" if want_breakdown else "")
     cache_file = opts.out / "cache" / f"{block.name}.{key[:20]}.json"
     if opts.use_cache and cache_file.exists():
         entry = json.loads(cache_file.read_text())
@@ -341,6 +383,12 @@ def synthesise_block(block: Block, opts: FlowOptions, rtlil_text: str, meta: dic
     entry = parse_results(workdir, top, opts.nand2_um2)
     entry.update(status="ok", kind=meta["kind"], source=block.source, meta=meta,
                  synth_seconds=round(time.monotonic() - t0, 1), cache_key=key[:20], quick=opts.quick)
+    if want_breakdown:
+        try:
+            run_yosys(workdir, breakdown_script(top, opts.period_ps), opts.timeout_s, tag="_hier")
+            entry["breakdown"] = parse_breakdown(workdir, top)
+        except Exception as exc:  # noqa: BLE001 - the flat result stands without the split
+            entry["breakdown"] = {"error": str(exc)}
     lanes = meta.get("lanes")
     if lanes:
         entry["area_ge_per_lane"] = round(entry["area_ge"] / lanes, 2)
@@ -625,6 +673,13 @@ def render_markdown(report: dict) -> str:
         if b.get("status") == "ok":
             top = ", ".join(f"{k} {v}" for k, v in b["cells_by_type"].items())
             lines.append(f"- **{name}**: {top}" + (f"; UNMAPPED: {b['unmapped_cells']}" if b["unmapped_cells"] else ""))
+    split = {n: b["breakdown"] for n, b in report["blocks"].items()
+             if b.get("status") == "ok" and isinstance(b.get("breakdown"), dict) and "error" not in b["breakdown"]}
+    if split:
+        lines += ["", "## Area by submodule (hierarchical pass, shares of its total)", ""]
+        for name, bd in split.items():
+            parts = ", ".join(f"{k} {v:.1f} %" for k, v in bd["share_percent_by_module"].items())
+            lines.append(f"- **{name}**: {parts}")
     ov = report.get("overhead", {})
     lines += ["", "## NPU overhead (same flow, same library)", ""]
     if "error" in ov:
@@ -683,6 +738,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--nand2-um2", type=float, default=NAND2_UM2_28NM, help="µm² per GE (NAND2 area)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="per-block Yosys timeout (s)")
     ap.add_argument("--no-cache", action="store_true", help="resynthesise even unchanged blocks")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also split decoder/encoder area by submodule (a second, hierarchical Yosys run)")
     ov = ap.add_argument_group("NPU overhead")
     ov.add_argument("--overhead-json", type=pathlib.Path,
                     help="JSON file with OverheadParams fields (npu_tflops, bandwidths_gbps, ...)")
@@ -736,7 +793,8 @@ def run_from_args(args) -> int:
         return 0
     only = [n.strip() for item in (args.only or []) for n in item.split(",") if n.strip()] or None
     opts = FlowOptions(out=args.out, quick=args.quick, period_ps=args.period_ps, nand2_um2=args.nand2_um2,
-                       jobs=args.jobs, timeout_s=args.timeout, use_cache=not args.no_cache)
+                       jobs=args.jobs, timeout_s=args.timeout, use_cache=not args.no_cache,
+                       breakdown=args.breakdown)
     report = run_flow(opts, only=only, overhead_params=overhead_params_from_args(args))
     missing = [n for n, b in report["blocks"].items() if b.get("status") == "missing"]
     print(f"wrote {args.out / 'report.json'} and {args.out / 'report.md'}")

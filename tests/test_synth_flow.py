@@ -199,3 +199,26 @@ def test_quick_keeps_smallest_configuration_per_family(tmp_path):
     assert r["blocks"]["toy_adder_l2"]["status"] == "ok"
     assert r["blocks"]["toy_adder_l2"]["quick"] is True
     assert r["blocks"]["toy_adder_l4"]["status"] == "skipped"
+
+
+class _Wrapper(wiring.Component):
+    """A two-level design for the per-submodule area split."""
+
+    def __init__(self):
+        super().__init__({"a": In(16), "b": In(16), "y": Out(16)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.inner = inner = LaneAdder(2)
+        m.d.comb += [inner.a.eq(self.a), inner.b.eq(self.b)]
+        m.d.sync += self.y.eq(inner.y ^ self.a)
+        return m
+
+
+def test_breakdown_splits_area_by_submodule(tmp_path):
+    blocks = {"decoder_wrap_l2": flow.Block("decoder_wrap_l2", _Wrapper, "test", {"kind": "decoder"})}
+    r = flow.run_flow(flow.FlowOptions(out=tmp_path, breakdown=True), blocks=blocks)
+    bd = r["blocks"]["decoder_wrap_l2"]["breakdown"]
+    assert set(bd["area_ge_by_module"]) == {"inner", "(top-level logic)"}
+    assert all(v > 0 for v in bd["area_ge_by_module"].values())
+    assert sum(bd["share_percent_by_module"].values()) == pytest.approx(100, abs=0.5)
