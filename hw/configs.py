@@ -51,8 +51,10 @@ def _encoder_factories():
         return
     for l, word in ((8, 64), (16, 128)):
         _register(f"encoder_kv_c1_l{l}", lambda l=l, w=word: EncoderKvC1(lanes=l, word=w),
-                  block="encoder_kv_c1", lanes=l, word=word, values_per_cycle=l,
-                  latency_cycles=None,
+                  block="encoder_kv_c1", lanes=l, word=word, max_group=128,
+                  # measured: G / (G/L + 15) values/cycle when pruning (15-cycle radix select), ~L at k = G
+                  values_per_cycle=l, values_per_cycle_pruning_g128=round(128 / (128 / l + 15), 2),
+                  latency_cycles=2 * 128 // l + 18,
                   description=f"online KV-cache encoder (C1), {l} bf16 values/cycle in, {word}-bit plane words")
 
 
