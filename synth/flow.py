@@ -344,6 +344,7 @@ class FlowOptions:
     use_cache: bool = True
     lib: pathlib.Path = LIB_PATH
     breakdown: bool = False           # per-submodule area split for decoders/encoders (second pass)
+    cached_only: bool = False         # report from the cache only; never start Yosys
 
     def __post_init__(self):
         if self.period_ps <= 0:
@@ -376,6 +377,8 @@ def synthesise_block(block: Block, opts: FlowOptions, rtlil_text: str, meta: dic
         entry = json.loads(cache_file.read_text())
         entry["cached"] = True
         return entry
+    if opts.cached_only:
+        raise LookupError("no cached result for this design (--cached-only); run without it")
     (workdir / "design.il").write_text(rtlil_text)
     (workdir / LOCAL_LIB).write_bytes(lib_text)
     t0 = time.monotonic()
@@ -738,6 +741,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--nand2-um2", type=float, default=NAND2_UM2_28NM, help="µm² per GE (NAND2 area)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="per-block Yosys timeout (s)")
     ap.add_argument("--no-cache", action="store_true", help="resynthesise even unchanged blocks")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="write the report from cached results only (blocks without one are listed as missing)")
     ap.add_argument("--breakdown", action="store_true",
                     help="also split decoder/encoder area by submodule (a second, hierarchical Yosys run)")
     ov = ap.add_argument_group("NPU overhead")
@@ -794,7 +799,7 @@ def run_from_args(args) -> int:
     only = [n.strip() for item in (args.only or []) for n in item.split(",") if n.strip()] or None
     opts = FlowOptions(out=args.out, quick=args.quick, period_ps=args.period_ps, nand2_um2=args.nand2_um2,
                        jobs=args.jobs, timeout_s=args.timeout, use_cache=not args.no_cache,
-                       breakdown=args.breakdown)
+                       breakdown=args.breakdown, cached_only=args.cached_only)
     report = run_flow(opts, only=only, overhead_params=overhead_params_from_args(args))
     missing = [n for n, b in report["blocks"].items() if b.get("status") == "missing"]
     print(f"wrote {args.out / 'report.json'} and {args.out / 'report.md'}")
