@@ -125,8 +125,20 @@ def build(ck: Checkpoint, draft: str, o: DraftOptions, progress=None, encoded=No
                 from cassandra_rtl.golden.codec import decode_draft
 
                 return decode_draft(enc)
+    rtl_names: list[str] = []
+    if dec is not None:
+        inner = dec
+
+        def dec(name, enc):  # noqa: F811 - record which tensors went through the RTL
+            out = inner(name, enc)
+            if o.rtl_layers is None or any(name.startswith(f"layers.{i}.") for i in o.rtl_layers):
+                rtl_names.append(name)
+            return out
     d, tcost = build_cassandra(ck, target, lambda n, s: wcfg, kcfg, progress=progress, decode=dec,
                                encoded=encoded, cache_dir=o.cache_dir, kv_decode=rtl_kv_decoder() if o.rtl else None)
+    if o.rtl:
+        d.info["rtl_weight_tensors"] = len(rtl_names)
+        d.info["rtl_kv"] = d.kv_view.decode is not None
     return Engine(target, tcost, stop_ids=stop, baseline_cost=bf16_cost(target)), d, target
 
 

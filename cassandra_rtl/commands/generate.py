@@ -114,7 +114,7 @@ def run(args) -> int:
     summary["text"] = tok.decode(res.tokens)
     summary["model"] = ck.source
     if args.compare and sp.greedy and args.draft not in ("none", "int8"):
-        plain, _, _ = build(ck, "none", opts)
+        plain, _, _ = build(ck, "none", DraftOptions())
         ref = plain.generate(ids, args.max_new_tokens)
         summary["lossless_vs_plain"] = ref.tokens == res.tokens
     if quiet:
