@@ -52,7 +52,7 @@ def check(res, jobs):
 
 
 @pytest.mark.parametrize("lanes,full,m,keep", [(4, False, 3, 0.5), (4, True, 3, 0.5), (8, True, 0, 0.3),
-                                               (8, False, 7, 1.0)])
+                                               pytest.param(8, False, 7, 1.0, marks=pytest.mark.slow)])
 def test_decoder_random_tensor(lanes, full, m, keep):
     bits = weights(200 + lanes * 5, seed=lanes * 7 + m)          # partial last superblock
     enc = encode_tensor(bits, CodecConfig(group_size=64, mantissa_bits=m, keep_ratio=keep))

@@ -40,7 +40,8 @@ def encode_kv(bits, G, m, k, books=None):
     return cfg, books, encode_tensor(bits, cfg, books=books)
 
 
-@pytest.mark.parametrize("lanes,G,m,k", [(4, 32, 3, 12), (8, 64, 7, 64), (8, 64, 0, 1), (16, 64, 2, 40)])
+@pytest.mark.parametrize("lanes,G,m,k", [(4, 32, 3, 12), (8, 64, 7, 64), (8, 64, 0, 1),
+                                         pytest.param(16, 64, 2, 40, marks=pytest.mark.slow)])
 def test_encoder_matches_golden(lanes, G, m, k):
     bits = kv_vectors(4, G, seed=lanes + G + k)
     cfg, books, enc = encode_kv(bits, G, m, k)
