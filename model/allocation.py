@@ -36,6 +36,9 @@ FORMAT = "cassandra-draft-config"
 VERSION = 1
 META_KEY = "draft_allocation"  # key of the allocation in a .cass container's meta
 TYPES = tuple(LAYER_LINEARS) + ("emb",)
+# The tuned allocation of the bundled SmolLM2-135M-Instruct (`--draft-config bundled`), found by
+# `cassandra-rtl tune` (docs/DRAFT_SELECTION.md).
+BUNDLED = Path(__file__).parent / "allocations" / "smollm2-135m-instruct.json"
 
 
 def option_key(cfg: CodecConfig | None) -> str:
@@ -211,8 +214,8 @@ class Allocation:
 
     @classmethod
     def load(cls, path) -> "Allocation":
-        """From a JSON file or from the meta of a .cass container."""
-        p = Path(path)
+        """From a JSON file, from the meta of a .cass container, or ``bundled`` (the bundled model's tuned one)."""
+        p = BUNDLED if str(path) == "bundled" else Path(path)
         if not p.exists():
             raise InputError(f"draft config not found: {p}")
         if p.suffix == ".cass":

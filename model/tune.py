@@ -254,6 +254,7 @@ class Tuner:
                     self.norms_key)
         if key in self._scores:
             r = dict(self._scores[key], label=label)
+            self.log.append({**r, "allocation": alloc.to_json(include_norms=False), "cached": True})
             if self.progress:
                 self.progress(f"{label:<40} (cached) agree {r['agreement']:.3f} draft {100 * r['draft_frac']:.1f}% "
                               f"speedup {r['speedup']:.2f}x (g={r['gamma']})")

@@ -188,3 +188,14 @@ def test_cli_tune_then_generate(tmp_path, capsys):
         assert s["draft_config"]["gamma"] == alloc.gamma
     assert main(["generate", "--model", str(folder), "--prompt", "hi", "--draft", "ngram", "--draft-config",
                  str(out)]) == 2
+
+
+def test_bundled_allocation_is_a_valid_config():
+    from cassandra_rtl.model.salience import norms_from_json
+
+    a = Allocation.load("bundled")
+    assert a.n_layers == 30 and a.salience["kind"] == "wanda" and 1 <= a.gamma <= 8
+    norms = norms_from_json(a.salience["norms"])
+    assert norms_digest(norms) == a.salience["digest"]
+    assert norms["head_in"].shape == (576,) and norms["layers.0.mlp_act"].shape == (1536,)
+    assert all(c.scheme in ("c1", "c2") for c in a.groups.values())
