@@ -101,7 +101,9 @@ def whole_model(sim_jobs: int, modes=("draft", "full")) -> dict:
             ref = decode_full(enc) if mode == "full" else decode_draft(enc)
             mism += int(np.count_nonzero(g.reshape(-1) != ref.reshape(-1)))
         out["modes"][mode] = {"values": st.values, "mismatches": mism, "wall_s": st.wall,
-                              "values_per_second": st.values_per_second, "values_per_cycle": st.values_per_cycle}
+                              "values_per_second": st.values_per_second, "values_per_cycle": st.values_per_cycle,
+                              "harness_seconds": st.seconds,   # summed over the harness processes
+                              "harness_values_per_second_per_process": st.values / st.seconds if st.seconds else 0}
         out["values"] += st.values
         out["mismatches"] += mism
     return out
