@@ -370,8 +370,10 @@ def synthesise_block(block: Block, opts: FlowOptions, rtlil_text: str, meta: dic
     abc_text = abc_script(opts.period_ps, opts.quick)
     script = yosys_script(top, abc_text, opts.period_ps)
     want_breakdown = opts.breakdown and meta["kind"] in ("decoder", "encoder")
-    key = _sha(str(FLOW_VERSION), rtlil_text, lib_text, script, abc_text, repr(opts.nand2_um2),
-               "breakdown-v2" if want_breakdown else "")
+    key_parts = [str(FLOW_VERSION), rtlil_text, lib_text, script, abc_text, repr(opts.nand2_um2)]
+    if want_breakdown:                # only then, so flat results stay valid for breakdown-less runs
+        key_parts.append("breakdown-v2")
+    key = _sha(*key_parts)
     cache_file = opts.out / "cache" / f"{block.name}.{key[:20]}.json"
     if opts.use_cache and cache_file.exists():
         entry = json.loads(cache_file.read_text())
