@@ -75,7 +75,7 @@ def test_cosim_icarus_small(npy, capsys):
         pytest.skip("icarus not installed")
     rc, out = _run(capsys, npy, "--sim", "icarus", "--max-values", "600", "--config", "decoder_c1_l4", "--json")
     rep = json.loads(out.out)
-    assert rc == 0 and rep["values"] == 640 and rep["mismatches"] == 0 and rep["simulator"] == "icarus"
+    assert rc == 0 and rep["values"] == 600 and rep["mismatches"] == 0 and rep["simulator"] == "icarus"
 
 
 def test_cosim_mismatch_exits_nonzero(npy, capsys, monkeypatch):
