@@ -65,3 +65,14 @@ def test_cosim_quick(block, config, sim, cases, env):
 @pytest.mark.parametrize("block,config,sim", _all_combinations(), ids=lambda x: str(x))
 def test_cosim_full(block, config, sim):
     _check(block, config, sim, env={"TB_FULL": "1"})
+
+
+def test_waves_on_failure():
+    """A failing cocotb test is re-run with the same seed and waveforms on, into its own run folder."""
+    if not simulator_available("icarus"):
+        pytest.skip("icarus not installed")
+    res = build.run("loopback", "w16", "icarus", testcase="fail_on_request", env={"TB_SELFTEST_FAIL": "1"},
+                    tag="waves-on-failure")
+    assert res.failed == 1
+    assert res.waves and all(w.exists() and w.stat().st_size > 0 for w in res.waves), res.waves
+    assert all("waves-on-failure_waves" in str(w) for w in res.waves)

@@ -210,7 +210,10 @@ def run(block: str, config: str, sim: str, testcase: str | list[str] | None = No
                     "TB_STATS": str(test_dir / STATS_FILE), "TB_INPUTS": ",".join(inputs), "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "INFO")}
         full_env.update({k: str(v) for k, v in (env or {}).items()})
         runner = _runner(sim)
-        xml = runner.test(test_module=spec.test_module, hdl_toplevel=spec.toplevel, hdl_toplevel_lang="verilog",
+        # Icarus writes its FST where the dump module says; point it into this run's own folder (the
+        # default is the shared build folder, where parallel runs would overwrite each other).
+        plusargs = [f"+dumpfile_path={test_dir / (spec.toplevel + '.fst')}"] if waves and sim == "icarus" else []
+        xml = runner.test(plusargs=plusargs, test_module=spec.test_module, hdl_toplevel=spec.toplevel, hdl_toplevel_lang="verilog",
                           testcase=cases or None,
                           seed=seed, build_dir=bdir, test_dir=test_dir, waves=waves, extra_env=full_env,
                           timescale=TIMESCALE, results_xml=str(test_dir / "results.xml"),

@@ -35,3 +35,13 @@ async def scoreboard_catches_corruption(dut, ctx):
     await ctx.engine([src, snk]).run_until(lambda: sb.pending == 0, 200)
     assert sb.mismatches == 1, sb.reports
     ctx.scoreboards.remove(sb)
+
+
+@tb_test()
+async def fail_on_request(dut, ctx):
+    """A short loopback run that fails on purpose when TB_SELFTEST_FAIL=1 (used to check that a failing
+    test is re-run with waveforms into its own folder)."""
+    import os
+
+    await _run(dut, ctx, "random", "random", 20)
+    assert os.environ.get("TB_SELFTEST_FAIL", "0") == "0", "failure requested by TB_SELFTEST_FAIL=1"
