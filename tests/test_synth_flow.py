@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 
 import pytest
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -175,7 +176,7 @@ def test_hw_registry_blocks_monotone_in_lanes(tmp_path):
     if note:
         pytest.skip(note)
     families: dict[str, list[str]] = {}
-    import re
+
     for name in hw:
         m = re.search(r"_l(\d+)", name)
         if m:
