@@ -176,7 +176,6 @@ def test_hw_registry_blocks_monotone_in_lanes(tmp_path):
     if note:
         pytest.skip(note)
     families: dict[str, list[str]] = {}
-
     for name in hw:
         m = re.search(r"_l(\d+)", name)
         if m:
