@@ -7,6 +7,7 @@ import torch
 from cassandra_rtl.errors import ToolMissingError
 
 from .loader import load
+from .drafters import default_cache_dir
 from .runner import DraftOptions, build, rtl_decoder
 
 PROMPT = "What is the capital of France? Answer in one sentence."
@@ -25,7 +26,8 @@ def run_demo(args, max_new_tokens: int = 32) -> int:
         rtl = False
     plain, _, _ = build(ck, "none", DraftOptions())
     ref = plain.generate(ids, max_new_tokens)
-    o = DraftOptions(gamma=4, keep_ratio=1.0, mantissa_bits=3, rtl=rtl, rtl_layers=[0] if rtl else None)
+    o = DraftOptions(gamma=3, keep_ratio=1.0, mantissa_bits=3, rtl=rtl, rtl_layers=[0] if rtl else None,
+                     cache_dir=default_cache_dir())
     eng, d, _ = build(ck, "cassandra", o)
     res = eng.generate(ids, max_new_tokens, drafter=d, gamma=o.gamma)
     s = res.summary()
