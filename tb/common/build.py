@@ -213,11 +213,20 @@ def run(block: str, config: str, sim: str, testcase: str | list[str] | None = No
         # Icarus writes its FST where the dump module says; point it into this run's own folder (the
         # default is the shared build folder, where parallel runs would overwrite each other).
         plusargs = [f"+dumpfile_path={test_dir / (spec.toplevel + '.fst')}"] if waves and sim == "icarus" else []
-        xml = runner.test(plusargs=plusargs, test_module=spec.test_module, hdl_toplevel=spec.toplevel, hdl_toplevel_lang="verilog",
-                          testcase=cases or None,
-                          seed=seed, build_dir=bdir, test_dir=test_dir, waves=waves, extra_env=full_env,
-                          timescale=TIMESCALE, results_xml=str(test_dir / "results.xml"),
-                          log_file=test_dir / "sim.log")
+        # Under pytest the runner calls sys.exit(1) on a failing test; hide PYTEST_CURRENT_TEST so it returns
+        # the results file instead, and the failure is reported here (with waveforms, seed and log path).
+        saved = os.environ.pop("PYTEST_CURRENT_TEST", None)
+        try:
+            xml = runner.test(plusargs=plusargs, test_module=spec.test_module, hdl_toplevel=spec.toplevel,
+                              hdl_toplevel_lang="verilog", testcase=cases or None,
+                              seed=seed, build_dir=bdir, test_dir=test_dir, waves=waves, extra_env=full_env,
+                              timescale=TIMESCALE, results_xml=str(test_dir / "results.xml"),
+                              log_file=test_dir / "sim.log")
+        except SystemExit:                      # the simulator itself exited non-zero
+            xml = test_dir / "results.xml"
+        finally:
+            if saved is not None:
+                os.environ["PYTEST_CURRENT_TEST"] = saved
         try:
             res.tests, res.failed = get_results(xml)
         except (RuntimeError, FileNotFoundError, OSError):
