@@ -333,7 +333,7 @@ def greedy_search(t: Tuner, groups: list[str], options: list[CodecConfig], start
 
 
 def knapsack_points(t: Tuner, groups: list[str], options: list[CodecConfig], start: Allocation, sens: dict,
-                    lambdas=(0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)) -> list[Allocation]:
+                    lambdas=(0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0)) -> list[Allocation]:
     """Lagrangian knapsack over the sensitivity table: for each lambda, every group independently takes the
     option minimising KL_g(option) + lambda * bytes_g(option) / bf16 bytes (additive-KL model); distinct
     allocations, from expensive to cheap. Moves whole groups at once (the greedy walk moves one per step)."""
