@@ -478,8 +478,36 @@ def run_search(ck, salience_kind="wanda", calib_prompts=CALIBRATION_PROMPTS, eva
                 f.write(json.dumps(row) + "\n")
     report = {"best": best, "uniform": [r for _, r in uni], "path": [r for _, r in path],
               "knapsack": [r for _, r in knap], "frontier": frontier,
-              "uniform_best": best_al.estimate["uniform_best"], "sensitivity": sens}
+              "uniform_best": best_al.estimate["uniform_best"], "sensitivity": sens, "candidates": cands}
     return best_al, report
+
+
+def pick_by_validation(ck, best_al, report, top: int, prompts=None, n_new: int = 48, progress=None, say=None):
+    """Re-rank the ``top`` distinct candidates with the highest proxy speedup by real speculative decoding
+    (``validate``) and return the best one (its measurement recorded in ``estimate["validated"]``)."""
+    say = say or (lambda s: None)
+    seen, ranked = set(), []
+    for al, r in sorted(report["candidates"], key=lambda c: (-c[1]["speedup"], c[1]["draft_bytes"], c[1]["label"])):
+        d = al.digest()
+        if d not in seen:
+            seen.add(d)
+            ranked.append((al, r))
+    best = None
+    for al, r in ranked[:top]:
+        cand = al.copy()
+        cand.gamma = int(r["gamma"])
+        v = validate(ck, cand, prompts, n_new, progress=progress)
+        say(f"validated {r['label']}: alpha {v['alpha']}, tokens/step {v['tokens_per_step']:.2f}, "
+            f"draft {100 * v['draft_weight_frac']:.1f}%, modeled speedup {v['speedup']['rtx4090']:.2f}x, "
+            f"lossless {v['lossless']}")
+        if best is None or v["speedup"]["rtx4090"] > best[1]["speedup"]["rtx4090"]:
+            best = (cand, v, r)
+    cand, v, r = best
+    cand.estimate = {**best_al.estimate, "proxy_agreement": r["agreement"], "kl": r["kl"],
+                     "draft_frac": r["draft_frac"], "bits_per_value": r["bits_per_value"],
+                     "modeled_speedup": r["speedup"], "gamma": r["gamma"], "search_point": r["label"],
+                     "selection": f"best real modeled speedup among the top {top} proxy candidates", "validated": v}
+    return cand
 
 
 def _with_default(al, cfg):

@@ -173,10 +173,12 @@ def test_cli_tune_then_generate(tmp_path, capsys):
     rc = main(["tune", "--model", str(folder), "--out", str(out), "--container", str(cass), "--quick",
                "--calib-prompts", str(cal), "--eval-prompts", str(ev), "--new-tokens", "3", "--bands", "1",
                "--options", "c1:1.0:3,c1:0.5:2", "--cache", str(tmp_path / "cache"), "--quiet", "--json",
-               "--max-seq-len", "128"])
+               "--max-seq-len", "128", "--validate-top", "2", "--validate-prompts", str(cal),
+               "--validate-tokens", "5"])
     assert rc == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["best"]["speedup"] > 0
+    assert res["best"]["validated"]["lossless"] == f"{len(CAL)}/{len(CAL)}"
     alloc = Allocation.load(out)
     assert Allocation.load(cass).to_json() == alloc.to_json()
     for src in (out, cass):

@@ -80,6 +80,12 @@ def run(args) -> int:
                                n_new=args.new_tokens, options=_options(args.options), bands=args.bands,
                                ctx=args.ctx, max_steps=args.max_steps, cache_dir=args.cache,
                                quick=args.quick, progress=prog, say=say, log_path=args.log)
+    if args.validate_top:
+        from ..model.tune import pick_by_validation
+
+        alloc = pick_by_validation(ck, alloc, report, args.validate_top, _prompts(args.validate_prompts),
+                                   args.validate_tokens, progress=prog, say=say)
+        report["best"] = {**report["best"], "validated": alloc.estimate["validated"]}
     if args.out:
         alloc.save(args.out)
         say(f"wrote {args.out}")
@@ -110,6 +116,11 @@ def register(sub):
     p.add_argument("--bands", type=int, default=3, help="layer bands per tensor type in the search")
     p.add_argument("--ctx", type=int, default=128, help="context length assumed by the cost model")
     p.add_argument("--max-steps", type=int, default=40, help="greedy descent steps")
+    p.add_argument("--validate-top", type=int, default=0, help="re-rank the N best proxy candidates by real "
+                   "speculative decoding and keep the best measured (slow: minutes per candidate on SmolLM2)")
+    p.add_argument("--validate-prompts", default=None, help="prompts for --validate-top (default: the benchmark "
+                   "prompts of model/bench.py; same file forms as --calib-prompts)")
+    p.add_argument("--validate-tokens", type=int, default=48, help="new tokens per prompt for --validate-top")
     p.add_argument("--cache", default="build/tune", help="cache directory for calibration / evaluation data")
     p.add_argument("--log", default=None, help="append every evaluated candidate as a JSON line here")
     p.add_argument("--max-seq-len", type=int, default=512)
