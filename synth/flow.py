@@ -377,6 +377,14 @@ def synthesise_block(block: Block, opts: FlowOptions, rtlil_text: str, meta: dic
     cache_file = opts.out / "cache" / f"{block.name}.{key[:20]}.json"
     if opts.use_cache and cache_file.exists():
         entry = json.loads(cache_file.read_text())
+        # The timing model can improve without resynthesis: re-time the kept netlist if needed.
+        netlist_file = workdir / "netlist.json"
+        if (entry.get("timing") or {}).get("timing_version") != timing.TIMING_VERSION and netlist_file.exists():
+            try:
+                entry["timing"] = timing.analyse(json.loads(netlist_file.read_text()), top).as_dict()
+                cache_file.write_text(json.dumps(entry, indent=1))
+            except (timing.TimingError, ValueError) as exc:
+                entry["timing"] = {"error": str(exc)}
         entry["cached"] = True
         return entry
     if opts.cached_only:

@@ -21,6 +21,7 @@ combinational cells on any such path.
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -28,6 +29,12 @@ from . import liberty as lib
 
 WIRE_CAP_FF = 0.25      # per sink pin: a short local wire at 28 nm (~0.2 fF/µm x ~1 µm), a guess
 OUTPUT_LOAD_FF = lib.C_UNIT_FF
+# ABC buffers only the nets it maps. Block inputs (reset, valid, ready) and flip-flop outputs can
+# drive hundreds of pins; a real flow builds a buffer tree there. Nets above this load are timed as
+# an ideal fanout-of-4 tree of BUF_X1 (its area is estimated separately, not added to the block).
+BUFFER_TREE_THRESHOLD_FF = 40.0     # above the ~34 fF that ABC's `buffer -N 8` leaves on its own nets
+TREE_STAGE_LOAD_FF = 4.0 * lib.C_UNIT_FF
+TIMING_VERSION = 2
 
 _COMB = {c.name: c for c in lib.COMB_CELLS}
 _SEQ = {s.name: s for s in lib.SEQ_CELLS}
@@ -48,6 +55,9 @@ class TimingResult:
     comb_cells: int
     max_fanout: int
 
+    tree_nets: int = 0
+    tree_buffer_area_ge: float = 0.0
+
     @property
     def fmax_mhz(self) -> float:
         return 1e6 / self.critical_path_ps if self.critical_path_ps > 0 else float("inf")
@@ -61,6 +71,9 @@ class TimingResult:
             "path": [{"cell": c, "type": t, "arrival_ps": round(a, 1)} for c, t, a in self.path],
             "comb_cells": self.comb_cells,
             "max_fanout": self.max_fanout,
+            "buffer_tree_nets": self.tree_nets,
+            "est_buffer_tree_area_ge": round(self.tree_buffer_area_ge, 1),
+            "timing_version": TIMING_VERSION,
         }
 
 
@@ -116,9 +129,30 @@ def analyse(netlist: dict, top: str) -> TimingResult:
     def load(net: int) -> float:
         total = 0.0
         for cname, pin in sinks.get(net, ()):
+            if pin == "CLK":            # the clock is ideal (its tree is a layout matter)
+                continue
             total += WIRE_CAP_FF
             total += OUTPUT_LOAD_FF if cname == "$out" else _input_cap(cells[cname]["type"], pin)
         return total
+
+    buf = _COMB["BUF_X1"]
+    tree = {"nets": 0, "area": 0.0}
+
+    def drive(net: int) -> tuple[float, float]:
+        """(delay from the driver's switching to the sinks, slew at the sinks) for this net's load."""
+        c = load(net)
+        if c <= BUFFER_TREE_THRESHOLD_FF:
+            return r_ps * c, trans_base_ps + 2 * r_ps * c
+        stages = max(1, math.ceil(math.log(c / TREE_STAGE_LOAD_FF, 4)))
+        if net not in tree_seen:
+            tree_seen.add(net)
+            tree["nets"] += 1
+            tree["area"] += math.ceil(c / TREE_STAGE_LOAD_FF) * 4 / 3 * buf.area
+        per_stage = tau_ps * buf.p + r_ps * TREE_STAGE_LOAD_FF
+        slew_stage = trans_base_ps + 2 * r_ps * TREE_STAGE_LOAD_FF
+        return r_ps * TREE_STAGE_LOAD_FF + stages * (per_stage + lib.SLEW_FACTOR * slew_stage), slew_stage
+
+    tree_seen: set[int] = set()
 
     # Launch points: primary inputs and flip-flop outputs.
     arrival: dict[int, float] = {}
@@ -128,9 +162,9 @@ def analyse(netlist: dict, top: str) -> TimingResult:
     launched_by_reg: dict[int, bool] = {}
     for net, (cname, pin) in driver.items():
         if cname == "$in" or cells[cname]["type"] in _SEQ:
-            c = load(net)
-            arrival[net] = clkq_ps + r_ps * c
-            slew[net] = trans_base_ps + 2 * r_ps * c
+            d, sl = drive(net)
+            arrival[net] = clkq_ps + d
+            slew[net] = sl
             depth[net] = 0
             pred[net] = (cname, None)
             launched_by_reg[net] = cname != "$in"
@@ -165,9 +199,9 @@ def analyse(netlist: dict, top: str) -> TimingResult:
                 worst_net, worst_t, worst_slew, by_reg = b, t, slew[b], launched_by_reg[b]
             worst_depth = max(worst_depth, depth[b])
         for out in output_of[cname]:
-            c = load(out)
-            arrival[out] = worst_t + tau_ps * spec.p + r_ps * c
-            slew[out] = trans_base_ps + 2 * r_ps * c
+            d, sl = drive(out)
+            arrival[out] = worst_t + tau_ps * spec.p + d
+            slew[out] = sl
             depth[out] = worst_depth + 1
             pred[out] = (cname, worst_net)
             launched_by_reg[out] = by_reg
@@ -207,4 +241,5 @@ def analyse(netlist: dict, top: str) -> TimingResult:
     # The clock is an ideal net here (a clock tree is a layout matter), so it is left out of the fanout.
     fanout = max((sum(1 for c, p in v if p != "CLK") for v in sinks.values()), default=0)
     return TimingResult(critical_path_ps=best[0], logic_depth=max_depth, path=path, path_kind=best[2],
-                        comb_cells=len(comb_cells), max_fanout=fanout)
+                        comb_cells=len(comb_cells), max_fanout=fanout, tree_nets=tree["nets"],
+                        tree_buffer_area_ge=tree["area"])

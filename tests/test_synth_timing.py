@@ -59,3 +59,17 @@ def test_unknown_cells_and_loops_are_errors():
             "i1": {"type": "INV_X1", "connections": {"A": [4], "Y": [5]}}}
     with pytest.raises(timing.TimingError, match="loop"):
         timing.analyse(_netlist(loop, ports), "top")
+
+
+def test_high_fanout_register_net_is_timed_as_a_buffer_tree():
+    # One flip-flop drives 300 NAND2 inputs: unbuffered that would be R * ~480 fF ~ 1.9 ns.
+    n = 300
+    cells = {"ff0": _dff(2, 10)}
+    for i in range(n):
+        cells[f"g{i}"] = {"type": "NAND2_X1", "connections": {"A": [10], "B": [10], "Y": [100 + i]}}
+        cells[f"f{i}"] = _dff(100 + i, 1000 + i)
+    ports = {"clk": {"direction": "input", "bits": [1]}, "d": {"direction": "input", "bits": [2]}}
+    r = timing.analyse(_netlist(cells, ports), "top")
+    unbuffered = lib.R_NS_PER_FF * 1000 * n * 2 * (4 / 3 + timing.WIRE_CAP_FF)
+    assert r.tree_nets == 1 and r.tree_buffer_area_ge > 0
+    assert r.critical_path_ps < unbuffered / 4
