@@ -44,6 +44,16 @@ def run(args) -> int:
     set_threads(args.threads)
     # draft selection (issue 7): a tuned per-tensor allocation from `cassandra-rtl tune` (JSON or .cass meta)
     alloc = None
+    uniform_given = any(v is not None for v in (args.keep_ratio, args.mantissa_bits, args.kv_mantissa_bits))
+    if (args.draft == "cassandra" and args.draft_config is None and args.model is None and not uniform_given
+            and args.rtl_layers in (None, "all")):
+        # The bundled model's default draft is the tuned allocation of issue 7 (docs/DRAFT_SELECTION.md).
+        args.draft_config = "bundled"
+        if not args.json:
+            print("[generate] draft: the tuned allocation for the bundled model (--draft-config bundled); "
+                  "--keep-ratio / --mantissa-bits select a uniform draft instead", file=sys.stderr)
+    args.keep_ratio = 1.0 if args.keep_ratio is None else args.keep_ratio
+    args.mantissa_bits = 3 if args.mantissa_bits is None else args.mantissa_bits
     if args.draft_config:
         from ..model.allocation import Allocation
 
@@ -140,8 +150,11 @@ def register(sub):
     p.add_argument("--gamma", type=int, default=None, help="draft length (initial length with --adaptive; "
                    "default 4, or the gamma recorded in --draft-config)")
     p.add_argument("--adaptive", action="store_true", help="adapt gamma: +2 after a fully accepted draft, -1 else")
-    p.add_argument("--keep-ratio", type=float, default=1.0, help="Cassandra: fraction of weights the draft keeps")
-    p.add_argument("--mantissa-bits", type=int, default=3, help="Cassandra: mantissa bits the draft keeps (0..7)")
+    p.add_argument("--keep-ratio", type=float, default=None, help="Cassandra: fraction of weights the draft keeps "
+                   "(uniform draft; default 1.0, and the tuned allocation for the bundled model when no "
+                   "uniform option is given)")
+    p.add_argument("--mantissa-bits", type=int, default=None, help="Cassandra: mantissa bits the draft keeps "
+                   "(0..7; uniform draft, default 3)")
     p.add_argument("--group-size", type=int, default=128, help="Cassandra: weight superblock size")
     p.add_argument("--scheme", default="c1", choices=["c1", "c2"], help="Cassandra: format scheme")
     p.add_argument("--kv-keep-ratio", type=float, default=1.0, help="Cassandra: KV view keep ratio")
