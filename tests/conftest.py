@@ -20,3 +20,14 @@ def _weights(n: int, seed: int = 0, special: float = 0.02) -> np.ndarray:
 def weight_bits():
     """weight_bits(n, seed=0, special=0.02) -> uint16 array of n weight-like bf16 patterns."""
     return _weights
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models: one torch thread (on a shared machine extra threads only oversubscribe the cores)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

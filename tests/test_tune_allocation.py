@@ -20,13 +20,7 @@ CAL = ("alpha beta gamma", "x = 1 + 2", "hello there")
 EVAL = ("one more thing", "print(3)")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one torch thread (on a shared machine extra threads only oversubscribe the cores)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 

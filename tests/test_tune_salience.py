@@ -14,13 +14,7 @@ from cassandra_rtl.model.salience import (calibrate, draft_bits, kept_mask, norm
 from cassandra_rtl.model.testing import tiny_checkpoint
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one torch thread (on a shared machine extra threads only oversubscribe the cores)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 
