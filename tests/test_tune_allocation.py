@@ -5,12 +5,11 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from cassandra_rtl.errors import ConfigError
 from cassandra_rtl.golden.config import CodecConfig
 from cassandra_rtl.golden.container import read_container
-from cassandra_rtl.model.allocation import Allocation, all_groups, build_engine, group_of, option_key
+from cassandra_rtl.model.allocation import Allocation, all_groups, build_engine, group_of
 from cassandra_rtl.model.salience import calibrate, norms_digest, norms_to_json
 from cassandra_rtl.model.testing import tiny_checkpoint, write_hf_folder
 from cassandra_rtl.model.tune import (Tuner, make_eval_set, modeled_speedup, run_search, tokens_per_step,
