@@ -496,7 +496,7 @@ def decode_draft(enc: EncodedTensor) -> np.ndarray:
 
 def decode_full(enc: EncodedTensor) -> np.ndarray:
     """Speculation + verification -> the original bf16 bits, exactly."""
-    cfg, N, nsb = enc.config, enc.numel, enc.nsb
+    cfg, nsb = enc.config, enc.nsb
     m = cfg.mantissa_bits
     if cfg.scheme == "c1":
         draft, kept, sym, sb, n, k = _decode_c1_spec(enc)
