@@ -63,7 +63,7 @@ def parse_args(argv=None):
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
     q = a.quick
-    a.prompts = a.prompts or (2 if q else 8)
+    a.prompts = a.prompts or (2 if q else len(PROMPTS))
     a.max_new_tokens = a.max_new_tokens or (12 if q else 32)
     a.kv_prompts = a.kv_prompts or (1 if q else 4)
     a.kv_tokens = a.kv_tokens or (1 if q else 32)
@@ -120,23 +120,34 @@ def find_tuned(root: Path) -> tuple[list[dict], list[str]]:
             continue
         if len(pts) > n0:
             used.append(rel)
-    return pts, used
+    return pareto_points(pts), used
 
 
-def find_tuned_config(root: Path) -> Path | None:
-    """The newest saved draft config (\"format\": \"cassandra-draft-config\") under build/ or model/."""
+def pareto_points(pts: list[dict]) -> list[dict]:
+    """The points no other point beats on both draft ratio (lower) and acceptance (higher); n_rows = all rows."""
+    out, best = [], -1.0
+    for p in sorted(pts, key=lambda p: (p["ratio"], -p["acceptance"])):
+        if p["acceptance"] > best:
+            out.append(dict(p, n_rows=len(pts)))
+            best = p["acceptance"]
+    return out
+
+
+def find_tuned_config(root: Path, model_name: str = "") -> Path | None:
+    """The project's saved draft config for this model (\"format\": \"cassandra-draft-config\"): the committed
+    model/allocations/*.json first (the one named after the model if several), else none. Experiment files
+    under build/ are only used when passed explicitly with --tuned-config."""
     cands = []
-    for pat in ("build/*.json", "build/tune/**/*.json", "build/draft*/**/*.json", "model/*.json", "model/**/*.json"):
-        for f in glob.glob(str(root / pat), recursive=True):
-            try:
-                if Path(f).stat().st_size > 50_000_000:
-                    continue
-                d = json.loads(Path(f).read_text())
-            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-                continue
-            if isinstance(d, dict) and d.get("format") == "cassandra-draft-config":
-                cands.append(Path(f))
-    return max(cands, key=lambda p: p.stat().st_mtime) if cands else None
+    for f in sorted(glob.glob(str(root / "model/allocations/*.json"))):
+        try:
+            d = json.loads(Path(f).read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(d, dict) and d.get("format") == "cassandra-draft-config":
+            cands.append(Path(f))
+    stem = model_name.lower().split(".")[0]
+    named = [c for c in cands if c.stem.lower() and c.stem.lower() in stem]
+    return (named or cands or [None])[0]
 
 
 def fmt(x, spec=".3f", none="—"):
@@ -201,12 +212,12 @@ def main(argv=None) -> int:
     configs = dict(acc.QUICK_CONFIGS if a.quick else acc.FULL_CONFIGS)
     if a.configs:
         keep = set(a.configs.split(",")) | {"none"}
-        unknown = keep - set(acc.FULL_CONFIGS) - set(acc.QUICK_CONFIGS)
+        unknown = keep - set(acc.FULL_CONFIGS) - set(acc.QUICK_CONFIGS) - {"tuned"}
         if unknown:
             print(f"report: unknown configs {sorted(unknown)}", file=sys.stderr)
             return 2
         configs = {k: v for k, v in {**acc.FULL_CONFIGS, **acc.QUICK_CONFIGS}.items() if k in keep}
-    tuned_cfg = Path(a.tuned_config) if a.tuned_config else (None if a.quick else find_tuned_config(ROOT))
+    tuned_cfg = Path(a.tuned_config) if a.tuned_config else (None if a.quick else find_tuned_config(ROOT, ident["name"]))
     if tuned_cfg is not None:
         import hashlib
 
@@ -233,7 +244,7 @@ def main(argv=None) -> int:
                          a.draft_fraction)
     mem_cfg = (f"measured lossless bits/value: weights {w_bits:.3f} (2-D, C1 G=128), KV {kv_bits:.3f}; 1-D weights "
                f"bf16; trained draft = +{100 * a.draft_fraction:g}% weights and KV; budgets {a.budget_small_gib:g} GiB "
-               f"/ {a.budget_8b_gib:g} GiB; 8B-class = Llama-3-8B shape with SmolLM2's bits/value")
+               f"/ {a.budget_8b_gib:g} GiB; 8B-class = Llama-3.1-8B shape with SmolLM2's bits/value")
     figs["memory"] = mem.plot(memres, w_bits, kv_bits, a.draft_fraction, out, "memory.png",
                               {"command": cmd, "model": model_name + " and " + mem.LLAMA8B["name"], "config": mem_cfg})
 
@@ -258,8 +269,8 @@ def main(argv=None) -> int:
     cosim_note = None
     if not cosim and not a.no_cosim and a.cosim_values > 0:
         if rhw.cosim_available():
-            cass = ROOT / "build/demo/smollm2.cass"
-            if cass.is_file():
+            cass = Path("build/demo/smollm2.cass")
+            if (ROOT / cass).is_file():
                 cosim = rhw.run_cosim(cass, a.cosim_values, log=prog.log)
                 if any("error" not in c for c in cosim):
                     (a.cache / "cosim.json").write_text(json.dumps(cosim, indent=1))
@@ -312,7 +323,9 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
       f"raw numbers of this run: `{a.cache}/results.json`.\n")
     w(f"Scale of this run: {a.prompts} prompt(s) x {a.max_new_tokens} new tokens per config, gamma = {a.gamma}, "
       f"{len(R['acceptance'])} configs; K/V captured from {a.kv_prompts} prompt(s) + {a.kv_tokens} token(s). "
-      "A larger run: `python eval/report.py --out docs/report --prompts 8 --max-new-tokens 64`.\n")
+      "The scale was chosen to finish within about 40 minutes on a shared 2-core CPU (the row-exact verify path "
+      "costs CPU compute); a longer run: `python eval/report.py --out docs/report --max-new-tokens 64` "
+      "(only the missing points are computed).\n")
     w("Contents: [1 entropy](#1-exponent-entropy-vs-code-length) · [2 acceptance](#2-acceptance-vs-draft-compression) · "
       "[3 memory](#3-memory-footprint-vs-context) · [4 speedup](#4-modeled-speedup) · [5 hardware](#5-hardware) · "
       "[what is not covered](#what-this-report-does-not-cover)\n")
@@ -333,6 +346,17 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
     for t, r in ag.items():
         w(f"| {t} | {r['tensors']} | {r['values']:,} | {r['entropy']:.3f} | {r['huffman']:.3f} | **{r['code']:.3f}** | "
           f"{r['unary_rank']:.3f} | {r['code'] - r['entropy']:+.3f} | {r['total_bits']:.3f} | {r['spec_bits']:.3f} |")
+    wt = [r for t, r in ag.items() if not t.startswith("kv.")]
+    if wt:
+        nv = sum(r["values"] for r in wt)
+        d_un = sum((r["code"] - r["unary_rank"]) * r["values"] for r in wt) / nv
+        d_en = sum((r["code"] - r["entropy"]) * r["values"] for r in wt) / nv
+        d_hu = sum((r["code"] - r["huffman"]) * r["values"] for r in wt) / nv
+        w(f"\nOn the weights our code is {d_en:+.3f} b/v from the entropy, {d_hu:+.3f} from Huffman and {d_un:+.3f} "
+          "from plain rank-unary: rank-unary's own gap (the unary code length is a poor fit for a geometric-ish "
+          "histogram's second and third ranks) plus the byte alignment of every superblock's chunk (on average "
+          "about half a byte per 128 values, ~0.03 b/v) and escapes of rare exponents — the price of decoding by "
+          "counting zeros with random access per superblock.")
     b = R["bits"]
     w(f"\nAll 2-D weights: lossless total **{b['weights_total']:.3f} bits/value** "
       f"({100 * b['weights_total'] / 16:.1f}% of bf16; draft stream at m=3: {b['weights_spec']:.3f} b/v); KV cache: "
@@ -349,11 +373,14 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
       "speculation-stream sizes (codes + sign/mantissa planes + indexes) of every 2-D weight; layer-skip = bf16 "
       "bytes of the kept layers; n-gram reads no weights (ratio 0). Acceptance = accepted / drafted tokens; "
       "alpha = accepted / draft tokens the verifier reached; lossless = token-identical to plain greedy decoding. "
-      "Speedups are modeled from bytes moved (docs/MODEL.md), not measured on this CPU.\n")
+      "Speedups are modeled from bytes moved (docs/MODEL.md), not measured on this CPU; \"speculation alone\" = "
+      "the same run vs autoregressive decoding that reads the target's own representation (for Cassandra: the "
+      "lossless format), i.e. the gain of drafting without the compression gain. Token match = fraction of "
+      "generated tokens equal to plain bf16 greedy decoding position by position (INT8 is lossy).\n")
     hws = list(presets)
     w("| config | family | ratio | acceptance | alpha | tokens/step | bytes/token vs bf16 | " +
-      " | ".join(f"speedup {presets[h].name}" for h in hws) + " | lossless |")
-    w("|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(hws) + "---|")
+      " | ".join(f"speedup {presets[h].name}" for h in hws) + " | speculation alone (Orin) | lossless | token match |")
+    w("|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(hws) + "---:|---|---:|")
     order = sorted(S, key=lambda k: ({"reference": 0, "baseline": 1, "mantissa": 2, "prune": 3, "both": 4,
                                       "tuned": 5}[S[k]["family"]],
                                      -S[k]["weight_ratio"]))
@@ -362,20 +389,24 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
         extra = f" (skip {s['skip_layers']})" if s.get("skip_layers") else ""
         w(f"| {k}{extra} | {s['family']} | {s['weight_ratio']:.3f} | {fmt(s['acceptance'])} | {fmt(s['alpha'])} | "
           f"{fmt(s['tokens_per_step'], '.2f')} | {s['bytes_ratio']:.3f} | " +
-          " | ".join(f"{s['speedup'][h]:.2f}x" for h in hws) + f" | {s['lossless']} |")
+          " | ".join(f"{s['speedup'][h]:.2f}x" for h in hws) +
+          f" | {fmt((s['speedup_vs_target_ar'] or {}).get('orin') if s['draft'] != 'none' else None, '.2f')}"
+          f" | {s['lossless']} | {fmt(s['token_match'], '.3f')} |")
     tuned_rows = [k for k, v in S.items() if v["family"] == "tuned"]
     if tuned_rows:
         o = S[tuned_rows[0]]["options"]
         w(f"\n`tuned` = the saved draft-selection config `{o.get('file')}` (sha256 {o.get('sha256')}: per-tensor keep "
           f"ratio / mantissa bits / scheme, its salience and KV view, from `cassandra-rtl tune`), encoded for real and "
-          f"run in this harness on these prompts at gamma = {a.gamma} (black X in the plot).\n")
+          f"run in this harness on these prompts at gamma = {a.gamma} like every other point (the config itself "
+          f"recommends gamma = {S[tuned_rows[0]].get('tuned_gamma', '?')}); black X in the plot.\n")
     elif R["sweep_errors"].get("tuned"):
         w(f"\nThe saved tuned draft config could not be run: {R['sweep_errors']['tuned']}.\n")
     else:
         w("\nNo saved draft-selection config (`cassandra-rtl tune --out`) was found: tuned draft not run.\n")
     if R["tuned"]:
         proxy = any(t.get("proxy") for t in R["tuned"])
-        w(f"Grey crosses: {len(R['tuned'])} rows saved by the draft-selection work ({', '.join(R['tuned_files'])}: "
+        w(f"Grey crosses: the Pareto frontier ({len(R['tuned'])} of {R['tuned'][0]['n_rows']} rows) of the rows saved "
+          f"by the draft-selection work ({', '.join(R['tuned_files'])}: "
           "activation-aware salience and per-tensor allocation candidates); their y value is "
           + ("that tool's teacher-forced top-1 agreement with the target (its acceptance proxy)" if proxy else
              "that tool's own acceptance figure") + " on its own held-apart prompts, and their speedup its own "
@@ -400,7 +431,7 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
             w(f"| {r['scheme']} | {r['fixed_gib']:.3f} | {r['kv_bytes_per_token']:,.0f} | {r['max_context']:,} | "
               f"{fmt(r['vs_bf16'], '.2f')}x |")
         w("")
-    w("The 8B-class figures apply SmolLM2's measured bits/value to a Llama-3-8B shape (no 8B checkpoint is "
+    w("The 8B-class figures apply SmolLM2's measured bits/value to a Llama-3.1-8B shape (no 8B checkpoint is "
       "available offline); larger models' exponent histograms are usually as concentrated, but that is an "
       "assumption, not a measurement.\n")
 
@@ -457,7 +488,8 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
               f"{c.get('engine', '?')} | {c.get('mode', '?')} | {c.get('values', 0):,} | {c.get('mismatches', '?')} | "
               f"{c.get('values_per_cycle', '—')} | {fmt(c.get('values_per_second'), ',.0f')} |")
         w(f"\nThe container is `build/demo/smollm2.cass` (`make demo`: the bundled SmolLM2 at the default config); "
-          f"values/s is wall-clock throughput of the compiled Verilator harness on this shared CPU (it includes "
+          f"values/s is wall-clock throughput of the compiled Verilator harness on this shared CPU, measured after a "
+          f"warm-up run that builds it (it includes "
           f"framing and comparison); values/cycle is the decoder's own rate. Results are cached in "
           f"`{a.cache}/cosim.json`; delete it to re-run.\n")
     else:
@@ -489,17 +521,25 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
 
 def findings_acceptance(S) -> str:
     lines = []
-    cass = {k: v for k, v in S.items() if v["draft"] == "cassandra" and v["acceptance"] is not None}
+    cass = {k: v for k, v in S.items() if v["draft"] in ("cassandra", "tuned") and v["acceptance"] is not None}
     if cass:
         best = max(cass, key=lambda k: cass[k]["speedup"].get("orin", 0))
         b = cass[best]
-        lines.append(f"Best Cassandra point of this sweep by modeled speedup: **{best}** — ratio {b['weight_ratio']:.3f}, "
+        lines.append(f"Best Cassandra point (uniform configs and the tuned config) by modeled speedup: **{best}** — ratio {b['weight_ratio']:.3f}, "
                      f"acceptance {b['acceptance']:.3f}, {b['tokens_per_step']:.2f} tokens/step, "
                      f"{b['speedup'].get('orin', 0):.2f}x modeled on Jetson AGX Orin.")
     for k, v in S.items():
         if v["draft"] in ("layerskip", "ngram") and v["acceptance"] is not None:
             lines.append(f"{k}: acceptance {v['acceptance']:.3f} at ratio {v['weight_ratio']:.3f}, "
                          f"{v['speedup'].get('orin', 0):.2f}x modeled.")
+    i8 = [v for v in S.values() if v["draft"] == "int8"]
+    if i8 and cass:
+        v = i8[0]
+        b = cass[max(cass, key=lambda k: cass[k]["speedup"].get("orin", 0))]
+        cmp_ = "above" if v["speedup"].get("orin", 0) > b["speedup"].get("orin", 0) else "below"
+        lines.append(f"INT8 weight-only (lossy, autoregressive) models {v['speedup'].get('orin', 0):.2f}x — {cmp_} the "
+                     f"best lossless Cassandra point here — with a token match of {fmt(v['token_match'], '.3f')} "
+                     "against bf16 greedy decoding.")
     bad = [k for k, v in S.items() if v["lossless"] not in ("n/a",) and v["lossless"].split("/")[0] != v["lossless"].split("/")[1]]
     lines.append("Every speculative run was token-identical to plain greedy decoding." if not bad else
                  f"**Not lossless**: {', '.join(bad)}.")

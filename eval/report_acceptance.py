@@ -247,6 +247,7 @@ def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
                                 for i, r in enumerate(rows)) / max(1, sum(len(x["tokens"]) for x in runs["none"])))
             if "none" in runs and len(runs["none"]) == len(rows) else None,
             "skip_layers": r0["info"].get("skip_layers"),
+            "tuned_gamma": r0["info"].get("tuned_gamma"),
             "cpu_decode_s": sum(r["decode_s"] for r in rows),
         }
     return out
@@ -286,18 +287,19 @@ def plot(summ: dict, tuned: list[dict], out, fname: str, footer: dict, hw_name: 
             ax2.plot([v["weight_ratio"]], [v["speedup"][hw_name]], mk, ms=11, color=color, label=lab)
     if tuned:
         xs = [t["ratio"] for t in tuned]
-        ax.plot(xs, [t["acceptance"] for t in tuned], "P", ms=7, color="grey",
-                label="tune.py frontier (its proxy, its prompts)")
+        ax.plot(xs, [t["acceptance"] for t in tuned], "P--", ms=6, lw=0.8, color="grey",
+                label="tune.py rows, Pareto front (its proxy, its prompts)")
         sp = [(t["ratio"], t["speedup"]) for t in tuned if t.get("speedup") is not None]
         if sp:
-            ax2.plot(*zip(*sp), "P", ms=7, color="grey", label="tune.py frontier (its proxy, its prompts)")
+            ax2.plot(*zip(*sp), "P", ms=6, color="grey", label="tune.py rows (its own estimate)")
     ax.set_xlabel("draft compression ratio (draft weight bytes / bf16 weight bytes, real stream sizes)")
     ax.set_ylabel("acceptance rate (accepted / drafted tokens)")
     ax.set_title("Acceptance vs draft size (Fig. 7a analog), greedy")
-    ax.set_xlim(-0.03, 1.05)
+    ax.set_xlim(-0.03, 1.5)  # room on the right for the legend
+    ax.set_xticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=6.5, loc="center right")
     ax2.axhline(1.0, color="grey", lw=0.8)
     ax2.set_xlabel("draft compression ratio")
     ax2.set_ylabel(f"modeled speedup vs bf16 AR ({hw_name})")

@@ -68,7 +68,13 @@ class JsonlCache:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.rows: dict[str, dict] = {}
+        self._mtime = None
+        self._load()
+
+    def _load(self) -> None:
+        """(Re)read the file: another report process may share the cache and have added rows."""
         if self.path.is_file():
+            self._mtime = self.path.stat().st_mtime_ns
             for line in self.path.read_text().splitlines():
                 try:
                     row = json.loads(line)
@@ -79,6 +85,9 @@ class JsonlCache:
 
     def get(self, key: str):
         r = self.rows.get(key)
+        if r is None and self.path.is_file() and self.path.stat().st_mtime_ns != self._mtime:
+            self._load()
+            r = self.rows.get(key)
         return None if r is None else r["value"]
 
     def put(self, key: str, value, meta=None) -> None:
