@@ -283,8 +283,11 @@ def main(argv=None) -> int:
     good_cosim = [c for c in cosim if "error" not in c]
     hw_cfg = f"synthesis: {os.path.relpath(synth_path, ROOT)}" + (
         f" ({(srep.get('flow') or {}).get('command', '')}, library {(srep.get('flow') or {}).get('library', '?')})"
-        if srep else " (missing)") + "; cosim: " + (", ".join(c.get("command", c.get("source", "?")) for c in good_cosim)
-                                                     or (cosim_note or "errors"))
+        if srep else " (missing)") + "; cosim: " + (
+        ("cassandra-rtl cosim build/demo/smollm2.cass --config {" + ",".join(sorted({str(c.get("config")) for c in good_cosim}))
+         + "} --mode {" + ",".join(sorted({str(c.get("mode")) for c in good_cosim})) + "} --max-values "
+         + ",".join(sorted({str(c.get("values")) for c in good_cosim})) + " --jobs 1 --json") if good_cosim
+        else (cosim_note or "errors"))
     figs["hardware"] = rhw.plot_hw(blocks, overhead, good_cosim, out, "hardware.png",
                                    {"command": cmd, "model": "RTL blocks (hw/)", "config": hw_cfg}) \
         if (blocks or good_cosim) else None
@@ -468,6 +471,17 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
                 w(f"| {bl['block']} | {bl['kind']} | {bl['area_ge']:,.0f} | {fmt(bl['area_um2'], ',.0f')} | "
                   f"{bl['lanes'] or '—'} | {fmt(bl['area_ge_per_lane'], ',.0f')} | {bl['flip_flops']} | "
                   f"{fmt(bl['fmax_mhz'], '.0f')} |")
+        import datetime as dt_
+
+        mt = dt_.datetime.fromtimestamp(synth_path.stat().st_mtime, dt_.timezone.utc).isoformat(timespec="seconds")
+        w(f"\n(report.json as of {mt}; the synthesis flow may still be adding configurations.)")
+        only = (fl.get("command") or "").split("--only")
+        if len(only) > 1:
+            asked = [x for x in only[1].split()[0].split(",") if x]
+            absent = [x for x in asked if x not in {bl["block"] for bl in R["synth_blocks"]}]
+            if absent:
+                w(f"Requested by that command but without an area in the report: {', '.join(absent)} (**not run** / "
+                  "not finished).")
         kinds = {bl["kind"] for bl in R["synth_blocks"]}
         missing = [k for k in ("decoder", "encoder") if k not in kinds]
         if missing:
@@ -475,7 +489,10 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
         ov = R["npu_overhead_percent"]
         w("\nNPU overhead (decoder + encoder area as % of a 64 TFLOPS PE array, same flow): " +
           (", ".join(f"{k}: {'not run' if v is None else f'{v:.3f}%'}" for k, v in ov.items()) or "not run") +
-          f" — the paper's figure is ~{rhw.PAPER_OVERHEAD_PERCENT:g}%.\n")
+          f" — the paper's figure is ~{rhw.PAPER_OVERHEAD_PERCENT:g}%." +
+          (f" Instances sized with decoder `{(srep.get('overhead') or {}).get('decoder')}` and encoder "
+           f"`{(srep.get('overhead') or {}).get('encoder')}` (the synthesis flow's choice; see build/synth/report.md "
+           "and docs/SYNTHESIS.md for what dominates)." if (srep.get("overhead") or {}).get("decoder") else "") + "\n")
     else:
         w(f"Synthesis: **not run** (`{os.path.relpath(synth_path, ROOT)}` not found; run `make synth`).\n")
     good = [c for c in R["cosim"] if "error" not in c]

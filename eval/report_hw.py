@@ -106,7 +106,7 @@ def plot_hw(blocks, overhead: dict, cosim: list[dict], out, fname: str, footer: 
     from report_lib import figure_footer, save
 
     n = 2 + bool(cosim)
-    fig, axes = plt.subplots(1, n, figsize=(5 * n, 5.2))
+    fig, axes = plt.subplots(1, n, figsize=(5.3 * n, 6.0))
     ax = axes[0]
     names = [b["block"] for b in blocks]
     ax.barh(names, [b["area_ge"] for b in blocks], color="#4c72b0")
@@ -134,15 +134,14 @@ def plot_hw(blocks, overhead: dict, cosim: list[dict], out, fname: str, footer: 
         ax = axes[2]
         labs = [f"{c.get('config', '?')}\n{c.get('simulator', '?')} {c.get('mode', '')}" for c in cosim]
         ax.bar(labs, [c.get("values_per_second") or 0 for c in cosim], color="#8172b2")
-        ax.set_yscale("log")
-        ax.set_ylabel("values / s (co-simulation)")
+        ax.set_ylabel("values / s (co-simulation, wall clock)")
         ax.set_title("RTL co-simulation throughput (bulk path)", fontsize=10)
         ax.tick_params(axis="x", labelsize=6.5)
         for i, c in enumerate(cosim):
             ax.text(i, c.get("values_per_second") or 1, f"{c.get('values_per_cycle', '?')} v/cyc\n"
                     f"{c.get('mismatches', '?')} mism.", ha="center", va="bottom", fontsize=6.5)
     figure_footer(fig, **footer)
-    fig.tight_layout(rect=(0, 0.09, 1, 1))
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     return save(fig, out, fname)
 
 
