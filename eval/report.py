@@ -521,15 +521,25 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
         "rates carry a sampling error of a few points at this size.",
         "Speedups are modeled from bytes moved and FLOPs, not measured on the devices; CPU tokens/s is "
         "meaningless here (the CPU is compute-bound and the row-exact verify path costs compute).",
-        "Only magnitude salience and uniform per-model configs are swept here; activation-aware salience and "
-        "per-tensor allocation belong to the draft-selection work (model/tune.py)" +
-        (" whose saved results are overlaid." if R["tuned"] else ", whose results were not available."),
+        "The sweep itself uses magnitude salience and uniform per-model configs with the draft's KV view fixed at "
+        "keep 1.0 / m = 3 and gamma fixed at " + str(a.gamma) + " (no adaptive gamma); activation-aware salience and "
+        "per-tensor allocation enter only through the draft-selection work's saved config" +
+        (" (run here as `tuned`)" if any(v["family"] == "tuned" for v in R["acceptance"].values()) else
+         " (none found)") + (" and its saved search rows (overlaid, not re-measured)." if R["tuned"] else "."),
         "The 8B-class memory figure reuses SmolLM2's bits/value (no 8B checkpoint offline).",
     ]
     if not good:
         lim.append("Co-simulation throughput was not available for this run.")
     if not srep or not {"decoder", "encoder"} <= {bl["kind"] for bl in R["synth_blocks"]}:
         lim.append("Decoder/encoder synthesis results were incomplete or missing in build/synth/report.json.")
+    elif srep:
+        names = {bl["block"] for bl in R["synth_blocks"]}
+        miss = [n for n in ("decoder_c1_l8", "decoder_c1_l16", "encoder_kv_c1_l16") if n not in names]
+        if miss:
+            lim.append(f"Synthesis of {', '.join(miss)} was not in build/synth/report.json when this ran; the NPU "
+                       "overhead uses whatever decoder/encoder the synthesis flow had.")
+    lim.append("Co-simulation covers the first 2 M values of the demo container per run (the bulk Verilator "
+               "path); the whole model runs with `make sim-full`.") if good else None
     for x in lim:
         w(f"- {x}")
     w("")
