@@ -191,7 +191,6 @@ def main(argv=None) -> int:
     wrows = ent.encode_weights(ck, ident, wcfg, a.quick, cache, prog)
     kvrows = ent.capture_kv(ck, ident, prompts_all[: a.kv_prompts], a.kv_tokens, kvcfg, cache, prog)
     agg = ent.aggregate_by_type(list(wrows.values()) + kvrows)
-    wvals = sum(r["values"] for r in wrows.values() if r["type"] != "embeddings" or not a.quick)
     all_w = list(wrows.values())
     n_w = sum(r["values"] for r in all_w)
     w_bits = sum(r["bits_per_value"]["total"] * r["values"] for r in all_w) / n_w
