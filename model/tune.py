@@ -623,7 +623,7 @@ def main(argv=None) -> int:
     ap.add_argument("cmd", choices=["validate", "plot"])
     ap.add_argument("configs", nargs="+", help="validate: draft config JSON files, or uniform:scheme:keep:m[:kvm]; "
                     "plot: SEARCH_LOG.jsonl [VALIDATE.jsonl] (writes --png)")
-    ap.add_argument("--png", default="docs/report/draft_selection_frontier.png")
+    ap.add_argument("--png", default="docs/figures/draft_selection_frontier.png")
     ap.add_argument("--prompts", type=int, default=6)
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--gamma", type=int, default=None)
@@ -658,7 +658,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def plot(search_log, validate_log=None, png="docs/report/draft_selection_frontier.png") -> None:
+def plot(search_log, validate_log=None, png="docs/figures/draft_selection_frontier.png") -> None:
     """Proxy agreement vs draft bytes of every evaluated candidate (search log), the Pareto frontier, and
     real acceptance of validated configs."""
     import matplotlib
