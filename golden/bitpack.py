@@ -219,9 +219,25 @@ def _bits_to_fields(seq: np.ndarray, widths: np.ndarray) -> np.ndarray:
     return np.packbits(bm, axis=1, bitorder="little").reshape(-1).astype(np.int64)
 
 
+def _unpack_byte_fields(plane: bytes, w: int, n: int) -> np.ndarray:
+    """``n`` fields of width ``w`` in {1, 2, 4, 8} packed back to back from byte 0 (no padding)."""
+    b = np.frombuffer(plane, dtype=np.uint8)
+    per = 8 // w
+    shifts = np.arange(per, dtype=np.uint8) * w
+    return ((b[:, None] >> shifts) & ((1 << w) - 1)).reshape(-1)[:n].astype(np.int64)
+
+
 def unpack_fixed(plane: bytes, sections: list[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
     """Inverse of ``pack_fixed``: sections are (widths, chunk_bits); returns each section's field values.
     The caller has checked the plane length and padding."""
+    if len(sections) == 1:
+        widths, chunk_bits = sections[0]
+        w = int(widths[0]) if len(widths) else 0
+        cb = np.asarray(chunk_bits)
+        # Fast path: one uniform width dividing a byte, every chunk but the last a whole number of bytes, so
+        # the fields lie back to back through the plane (the last chunk's padding comes after its fields).
+        if w in (1, 2, 4, 8) and np.all(widths == w) and np.all(cb[:-1] % 8 == 0):
+            return [_unpack_byte_fields(plane, w, len(widths))]
     bits = [np.asarray(b, dtype=np.int64) for _, b in sections]
     nsb = len(bits[0])
     allbits = np.unpackbits(np.frombuffer(plane, dtype=np.uint8), bitorder="little")
