@@ -61,6 +61,21 @@ CTRL_START = 1 << 0
 CTRL_CLEAR_ERROR = 1 << 1
 
 
+def codebook_register_cases(m, r, wdata):
+    """The codebook cases of a ``cfg`` write (K of each book, then its rank -> symbol entries), shared by
+    the decoder and the encoder; call inside ``with m.Switch(addr)``. ``r`` holds spec_k / verif_k,
+    spec_loaded / verif_loaded and the spec_tab / verif_tab arrays."""
+    with m.Case(Reg.SPEC_K):
+        m.d.sync += [r["spec_k"].eq(Mux(wdata > K_MAX, K_MAX, wdata)), r["spec_loaded"].eq(1)]
+    with m.Case(Reg.VERIF_K):
+        m.d.sync += [r["verif_k"].eq(Mux(wdata > K_MAX, K_MAX, wdata)), r["verif_loaded"].eq(1)]
+    for i in range(K_MAX):
+        with m.Case(Reg.SPEC_SYM + i):
+            m.d.sync += r["spec_tab"][i].eq(wdata)
+        with m.Case(Reg.VERIF_SYM + i):
+            m.d.sync += r["verif_tab"][i].eq(wdata)
+
+
 class Err(enum.IntEnum):
     """Bit positions in ``error_code``."""
     CODE = 0
@@ -156,15 +171,7 @@ class DecoderC1(wiring.Component):
                     m.d.sync += r["g"].eq(Mux(wdata > max(ALLOWED_GROUP_SIZES), 0, wdata))
                 with m.Case(Reg.NUMEL):
                     m.d.sync += r["numel"].eq(wdata)
-                with m.Case(Reg.SPEC_K):
-                    m.d.sync += [r["spec_k"].eq(Mux(wdata > K_MAX, K_MAX, wdata)), r["spec_loaded"].eq(1)]
-                with m.Case(Reg.VERIF_K):
-                    m.d.sync += [r["verif_k"].eq(Mux(wdata > K_MAX, K_MAX, wdata)), r["verif_loaded"].eq(1)]
-                for i in range(K_MAX):
-                    with m.Case(Reg.SPEC_SYM + i):
-                        m.d.sync += r["spec_tab"][i].eq(wdata)
-                    with m.Case(Reg.VERIF_SYM + i):
-                        m.d.sync += r["verif_tab"][i].eq(wdata)
+                codebook_register_cases(m, r, wdata)
 
     def _config_error(self, r):
         g_ok = Const(0, 1)

@@ -30,7 +30,7 @@ from ..golden.config import (ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTI
 from .bitreader import word_layout
 from .bitwriter import BitWriter
 from .decoder import (BF16_BITS, CFG_DATA_BITS, ERROR_BITS, FIELD_MAX, MAX_LANES, MAX_WORD, SYMBOL_BITS, Err,
-                      Reg, cfg_layout)
+                      Reg, cfg_layout, codebook_register_cases)
 from .zero_counter import prefix_counts
 
 KEY_BITS = bits_for(MAGNITUDE_MASK)       # 15
@@ -105,15 +105,7 @@ class EncoderKvC1(wiring.Component):
                     m.d.sync += r["k"].eq(Mux(wdata > self.max_group, 0, wdata))
                 with m.Case(Reg.GROUP):
                     m.d.sync += r["g"].eq(Mux(wdata > self.max_group, 0, wdata))
-                with m.Case(Reg.SPEC_K):
-                    m.d.sync += [r["spec_k"].eq(Mux(wdata > K_MAX, K_MAX, wdata)), r["spec_loaded"].eq(1)]
-                with m.Case(Reg.VERIF_K):
-                    m.d.sync += [r["verif_k"].eq(Mux(wdata > K_MAX, K_MAX, wdata)), r["verif_loaded"].eq(1)]
-                for i in range(K_MAX):
-                    with m.Case(Reg.SPEC_SYM + i):
-                        m.d.sync += r["spec_tab"][i].eq(wdata)
-                    with m.Case(Reg.VERIF_SYM + i):
-                        m.d.sync += r["verif_tab"][i].eq(wdata)
+                codebook_register_cases(m, r, wdata)
 
     def _config_ok(self, r):
         g_ok = Const(0, 1)
