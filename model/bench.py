@@ -11,6 +11,7 @@ import sys
 import time
 
 from .loader import load
+from .metrics import accumulate_run
 from .runner import DraftOptions, build, set_threads
 
 PROMPTS = (
@@ -108,15 +109,8 @@ def main(argv=None) -> int:
                 out.write(json.dumps(s) + "\n")
                 out.flush()
             st = r.stats
-            agg["drafted"] += st.drafted
-            agg["accepted"] += st.accepted
-            agg["steps"] += st.steps
-            agg["step_tokens"] += st.step_tokens
-            agg["gen"] += st.generated
+            accumulate_run(agg, r, ref)
             agg["decode_s"] += st.decode_s
-            agg["bytes"] += r.ledger.bytes()
-            agg["base"] += r.baseline.bytes()
-            agg["lossless"] += int(r.tokens == ref)
             agg["match"] += sum(x == y for x, y in zip(r.tokens, ref))
             from .metrics import hardware_presets
 

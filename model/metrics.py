@@ -61,3 +61,14 @@ class Ledger:
 def pass_flops(matrix_params: int, tokens: int, attn_layers: int, n_heads: int, head_dim: int, ctx: int) -> float:
     """2 FLOPs per weight per token + QK^T and PV (4 * heads * head_dim per key per token per layer)."""
     return 2.0 * matrix_params * tokens + 4.0 * attn_layers * n_heads * head_dim * ctx * tokens
+
+
+def accumulate_run(agg: dict, result, reference_tokens: list[int]) -> None:
+    """Add one generation run (an engine Result) to per-config totals: drafted / accepted tokens, verify
+    steps and the tokens they emitted, generated tokens, bytes moved (run and bf16 baseline), lossless runs.
+    Shared by the benchmark and the tuner's validation so both aggregate the same way."""
+    st = result.stats
+    for key, value in (("drafted", st.drafted), ("accepted", st.accepted), ("steps", st.steps),
+                       ("step_tokens", st.step_tokens), ("gen", st.generated), ("bytes", result.ledger.bytes()),
+                       ("base", result.baseline.bytes()), ("lossless", int(result.tokens == reference_tokens))):
+        agg[key] = agg.get(key, 0) + value

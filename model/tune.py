@@ -563,7 +563,7 @@ def validate(ck, alloc, prompts=None, n_new: int = 48, gamma: int | None = None,
     from .allocation import build_engine
     from .bench import PROMPTS
     from .engine import Engine
-    from .metrics import hardware_presets
+    from .metrics import accumulate_run, hardware_presets
 
     prompts = prompts or PROMPTS
     g = gamma or alloc.gamma
@@ -578,15 +578,8 @@ def validate(ck, alloc, prompts=None, n_new: int = 48, gamma: int | None = None,
         ref = plain.generate(ids, n_new).tokens
         r = eng.generate(ids, n_new, drafter=d, gamma=g)
         st = r.stats
-        agg["drafted"] += st.drafted
-        agg["accepted"] += st.accepted
-        agg["steps"] += st.steps
-        agg["step_tokens"] += st.step_tokens
-        agg["gen"] += st.generated
-        agg["bytes"] += r.ledger.bytes()
+        accumulate_run(agg, r, ref)
         agg["draft_bytes"] += r.ledger.bytes("draft")
-        agg["base"] += r.baseline.bytes()
-        agg["lossless"] += int(r.tokens == ref)
         for k, h in hardware_presets().items():
             times[k] = times.get(k, 0.0) + r.ledger.time(h)
             btimes[k] = btimes.get(k, 0.0) + r.baseline.time(h)
