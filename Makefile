@@ -20,7 +20,7 @@ help:
 	@echo "make sim-full  - long random runs and the whole model through the RTL"
 	@echo "make verilog   - export Verilog + port tables to build/verilog/"
 	@echo "make synth     - Yosys area/timing reports to build/synth/"
-	@echo "make formal    - bounded proofs with SymbiYosys"
+	@echo "make formal    - bounded/inductive proofs with Yosys sat"
 	@echo "make report    - regenerate docs/report/"
 	@echo "make bench     - golden codec throughput and bits/value"
 
