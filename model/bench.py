@@ -99,8 +99,8 @@ def main(argv=None) -> int:
         eng, d, _ = build(ck, draft, o)
         build_s = time.perf_counter() - t0
         agg = {"drafted": 0, "accepted": 0, "steps": 0, "step_tokens": 0, "gen": 0, "bytes": 0, "base": 0,
-               "time": {}, "btime": {}, "lossless": 0, "match": 0, "decode_s": 0.0}
-        pos_d, pos_a = [], []
+               "time": {}, "btime": {}, "ttime": {}, "lossless": 0, "match": 0, "decode_s": 0.0,
+               "pos_drafted": [], "pos_accepted": []}
         for i, (p, ref) in enumerate(zip(prompts, refs)):
             r = eng.generate(p, a.max_new_tokens, drafter=d, gamma=o.gamma, adaptive=o.adaptive)
             s = r.summary()
@@ -112,25 +112,13 @@ def main(argv=None) -> int:
             accumulate_run(agg, r, ref)
             agg["decode_s"] += st.decode_s
             agg["match"] += sum(x == y for x, y in zip(r.tokens, ref))
-            from .metrics import hardware_presets
-
-            for k, h in hardware_presets().items():
-                agg["time"][k] = agg["time"].get(k, 0.0) + r.ledger.time(h)
-                agg["btime"][k] = agg["btime"].get(k, 0.0) + r.baseline.time(h)
-                agg.setdefault("ttime", {})[k] = agg.get("ttime", {}).get(k, 0.0) + r.target_ar.time(h)
-            for j, (dd, aa) in enumerate(zip(st.drafted_at, st.accepted_at)):
-                while len(pos_d) <= j:
-                    pos_d.append(0)
-                    pos_a.append(0)
-                pos_d[j] += dd
-                pos_a[j] += aa
         row = {
             "config": name,
             "lossless": f"{agg['lossless']}/{len(prompts)}",
             "token_match": agg["match"] / max(1, sum(len(r) for r in refs)),
             "acceptance": agg["accepted"] / agg["drafted"] if agg["drafted"] else None,
-            "alpha": sum(pos_a) / sum(pos_d) if sum(pos_d) else None,
-            "per_position": [x / y if y else 0 for x, y in zip(pos_a, pos_d)],
+            "alpha": sum(agg["pos_accepted"]) / sum(agg["pos_drafted"]) if sum(agg["pos_drafted"]) else None,
+            "per_position": [x / y if y else 0 for x, y in zip(agg["pos_accepted"], agg["pos_drafted"])],
             "tokens_per_step": agg["step_tokens"] / agg["steps"] if agg["steps"] else None,
             "MB_per_token": agg["bytes"] / agg["gen"] / 1e6,
             "bf16_MB_per_token": agg["base"] / agg["gen"] / 1e6,

@@ -72,3 +72,16 @@ def accumulate_run(agg: dict, result, reference_tokens: list[int]) -> None:
                        ("step_tokens", st.step_tokens), ("gen", st.generated), ("bytes", result.ledger.bytes()),
                        ("base", result.baseline.bytes()), ("lossless", int(result.tokens == reference_tokens))):
         agg[key] = agg.get(key, 0) + value
+    # Modeled time per hardware preset: the run, plain bf16 AR, and AR over the target's own representation.
+    for k, hw in hardware_presets().items():
+        for key, ledger in (("time", result.ledger), ("btime", result.baseline), ("ttime", result.target_ar)):
+            if ledger is not None:
+                agg.setdefault(key, {})[k] = agg.get(key, {}).get(k, 0.0) + ledger.time(hw)
+    # Drafted / accepted tokens per draft position.
+    pos_d, pos_a = agg.setdefault("pos_drafted", []), agg.setdefault("pos_accepted", [])
+    for j, (d, a) in enumerate(zip(st.drafted_at, st.accepted_at)):
+        if j == len(pos_d):
+            pos_d.append(0)
+            pos_a.append(0)
+        pos_d[j] += d
+        pos_a[j] += a

@@ -563,46 +563,34 @@ def validate(ck, alloc, prompts=None, n_new: int = 48, gamma: int | None = None,
     from .allocation import build_engine
     from .bench import PROMPTS
     from .engine import Engine
-    from .metrics import accumulate_run, hardware_presets
+    from .metrics import accumulate_run
 
     prompts = prompts or PROMPTS
     g = gamma or alloc.gamma
     eng, d, target = build_engine(ck, alloc)
     plain = Engine(target, stop_ids=eng.stop_ids)
     agg = {"drafted": 0, "accepted": 0, "steps": 0, "step_tokens": 0, "gen": 0, "bytes": 0, "base": 0,
-           "draft_bytes": 0, "lossless": 0}
-    times, btimes = {}, {}
-    pos_d, pos_a = [], []
+           "draft_bytes": 0, "lossless": 0, "time": {}, "btime": {}, "pos_drafted": [], "pos_accepted": []}
     for i, p in enumerate(prompts):
         ids = chat_ids(ck, p)
         ref = plain.generate(ids, n_new).tokens
         r = eng.generate(ids, n_new, drafter=d, gamma=g)
-        st = r.stats
         accumulate_run(agg, r, ref)
         agg["draft_bytes"] += r.ledger.bytes("draft")
-        for k, h in hardware_presets().items():
-            times[k] = times.get(k, 0.0) + r.ledger.time(h)
-            btimes[k] = btimes.get(k, 0.0) + r.baseline.time(h)
-        for j, (dd, aa) in enumerate(zip(st.drafted_at, st.accepted_at)):
-            while len(pos_d) <= j:
-                pos_d.append(0)
-                pos_a.append(0)
-            pos_d[j] += dd
-            pos_a[j] += aa
         if progress:
             progress(i + 1, len(prompts), f"validate: acceptance so far {agg['accepted'] / max(1, agg['drafted']):.3f}")
     return {"prompts": len(prompts), "new_tokens": n_new, "gamma": g,
             "lossless": f"{agg['lossless']}/{len(prompts)}",
             "acceptance": agg["accepted"] / agg["drafted"] if agg["drafted"] else None,
-            "alpha": sum(pos_a) / sum(pos_d) if sum(pos_d) else None,
-            "per_position": [a / b if b else 0.0 for a, b in zip(pos_a, pos_d)],
+            "alpha": sum(agg["pos_accepted"]) / sum(agg["pos_drafted"]) if sum(agg["pos_drafted"]) else None,
+            "per_position": [a / b if b else 0.0 for a, b in zip(agg["pos_accepted"], agg["pos_drafted"])],
             "tokens_per_step": agg["step_tokens"] / agg["steps"] if agg["steps"] else None,
             "draft_weight_frac": d.info["draft_weight_bytes"] / d.info["bf16_weight_bytes"],
             "draft_bits_per_value": 8 * sum(d.encoded.spec_bytes.values())
             / sum(ck.bits[n].size for n in d.encoded.spec_bytes),
             "target_weight_frac": d.info["target_weight_bytes"] / d.info["bf16_weight_bytes"],
             "MB_per_token": agg["bytes"] / agg["gen"] / 1e6, "bf16_MB_per_token": agg["base"] / agg["gen"] / 1e6,
-            "speedup": {k: btimes[k] / times[k] for k in times}}
+            "speedup": {k: agg["btime"][k] / agg["time"][k] for k in agg["time"]}}
 
 
 def main(argv=None) -> int:
