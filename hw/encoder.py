@@ -16,8 +16,14 @@ Phases per vector (one vector in flight; see docs/HARDWARE.md for the throughput
           symbol (a CAM lookup in the programmed book: rank or escape), its sign/mantissa field and its
           verification code / rest field; per plane an L-field packer (prefix sum of the field widths)
           feeds a BitWriter, which closes the superblock's chunk after the last beat.
+
+``KvEncoderBase`` holds what every KV encoder scheme shares (ports, registers, vector buffer and its
+loader, radix select, keep decision, code CAM, field packer, plane writers); the Cassandra-2 encoder
+(hw/encoder_c2.py) is built from the same pieces.
 """
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
@@ -29,8 +35,8 @@ from ..golden.config import (ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTI
                              K_MAX, MAGNITUDE_MASK, MAX_CODE_BITS, PRUNED)
 from .bitreader import word_layout
 from .bitwriter import BitWriter
-from .decoder import (BF16_BITS, CFG_DATA_BITS, ERROR_BITS, FIELD_MAX, MAX_LANES, MAX_WORD, SYMBOL_BITS, Err,
-                      Reg, cfg_layout, codebook_register_cases)
+from .decoder import (BF16_BITS, ERROR_BITS, FIELD_MAX, MAX_LANES, MAX_WORD, SYMBOL_BITS, Err, Reg, cfg_layout,
+                      codebook_register_cases)
 from .zero_counter import prefix_counts
 
 KEY_BITS = bits_for(MAGNITUDE_MASK)       # 15
@@ -52,12 +58,22 @@ def in_layout(lanes: int) -> data.StructLayout:
     return data.StructLayout({"lanes": data.ArrayLayout(BF16_BITS, lanes), "last": 1})
 
 
-class EncoderKvC1(wiring.Component):
-    """Parameters
+def bf16_fields(v):
+    """(sign, biased exponent, mantissa) slices of a bf16 pattern."""
+    return v[BF16_BITS - 1], v[BF16_MANTISSA_BITS:BF16_BITS - 1], v[:BF16_MANTISSA_BITS]
+
+
+class KvEncoderBase(wiring.Component):
+    """Shared skeleton of the online KV encoders. A subclass sets ``PLANES`` (its output plane ports) and
+    writes ``elaborate`` from the pieces below.
+
+    Parameters
         lanes      L, values per input beat (divides every allowed G)
         word       IW, bits per output word on every plane
         max_group  largest G the vector buffer holds (32..256)
     """
+
+    PLANES: tuple[str, ...] = ()
 
     def __init__(self, lanes: int = 8, word: int | None = None, max_group: int = 128):
         word = 8 * lanes if word is None else word
@@ -69,13 +85,10 @@ class EncoderKvC1(wiring.Component):
             raise ConfigError(f"max_group must be one of {ALLOWED_GROUP_SIZES}, got {max_group!r}")
         self.lanes, self.word, self.max_group = lanes, word, max_group
         plane = stream.Signature(word_layout(word))
-        super().__init__({
-            "inp": In(stream.Signature(in_layout(lanes))),
-            "cfg": In(stream.Signature(cfg_layout)),
-            "spec_codes": Out(plane), "spec_signman": Out(plane),
-            "verif_codes": Out(plane), "verif_rest": Out(plane),
-            "busy": Out(1), "error": Out(1), "error_code": Out(ERROR_BITS),
-        })
+        ports = {"inp": In(stream.Signature(in_layout(lanes))), "cfg": In(stream.Signature(cfg_layout))}
+        ports.update({p: Out(plane) for p in self.PLANES})
+        ports.update({"busy": Out(1), "error": Out(1), "error_code": Out(ERROR_BITS)})
+        super().__init__(ports)
 
     # ------------------------------------------------------------------------------------------ registers
     def _registers(self, m):
@@ -107,16 +120,13 @@ class EncoderKvC1(wiring.Component):
                     m.d.sync += r["g"].eq(Mux(wdata > self.max_group, 0, wdata))
                 codebook_register_cases(m, r, wdata)
 
-    def _config_ok(self, r):
+    def _geometry_ok(self, r):
+        """MBITS, KEEP and GROUP form a valid config of the format for this buffer."""
         g_ok = Const(0, 1)
         for g in ALLOWED_GROUP_SIZES:
             if g <= self.max_group:
                 g_ok = g_ok | (r["g"] == g)
-        # The pruned mark must be in the speculation book whenever the config prunes (it cannot escape).
-        has_p = Const(0, 1)
-        for i in range(K_MAX):
-            has_p = has_p | ((r["spec_tab"][i] == PRUNED) & (i < r["spec_k"]))
-        return g_ok & ~r["bad"] & (r["k"] != 0) & (r["k"] <= r["g"]) & ((r["k"] == r["g"]) | has_p)
+        return g_ok & ~r["bad"] & (r["k"] != 0) & (r["k"] <= r["g"])
 
     # ------------------------------------------------------------------------------------------ code CAM
     @staticmethod
@@ -156,55 +166,137 @@ class EncoderKvC1(wiring.Component):
         m.d.comb += [n.eq(off), bits.eq(packed)]
         return bits, n, total_w
 
-    # ------------------------------------------------------------------------------------------ elaborate
-    def elaborate(self, platform):
-        m = Module()
+    def _writer(self, m, pname, group):
+        """A BitWriter of ``group``-bit groups driving output plane ``pname``."""
+        w = BitWriter(self.word, group)
+        m.submodules[f"{pname}_wr"] = w
+        wiring.connect(m, w.out, wiring.flipped(getattr(self, pname)))
+        return w
+
+    # ------------------------------------------------------------------------------ buffer and selection
+    def _select_state(self, m, r):
+        """Vector buffer, radix-select registers and the per-cycle popcount of the select step."""
         L, GM = self.lanes, self.max_group
-        r = self._registers(m)
-        clear = Signal()
-        self._write_registers(m, r, clear)
-        err = Signal(ERROR_BITS)
-        raise_err = Signal(ERROR_BITS)
-        m.d.comb += [self.error_code.eq(err), self.error.eq(err.any())]
-
-        buf = Array(Signal(BF16_BITS, name=f"v{i}") for i in range(GM))
-        beats = GM // L
-        beat = Signal(range(beats + 1))              # beat index inside the vector (load / emit)
-        nbeats = Signal(range(beats + 1))
-        m.d.comb += nbeats.eq(r["g"] >> exact_log2(L))
-        bit = Signal(range(KEY_BITS + 1))            # radix-select bit position
-        prefix = Signal(KEY_BITS)                    # threshold bits found so far
-        rem = Signal(range(GM + 1))                  # values still to keep among the candidates
-        eq_seen = Signal(range(GM + 1))              # values equal to t emitted so far
-        m_reg = r["m"]
-
-        # ---- radix select step: count keys matching the prefix above `bit` with `bit` set
+        s = SimpleNamespace()
+        s.buf = Array(Signal(BF16_BITS, name=f"v{i}") for i in range(GM))
+        s.beats = GM // L
+        s.beat = Signal(range(s.beats + 1))            # beat index inside the vector (emit)
+        s.nbeats = Signal(range(s.beats + 1))
+        m.d.comb += s.nbeats.eq(r["g"] >> exact_log2(L))
+        s.bit = Signal(range(KEY_BITS + 1))            # radix-select bit position
+        s.prefix = Signal(KEY_BITS)                    # threshold bits found so far (t once selected)
+        s.rem = Signal(range(GM + 1))                  # values still to keep among the candidates
+        s.eq_seen = Signal(range(GM + 1))              # values equal to t passed so far
+        # Radix select step: count keys matching the prefix above `bit` with `bit` set.
         hi_mask = Signal(KEY_BITS)
-        m.d.comb += hi_mask.eq(~((Const(1, KEY_BITS + 1) << (bit + 1)) - 1))
+        m.d.comb += hi_mask.eq(~((Const(1, KEY_BITS + 1) << (s.bit + 1)) - 1))
         match = Signal(GM)
         for i in range(GM):
-            key = buf[i][:KEY_BITS]
-            m.d.comb += match[i].eq((((key ^ prefix) & hi_mask) == 0) & key.bit_select(bit, 1) & (i < r["g"]))
-        count = Signal(range(GM + 1))
-        m.d.comb += count.eq(popcount([match[i] for i in range(GM)]))
+            key = s.buf[i][:KEY_BITS]
+            m.d.comb += match[i].eq((((key ^ s.prefix) & hi_mask) == 0) & key.bit_select(s.bit, 1) & (i < r["g"]))
+        s.count = Signal(range(GM + 1))
+        m.d.comb += s.count.eq(popcount([match[i] for i in range(GM)]))
+        return s
 
-        # ---- emit: the beat's L values
+    def _select_start(self, m, r, s):
+        """Reset the select registers for a new vector; returns the condition "select needed" (k < G)."""
+        m.d.sync += [s.beat.eq(0), s.bit.eq(KEY_BITS - 1), s.prefix.eq(0), s.eq_seen.eq(0)]
+        prunes = Signal(name="vec_prunes")
+        m.d.comb += prunes.eq(r["k"] != r["g"])
+        # Nothing pruned: t = 0 and all G values "equal or above" are kept.
+        m.d.sync += s.rem.eq(Mux(prunes, r["k"], r["g"]))
+        return prunes
+
+    def _select_step(self, m, s, next_state):
+        """One radix-select cycle (inside the SELECT state); goes to ``next_state`` after bit 0."""
+        with m.If(s.count >= s.rem):
+            m.d.sync += s.prefix.eq(s.prefix | (Const(1, KEY_BITS) << s.bit))
+        with m.Else():
+            m.d.sync += s.rem.eq(s.rem - s.count)
+        with m.If(s.bit == 0):
+            m.next = next_state
+        with m.Else():
+            m.d.sync += s.bit.eq(s.bit - 1)
+
+    def _beat_lanes(self, m, s):
+        """The L values of beat ``s.beat`` and their keep flags (after SELECT). Returns (vals, kept,
+        eq_before); eq_before[L] is the beat's count of values equal to t (advances ``s.eq_seen``)."""
+        L = self.lanes
         vals = [Signal(BF16_BITS, name=f"lane{i}") for i in range(L)]
         for i in range(L):
-            m.d.comb += vals[i].eq(buf[beat * L + i])
+            m.d.comb += vals[i].eq(s.buf[s.beat * L + i])
         keys = [v[:KEY_BITS] for v in vals]
-        eq_t = Cat(*[k == prefix for k in keys])
+        eq_t = Signal(L, name="eq_t")
+        m.d.comb += eq_t.eq(Cat(*[k == s.prefix for k in keys]))
         eq_before = prefix_counts(m, eq_t, L, "eqb")
         kept = Signal(L)
         for i in range(L):
-            m.d.comb += kept[i].eq((keys[i] > prefix) | (eq_t[i] & (eq_seen + eq_before[i] < rem)))
+            m.d.comb += kept[i].eq((keys[i] > s.prefix) | (eq_t[i] & (s.eq_seen + eq_before[i] < s.rem)))
+        return vals, kept, eq_before
 
+    # ------------------------------------------------------------------------------------------ loader
+    def _loader(self, m, r, s, err, raise_err, first_beat_errors):
+        """Input beats into the vector buffer: in LOAD (``phase_load``), and also while the current vector
+        is emitted (``phase_emit``), into the beats already emitted, so the next vector streams in without
+        waiting. ``first_beat_errors()`` raises the scheme's book/config errors on a vector's first beat."""
+        L = self.lanes
+        ld = SimpleNamespace()
+        ld.phase_load, ld.phase_emit = Signal(name="phase_load"), Signal(name="phase_emit")
+        ld.lbeat = Signal(range(s.beats + 1))      # beats of the next vector loaded (== nbeats: complete)
+        ld.vec_full = Signal(name="vec_full")
+        m.d.comb += ld.vec_full.eq(ld.lbeat == s.nbeats)
+        ld.can_load = Signal(name="can_load")
+        m.d.comb += ld.can_load.eq(~err.any() & ~ld.vec_full &
+                                   (ld.phase_load | (ld.phase_emit & (ld.lbeat < s.beat))))
+        ld.load = Signal(name="load")
+        ld.load_last = Signal(name="load_last")
+        m.d.comb += [ld.load.eq(self.inp.valid & ld.can_load), ld.load_last.eq(ld.lbeat + 1 == s.nbeats)]
+        with m.If(ld.load):
+            for i in range(L):
+                m.d.sync += s.buf[ld.lbeat * L + i].eq(self.inp.payload.lanes[i])
+            with m.If(ld.lbeat == 0):
+                first_beat_errors()
+            with m.If(self.inp.payload.last != ld.load_last):
+                m.d.comb += raise_err[FRAME_ERR].eq(1)
+            m.d.sync += ld.lbeat.eq(ld.lbeat + 1)
+        return ld
+
+    @staticmethod
+    def _errors(m, err, raise_err, clear):
+        """Sticky error register: set by ``raise_err``, cleared by CTRL CLEAR_ERROR."""
+        with m.If(raise_err.any()):
+            m.d.sync += err.eq(err | raise_err)
+        with m.Elif(clear):
+            m.d.sync += err.eq(0)
+
+    def _drain_state(self, m, s, ld, clear, ready_state):
+        """Error: discard input beats so the producer never hangs, until CLEAR_ERROR."""
+        m.d.comb += [self.inp.ready.eq(1), self.cfg.ready.eq(1)]
+        with m.If(clear):
+            m.d.sync += [s.beat.eq(0), ld.lbeat.eq(0)]
+            m.next = ready_state
+
+
+class EncoderKvC1(KvEncoderBase):
+    """Cassandra-1 KV encoder. Parameters: see ``KvEncoderBase``."""
+
+    PLANES = ("spec_codes", "spec_signman", "verif_codes", "verif_rest")
+
+    def _config_ok(self, r):
+        # The pruned mark must be in the speculation book whenever the config prunes (it cannot escape).
+        has_p = Const(0, 1)
+        for i in range(K_MAX):
+            has_p = has_p | ((r["spec_tab"][i] == PRUNED) & (i < r["spec_k"]))
+        return self._geometry_ok(r) & ((r["k"] == r["g"]) | has_p)
+
+    def _lane_fields(self, m, r, vals, kept):
+        """Per lane: (value, width) of its spec code, signman, verif code and rest fields."""
+        m_reg = r["m"]
         fr = Signal(range(BF16_MANTISSA_BITS + 1))
         m.d.comb += fr.eq(BF16_MANTISSA_BITS - m_reg)
         spec_f, sm_f, ver_f, rest_f = [], [], [], []
-        for i in range(L):
-            v = vals[i]
-            s, e, f = v[BF16_BITS - 1], v[BF16_MANTISSA_BITS:BF16_BITS - 1], v[:BF16_MANTISSA_BITS]
+        for i, v in enumerate(vals):
+            s, e, f = bf16_fields(v)
             sym = Signal(SYMBOL_BITS, name=f"sym{i}")
             m.d.comb += sym.eq(Mux(kept[i], e, PRUNED))
             spec_f.append(self._code(m, sym, r["spec_tab"], r["spec_k"], f"sc{i}"))
@@ -216,99 +308,76 @@ class EncoderKvC1(wiring.Component):
             low = Signal(BF16_MANTISSA_BITS, name=f"low{i}")
             m.d.comb += low.eq(f & ~(Const(0x7F, BF16_MANTISSA_BITS) << fr))
             rest_f.append((Mux(kept[i], low, Cat(f, s)), Mux(kept[i], fr, FIELD_MAX)))
+        return {"spec_codes": spec_f, "spec_signman": sm_f, "verif_codes": ver_f, "verif_rest": rest_f}
+
+    # ------------------------------------------------------------------------------------------ elaborate
+    def elaborate(self, platform):
+        m = Module()
+        L = self.lanes
+        r = self._registers(m)
+        clear = Signal()
+        self._write_registers(m, r, clear)
+        err = Signal(ERROR_BITS)
+        raise_err = Signal(ERROR_BITS)
+        m.d.comb += [self.error_code.eq(err), self.error.eq(err.any())]
+        s = self._select_state(m, r)
+        vals, kept, eq_before = self._beat_lanes(m, s)
 
         writers = {}
-        for pname, flds in (("spec_codes", spec_f), ("spec_signman", sm_f), ("verif_codes", ver_f),
-                            ("verif_rest", rest_f)):
+        for pname, flds in self._lane_fields(m, r, vals, kept).items():
             bits_, n_, width_ = self._pack(m, flds, pname)
-            w = BitWriter(self.word, width_)
-            m.submodules[f"{pname}_wr"] = w
-            wiring.connect(m, w.out, wiring.flipped(getattr(self, pname)))
+            w = self._writer(m, pname, width_)
             m.d.comb += [w.bits.eq(bits_), w.n.eq(n_)]
             writers[pname] = w
-        all_ready = Const(1, 1)
-        for w in writers.values():
-            all_ready = all_ready & w.ready
-        writers_idle = Const(1, 1)
-        for w in writers.values():
-            writers_idle = writers_idle & w.idle
+        all_ready = Signal()
+        writers_idle = Signal()
+        m.d.comb += [all_ready.eq(Cat(*[w.ready for w in writers.values()]).all()),
+                     writers_idle.eq(Cat(*[w.idle for w in writers.values()]).all())]
 
-        # ---- loading: in LOAD, and also while the current vector is emitted (into the beats already
-        # emitted), so the next vector streams in without waiting.
-        phase_load, phase_emit = Signal(), Signal()
-        lbeat = Signal(range(beats + 1))           # beats of the next vector loaded (== nbeats: complete)
-        vec_full = Signal()
-        m.d.comb += vec_full.eq(lbeat == nbeats)
-        can_load = Signal()
-        m.d.comb += can_load.eq(~err.any() & ~vec_full &
-                                (phase_load | (phase_emit & (lbeat < beat))))
-        load = self.inp.valid & can_load
-        load_last = lbeat + 1 == nbeats
-        with m.If(load):
-            for i in range(L):
-                m.d.sync += buf[lbeat * L + i].eq(self.inp.payload.lanes[i])
-            with m.If(lbeat == 0):
-                ok = self._config_ok(r)
-                loaded = r["spec_loaded"] & r["verif_loaded"]
-                m.d.comb += [raise_err[Err.NO_BOOK].eq(~loaded), raise_err[Err.CONFIG].eq(loaded & ~ok)]
-            with m.If(self.inp.payload.last != load_last):
-                m.d.comb += raise_err[FRAME_ERR].eq(1)
-            m.d.sync += lbeat.eq(lbeat + 1)
+        def first_beat_errors():
+            loaded = r["spec_loaded"] & r["verif_loaded"]
+            m.d.comb += [raise_err[Err.NO_BOOK].eq(~loaded), raise_err[Err.CONFIG].eq(loaded & ~self._config_ok(r))]
+
+        ld = self._loader(m, r, s, err, raise_err, first_beat_errors)
 
         def start_vector():
             """The loaded vector becomes the current one: select (or emit directly when k = G)."""
-            m.d.sync += [lbeat.eq(0), beat.eq(0), bit.eq(KEY_BITS - 1), prefix.eq(0), eq_seen.eq(0)]
-            with m.If(r["k"] == r["g"]):
-                # Nothing pruned: t = 0 and all G values "equal or above" are kept.
-                m.d.sync += rem.eq(r["g"])
-                m.next = "EMIT"
-            with m.Else():
-                m.d.sync += rem.eq(r["k"])
+            m.d.sync += ld.lbeat.eq(0)
+            with m.If(self._select_start(m, r, s)):
                 m.next = "SELECT"
+            with m.Else():
+                m.next = "EMIT"
 
         # ---- control
         with m.FSM(name="phase"):
             with m.State("LOAD"):
-                m.d.comb += [phase_load.eq(1), self.inp.ready.eq(can_load), self.cfg.ready.eq(lbeat == 0),
-                             self.busy.eq((lbeat != 0) | ~writers_idle)]
+                m.d.comb += [ld.phase_load.eq(1), self.inp.ready.eq(ld.can_load),
+                             self.cfg.ready.eq(ld.lbeat == 0), self.busy.eq((ld.lbeat != 0) | ~writers_idle)]
                 with m.If(raise_err.any()):
                     m.next = "DRAIN"
-                with m.Elif(load & load_last):
+                with m.Elif(ld.load & ld.load_last):
                     start_vector()
             with m.State("SELECT"):
                 m.d.comb += self.busy.eq(1)
-                with m.If(count >= rem):
-                    m.d.sync += prefix.eq(prefix | (Const(1, KEY_BITS) << bit))
-                with m.Else():
-                    m.d.sync += rem.eq(rem - count)
-                with m.If(bit == 0):
-                    m.next = "EMIT"
-                with m.Else():
-                    m.d.sync += bit.eq(bit - 1)
+                self._select_step(m, s, "EMIT")
             with m.State("EMIT"):
-                m.d.comb += [phase_emit.eq(1), self.busy.eq(1), self.inp.ready.eq(can_load)]
-                last_beat = beat + 1 == nbeats
+                m.d.comb += [ld.phase_emit.eq(1), self.busy.eq(1), self.inp.ready.eq(ld.can_load)]
+                last_beat = Signal(name="last_beat")
+                m.d.comb += last_beat.eq(s.beat + 1 == s.nbeats)
                 for w in writers.values():
                     m.d.comb += [w.valid.eq(all_ready), w.close.eq(last_beat)]
                 with m.If(all_ready):
-                    m.d.sync += [eq_seen.eq(eq_seen + eq_before[L]), beat.eq(beat + 1)]
+                    m.d.sync += [s.eq_seen.eq(s.eq_seen + eq_before[L]), s.beat.eq(s.beat + 1)]
                     # After the last beat the bit writers close the chunks on their own; selection of
                     # the next vector (already loaded into the emitted beats) starts right away.
                     with m.If(last_beat):
                         with m.If(err.any() | raise_err.any()):
                             m.next = "DRAIN"       # an error in the next vector: stop after this one
-                        with m.Elif(vec_full | (load & load_last)):
+                        with m.Elif(ld.vec_full | (ld.load & ld.load_last)):
                             start_vector()
                         with m.Else():
                             m.next = "LOAD"
             with m.State("DRAIN"):
-                # Error: discard input beats so the producer never hangs, until CLEAR_ERROR.
-                m.d.comb += [self.inp.ready.eq(1), self.cfg.ready.eq(1)]
-                with m.If(clear):
-                    m.d.sync += [beat.eq(0), lbeat.eq(0)]
-                    m.next = "LOAD"
-        with m.If(raise_err.any()):
-            m.d.sync += err.eq(err | raise_err)
-        with m.Elif(clear):
-            m.d.sync += err.eq(0)
+                self._drain_state(m, s, ld, clear, "LOAD")
+        self._errors(m, err, raise_err, clear)
         return m
