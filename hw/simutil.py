@@ -16,6 +16,8 @@ from .decoder import CTRL_CLEAR_ERROR, CTRL_START, Reg
 
 DECODER_PORTS = {"spec.codes": "spec_codes", "spec.signman": "spec_signman",
                  "verif.codes": "verif_codes", "verif.rest": "verif_rest"}
+# Every plane of either scheme -> its decoder port (C2's speculation plane is spec.mx, hw/decoder_c2.py).
+PLANE_PORTS = {**DECODER_PORTS, "spec.mx": "spec_mx"}
 
 
 def chunk_words(chunk: bytes, word_bits: int) -> list[tuple[int, int]]:
@@ -42,9 +44,10 @@ def decoder_program(enc: EncodedTensor, full: bool, start: bool = True) -> list[
     cfg = enc.config
     w = [(Reg.MODE, int(full)), (Reg.MBITS, cfg.mantissa_bits), (Reg.KEEP, cfg.keep_count),
          (Reg.GROUP, cfg.group_size), (Reg.NUMEL, enc.numel)]
-    for r, s in enumerate(enc.spec_book.symbols):
-        w.append((Reg.SPEC_SYM + r, s))
-    w.append((Reg.SPEC_K, enc.spec_book.K))
+    if enc.spec_book is not None:              # C2 has no speculation book
+        for r, s in enumerate(enc.spec_book.symbols):
+            w.append((Reg.SPEC_SYM + r, s))
+        w.append((Reg.SPEC_K, enc.spec_book.K))
     if full:
         for r, s in enumerate(enc.verif_book.symbols):
             w.append((Reg.VERIF_SYM + r, s))
@@ -57,7 +60,7 @@ def decoder_program(enc: EncodedTensor, full: bool, start: bool = True) -> list[
 def decoder_planes(enc: EncodedTensor, full: bool, word_bits: int) -> dict[str, list[tuple[int, int]]]:
     spec, verif = PLANES[enc.config.scheme]
     names = spec + (verif if full else ())
-    return {DECODER_PORTS[p]: plane_words(enc, p, word_bits) for p in names}
+    return {PLANE_PORTS[p]: plane_words(enc, p, word_bits) for p in names}
 
 
 # ------------------------------------------------------------------------------------ simulator drivers
@@ -140,13 +143,13 @@ class DecodeResult:
 
 def run_decoder(dut, jobs: list[DecodeJob], stalls: Stalls | None = None, max_cycles: int = 200_000,
                 expect_error: bool = False) -> DecodeResult:
-    """Simulate ``dut`` (a DecoderC1) on ``jobs`` in sequence with random idles on every input and random
+    """Simulate ``dut`` (a DecoderC1 or DecoderC2) on ``jobs`` in sequence with random idles on every input and random
     backpressure on the output. The host waits for ``busy = 0`` before programming the next tensor."""
     from amaranth.sim import Simulator
 
     stalls = stalls or Stalls()
     lanes, word = dut.lanes, dut.word
-    feeds: dict[str, list] = {p: [] for p in DECODER_PORTS.values()}   # (job index, words) segments
+    feeds: dict[str, list] = {p: [] for p in PLANE_PORTS.values()}     # (job index, words) segments
     for j, job in enumerate(jobs):
         planes = job.planes if job.planes is not None else decoder_planes(job.enc, job.full, word)
         for port, items in planes.items():
