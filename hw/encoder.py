@@ -187,6 +187,8 @@ class KvEncoderBase(wiring.Component):
         s.prefix = Signal(KEY_BITS)                    # threshold bits found so far (t once selected)
         s.rem = Signal(range(GM + 1))                  # values still to keep among the candidates
         s.eq_seen = Signal(range(GM + 1))              # values equal to t passed so far
+        s.prunes = Signal(name="vec_prunes")           # k < G: the config prunes, SELECT is needed
+        m.d.comb += s.prunes.eq(r["k"] != r["g"])
         # Radix select step: count keys matching the prefix above `bit` with `bit` set.
         hi_mask = Signal(KEY_BITS)
         m.d.comb += hi_mask.eq(~((Const(1, KEY_BITS + 1) << (s.bit + 1)) - 1))
@@ -199,13 +201,10 @@ class KvEncoderBase(wiring.Component):
         return s
 
     def _select_start(self, m, r, s):
-        """Reset the select registers for a new vector; returns the condition "select needed" (k < G)."""
+        """Reset the select registers for a new vector (SELECT is needed iff ``s.prunes``)."""
         m.d.sync += [s.beat.eq(0), s.bit.eq(KEY_BITS - 1), s.prefix.eq(0), s.eq_seen.eq(0)]
-        prunes = Signal(name="vec_prunes")
-        m.d.comb += prunes.eq(r["k"] != r["g"])
         # Nothing pruned: t = 0 and all G values "equal or above" are kept.
-        m.d.sync += s.rem.eq(Mux(prunes, r["k"], r["g"]))
-        return prunes
+        m.d.sync += s.rem.eq(Mux(s.prunes, r["k"], r["g"]))
 
     def _select_step(self, m, s, next_state):
         """One radix-select cycle (inside the SELECT state); goes to ``next_state`` after bit 0."""
@@ -244,7 +243,9 @@ class KvEncoderBase(wiring.Component):
         ld.phase_load, ld.phase_emit = Signal(name="phase_load"), Signal(name="phase_emit")
         ld.lbeat = Signal(range(s.beats + 1))      # beats of the next vector loaded (== nbeats: complete)
         ld.vec_full = Signal(name="vec_full")
-        m.d.comb += ld.vec_full.eq(ld.lbeat == s.nbeats)
+        # nbeats = 0 (GROUP above max_group reads as 0, or G < L) must not block the input: the first
+        # beat is accepted and raises CONFIG.
+        m.d.comb += ld.vec_full.eq((ld.lbeat == s.nbeats) & (s.nbeats != 0))
         ld.can_load = Signal(name="can_load")
         m.d.comb += ld.can_load.eq(~err.any() & ~ld.vec_full &
                                    (ld.phase_load | (ld.phase_emit & (ld.lbeat < s.beat))))
@@ -343,7 +344,8 @@ class EncoderKvC1(KvEncoderBase):
         def start_vector():
             """The loaded vector becomes the current one: select (or emit directly when k = G)."""
             m.d.sync += ld.lbeat.eq(0)
-            with m.If(self._select_start(m, r, s)):
+            self._select_start(m, r, s)
+            with m.If(s.prunes):
                 m.next = "SELECT"
             with m.Else():
                 m.next = "EMIT"

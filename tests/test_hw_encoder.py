@@ -95,3 +95,13 @@ def test_encoder_requires_books():
 def test_encoder_rejects_bad_parameters(kw):
     with pytest.raises(ConfigError):
         EncoderKvC1(**kw)
+
+
+def test_encoder_group_above_buffer_is_config_error():
+    """GROUP > max_group raises CONFIG on the first beat (it once blocked the input forever)."""
+    G, lanes = 32, 4
+    bits = kv_vectors(1, G, seed=8)
+    cfg, books, _ = encode_kv(bits, G, 3, 16)
+    prog = encoder_program(cfg, books) + [(0x04, 64)]
+    res = run_encoder(EncoderKvC1(lanes, 32, max_group=32), bits, prog, max_cycles=300)
+    assert res.error_code == 1 << Err.CONFIG
