@@ -13,6 +13,7 @@ Defaults and why:
   value (a pruned value's rest field; signman at m = 7), so word = 8 * L sustains L values/cycle in
   every configuration of the format.
 * ``encoder_kv_c1_l8`` / ``encoder_kv_c1_l16``: the online KV encoder (hw/encoder.py), same widths.
+* ``encoder_kv_c2_l8`` / ``encoder_kv_c2_l16``: the online Cassandra-2 KV encoder (hw/encoder_c2.py), same widths.
 """
 from __future__ import annotations
 
@@ -56,6 +57,19 @@ def _encoder_factories():
                   values_per_cycle=l, values_per_cycle_pruning_g128=round(128 / (128 / l + 15), 2),
                   latency_cycles=2 * 128 // l + 18,
                   description=f"online KV-cache encoder (C1), {l} bf16 values/cycle in, {word}-bit plane words")
+    try:
+        from .encoder_c2 import EncoderKvC2
+    except ImportError:
+        return
+    for l, word in ((8, 64), (16, 128)):
+        _register(f"encoder_kv_c2_l{l}", lambda l=l, w=word: EncoderKvC2(lanes=l, word=w),
+                  block="encoder_kv_c2", lanes=l, word=word, max_group=128,
+                  # measured (docs/HARDWARE.md 3a): G / (2G/L + 16) values/cycle when pruning (select + a
+                  # bitmap pass before the element fields), G / (G/L + 2) at k = G
+                  values_per_cycle=l, values_per_cycle_pruning_g128=round(128 / (2 * 128 / l + 16), 2),
+                  latency_cycles=3 * 128 // l + 20,
+                  description=f"online KV-cache encoder (C2, MX shared exponent), {l} bf16 values/cycle in, "
+                              f"{word}-bit plane words")
 
 
 _encoder_factories()
