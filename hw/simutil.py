@@ -235,16 +235,20 @@ ENCODER_PORTS = ("spec_codes", "spec_signman", "verif_codes", "verif_rest")
 
 
 def encoder_program(cfg, books) -> list[tuple[int, int]]:
-    """Register writes of the KV encoder: MBITS, KEEP, GROUP and both books (sizes written last)."""
+    """Register writes of the KV encoder: MBITS, KEEP, GROUP and both books (sizes written last; C2 has no
+    speculation book: ``books = (None, verif)``)."""
     spec, verif = books
     w = [(Reg.MBITS, cfg.mantissa_bits), (Reg.KEEP, cfg.keep_count), (Reg.GROUP, cfg.group_size)]
-    w += [(Reg.SPEC_SYM + r, s) for r, s in enumerate(spec.symbols)] + [(Reg.SPEC_K, spec.K)]
+    if spec is not None:
+        w += [(Reg.SPEC_SYM + r, s) for r, s in enumerate(spec.symbols)] + [(Reg.SPEC_K, spec.K)]
     w += [(Reg.VERIF_SYM + r, s) for r, s in enumerate(verif.symbols)] + [(Reg.VERIF_K, verif.K)]
     return [(int(a), int(d)) for a, d in w]
 
 
 def expected_plane_words(enc: EncodedTensor, word_bits: int) -> dict[str, list[tuple[int, int]]]:
-    return {DECODER_PORTS[p]: plane_words(enc, p, word_bits) for p in DECODER_PORTS}
+    """Every plane of the tensor's scheme, framed as the encoder emits it (port name -> words)."""
+    spec, verif = PLANES[enc.config.scheme]
+    return {PLANE_PORTS[p]: plane_words(enc, p, word_bits) for p in spec + verif}
 
 
 @dataclass
@@ -269,7 +273,8 @@ def run_encoder(dut, vectors: np.ndarray, program: list, stalls: Stalls | None =
             last = int(b == G // L - 1) if frame_last is None else frame_last(v, b)
             beats.append((tuple(int(t) for t in vectors[v, b * L:(b + 1) * L]), last))
     n_chunks = n
-    got = {p: [] for p in ENCODER_PORTS}
+    ports = getattr(dut, "PLANES", ENCODER_PORTS)     # C1: four planes, C2 (hw/encoder_c2.py): three
+    got = {p: [] for p in ports}
     state = {"first": None, "lastword": 0, "cycle": 0, "err": 0}
 
     async def host(ctx):
@@ -305,7 +310,7 @@ def run_encoder(dut, vectors: np.ndarray, program: list, stalls: Stalls | None =
         while state["cycle"] < max_cycles:
             await ctx.tick()
             state["cycle"] += 1
-            done = all(sum(l for _, l in got[p]) >= n_chunks for p in ENCODER_PORTS)
+            done = all(sum(l for _, l in got[p]) >= n_chunks for p in ports)
             if done or ctx.get(dut.error):
                 idle += 1
                 if idle > 32:
@@ -315,7 +320,7 @@ def run_encoder(dut, vectors: np.ndarray, program: list, stalls: Stalls | None =
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     sim.add_testbench(host, background=True)
-    for i, p in enumerate(ENCODER_PORTS):
+    for i, p in enumerate(ports):
         sim.add_testbench(sink(p, stalls.seed * 7 + i), background=True)
     sim.add_testbench(clock)
     sim.run()
