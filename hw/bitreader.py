@@ -1,29 +1,36 @@
 """Bit reader: turns a stream of plane words into a bit window the decoder consumes at any bit count.
 
-One reader sits on every input plane of the decoder (docs/HARDWARE.md, "Input words"). Words are
-appended behind the buffered bits; the consumer sees the next ``window`` bits, takes ``take`` bits a
-cycle and, at the end of a superblock, ``skip``s the rest of the current chunk (its zero padding).
+One reader sits on every input plane of the decoder (docs/HARDWARE.md, "Input words"). The consumer sees
+the next ``window`` bits, takes ``take`` bits a cycle and, at the end of a superblock, ``skip``s the
+rest of the current chunk (its zero padding).
 
-Chunk boundaries are kept as *end marks*: a bit vector parallel to the data, with a one on the last
-bit of every chunk (the last bit of a word that had ``last`` set). Marks shift with the data, so the
-buffer may hold the tail of one chunk and the head of the next at the same time: the next superblock
-starts decoding in the cycle after the previous one finished (no bubble at superblock boundaries).
+Structure (chosen for area; the reader is replicated on every plane of every decoder):
 
-Buffer capacity ``C = window + 2 * word``: a word is accepted whenever ``fill <= window + word`` (a
-registered condition, so ``inp.ready`` never depends combinationally on the consumer). The extra word
-of slack covers a chunk's word padding (up to ``word - 1`` zero bits): at a superblock's final beat the
-buffer may hold up to ``window`` bits of content plus the padding, and the next chunk's first word must
-still be accepted in that cycle, or the next superblock would start one cycle late.
+* A **ring of N word slots** (``N`` a power of two, ``N * word >= window + 3 * word``). A word is written
+  whole into the slot after the newest one, so there is no shifter on the write side; the read position
+  ``rp`` is a bit pointer into the ring that wraps for free. The window is a word-level rotation of the
+  few slots from ``rp``'s word on, then one bit shift by ``rp mod word``: ``(window + word) * log2(word)``
+  multiplexers instead of shifting the whole buffer every cycle.
+* **Chunk ends are one flag per slot** (the slot's word had ``last``): chunks end on word boundaries,
+  so the end of the current chunk is the end of the first flagged slot from ``rp`` on. The buffer may
+  hold the tail of one chunk and the head of the next at the same time: the next superblock starts
+  decoding in the cycle after the previous one finished (no bubble at superblock boundaries).
+
+A word is accepted whenever a slot is free (``fill + rp mod word <= (N - 1) * word``, i.e. at least
+``window + word`` bits of room): a registered condition, so ``inp.ready`` never depends combinationally
+on the consumer. The extra word of slack covers a chunk's word padding (up to ``word - 1`` zero bits):
+at a superblock's final beat the buffer may hold up to ``window`` bits of content plus the padding, and
+the next chunk's first word must still be accepted in that cycle, or the next superblock would start
+one cycle late.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import bits_for
+from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from ..errors import ConfigError
-from .zero_counter import onehot_to_index
 
 BYTE = 8
 
@@ -31,6 +38,11 @@ BYTE = 8
 def word_layout(word: int) -> data.StructLayout:
     """Payload of a plane stream: ``word`` data bits (chunk bytes LSB first) and the chunk's last-word flag."""
     return data.StructLayout({"data": word, "last": 1})
+
+
+def thermometer(n, width: int):
+    """Bits ``[0, n)`` set: a comparator per bit, far cheaper than a shifted mask."""
+    return Cat(*[n > i for i in range(width)])
 
 
 class BitReader(wiring.Component):
@@ -45,7 +57,7 @@ class BitReader(wiring.Component):
         skip      In(1)   after ``take``, drop the rest of the current chunk (only when ``skip_ok``)
         commit    In(1)   apply ``take`` / ``skip`` this cycle (``skip_err`` is computed from the
                           uncommitted ``take``, so the consumer can decide on it without a loop)
-        win       Out(window)  next bits; bits at and above ``avail`` must be ignored
+        win       Out(window)  next bits; bits at and above ``avail`` must be ignored (they may be stale)
         avail     Out(cw)      bits of the current chunk in the buffer
         end_seen  Out(1)       the current chunk's last word is in the buffer
         skip_ok   Out(1)       ``skip`` is possible now (= end_seen)
@@ -54,12 +66,13 @@ class BitReader(wiring.Component):
     """
 
     def __init__(self, word: int = 64, window: int = 64):
-        if not isinstance(word, int) or word < BYTE or word % BYTE:
-            raise ConfigError(f"input word width must be a positive multiple of 8 bits, got {word!r}")
+        if not isinstance(word, int) or word < BYTE or word % BYTE or word & (word - 1):
+            raise ConfigError(f"input word width must be a power-of-two multiple of 8 bits, got {word!r}")
         if not isinstance(window, int) or window < 1:
             raise ConfigError(f"bit reader window must be positive, got {window!r}")
         self.word, self.window = word, window
-        self.capacity = window + 2 * word
+        self.slots = 1 << ceil_log2(-(-(window + 3 * word) // word))
+        self.capacity = self.slots * word
         super().__init__({
             "inp": In(stream.Signature(word_layout(word))),
             "enable": In(1), "drain": In(1), "flush": In(1),
@@ -70,69 +83,87 @@ class BitReader(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        C, IW, W = self.capacity, self.word, self.window
-        cw = bits_for(C)
-        buf = Signal(C)
-        marks = Signal(C)
-        fill = Signal(cw)
-        used = Signal()            # some bit of the current chunk has been taken
-        # The current chunk was taken exactly up to its end: its mark left the buffer with its last bit,
-        # so remember that the chunk ends at position 0 (else the next chunk would look like its tail).
+        IW, W, N = self.word, self.window, self.slots
+        wb = exact_log2(IW)                      # bit-in-word part of a ring position
+        cw = bits_for(self.capacity)
+        ring = Array(Signal(IW, name=f"slot{i}") for i in range(N))
+        ring_last = Signal(N)                    # slot i holds the last word of a chunk
+        rp = Signal(exact_log2(self.capacity))   # read position (bit), wraps with the ring
+        nwords = Signal(range(N + 1))            # slots holding unread bits, from rp's slot on
+        used = Signal()                          # some bit of the current chunk has been taken
+        # The current chunk was taken exactly up to its end: its flagged slot was freed with its last
+        # bit, so remember that the chunk ends at position 0 (else the next chunk would look like its tail).
         at_end = Signal()
 
-        # Where the current chunk ends: one past its lowest end mark.
-        lowest = Signal(C)
+        rp_word, rp_bit = rp[wb:], rp[:wb]
+        fill = Signal(cw)
+        m.d.comb += fill.eq((nwords << wb) - rp_bit)
+
+        # Window: the slots from rp's slot on, rotated into place, then one shift by the bit offset.
+        nview = -(-W // IW) + 1
+        view = Signal(nview * IW)
+        m.d.comb += view.eq(Cat(*[ring[(rp_word + j)[:len(rp_word)]] for j in range(nview)]))
+        m.d.comb += self.win.eq(view >> rp_bit)
+
+        # Where the current chunk ends: the end of the first flagged slot from rp's slot on.
+        flag = [Signal(name=f"end_flag{d}") for d in range(N)]
+        for d in range(N):
+            m.d.comb += flag[d].eq(ring_last.bit_select((rp_word + d)[:len(rp_word)], 1) & (d < nwords))
+        first = Signal(range(N + 1))            # slots up to and including the chunk's last one
+        first_v = Const(0, bits_for(N))
+        for d in reversed(range(N)):
+            first_v = Mux(flag[d], d + 1, first_v)
+        m.d.comb += first.eq(first_v)
         mark_end = Signal(cw)
         chunk_end = Signal(cw)
         m.d.comb += [
-            lowest.eq(marks & (~marks + 1)),
-            mark_end.eq(onehot_to_index(lowest, cw) + 1),
+            mark_end.eq((first << wb) - rp_bit),
             chunk_end.eq(Mux(at_end, 0, mark_end)),
-            self.end_seen.eq(at_end | marks.any()),
+            self.end_seen.eq(at_end | Cat(*flag).any()),
             self.avail.eq(Mux(self.end_seen, chunk_end, fill)),
-            self.win.eq(buf[:W]),
             self.skip_ok.eq(self.end_seen),
         ]
 
-        # skip_err: the chunk's content must end in its last word, and what follows must be zero.
+        # skip_err: the chunk's content must end in its last word, and what follows must be zero. Chunks
+        # end on slot boundaries, so when 0 < rest < IW the padding is the top of the chunk's last slot
+        # from bit (rp + take) mod IW up (rest = IW with nothing taken: the whole slot of an empty chunk).
         used_now = used | (self.take != 0)
         rest = Signal(cw)
-        tail = Signal(C)
+        last_slot = Signal(IW)
+        pad_from = Signal(wb)
         m.d.comb += [
             rest.eq(self.avail - self.take),
-            tail.eq(buf & (Const((1 << C) - 1, C) << self.take) & ~(Const((1 << C) - 1, C) << chunk_end)),
+            last_slot.eq(ring[(rp_word + first - 1)[:len(rp_word)]]),
+            pad_from.eq(rp_bit + self.take),
         ]
+        tail_any = (rest != 0) & (last_slot & ~thermometer(pad_from, IW)).any()
         with m.If(self.end_seen):
-            m.d.comb += self.skip_err.eq(Mux(used_now, rest >= IW, rest != IW) | (tail.any()))
+            m.d.comb += self.skip_err.eq(Mux(used_now, rest >= IW, rest != IW) | tail_any)
         with m.Else():
             m.d.comb += self.skip_err.eq((fill - self.take) >= IW)
 
-        # Consume, then append behind what is left.
+        # Consume: advance rp; the slots it leaves are free.
         shift = Signal(cw)
         m.d.comb += shift.eq(Mux(self.commit, Mux(self.skip, chunk_end, self.take), 0))
-        kept_buf = Signal(C)
-        kept_marks = Signal(C)
-        kept_fill = Signal(cw)
-        m.d.comb += [kept_buf.eq(buf >> shift), kept_marks.eq(marks >> shift), kept_fill.eq(fill - shift)]
+        freed = Signal(range(N + 1))
+        m.d.comb += freed.eq((rp_bit + shift) >> wb)
 
-        can_take_word = fill <= W + IW
-        m.d.comb += self.inp.ready.eq(self.drain | (self.enable & can_take_word))
+        m.d.comb += self.inp.ready.eq(self.drain | (self.enable & (nwords < N)))
         append = self.inp.valid & self.inp.ready & ~self.drain
-        new_buf = Signal(C)
-        new_marks = Signal(C)
-        m.d.comb += [
-            new_buf.eq(kept_buf | (self.inp.payload.data << kept_fill)),
-            new_marks.eq(kept_marks | (self.inp.payload.last << (kept_fill + (IW - 1)))),
-        ]
+        write_slot = Signal(exact_log2(N))
+        m.d.comb += write_slot.eq(rp_word + nwords)
+        with m.If(append):
+            m.d.sync += ring[write_slot].eq(self.inp.payload.data)
+            m.d.sync += ring_last.bit_select(write_slot, 1).eq(self.inp.payload.last)
         with m.If(self.flush | self.drain):
-            m.d.sync += [buf.eq(0), marks.eq(0), fill.eq(0), used.eq(0), at_end.eq(0)]
+            m.d.sync += [rp.eq(0), nwords.eq(0), used.eq(0), at_end.eq(0)]
         with m.Else():
             m.d.sync += [
-                buf.eq(Mux(append, new_buf, kept_buf)),
-                marks.eq(Mux(append, new_marks, kept_marks)),
-                fill.eq(Mux(append, kept_fill + IW, kept_fill)),
+                rp.eq(rp + shift),
+                nwords.eq(nwords - freed + append),
                 used.eq(Mux(self.commit, Mux(self.skip, 0, used_now), used)),
                 at_end.eq(Mux(self.commit,
-                              Mux(self.skip, 0, at_end | (marks.any() & (self.take == mark_end))), at_end)),
+                              Mux(self.skip, 0, at_end | (Cat(*flag).any() & (self.take == mark_end))),
+                              at_end)),
             ]
         return m
