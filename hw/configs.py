@@ -64,10 +64,10 @@ def _encoder_factories():
     for l, word in ((8, 64), (16, 128)):
         _register(f"encoder_kv_c2_l{l}", lambda l=l, w=word: EncoderKvC2(lanes=l, word=w),
                   block="encoder_kv_c2", lanes=l, word=word, max_group=128,
-                  # measured (docs/HARDWARE.md 3a): G / (2G/L + 16) values/cycle when pruning (select + a
-                  # bitmap pass before the element fields), G / (G/L + 2) at k = G
-                  values_per_cycle=l, values_per_cycle_pruning_g128=round(128 / (2 * 128 / l + 16), 2),
-                  latency_cycles=3 * 128 // l + 20,
+                  # measured (docs/HARDWARE.md 3a): G / (2G/L + 17) values/cycle when pruning (select + a
+                  # bitmap pass before the element fields), G / (G/L + 3) at k = G
+                  values_per_cycle=l, values_per_cycle_pruning_g128=round(128 / (2 * 128 / l + 17), 2),
+                  latency_cycles=3 * 128 // l + 19,
                   description=f"online KV-cache encoder (C2, MX shared exponent), {l} bf16 values/cycle in, "
                               f"{word}-bit plane words")
 
