@@ -41,6 +41,12 @@ from .zero_counter import prefix_counts
 
 KEY_BITS = bits_for(MAGNITUDE_MASK)       # 15
 FRAME_ERR = 6                             # error_code bit: `last` not on the vector's final beat
+# Radix of the top-k select: SELECT_BITS key bits per cycle. 2 (radix 4) takes 8 cycles with 3 G-input
+# popcounts per cycle; 1 (radix 2) took 15 cycles with one popcount (docs/HARDWARE.md section 3).
+SELECT_BITS = 2
+SELECT_RADIX = 1 << SELECT_BITS
+SELECT_DIGITS = -(-KEY_BITS // SELECT_BITS)
+SELECT_KEY_BITS = SELECT_DIGITS * SELECT_BITS
 
 
 def popcount(bits: list):
@@ -183,39 +189,59 @@ class KvEncoderBase(wiring.Component):
         s.beat = Signal(range(s.beats + 1))            # beat index inside the vector (emit)
         s.nbeats = Signal(range(s.beats + 1))
         m.d.comb += s.nbeats.eq(r["g"] >> exact_log2(L))
-        s.bit = Signal(range(KEY_BITS + 1))            # radix-select bit position
+        s.digit = Signal(range(SELECT_DIGITS), name="sel_digit")   # radix-select digit, MSB digit first
         s.prefix = Signal(KEY_BITS)                    # threshold bits found so far (t once selected)
         s.rem = Signal(range(GM + 1))                  # values still to keep among the candidates
         s.eq_seen = Signal(range(GM + 1))              # values equal to t passed so far
         s.prunes = Signal(name="vec_prunes")           # k < G: the config prunes, SELECT is needed
         m.d.comb += s.prunes.eq(r["k"] != r["g"])
-        # Radix select step: count keys matching the prefix above `bit` with `bit` set.
-        hi_mask = Signal(KEY_BITS)
-        m.d.comb += hi_mask.eq(~((Const(1, KEY_BITS + 1) << (s.bit + 1)) - 1))
-        match = Signal(GM)
+        # Radix select step on digit `digit` (SELECT_BITS key bits): the candidates are the keys that
+        # match the prefix above the digit; count_d = candidates whose digit is >= d, for d = 1..R-1
+        # (one G-input popcount each, all in the same cycle).
+        shift = Signal(range(SELECT_KEY_BITS), name="sel_shift")
+        m.d.comb += shift.eq(s.digit * SELECT_BITS)
+        hi_mask = Signal(SELECT_KEY_BITS, name="sel_hi_mask")
+        m.d.comb += hi_mask.eq(~((Const(1, SELECT_KEY_BITS + 1) << (shift + SELECT_BITS)) - 1))
+        ge = [Signal(GM, name=f"sel_ge{d}") for d in range(1, SELECT_RADIX)]
         for i in range(GM):
-            key = s.buf[i][:KEY_BITS]
-            m.d.comb += match[i].eq((((key ^ s.prefix) & hi_mask) == 0) & key.bit_select(s.bit, 1) & (i < r["g"]))
-        s.count = Signal(range(GM + 1))
-        m.d.comb += s.count.eq(popcount([match[i] for i in range(GM)]))
+            key = Signal(SELECT_KEY_BITS, name=f"sel_key{i}")     # zero-extended to whole digits
+            cand = Signal(name=f"sel_cand{i}")
+            dval = Signal(SELECT_BITS, name=f"sel_dval{i}")
+            m.d.comb += [key.eq(s.buf[i][:KEY_BITS]),
+                         cand.eq((((key ^ s.prefix) & hi_mask) == 0) & (i < r["g"])),
+                         dval.eq(key.bit_select(shift, SELECT_BITS))]
+            for d in range(1, SELECT_RADIX):
+                m.d.comb += ge[d - 1][i].eq(cand & (dval >= d))
+        s.counts = []
+        for d in range(1, SELECT_RADIX):
+            c = Signal(range(GM + 1), name=f"sel_count{d}")
+            m.d.comb += c.eq(popcount([ge[d - 1][i] for i in range(GM)]))
+            s.counts.append(c)
         return s
 
     def _select_start(self, m, r, s):
         """Reset the select registers for a new vector (SELECT is needed iff ``s.prunes``)."""
-        m.d.sync += [s.beat.eq(0), s.bit.eq(KEY_BITS - 1), s.prefix.eq(0), s.eq_seen.eq(0)]
+        m.d.sync += [s.beat.eq(0), s.digit.eq(SELECT_DIGITS - 1), s.prefix.eq(0), s.eq_seen.eq(0)]
         # Nothing pruned: t = 0 and all G values "equal or above" are kept.
         m.d.sync += s.rem.eq(Mux(s.prunes, r["k"], r["g"]))
 
     def _select_step(self, m, s, next_state):
-        """One radix-select cycle (inside the SELECT state); goes to ``next_state`` after bit 0."""
-        with m.If(s.count >= s.rem):
-            m.d.sync += s.prefix.eq(s.prefix | (Const(1, KEY_BITS) << s.bit))
-        with m.Else():
-            m.d.sync += s.rem.eq(s.rem - s.count)
-        with m.If(s.bit == 0):
+        """One radix-select cycle (inside the SELECT state); goes to ``next_state`` after digit 0.
+        The digit of t is the largest d with count_d >= rem (counts fall with d); the candidates above
+        it are all kept, so rem drops by count_{d+1}."""
+        dig = Signal(SELECT_BITS, name="sel_d")
+        above = Signal.like(s.rem, name="sel_above")
+        d_acc, a_acc = Const(0, SELECT_BITS), s.counts[0]
+        for d in range(1, SELECT_RADIX):
+            hit = s.counts[d - 1] >= s.rem
+            nxt = s.counts[d] if d < SELECT_RADIX - 1 else Const(0, 1)
+            d_acc, a_acc = Mux(hit, d, d_acc), Mux(hit, nxt, a_acc)
+        m.d.comb += [dig.eq(d_acc), above.eq(a_acc)]
+        m.d.sync += [s.prefix.eq(s.prefix | (dig << (s.digit * SELECT_BITS))), s.rem.eq(s.rem - above)]
+        with m.If(s.digit == 0):
             m.next = next_state
         with m.Else():
-            m.d.sync += s.bit.eq(s.bit - 1)
+            m.d.sync += s.digit.eq(s.digit - 1)
 
     def _beat_lanes(self, m, s):
         """The L values of beat ``s.beat`` and their keep flags (after SELECT). Returns (vals, kept,
