@@ -243,20 +243,34 @@ class KvEncoderBase(wiring.Component):
         with m.Else():
             m.d.sync += s.digit.eq(s.digit - 1)
 
+    @staticmethod
+    def _buffer_slice(m, s, n, name):
+        """The ``n`` buffered values from index ``s.beat * n`` (one pass beat of ``n`` lanes)."""
+        vals = [Signal(BF16_BITS, name=f"{name}{i}") for i in range(n)]
+        for i in range(n):
+            m.d.comb += vals[i].eq(s.buf[s.beat * n + i])
+        return vals
+
+    @staticmethod
+    def _keep_flags(m, s, vals, name):
+        """Keep flags of consecutive values after SELECT: ``key > t``, or ``key == t`` and fewer than
+        ``r`` equal keys before it (``s.eq_seen`` from earlier beats plus a prefix count in this one).
+        Returns (kept, eq_before); eq_before[n] is the number of keys equal to t here."""
+        n = len(vals)
+        keys = [v[:KEY_BITS] for v in vals]
+        eq_t = Signal(n, name=f"{name}_eq_t")
+        m.d.comb += eq_t.eq(Cat(*[k == s.prefix for k in keys]))
+        eq_before = prefix_counts(m, eq_t, n, f"{name}_eqb")
+        kept = Signal(n, name=f"{name}_kept")
+        for i in range(n):
+            m.d.comb += kept[i].eq((keys[i] > s.prefix) | (eq_t[i] & (s.eq_seen + eq_before[i] < s.rem)))
+        return kept, eq_before
+
     def _beat_lanes(self, m, s):
         """The L values of beat ``s.beat`` and their keep flags (after SELECT). Returns (vals, kept,
         eq_before); eq_before[L] is the beat's count of values equal to t (advances ``s.eq_seen``)."""
-        L = self.lanes
-        vals = [Signal(BF16_BITS, name=f"lane{i}") for i in range(L)]
-        for i in range(L):
-            m.d.comb += vals[i].eq(s.buf[s.beat * L + i])
-        keys = [v[:KEY_BITS] for v in vals]
-        eq_t = Signal(L, name="eq_t")
-        m.d.comb += eq_t.eq(Cat(*[k == s.prefix for k in keys]))
-        eq_before = prefix_counts(m, eq_t, L, "eqb")
-        kept = Signal(L)
-        for i in range(L):
-            m.d.comb += kept[i].eq((keys[i] > s.prefix) | (eq_t[i] & (s.eq_seen + eq_before[i] < s.rem)))
+        vals = self._buffer_slice(m, s, self.lanes, "lane")
+        kept, eq_before = self._keep_flags(m, s, vals, "lane")
         return vals, kept, eq_before
 
     # ------------------------------------------------------------------------------------------ loader

@@ -136,7 +136,7 @@ class EncoderKvC2(KvEncoderBase):
     # ------------------------------------------------------------------------------ elaborate
     def elaborate(self, platform):
         m = Module()
-        L = self.lanes
+        L, GM = self.lanes, self.max_group
         r = self._registers(m)
         clear = Signal()
         self._write_registers(m, r, clear)
@@ -144,7 +144,6 @@ class EncoderKvC2(KvEncoderBase):
         raise_err = Signal(ERROR_BITS)
         m.d.comb += [self.error_code.eq(err), self.error.eq(err.any())]
         s = self._select_state(m, r)
-        vals, kept, eq_before = self._beat_lanes(m, s)
 
         def first_beat_errors():
             # C2 has no speculation book: only the verification (delta) book must be loaded.
@@ -153,19 +152,37 @@ class EncoderKvC2(KvEncoderBase):
 
         ld = self._loader(m, r, s, err, raise_err, first_beat_errors)
         xn_next, xc = self._shared_exponents(m, ld)
+
+        # ---- MAP: the keep flags of one MX block (32 values) per cycle into the keep mask and, as the
+        # chunk's bitmap, into spec.mx. 32 lanes, not L: the bitmap pass is pure overhead (nothing else
+        # can be written to spec.mx before it), so it runs at the widest granularity that is still cheap
+        # (32 comparators and a 32-input prefix count, against the select's G-input popcounts).
+        map_vals = self._buffer_slice(m, s, MX_BLOCK, "mapv")
+        map_kept, map_eqb = self._keep_flags(m, s, map_vals, "map")
+        kmask = Signal(GM, name="kmask")          # keep flag of every value of the current vector
+        nmap = Signal(range(GM // MX_BLOCK + 1), name="nmap")
+        m.d.comb += nmap.eq(r["g"] >> exact_log2(MX_BLOCK))
+        map_last = Signal(name="map_last")
+        m.d.comb += map_last.eq(s.beat + 1 == nmap)
+
+        # ---- EMIT: L lanes with their keep flags from the mask (all kept when k = G).
+        vals = self._buffer_slice(m, s, L, "lane")
+        kept = Signal(L, name="lane_kept")
+        m.d.comb += kept.eq(kmask.bit_select(s.beat * L, L) | Mux(s.prunes, 0, (1 << L) - 1))
         fields = self._lane_fields(m, r, s, xc, vals, kept)
 
-        # ---- writers. spec.mx takes, by phase: bitmap bits (MAP), X bytes (HDR), element fields (EMIT).
+        # ---- writers. spec.mx takes the bitmap (MAP; the X bytes ride on its last beat), the X bytes
+        # alone (HDR, k = G) or the element fields (EMIT).
         packed = {p: self._pack(m, f, p) for p, f in fields.items()}
         hdr_bits, hdr_w = self._header(m, r, xc)
-        mx_group = max(L, len(hdr_bits), packed["spec_mx"][2])
+        mx_group = max(MX_BLOCK + len(hdr_bits), packed["spec_mx"][2])
         mx = self._writer(m, "spec_mx", mx_group)
         vwr = {p: self._writer(m, p, packed[p][2]) for p in ("verif_codes", "verif_rest")}
         for p, w in vwr.items():
             m.d.comb += [w.bits.eq(packed[p][0]), w.n.eq(packed[p][1])]
         writers = [mx, *vwr.values()]
-        verif_ready, writers_idle = Signal(), Signal()
-        m.d.comb += [verif_ready.eq(Cat(*[w.ready for w in vwr.values()]).all()),
+        all_ready, writers_idle = Signal(), Signal()
+        m.d.comb += [all_ready.eq(Cat(*[w.ready for w in writers]).all()),
                      writers_idle.eq(Cat(*[w.idle for w in writers]).all())]
         last_beat = Signal(name="last_beat")
         m.d.comb += last_beat.eq(s.beat + 1 == s.nbeats)
@@ -180,13 +197,6 @@ class EncoderKvC2(KvEncoderBase):
             with m.Else():
                 m.next = "HDR"
 
-        def beat_pass(go, done):
-            """One beat of a pass over the vector (MAP or EMIT): advance the beat and the tie count."""
-            with m.If(go):
-                m.d.sync += [s.eq_seen.eq(s.eq_seen + eq_before[L]), s.beat.eq(s.beat + 1)]
-                with m.If(last_beat):
-                    done()
-
         # ---- control
         with m.FSM(name="phase"):
             with m.State("LOAD"):
@@ -200,38 +210,35 @@ class EncoderKvC2(KvEncoderBase):
                 m.d.comb += self.busy.eq(1)
                 self._select_step(m, s, "MAP")
             with m.State("MAP"):
-                go = Signal(name="map_go")
-                m.d.comb += [self.busy.eq(1), go.eq(mx.ready & verif_ready),
-                             mx.bits.eq(kept), mx.n.eq(L), mx.valid.eq(go)]
-                for w in vwr.values():
-                    m.d.comb += [w.valid.eq(go), w.close.eq(last_beat)]
-
-                def map_done():
-                    m.d.sync += [s.beat.eq(0), s.eq_seen.eq(0)]     # EMIT recomputes the keep flags
-                    m.next = "HDR"
-                beat_pass(go, map_done)
+                m.d.comb += [self.busy.eq(1), mx.valid.eq(mx.ready),
+                             mx.bits.eq(Mux(map_last, Cat(map_kept, hdr_bits), map_kept)),
+                             mx.n.eq(MX_BLOCK + Mux(map_last, hdr_w, 0))]
+                with m.If(mx.ready):
+                    for b in range(GM // MX_BLOCK):
+                        with m.If(s.beat == b):
+                            m.d.sync += kmask[b * MX_BLOCK:(b + 1) * MX_BLOCK].eq(map_kept)
+                    m.d.sync += [s.eq_seen.eq(s.eq_seen + map_eqb[MX_BLOCK]), s.beat.eq(s.beat + 1)]
+                    with m.If(map_last):
+                        m.d.sync += s.beat.eq(0)
+                        m.next = "EMIT"
             with m.State("HDR"):
                 m.d.comb += [self.busy.eq(1), mx.bits.eq(hdr_bits), mx.n.eq(hdr_w), mx.valid.eq(mx.ready)]
                 with m.If(mx.ready):
                     m.next = "EMIT"
             with m.State("EMIT"):
-                go = Signal(name="emit_go")
-                # With k = G there was no MAP pass: the verification planes are written now.
                 m.d.comb += [ld.phase_emit.eq(1), self.busy.eq(1), self.inp.ready.eq(ld.can_load),
-                             go.eq(mx.ready & (s.prunes | verif_ready)),
-                             mx.bits.eq(packed["spec_mx"][0]), mx.n.eq(packed["spec_mx"][1]),
-                             mx.valid.eq(go), mx.close.eq(last_beat)]
-                for w in vwr.values():
-                    m.d.comb += [w.valid.eq(go & ~s.prunes), w.close.eq(last_beat)]
-
-                def emit_done():
-                    with m.If(err.any() | raise_err.any()):
-                        m.next = "DRAIN"           # an error in the next vector: stop after this one
-                    with m.Elif(ld.vec_full | (ld.load & ld.load_last)):
-                        start_vector()
-                    with m.Else():
-                        m.next = "LOAD"
-                beat_pass(go, emit_done)
+                             mx.bits.eq(packed["spec_mx"][0]), mx.n.eq(packed["spec_mx"][1])]
+                for w in writers:
+                    m.d.comb += [w.valid.eq(all_ready), w.close.eq(last_beat)]
+                with m.If(all_ready):
+                    m.d.sync += s.beat.eq(s.beat + 1)
+                    with m.If(last_beat):
+                        with m.If(err.any() | raise_err.any()):
+                            m.next = "DRAIN"       # an error in the next vector: stop after this one
+                        with m.Elif(ld.vec_full | (ld.load & ld.load_last)):
+                            start_vector()
+                        with m.Else():
+                            m.next = "LOAD"
             with m.State("DRAIN"):
                 self._drain_state(m, s, ld, clear, "LOAD")
         self._errors(m, err, raise_err, clear)
