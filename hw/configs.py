@@ -22,6 +22,7 @@ from typing import Callable
 from amaranth.lib import wiring
 
 from .decoder import DecoderC1
+from .decoder_c2 import DecoderC2
 from .zero_counter import ZeroCounter
 
 NAMED_CONFIGS: dict[str, Callable[[], wiring.Component]] = {}
@@ -43,6 +44,17 @@ for _l, _word in ((4, 32), (8, 64), (16, 128)):
               block="decoder_c1", lanes=_l, word=_word, window=max(24, 8 * _l), values_per_cycle=_l,
               latency_cycles=2,
               description=f"Cassandra-1 decoder, {_l} bf16 values/cycle, {_word}-bit plane words")
+
+# C2 decoder: spec.mx needs up to ~10.3 bits per value (bitmap 1 + X 0.25 + m+2 <= 9 per kept value), so the
+# plane words are 16 * L bits (no configuration of the format starves the input); docs/HARDWARE.md 2a.
+for _l, _word in ((8, 128), (16, 256)):
+    _register(f"decoder_c2_l{_l}", lambda l=_l, w=_word: DecoderC2(lanes=l, word=w),
+              block="decoder_c2", lanes=_l, word=_word, window=max(24, 8 * _l), mx_window=9 * _l + 64,
+              # one beat per cycle; k < G adds ceil(n_s / (9L + 64)) bitmap cycles per superblock
+              values_per_cycle=_l, values_per_cycle_pruning_g128=round(128 / (128 / _l + 1), 2),
+              latency_cycles=2,
+              description=f"Cassandra-2 (MX shared exponent) decoder, {_l} bf16 values/cycle, "
+                          f"{_word}-bit plane words")
 
 
 def _encoder_factories():
