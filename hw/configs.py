@@ -49,9 +49,10 @@ for _l, _word in ((4, 32), (8, 64), (16, 128)):
 # plane words are 16 * L bits (no configuration of the format starves the input); docs/HARDWARE.md 2a.
 for _l, _word in ((8, 128), (16, 256)):
     _register(f"decoder_c2_l{_l}", lambda l=_l, w=_word: DecoderC2(lanes=l, word=w),
-              block="decoder_c2", lanes=_l, word=_word, window=max(24, 8 * _l), mx_window=9 * _l + 64,
-              # one beat per cycle; k < G adds ceil(n_s / (9L + 64)) bitmap cycles per superblock
-              values_per_cycle=_l, values_per_cycle_pruning_g128=round(128 / (128 / _l + 1), 2),
+              block="decoder_c2", lanes=_l, word=_word, window=max(24, 8 * _l), mx_window=9 * _l + 160,
+              # one beat per cycle; with k < G a full superblock of G <= 128 reads its header on its first
+              # beat, G = 256 (and a partial last superblock) spends ceil(n_s / mx_window) HEAD cycles
+              values_per_cycle=_l, values_per_cycle_pruning_g256=round(256 / (256 / _l + 1), 2),
               latency_cycles=2,
               description=f"Cassandra-2 (MX shared exponent) decoder, {_l} bf16 values/cycle, "
                           f"{_word}-bit plane words")

@@ -7,17 +7,21 @@ speculation book.
 
 Per superblock, the ``spec.mx`` chunk is [keep bitmap, n_s bits, only when k < G] [one 8-bit X per MX
 block of 32 values] [one (m+2)-bit field (sign, element) per kept value]. The fields can only be placed
-once the whole bitmap is known, so the decoder works in two phases per superblock:
+once the bitmap is known, so a superblock starts with its whole header in the spec.mx window:
 
-* **HEAD** (only when k < G): the bitmap is read into a G_max-bit register, ``Wm`` bits per cycle
-  (``ceil(n_s / Wm)`` cycles), its popcount accumulated and checked against k_s (KEEP error).
-* **BODY**: one beat per cycle. The *first* beat of a superblock also consumes the X bytes: it reads its
-  fields behind them (the field window is shifted by ``8 * ceil(n_s/32)``, one of 8 constants) and
-  loads the X register, so the X bytes cost no cycle. Lane i (value ``pos + i`` of the superblock):
+* **merged header** (default): the first beat of a full superblock reads the G bitmap bits, the G/4 X
+  bits and its L fields from one window (``Wm = 9L + 160`` holds them for every G <= 128): kept flags
+  from the window, X bytes from a G-dependent window slice, fields behind the header (one of a few
+  constant shifts); the bitmap register is loaded from the window and its popcount checked (KEEP).
+* **HEAD cycles** (a partial last superblock with k < G, or G too large for the window): the bitmap is
+  read into the G_max-bit register ``Wm`` bits per cycle (``ceil(n_s / Wm)`` cycles), its popcount
+  accumulated and checked; then the first beat reads the X bytes and its fields.
+* **BODY**: one beat per cycle. Lane i (value ``pos + i`` of the superblock):
 
-  - kept flag: bit i of the bitmap register (shifted right by each beat's count), 1 when k = G;
+  - kept flag: bit i of the bitmap (the register is shifted right by each beat's count), 1 when k = G;
   - (m+2)-bit field at ``kp_i * (m+2)`` (``kp_i`` = kept lanes before i, a prefix count);
-  - X of its MX block: the X register's byte 0, or byte 1 for lanes past the block boundary;
+  - X of its MX block: the X register's byte 0, or byte 1 for lanes past the block boundary (the X
+    register is loaded on the first beat, which never crosses a block since L <= 32);
   - draft value from (s, elem, X) (``_draft_lane``), bit-exact golden ``decode_draft``;
   - full mode: a draft-zero lane (pruned or elem = 0) takes the delta code ``pz_i`` (draft-zero lanes
     before i) from verif.codes (rank-unary, zero counter, inline escapes: the C1 code path) and an
@@ -48,6 +52,8 @@ X_BITS = 8                                          # E8M0 shared exponent
 X_REGION = X_BITS * MX_MAX                          # at most 64 bits of X per chunk
 MX_FIELD_MAX = BF16_MANTISSA_BITS + 2               # (m+2)-bit sign|element field, m <= 7: 9 bits
 ELEM_BITS = BF16_MANTISSA_BITS + 1                  # an element has m+1 <= 8 bits
+MERGE_GROUP = 128                                   # the default mx window merges headers up to this G
+MERGE_HEADER = MERGE_GROUP + X_BITS * MERGE_GROUP // MX_BLOCK    # 160 bits: bitmap + X of G = 128
 
 
 def popcount(m: Module, bits, name: str):
@@ -101,8 +107,9 @@ class DecoderC2(DecoderC1):
         word        IW, bits per input word on every plane (multiple of 8; default 16 * L: spec.mx needs
                     up to ~10.3 bits per value, so 8 * L would starve at high m and keep ratios)
         window      W, code window of the verif.codes zero counter (>= 24; default max(24, 8 * L))
-        mx_window   Wm, window of the spec.mx reader (default 9 * L + 64: a first beat's L widest
-                    fields behind the largest X region); the bitmap is read Wm bits per cycle
+        mx_window   Wm, window of the spec.mx reader (>= 9 * L + 64: a first beat's L widest fields behind
+                    the largest X region; default 9 * L + 160, which also holds the bitmap of G <= 128 so
+                    those superblocks need no HEAD cycle); a bitmap in HEAD is read Wm bits per cycle
 
     Reuses DecoderC1's register file, register writes, config check, k_s and code-lane logic.
     """
@@ -113,12 +120,16 @@ class DecoderC2(DecoderC1):
         window = max(MAX_CODE_BITS, 8 * lanes) if window is None else window
         check_lanes_word(lanes, word, window)
         min_mx = MX_FIELD_MAX * lanes + X_REGION
-        mx_window = min_mx if mx_window is None else mx_window
+        mx_window = MX_FIELD_MAX * lanes + MERGE_HEADER if mx_window is None else mx_window
         if not isinstance(mx_window, int) or not min_mx <= mx_window <= 4 * G_MAX:
             raise ConfigError(f"spec.mx window must be {min_mx}..{4 * G_MAX} bits at {lanes} lanes (the X "
                               f"region plus L fields of {MX_FIELD_MAX} bits), got {mx_window!r}")
         self.lanes, self.word, self.window, self.mx_window = lanes, word, window, mx_window
         self.rest_window = FIELD_MAX * lanes            # L rest fields of at most 8 bits
+        # Group sizes whose whole header (G bitmap bits + G/4 X bits) and L fields fit in the window: their
+        # full superblocks read the bitmap on the first beat instead of in a HEAD cycle.
+        self.merge_groups = tuple(g for g in ALLOWED_GROUP_SIZES
+                                  if g + X_BITS * g // MX_BLOCK + MX_FIELD_MAX * lanes <= mx_window)
         plane = stream.Signature(word_layout(word))
         wiring.Component.__init__(self, {
             "spec_mx": In(plane), "verif_codes": In(plane), "verif_rest": In(plane),
@@ -157,23 +168,37 @@ class DecoderC2(DecoderC1):
         fw = Signal(range(MX_FIELD_MAX + 1), name="mx_fw")
         fr = Signal(range(BF16_MANTISSA_BITS + 1), name="mx_fr")        # 7 - m: aligns an element to bit 7
         m.d.comb += [fw.eq(mm + 2), fr.eq(BF16_MANTISSA_BITS - mm)]
-        xb = Signal(range(X_REGION + 1), name="mx_xb")             # X bytes still in front of the fields
-        m.d.comb += xb.eq(Mux(st["xfirst"], st["xbits"], 0))
-        # Field window: on a superblock's first beat the fields start behind the X bytes (8 cases).
+        # Header bits still in front of the fields: on a superblock's first beat its X bytes, and when the
+        # bitmap is read on that beat too ("merged", full superblocks with G in merge_groups) the G bitmap
+        # bits before them. Both are one of a few constants, so the shifts below are small muxes.
+        merged = Signal(name="mx_merged")                         # the bitmap is in the window this beat
+        m.d.comb += merged.eq(st["xfirst"] & st["merge"])
+        bmb = Signal(range(G_MAX + 1), name="mx_bmb")
+        m.d.comb += bmb.eq(Mux(merged, r["g"], 0))
+        hb = Signal(range(G_MAX + X_REGION + 1), name="mx_hb")
+        m.d.comb += hb.eq(bmb + Mux(st["xfirst"], st["xbits"], 0))
         fwin = Signal(self.mx_window, name="mx_fwin")
-        with m.Switch(xb):
-            for nmx in range(MX_MAX + 1):
-                with m.Case(X_BITS * nmx):
-                    m.d.comb += fwin.eq(MX.win >> (X_BITS * nmx))
+        with m.Switch(hb):
+            for sh in sorted({X_BITS * nmx for nmx in range(MX_MAX + 1)} |
+                             {g + X_BITS * g // MX_BLOCK for g in self.merge_groups}):
+                with m.Case(sh):
+                    m.d.comb += fwin.eq(MX.win >> sh)
         xok = Signal(name="mx_xok")
-        m.d.comb += xok.eq(xb <= MX.avail)
+        m.d.comb += xok.eq(hb <= MX.avail)
 
+        bm_src = Signal(G_MAX, name="bm_src")                     # the bitmap, from the window when merged
+        m.d.comb += bm_src.eq(Mux(merged, MX.win[:min(G_MAX, self.mx_window)], st["bitmap"]))
         kept = Signal(L, name="kept")
-        m.d.comb += kept.eq(Mux(prune, st["bitmap"][:L], Const((1 << L) - 1, L)))
+        m.d.comb += kept.eq(Mux(prune, bm_src[:L], Const((1 << L) - 1, L)))
         kp = prefix_counts(m, kept, L, "kp")
         # X of each lane: on the first beat every lane is in block 0 (L <= 32) and X comes from the window.
+        xwin = Signal(X_REGION, name="xwin")
+        with m.Switch(bmb):
+            for b in sorted({0} | set(self.merge_groups)):
+                with m.Case(b):
+                    m.d.comb += xwin.eq(MX.win[b:b + X_REGION])
         xsrc = Signal(X_REGION, name="xsrc")
-        m.d.comb += xsrc.eq(Mux(st["xfirst"], MX.win[:X_REGION], st["xreg"]))
+        m.d.comb += xsrc.eq(Mux(st["xfirst"], xwin, st["xreg"]))
         lanes = []
         for i in range(L):
             off = Signal(range(self.mx_window + 1), name=f"mx_off{i}")
@@ -183,11 +208,12 @@ class DecoderC2(DecoderC1):
             m.d.comb += [
                 off.eq(kp[i] * fw),
                 f.eq((fwin >> off) & ~(Const((1 << MX_FIELD_MAX) - 1, MX_FIELD_MAX) << fw)),
-                ok.eq(xok & (~kept[i] | (xb + off + fw <= MX.avail))),
+                ok.eq(xok & (~kept[i] | (hb + off + fw <= MX.avail))),
                 x.eq(Mux(st["mxpos"] + i >= MX_BLOCK, xsrc[X_BITS:2 * X_BITS], xsrc[:X_BITS])),
             ]
             lanes.append({"field": f, "ok": ok, "x": x, "kept": kept[i], "fr": fr})
-        return {"lanes": lanes, "kp": kp, "fw": fw, "xb": xb, "xsrc": xsrc}
+        return {"lanes": lanes, "kp": kp, "fw": fw, "hb": hb, "xsrc": xsrc, "xok": xok, "merged": merged,
+                "bm_src": bm_src}
 
     def _draft_lane(self, m, r, lane, i):
         """FORMAT section 4: draft bf16 of a lane from (s, elem, X); also its rest width for full mode.
@@ -281,7 +307,8 @@ class DecoderC2(DecoderC1):
             "sb_left": Signal(range(G_MAX + 1), name="sb_left"),    # values of the superblock not yet emitted
             "sb_k": Signal(range(G_MAX + 1), name="sb_k"),          # k_s
             "xbits": Signal(range(X_REGION + 1), name="sb_xbits"),  # 8 * ceil(n_s / 32)
-            "head": Signal(name="head"),                            # reading the bitmap
+            "head": Signal(name="head"),                            # reading the bitmap (HEAD cycles)
+            "merge": Signal(name="merge"),                          # the first beat reads the bitmap
             "bm_left": Signal(range(G_MAX + 1), name="bm_left"),
             "slot": Signal(range(ceil_log2(G_MAX) + 2), name="bm_slot"),
             "pop": Signal(range(G_MAX + 1), name="bm_pop"),
@@ -319,7 +346,7 @@ class DecoderC2(DecoderC1):
         # ---- per-plane consumption for n_out lanes
         kp, pz, ver = mx["kp"], vr["pz"], vr["ver"]
         mx_take = Signal(range(self.mx_window + 1), name="mx_take")
-        m.d.comb += mx_take.eq(mx["xb"] + Array(kp)[n_out] * mx["fw"])
+        m.d.comb += mx_take.eq(mx["hb"] + Array(kp)[n_out] * mx["fw"])
         np_out = Signal(range(L + 1), name="np_out")
         m.d.comb += np_out.eq(Array(pz)[n_out])
         ver_take = Signal(range(self.window + 9), name="ver_take")
@@ -350,6 +377,7 @@ class DecoderC2(DecoderC1):
                 err_now[Err.CODE].eq(full & (ver_ce | neg)),
                 err_now[Err.OVERRUN].eq(mx_ov | (full & (ver_ov | rest_ov))),
                 err_now[Err.TOO_LONG].eq(adv & finishing & skip_err),
+                err_now[Err.KEEP].eq(mx["merged"] & mx["xok"] & (hd["total"] != st["sb_k"])),
             ]
         with m.If(busy & st["head"]):
             m.d.comb += [err_now[Err.OVERRUN].eq(hd["overrun"]), err_now[Err.KEEP].eq(hd["keep_err"])]
@@ -396,10 +424,18 @@ class DecoderC2(DecoderC1):
         xbits_next = Signal(range(X_REGION + 1), name="xbits_next")
         m.d.comb += xbits_next.eq(((n_next + MX_BLOCK - 1) >> 5) << 3)
 
+        g_merges = Const(0, 1)
+        for g in self.merge_groups:
+            g_merges = g_merges | (r["g"] == g)
+        merge_next = Signal(name="merge_next")
+        m.d.comb += merge_next.eq(prune & (n_next == r["g"]) & g_merges)
+
         def load_superblock():
-            """The next superblock's sizes; HEAD first when the chunk starts with a bitmap."""
+            """The next superblock's sizes. A chunk with a bitmap is read in HEAD cycles first, unless the
+            whole header fits the window next to the first beat's fields (``merge``)."""
             return [st["sb_left"].eq(n_next), st["sb_k"].eq(ks_next), st["xbits"].eq(xbits_next),
-                    st["bm_left"].eq(n_next), st["slot"].eq(0), st["pop"].eq(0), st["head"].eq(prune),
+                    st["bm_left"].eq(n_next), st["slot"].eq(0), st["pop"].eq(0),
+                    st["head"].eq(prune & ~merge_next), st["merge"].eq(merge_next),
                     st["xfirst"].eq(1), st["mxpos"].eq(0)]
 
         cfg_bad = self._config_error(r)
@@ -428,7 +464,7 @@ class DecoderC2(DecoderC1):
         m.d.comb += pos_next.eq(st["mxpos"] + n_out)
         with m.If(go):
             m.d.sync += [st["remaining"].eq(rem_next), st["xfirst"].eq(0),
-                         st["bitmap"].eq(Array(st["bitmap"] >> j for j in range(self.lanes + 1))[n_out])]
+                         st["bitmap"].eq(Array(mx["bm_src"] >> j for j in range(self.lanes + 1))[n_out])]
             with m.If(pos_next >= MX_BLOCK):
                 m.d.sync += [st["mxpos"].eq(pos_next - MX_BLOCK), st["xreg"].eq(mx["xsrc"] >> X_BITS)]
             with m.Else():

@@ -1,7 +1,7 @@
 """Measure the decoder's values/cycle on SmolLM2 tensors (the numbers in docs/HARDWARE.md section 6).
 
     python -m cassandra_rtl.hw.measure [--config decoder_c1_l16] [--mode draft|full] [--keep 0.5]
-                                       [--max-values 2000000] [--amaranth]
+                                       [--max-values 2000000] [--amaranth] [--scheme c1|c2] [--mbits 3]
 
 Tensors: every 2-D linear weight of the bundled SmolLM2-135M GGUF (dequantised, rounded to bf16 RNE by
 ``golden.io``), the first ``8192 / in_features * 4`` rows of each (so every tensor type is sampled),
@@ -10,6 +10,8 @@ compiled Verilator harness on the exported Verilog (``cassandra_rtl.tb.bulk``: w
 per-cycle Python); ``--amaranth`` runs the Amaranth simulator instead (slow: use a small --max-values).
 Every decoded value is compared with the golden decode. Reported: values/cycle (including the
 per-tensor register programming) and values/beat (the steady-state lane occupancy).
+``--scheme c2`` encodes the same tensors with Cassandra-2 for a ``decoder_c2_*`` config (Amaranth only:
+the bulk harness drives the C1 ports).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import time
 import numpy as np
 
 
-def sample_tensors(keep: float, max_values: int, m: int = 3, group: int = 128):
+def sample_tensors(keep: float, max_values: int, m: int = 3, group: int = 128, scheme: str = "c1"):
     from ..golden.codec import encode_tensor
     from ..golden.config import CodecConfig
     from ..golden.io import bundled_model_path, read_tensors
@@ -32,18 +34,21 @@ def sample_tensors(keep: float, max_values: int, m: int = 3, group: int = 128):
             continue
         rows = max(1, min(bits.shape[0], 8192 // bits.shape[1] * 4))
         b = np.ascontiguousarray(bits[:rows])
-        encs.append(encode_tensor(b, CodecConfig(group_size=group, mantissa_bits=m, keep_ratio=keep)))
+        encs.append(encode_tensor(b, CodecConfig(scheme=scheme, group_size=group, mantissa_bits=m, keep_ratio=keep)))
         n += b.size
         if n >= max_values:
             break
     return encs
 
 
-def measure(config: str, mode: str, keep: float, max_values: int, amaranth: bool = False) -> dict:
+def measure(config: str, mode: str, keep: float, max_values: int, amaranth: bool = False, scheme: str = "c1",
+            m: int = 3) -> dict:
     from ..golden.codec import decode_draft, decode_full
 
     t0 = time.time()
-    encs = sample_tensors(keep, max_values)
+    if scheme == "c2" and not amaranth:
+        raise SystemExit("--scheme c2 needs --amaranth (the bulk Verilator harness drives the C1 decoder)")
+    encs = sample_tensors(keep, max_values, m=m, scheme=scheme)
     full = mode == "full"
     if amaranth:
         from .configs import build
@@ -65,7 +70,7 @@ def measure(config: str, mode: str, keep: float, max_values: int, amaranth: bool
     mismatches = sum(int(not np.array_equal(np.asarray(o).reshape(-1),
                                             (decode_full(e) if full else decode_draft(e)).reshape(-1)))
                      for o, e in zip(outs, encs))
-    return {"config": config, "mode": mode, "keep": keep, "tensors": len(encs), "values": values,
+    return {"config": config, "scheme": scheme, "m": m, "mode": mode, "keep": keep, "tensors": len(encs), "values": values,
             "cycles": cycles, "beats": beats, "values_per_cycle": round(values / cycles, 3),
             "values_per_beat": round(values / beats, 3), "mismatched_tensors": mismatches,
             "backend": "amaranth" if amaranth else "verilator-bulk", "seconds": round(time.time() - t0, 1)}
@@ -78,8 +83,10 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", type=float, default=0.5)
     ap.add_argument("--max-values", type=int, default=2_000_000)
     ap.add_argument("--amaranth", action="store_true")
+    ap.add_argument("--scheme", choices=("c1", "c2"), default="c1")
+    ap.add_argument("--mbits", type=int, default=3, help="draft mantissa bits m")
     a = ap.parse_args(argv)
-    res = measure(a.config, a.mode, a.keep, a.max_values, a.amaranth)
+    res = measure(a.config, a.mode, a.keep, a.max_values, a.amaranth, a.scheme, a.mbits)
     print(json.dumps(res))
     return 0 if res["mismatched_tensors"] == 0 else 1
 

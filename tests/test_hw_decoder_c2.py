@@ -185,16 +185,32 @@ def test_c2_verif_escapes_and_empty_book():
     run(DecoderC2(4), [DecodeJob(enc_k0, True), DecodeJob(enc_long, True)], seed=41)
 
 
-def test_c2_full_rate_without_stalls():
-    """No stalls, k = G: one full beat per cycle, the X bytes cost nothing (no bubble per superblock);
-    with a bitmap (k < G, G = 64, Wm = 100 bits at L = 4) each superblock costs one extra HEAD cycle."""
+@pytest.mark.parametrize("mx_window,extra", [(None, 0), (100, 1)])
+def test_c2_full_rate_without_stalls(mx_window, extra):
+    """No stalls: one full beat per cycle. The X bytes never cost a cycle; with a bitmap (k < G, G = 64)
+    the default window reads the whole header on the first beat (no bubble), the minimum window
+    (9L + 64 = 100 bits at L = 4) spends one HEAD cycle per superblock."""
     bits = weights(1024, 3)
-    for keep, extra in ((1.0, 0), (0.5, 1)):
+    for keep in (1.0, 0.5):
         enc = c2(bits, 64, 3, keep)
-        res = run(DecoderC2(4), [DecodeJob(enc, True)], stall=0.0)
-        beats = 1024 // 4 + extra * (1024 // 64)
+        res = run(DecoderC2(4, mx_window=mx_window), [DecodeJob(enc, True)], stall=0.0)
+        cycles = 1024 // 4 + (extra if keep < 1 else 0) * (1024 // 64)
         assert len(res.meta[0]) == 1024 // 4
-        assert res.cycles <= beats + 8, f"keep {keep}: {res.cycles} cycles for {beats} cycles of work"
+        assert cycles <= res.cycles <= cycles + 8, f"keep {keep}: {res.cycles} cycles, expected ~{cycles}"
+
+
+def test_c2_head_cycles_path():
+    """The HEAD path for full superblocks (window too small to merge the header): random data with
+    stalls, G = 64 and G = 256 (a 256-bit bitmap read in three 100-bit cycles), and a KEEP error."""
+    dut = DecoderC2(4, mx_window=100)
+    assert dut.merge_groups == (32,)
+    a = c2(weights(300, 12), 64, 3, 0.5)
+    b = c2(weights(600, 13), 256, 6, 0.3)
+    run(dut, [DecodeJob(a, True), DecodeJob(b, True), DecodeJob(b, False)], seed=12)
+    bad, bit = _error_case("keep")
+    res = run_decoder(DecoderC2(4, mx_window=100), [bad], Stalls(STALL, STALL, seed=3), max_cycles=4000,
+                      expect_error=True)
+    assert res.error_code == 1 << bit and res.busy == 0
 
 
 # -------------------------------------------------------------------------------------- malformed streams
