@@ -161,7 +161,7 @@ class DecoderC2(DecoderC1):
                 "overrun": overrun, "keep_err": keep_err}
 
     # ------------------------------------------------------------------------------------------ mx lanes
-    def _mx_lanes(self, m, MX, r, st, prune, need):
+    def _mx_lanes(self, m, MX, r, st, prune):
         """Per lane: kept flag, (m+2)-bit field, its X; ``ok`` = the field (and the X bytes) are in."""
         L = self.lanes
         mm = r["m"]
@@ -325,7 +325,7 @@ class DecoderC2(DecoderC1):
         m.d.comb += body.eq(busy & ~st["head"])
 
         hd = self._head_phase(m, MX, st)
-        mx = self._mx_lanes(m, MX, r, st, prune, need)
+        mx = self._mx_lanes(m, MX, r, st, prune)
         for i, ln in enumerate(mx["lanes"]):
             self._draft_lane(m, r, ln, i)
         vr = self._verif_lanes(m, V, R, r, mx)
@@ -355,7 +355,9 @@ class DecoderC2(DecoderC1):
         m.d.comb += rest_take.eq(Array(vr["off"])[n_out])
 
         # ---- errors of a beat
-        ver_ce, ver_ov = self._code_errors(m, V, ver, Array(pz)[n_mfit], r["verif_k"], "ver")
+        np_need = Signal(range(L + 1), name="np_need")      # delta codes the spec.mx-complete lanes need
+        m.d.comb += np_need.eq(Array(pz)[n_mfit])
+        ver_ce, ver_ov = self._code_errors(m, V, ver, np_need, r["verif_k"], "ver")
         mx_ov = Signal(name="mx_ov")
         m.d.comb += mx_ov.eq(MX.end_seen & Cat(*[~ln["ok"] & (i < need) for i, ln in enumerate(lanes)]).any())
         rest_ov = Signal(name="rest_ov")
