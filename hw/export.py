@@ -39,6 +39,8 @@ BLOCK_NOTES = {
     "decoder_c1": ("Program through `cfg` while busy = 0, then START; every plane chunk ends with a `last` word "
                    "(an empty chunk is one zero word). See docs/HARDWARE.md section 2."),
     "encoder_kv_c1": "See docs/HARDWARE.md section 3.",
+    "decoder_c2": ("Program through `cfg` while busy = 0 (no speculation book; VERIF_* = book over the exponent "
+                   "deltas), then START; chunk framing as decoder_c1. See docs/HARDWARE.md section 2a."),
 }
 
 
