@@ -180,21 +180,128 @@ class KvEncoderBase(wiring.Component):
         return w
 
     # ------------------------------------------------------------------------------ buffer and selection
-    def _select_state(self, m, r):
-        """Vector buffer, radix-select registers and the per-cycle popcount of the select step."""
+    def _pipeline(self, m, r, err, raise_err, clear, first_beat_errors, map_pass=None):
+        """Two vector buffers (slots) and the front end shared by the KV encoders.
+
+        Vectors alternate between the slots. A slot holds one vector from its load to the end of its
+        emission (``has``); ``seld`` marks it selected. Three pointers walk the slots in vector order:
+        ``ls`` (loading), ``ss`` (selecting), ``es`` (emitting). So SELECT of vector n+1 runs in one
+        slot while vector n is emitted from the other, and vector n+2 loads into n's slot behind its
+        emission (beats already emitted), so input streams at the emission rate.
+
+        * loader: input beats into slot ``ls``; raises the first-beat (``first_beat_errors``) and FRAME
+          errors; while ``error`` is set it drains ``inp``.
+        * selector FSM: the radix select on slot ``ss`` (one select unit, its G inputs muxed between the
+          slots), results t / r per slot; then ``map_pass`` (C2's keep-bitmap pass), if any.
+        * the emitter is the subclass's: it starts when ``has[es] & seld[es]``, drives ``emitting`` and
+          ``ebeat`` (the loader fills slot ``es`` behind it) and calls ``emit_done()`` after the last beat.
+        Returns a namespace with all of it."""
         L, GM = self.lanes, self.max_group
+        p = SimpleNamespace()
+        p.bufs = [[Signal(BF16_BITS, name=f"b{j}_{i}") for i in range(GM)] for j in range(2)]
+        p.flat = Array(p.bufs[0] + p.bufs[1])           # slot j, index i at j * GM + i
+        p.beats = GM // L
+        p.nbeats = Signal(range(p.beats + 1), name="nbeats")
+        m.d.comb += p.nbeats.eq(r["g"] >> exact_log2(L))
+        p.prunes = Signal(name="vec_prunes")              # k < G: the config prunes, SELECT is needed
+        m.d.comb += p.prunes.eq(r["k"] != r["g"])
+        p.has, p.seld = Signal(2, name="slot_has"), Signal(2, name="slot_selected")
+        set_has, clr_has = Signal(2, name="set_has"), Signal(2, name="clr_has")
+        set_seld = Signal(2, name="set_seld")
+        m.d.sync += [p.has.eq((p.has | set_has) & ~clr_has), p.seld.eq((p.seld | set_seld) & ~clr_has)]
+        p.ls, p.ss, p.es = Signal(name="load_slot"), Signal(name="sel_slot"), Signal(name="emit_slot")
+        p.t = [Signal(KEY_BITS, name=f"t{j}") for j in range(2)]           # k-th largest key per slot
+        p.r = [Signal(range(GM + 1), name=f"r{j}") for j in range(2)]      # keys equal to t kept
+        p.emitting = Signal(name="emitting")
+        p.ebeat = Signal(range(p.beats + 1), name="ebeat")
+
+        # ---- loader
+        p.lbeat = Signal(range(p.beats + 1), name="lbeat")
+        behind = Signal(name="load_behind_emit")
+        m.d.comb += behind.eq(p.emitting & (p.es == p.ls) & (p.lbeat < p.ebeat))
+        p.can_load = Signal(name="can_load")
+        m.d.comb += p.can_load.eq(~err.any() & (~p.has.bit_select(p.ls, 1) | behind))
+        p.load, p.load_last, p.load_done = Signal(name="load"), Signal(name="load_last"), Signal(name="load_done")
+        m.d.comb += [p.load.eq(self.inp.valid & p.can_load), p.load_last.eq(p.lbeat + 1 == p.nbeats),
+                     p.load_done.eq(p.load & p.load_last & ~raise_err.any()),
+                     self.inp.ready.eq(p.can_load | err.any())]      # drain while in error
+        with m.If(p.load):
+            for i in range(L):
+                m.d.sync += p.flat[p.ls * GM + p.lbeat * L + i].eq(self.inp.payload.lanes[i])
+            with m.If(p.lbeat == 0):
+                first_beat_errors()
+            # nbeats = 0 (GROUP above max_group reads as 0) never matches: the first beat raises CONFIG.
+            with m.If(self.inp.payload.last != p.load_last):
+                m.d.comb += raise_err[FRAME_ERR].eq(1)
+            m.d.sync += p.lbeat.eq(p.lbeat + 1)
+        with m.If(p.load_done):
+            m.d.sync += [p.lbeat.eq(0), p.ls.eq(~p.ls)]
+            m.d.comb += set_has.eq(Mux(p.ls, 0b10, 0b01))
+        with m.If(clear):
+            m.d.sync += p.lbeat.eq(0)                     # the vector cut by the error is dropped
+
+        # ---- selector: radix select on slot ss
+        p.sel_vals = []
+        for i in range(GM):
+            v = Signal(BF16_BITS, name=f"sel_v{i}")
+            m.d.comb += v.eq(Mux(p.ss, p.bufs[1][i], p.bufs[0][i]))
+            p.sel_vals.append(v)
+        sel = self._select_unit(m, r, p.sel_vals)
+        p.sel = sel
+        p.sel_done = Signal(name="sel_done")              # the slot's selection (and map pass) is complete
+        with m.If(p.sel_done):
+            m.d.comb += set_seld.eq(Mux(p.ss, 0b10, 0b01))
+            m.d.sync += p.ss.eq(~p.ss)
+        with m.FSM(name="select"):
+            with m.State("IDLE"):
+                with m.If(p.has.bit_select(p.ss, 1) & ~p.seld.bit_select(p.ss, 1)):
+                    m.d.sync += [sel.digit.eq(SELECT_DIGITS - 1), sel.prefix.eq(0), sel.rem.eq(r["k"])]
+                    with m.If(p.prunes):
+                        m.next = "SELECT"
+                    with m.Else():
+                        # Nothing pruned: t = 0 and all G values "equal or above" are kept.
+                        for j in range(2):
+                            with m.If(p.ss == j):
+                                m.d.sync += [p.t[j].eq(0), p.r[j].eq(r["g"])]
+                        m.d.comb += p.sel_done.eq(1)
+            with m.State("SELECT"):
+                last = self._select_step(m, sel)
+                with m.If(last):
+                    for j in range(2):
+                        with m.If(p.ss == j):
+                            m.d.sync += [p.t[j].eq(sel.prefix_next), p.r[j].eq(sel.rem_next)]
+                    if map_pass is None:
+                        m.d.comb += p.sel_done.eq(1)
+                        m.next = "IDLE"
+                    else:
+                        m.next = "MAP"
+            if map_pass is not None:
+                with m.State("MAP"):
+                    with m.If(map_pass(p)):
+                        m.d.comb += p.sel_done.eq(1)
+                        m.next = "IDLE"
+        p.emit_go = Signal(name="emit_go")               # slot es is loaded and selected
+        m.d.comb += p.emit_go.eq(p.has.bit_select(p.es, 1) & p.seld.bit_select(p.es, 1))
+
+        def emit_done():
+            m.d.comb += clr_has.eq(Mux(p.es, 0b10, 0b01))
+            m.d.sync += p.es.eq(~p.es)
+        p.emit_done = emit_done
+        # The other slot is ready too (its flags as registered): chain emissions without a bubble.
+        p.next_go = Signal(name="emit_next_go")
+        m.d.comb += p.next_go.eq(p.has.bit_select(~p.es, 1) & p.seld.bit_select(~p.es, 1))
+        # Registers may change only with no vector in flight (or, after an error, once the vectors
+        # completed before it are out).
+        m.d.comb += self.cfg.ready.eq(~p.has.any() & ((p.lbeat == 0) | err.any()))
+        return p
+
+    def _select_unit(self, m, r, vals):
+        """Radix-select registers and the per-cycle popcounts of one select step over ``vals``."""
+        GM = self.max_group
         s = SimpleNamespace()
-        s.buf = Array(Signal(BF16_BITS, name=f"v{i}") for i in range(GM))
-        s.beats = GM // L
-        s.beat = Signal(range(s.beats + 1))            # beat index inside the vector (emit)
-        s.nbeats = Signal(range(s.beats + 1))
-        m.d.comb += s.nbeats.eq(r["g"] >> exact_log2(L))
         s.digit = Signal(range(SELECT_DIGITS), name="sel_digit")   # radix-select digit, MSB digit first
-        s.prefix = Signal(KEY_BITS)                    # threshold bits found so far (t once selected)
-        s.rem = Signal(range(GM + 1))                  # values still to keep among the candidates
-        s.eq_seen = Signal(range(GM + 1))              # values equal to t passed so far
-        s.prunes = Signal(name="vec_prunes")           # k < G: the config prunes, SELECT is needed
-        m.d.comb += s.prunes.eq(r["k"] != r["g"])
+        s.prefix = Signal(KEY_BITS, name="sel_prefix")             # threshold bits found so far
+        s.rem = Signal(range(GM + 1), name="sel_rem")              # values still to keep among the candidates
         # Radix select step on digit `digit` (SELECT_BITS key bits): the candidates are the keys that
         # match the prefix above the digit; count_d = candidates whose digit is >= d, for d = 1..R-1
         # (one G-input popcount each, all in the same cycle).
@@ -207,7 +314,7 @@ class KvEncoderBase(wiring.Component):
             key = Signal(SELECT_KEY_BITS, name=f"sel_key{i}")     # zero-extended to whole digits
             cand = Signal(name=f"sel_cand{i}")
             dval = Signal(SELECT_BITS, name=f"sel_dval{i}")
-            m.d.comb += [key.eq(s.buf[i][:KEY_BITS]),
+            m.d.comb += [key.eq(vals[i][:KEY_BITS]),
                          cand.eq((((key ^ s.prefix) & hi_mask) == 0) & (i < r["g"])),
                          dval.eq(key.bit_select(shift, SELECT_BITS))]
             for d in range(1, SELECT_RADIX):
@@ -219,16 +326,10 @@ class KvEncoderBase(wiring.Component):
             s.counts.append(c)
         return s
 
-    def _select_start(self, m, r, s):
-        """Reset the select registers for a new vector (SELECT is needed iff ``s.prunes``)."""
-        m.d.sync += [s.beat.eq(0), s.digit.eq(SELECT_DIGITS - 1), s.prefix.eq(0), s.eq_seen.eq(0)]
-        # Nothing pruned: t = 0 and all G values "equal or above" are kept.
-        m.d.sync += s.rem.eq(Mux(s.prunes, r["k"], r["g"]))
-
-    def _select_step(self, m, s, next_state):
-        """One radix-select cycle (inside the SELECT state); goes to ``next_state`` after digit 0.
-        The digit of t is the largest d with count_d >= rem (counts fall with d); the candidates above
-        it are all kept, so rem drops by count_{d+1}."""
+    def _select_step(self, m, s):
+        """One radix-select cycle; returns "this was digit 0" (then ``prefix_next`` = t and ``rem_next``
+        = r). The digit of t is the largest d with count_d >= rem (counts fall with d); the candidates
+        above it are all kept, so rem drops by count_{d+1}."""
         dig = Signal(SELECT_BITS, name="sel_d")
         above = Signal.like(s.rem, name="sel_above")
         d_acc, a_acc = Const(0, SELECT_BITS), s.counts[0]
@@ -237,70 +338,39 @@ class KvEncoderBase(wiring.Component):
             nxt = s.counts[d] if d < SELECT_RADIX - 1 else Const(0, 1)
             d_acc, a_acc = Mux(hit, d, d_acc), Mux(hit, nxt, a_acc)
         m.d.comb += [dig.eq(d_acc), above.eq(a_acc)]
-        m.d.sync += [s.prefix.eq(s.prefix | (dig << (s.digit * SELECT_BITS))), s.rem.eq(s.rem - above)]
-        with m.If(s.digit == 0):
-            m.next = next_state
-        with m.Else():
+        s.prefix_next = Signal.like(s.prefix, name="sel_prefix_next")
+        s.rem_next = Signal.like(s.rem, name="sel_rem_next")
+        m.d.comb += [s.prefix_next.eq(s.prefix | (dig << (s.digit * SELECT_BITS))), s.rem_next.eq(s.rem - above)]
+        m.d.sync += [s.prefix.eq(s.prefix_next), s.rem.eq(s.rem_next)]
+        last = Signal(name="sel_last")
+        m.d.comb += last.eq(s.digit == 0)
+        with m.If(~last):
             m.d.sync += s.digit.eq(s.digit - 1)
+        return last
 
     @staticmethod
-    def _buffer_slice(m, s, n, name):
-        """The ``n`` buffered values from index ``s.beat * n`` (one pass beat of ``n`` lanes)."""
+    def _slot_slice(m, p, slot, index, n, name):
+        """``n`` buffered values of ``slot`` from ``index * n`` (one pass beat of ``n`` lanes)."""
+        GM = len(p.bufs[0])
         vals = [Signal(BF16_BITS, name=f"{name}{i}") for i in range(n)]
         for i in range(n):
-            m.d.comb += vals[i].eq(s.buf[s.beat * n + i])
+            m.d.comb += vals[i].eq(p.flat[slot * GM + index * n + i])
         return vals
 
     @staticmethod
-    def _keep_flags(m, s, vals, name):
+    def _keep_flags(m, vals, t, r, eq_seen, name):
         """Keep flags of consecutive values after SELECT: ``key > t``, or ``key == t`` and fewer than
-        ``r`` equal keys before it (``s.eq_seen`` from earlier beats plus a prefix count in this one).
+        ``r`` equal keys before it (``eq_seen`` from earlier beats plus a prefix count in this one).
         Returns (kept, eq_before); eq_before[n] is the number of keys equal to t here."""
         n = len(vals)
         keys = [v[:KEY_BITS] for v in vals]
         eq_t = Signal(n, name=f"{name}_eq_t")
-        m.d.comb += eq_t.eq(Cat(*[k == s.prefix for k in keys]))
+        m.d.comb += eq_t.eq(Cat(*[k == t for k in keys]))
         eq_before = prefix_counts(m, eq_t, n, f"{name}_eqb")
         kept = Signal(n, name=f"{name}_kept")
         for i in range(n):
-            m.d.comb += kept[i].eq((keys[i] > s.prefix) | (eq_t[i] & (s.eq_seen + eq_before[i] < s.rem)))
+            m.d.comb += kept[i].eq((keys[i] > t) | (eq_t[i] & (eq_seen + eq_before[i] < r)))
         return kept, eq_before
-
-    def _beat_lanes(self, m, s):
-        """The L values of beat ``s.beat`` and their keep flags (after SELECT). Returns (vals, kept,
-        eq_before); eq_before[L] is the beat's count of values equal to t (advances ``s.eq_seen``)."""
-        vals = self._buffer_slice(m, s, self.lanes, "lane")
-        kept, eq_before = self._keep_flags(m, s, vals, "lane")
-        return vals, kept, eq_before
-
-    # ------------------------------------------------------------------------------------------ loader
-    def _loader(self, m, r, s, err, raise_err, first_beat_errors):
-        """Input beats into the vector buffer: in LOAD (``phase_load``), and also while the current vector
-        is emitted (``phase_emit``), into the beats already emitted, so the next vector streams in without
-        waiting. ``first_beat_errors()`` raises the scheme's book/config errors on a vector's first beat."""
-        L = self.lanes
-        ld = SimpleNamespace()
-        ld.phase_load, ld.phase_emit = Signal(name="phase_load"), Signal(name="phase_emit")
-        ld.lbeat = Signal(range(s.beats + 1))      # beats of the next vector loaded (== nbeats: complete)
-        ld.vec_full = Signal(name="vec_full")
-        # nbeats = 0 (GROUP above max_group reads as 0, or G < L) must not block the input: the first
-        # beat is accepted and raises CONFIG.
-        m.d.comb += ld.vec_full.eq((ld.lbeat == s.nbeats) & (s.nbeats != 0))
-        ld.can_load = Signal(name="can_load")
-        m.d.comb += ld.can_load.eq(~err.any() & ~ld.vec_full &
-                                   (ld.phase_load | (ld.phase_emit & (ld.lbeat < s.beat))))
-        ld.load = Signal(name="load")
-        ld.load_last = Signal(name="load_last")
-        m.d.comb += [ld.load.eq(self.inp.valid & ld.can_load), ld.load_last.eq(ld.lbeat + 1 == s.nbeats)]
-        with m.If(ld.load):
-            for i in range(L):
-                m.d.sync += s.buf[ld.lbeat * L + i].eq(self.inp.payload.lanes[i])
-            with m.If(ld.lbeat == 0):
-                first_beat_errors()
-            with m.If(self.inp.payload.last != ld.load_last):
-                m.d.comb += raise_err[FRAME_ERR].eq(1)
-            m.d.sync += ld.lbeat.eq(ld.lbeat + 1)
-        return ld
 
     @staticmethod
     def _errors(m, err, raise_err, clear):
@@ -309,13 +379,6 @@ class KvEncoderBase(wiring.Component):
             m.d.sync += err.eq(err | raise_err)
         with m.Elif(clear):
             m.d.sync += err.eq(0)
-
-    def _drain_state(self, m, s, ld, clear, ready_state):
-        """Error: discard input beats so the producer never hangs, until CLEAR_ERROR."""
-        m.d.comb += [self.inp.ready.eq(1), self.cfg.ready.eq(1)]
-        with m.If(clear):
-            m.d.sync += [s.beat.eq(0), ld.lbeat.eq(0)]
-            m.next = ready_state
 
 
 class EncoderKvC1(KvEncoderBase):
@@ -354,16 +417,26 @@ class EncoderKvC1(KvEncoderBase):
     # ------------------------------------------------------------------------------------------ elaborate
     def elaborate(self, platform):
         m = Module()
-        L = self.lanes
+        L, GM = self.lanes, self.max_group
         r = self._registers(m)
         clear = Signal()
         self._write_registers(m, r, clear)
         err = Signal(ERROR_BITS)
         raise_err = Signal(ERROR_BITS)
         m.d.comb += [self.error_code.eq(err), self.error.eq(err.any())]
-        s = self._select_state(m, r)
-        vals, kept, eq_before = self._beat_lanes(m, s)
 
+        def first_beat_errors():
+            loaded = r["spec_loaded"] & r["verif_loaded"]
+            m.d.comb += [raise_err[Err.NO_BOOK].eq(~loaded), raise_err[Err.CONFIG].eq(loaded & ~self._config_ok(r))]
+
+        p = self._pipeline(m, r, err, raise_err, clear, first_beat_errors)
+
+        # ---- emitter: beat ebeat of slot es
+        eq_seen = Signal(range(GM + 1), name="eq_seen")  # values equal to t emitted so far
+        t, rr = Signal(KEY_BITS, name="emit_t"), Signal(range(GM + 1), name="emit_r")
+        m.d.comb += [t.eq(Mux(p.es, p.t[1], p.t[0])), rr.eq(Mux(p.es, p.r[1], p.r[0]))]
+        vals = self._slot_slice(m, p, p.es, p.ebeat, L, "lane")
+        kept, eq_before = self._keep_flags(m, vals, t, rr, eq_seen, "lane")
         writers = {}
         for pname, flds in self._lane_fields(m, r, vals, kept).items():
             bits_, n_, width_ = self._pack(m, flds, pname)
@@ -374,52 +447,27 @@ class EncoderKvC1(KvEncoderBase):
         writers_idle = Signal()
         m.d.comb += [all_ready.eq(Cat(*[w.ready for w in writers.values()]).all()),
                      writers_idle.eq(Cat(*[w.idle for w in writers.values()]).all())]
+        m.d.comb += self.busy.eq((p.lbeat != 0) | p.has.any() | ~writers_idle)
+        last_beat = Signal(name="last_beat")
+        m.d.comb += last_beat.eq(p.ebeat + 1 == p.nbeats)
 
-        def first_beat_errors():
-            loaded = r["spec_loaded"] & r["verif_loaded"]
-            m.d.comb += [raise_err[Err.NO_BOOK].eq(~loaded), raise_err[Err.CONFIG].eq(loaded & ~self._config_ok(r))]
-
-        ld = self._loader(m, r, s, err, raise_err, first_beat_errors)
-
-        def start_vector():
-            """The loaded vector becomes the current one: select (or emit directly when k = G)."""
-            m.d.sync += ld.lbeat.eq(0)
-            self._select_start(m, r, s)
-            with m.If(s.prunes):
-                m.next = "SELECT"
-            with m.Else():
-                m.next = "EMIT"
-
-        # ---- control
-        with m.FSM(name="phase"):
-            with m.State("LOAD"):
-                m.d.comb += [ld.phase_load.eq(1), self.inp.ready.eq(ld.can_load),
-                             self.cfg.ready.eq(ld.lbeat == 0), self.busy.eq((ld.lbeat != 0) | ~writers_idle)]
-                with m.If(raise_err.any()):
-                    m.next = "DRAIN"
-                with m.Elif(ld.load & ld.load_last):
-                    start_vector()
-            with m.State("SELECT"):
-                m.d.comb += self.busy.eq(1)
-                self._select_step(m, s, "EMIT")
+        with m.FSM(name="emit"):
+            with m.State("IDLE"):
+                with m.If(p.emit_go):
+                    m.d.sync += [p.ebeat.eq(0), eq_seen.eq(0)]
+                    m.next = "EMIT"
             with m.State("EMIT"):
-                m.d.comb += [ld.phase_emit.eq(1), self.busy.eq(1), self.inp.ready.eq(ld.can_load)]
-                last_beat = Signal(name="last_beat")
-                m.d.comb += last_beat.eq(s.beat + 1 == s.nbeats)
+                m.d.comb += p.emitting.eq(1)
                 for w in writers.values():
                     m.d.comb += [w.valid.eq(all_ready), w.close.eq(last_beat)]
                 with m.If(all_ready):
-                    m.d.sync += [s.eq_seen.eq(s.eq_seen + eq_before[L]), s.beat.eq(s.beat + 1)]
-                    # After the last beat the bit writers close the chunks on their own; selection of
-                    # the next vector (already loaded into the emitted beats) starts right away.
+                    m.d.sync += [eq_seen.eq(eq_seen + eq_before[L]), p.ebeat.eq(p.ebeat + 1)]
+                    # After the last beat the bit writers close the chunks on their own.
                     with m.If(last_beat):
-                        with m.If(err.any() | raise_err.any()):
-                            m.next = "DRAIN"       # an error in the next vector: stop after this one
-                        with m.Elif(ld.vec_full | (ld.load & ld.load_last)):
-                            start_vector()
+                        p.emit_done()
+                        with m.If(p.next_go):
+                            m.d.sync += [p.ebeat.eq(0), eq_seen.eq(0)]
                         with m.Else():
-                            m.next = "LOAD"
-            with m.State("DRAIN"):
-                self._drain_state(m, s, ld, clear, "LOAD")
+                            m.next = "IDLE"
         self._errors(m, err, raise_err, clear)
         return m

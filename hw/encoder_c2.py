@@ -26,7 +26,7 @@ from __future__ import annotations
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.utils import bits_for, exact_log2
 
-from ..golden.config import BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, MX_BLOCK
+from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, MX_BLOCK
 from .decoder import ERROR_BITS, FIELD_MAX, Err
 from .encoder import KvEncoderBase, bf16_fields
 
@@ -61,13 +61,13 @@ class EncoderKvC2(KvEncoderBase):
     PLANES = ("spec_mx", "verif_codes", "verif_rest")
 
     # ------------------------------------------------------------------------------ shared exponents
-    def _shared_exponents(self, m, ld):
-        """X of every MX block: ``xn`` accumulates the vector being loaded, ``xc`` holds the vector being
-        encoded (the next vector loads while this one is emitted). Returns (xn_next, xc)."""
+    def _shared_exponents(self, m, p):
+        """X of every MX block: ``xn`` accumulates the vector being loaded (beat by beat); at the end of
+        its load it moves to the slot's registers ``xs[slot]``. Returns ``xs``."""
         L, nblk = self.lanes, self.max_group // MX_BLOCK
         beats_per_blk = MX_BLOCK // L
         xn = [Signal(BF16_EXPONENT_BITS, name=f"xn{j}") for j in range(nblk)]
-        xc = [Signal(BF16_EXPONENT_BITS, name=f"xc{j}") for j in range(nblk)]
+        xs = [[Signal(BF16_EXPONENT_BITS, name=f"xs{k}_{j}") for j in range(nblk)] for k in range(2)]
         exps = []
         for i in range(L):
             e = Signal(BF16_EXPONENT_BITS, name=f"in_e{i}")
@@ -76,16 +76,18 @@ class EncoderKvC2(KvEncoderBase):
         bmax = max_tree(m, exps, "bmax")
         blk = Signal(range(nblk), name="load_blk")
         first = Signal(name="load_blk_first")        # first beat of its block: restart the maximum
-        m.d.comb += [blk.eq(ld.lbeat >> exact_log2(beats_per_blk)),
-                     first.eq((ld.lbeat & (beats_per_blk - 1)) == 0)]
-        xn_next = []
+        m.d.comb += [blk.eq(p.lbeat >> exact_log2(beats_per_blk)),
+                     first.eq((p.lbeat & (beats_per_blk - 1)) == 0)]
         for j in range(nblk):
             nx = Signal(BF16_EXPONENT_BITS, name=f"xn_next{j}")
             upd = Mux(first | (bmax > xn[j]), bmax, xn[j])
-            m.d.comb += nx.eq(Mux(ld.load & (blk == j), upd, xn[j]))
+            m.d.comb += nx.eq(Mux(p.load & (blk == j), upd, xn[j]))
             m.d.sync += xn[j].eq(nx)
-            xn_next.append(nx)
-        return xn_next, xc
+            with m.If(p.load_done):
+                for k in range(2):
+                    with m.If(p.ls == k):
+                        m.d.sync += xs[k][j].eq(nx)
+        return xs
 
     def _header(self, m, r, xc):
         """(bits, width) of the X bytes of the vector's ``G/32`` blocks (bits beyond them zero)."""
@@ -97,12 +99,12 @@ class EncoderKvC2(KvEncoderBase):
         return bits, width
 
     # ------------------------------------------------------------------------------ per-lane fields
-    def _lane_fields(self, m, r, s, xc, vals, kept):
+    def _lane_fields(self, m, r, beat, xc, vals, kept):
         """Per lane: (value, width) of its spec.mx element field, verification code and rest field."""
         L = self.lanes
         m_reg = r["m"]
         x = Signal(BF16_EXPONENT_BITS, name="beat_x")   # a beat lies inside one MX block (L divides 32)
-        m.d.comb += x.eq(Array(xc)[(s.beat * L) >> exact_log2(MX_BLOCK)])
+        m.d.comb += x.eq(Array(xc)[(beat * L) >> exact_log2(MX_BLOCK)])
         xe = Signal(BF16_EXPONENT_BITS, name="beat_xe")  # max(X, 1): subnormals share exponent 1's weight
         m.d.comb += xe.eq(Mux(x == 0, 1, x))
         spec_f, ver_f, rest_f = [], [], []
@@ -133,6 +135,48 @@ class EncoderKvC2(KvEncoderBase):
             rest_f.append((Mux(dz, Cat(f, sgn), low), Mux(dz, FIELD_MAX, cut)))
         return {"spec_mx": spec_f, "verif_codes": ver_f, "verif_rest": rest_f}
 
+    # ------------------------------------------------------------------------------ keep-bitmap pass
+    def _map_pass(self, m, r, kmask):
+        """C2's front-end pass after SELECT (``map_pass`` of ``_pipeline``): the keep flags of one MX
+        block (32 values) per cycle into the slot's keep mask. 32 lanes, not L: the bitmap opens the
+        spec.mx chunk, so the whole mask must exist before the vector's first element field; at 32 per
+        cycle (32 comparators and a 32-input prefix count, against the select's G-input popcounts) the
+        pass stays well inside the emission of the other slot's vector."""
+        GM = self.max_group
+        mb = Signal(range(GM // MX_BLOCK + 1), name="map_blk")
+        eq_seen = Signal(range(GM + 1), name="map_eq_seen")
+        nmap = Signal(range(GM // MX_BLOCK + 1), name="nmap")
+        m.d.comb += nmap.eq(r["g"] >> exact_log2(MX_BLOCK))
+
+        def step(p):
+            vals = self._slot_slice(m, p, p.ss, mb, MX_BLOCK, "mapv")
+            kept, eqb = self._keep_flags(m, vals, p.sel.prefix, p.sel.rem, eq_seen, "map")
+            done = Signal(name="map_done")
+            m.d.comb += done.eq(mb + 1 == nmap)
+            for k in range(2):
+                for b in range(GM // MX_BLOCK):
+                    with m.If((p.ss == k) & (mb == b)):
+                        m.d.sync += kmask[k][b * MX_BLOCK:(b + 1) * MX_BLOCK].eq(kept)
+            m.d.sync += [mb.eq(Mux(done, 0, mb + 1)), eq_seen.eq(Mux(done, 0, eq_seen + eqb[MX_BLOCK]))]
+            return done
+        return step
+
+    def _header_bits(self, m, r, prunes, kmask, xc):
+        """(bits, width) of the spec.mx chunk's header: the keep bitmap (``G`` bits, when pruning) and
+        the ``G/32`` X bytes right behind it."""
+        GM = self.max_group
+        xbits, xw = self._header(m, r, xc)
+        bitmap = Signal(GM, name="hdr_bitmap")
+        m.d.comb += bitmap.eq(Cat(*[Mux(b * MX_BLOCK < r["g"], kmask[b * MX_BLOCK:(b + 1) * MX_BLOCK], 0)
+                                    for b in range(GM // MX_BLOCK)]))
+        with_map = Const(0, GM + len(xbits))
+        for g in sorted((g for g in ALLOWED_GROUP_SIZES if g <= GM), reverse=True):
+            with_map = Mux(r["g"] == g, Cat(bitmap[:g], xbits), with_map)
+        bits = Signal(GM + len(xbits), name="hdr_all")
+        width = Signal(range(GM + len(xbits) + 1), name="hdr_all_w")
+        m.d.comb += [bits.eq(Mux(prunes, with_map, xbits)), width.eq(Mux(prunes, r["g"], 0) + xw)]
+        return bits, width
+
     # ------------------------------------------------------------------------------ elaborate
     def elaborate(self, platform):
         m = Module()
@@ -143,103 +187,62 @@ class EncoderKvC2(KvEncoderBase):
         err = Signal(ERROR_BITS)
         raise_err = Signal(ERROR_BITS)
         m.d.comb += [self.error_code.eq(err), self.error.eq(err.any())]
-        s = self._select_state(m, r)
 
         def first_beat_errors():
             # C2 has no speculation book: only the verification (delta) book must be loaded.
             loaded = r["verif_loaded"]
             m.d.comb += [raise_err[Err.NO_BOOK].eq(~loaded), raise_err[Err.CONFIG].eq(loaded & ~self._geometry_ok(r))]
 
-        ld = self._loader(m, r, s, err, raise_err, first_beat_errors)
-        xn_next, xc = self._shared_exponents(m, ld)
+        kmask = [Signal(GM, name=f"kmask{k}") for k in range(2)]   # keep flag of every value, per slot
+        p = self._pipeline(m, r, err, raise_err, clear, first_beat_errors, map_pass=self._map_pass(m, r, kmask))
+        xs = self._shared_exponents(m, p)
 
-        # ---- MAP: the keep flags of one MX block (32 values) per cycle into the keep mask and, as the
-        # chunk's bitmap, into spec.mx. 32 lanes, not L: the bitmap pass is pure overhead (nothing else
-        # can be written to spec.mx before it), so it runs at the widest granularity that is still cheap
-        # (32 comparators and a 32-input prefix count, against the select's G-input popcounts).
-        map_vals = self._buffer_slice(m, s, MX_BLOCK, "mapv")
-        map_kept, map_eqb = self._keep_flags(m, s, map_vals, "map")
-        kmask = Signal(GM, name="kmask")          # keep flag of every value of the current vector
-        nmap = Signal(range(GM // MX_BLOCK + 1), name="nmap")
-        m.d.comb += nmap.eq(r["g"] >> exact_log2(MX_BLOCK))
-        map_last = Signal(name="map_last")
-        m.d.comb += map_last.eq(s.beat + 1 == nmap)
-
-        # ---- EMIT: L lanes with their keep flags from the mask (all kept when k = G).
-        vals = self._buffer_slice(m, s, L, "lane")
+        # ---- emitter on slot es: HDR (bitmap + X bytes), then EMIT (G/L beats of L lanes)
+        xc = []
+        for j in range(GM // MX_BLOCK):
+            x = Signal(BF16_EXPONENT_BITS, name=f"xc{j}")
+            m.d.comb += x.eq(Mux(p.es, xs[1][j], xs[0][j]))
+            xc.append(x)
+        km = Signal(GM, name="emit_kmask")
+        m.d.comb += km.eq(Mux(p.es, kmask[1], kmask[0]))
+        vals = self._slot_slice(m, p, p.es, p.ebeat, L, "lane")
         kept = Signal(L, name="lane_kept")
-        m.d.comb += kept.eq(kmask.bit_select(s.beat * L, L) | Mux(s.prunes, 0, (1 << L) - 1))
-        fields = self._lane_fields(m, r, s, xc, vals, kept)
-
-        # ---- writers. spec.mx takes the bitmap (MAP; the X bytes ride on its last beat), the X bytes
-        # alone (HDR, k = G) or the element fields (EMIT).
-        packed = {p: self._pack(m, f, p) for p, f in fields.items()}
-        hdr_bits, hdr_w = self._header(m, r, xc)
-        mx_group = max(MX_BLOCK + len(hdr_bits), packed["spec_mx"][2])
-        mx = self._writer(m, "spec_mx", mx_group)
-        vwr = {p: self._writer(m, p, packed[p][2]) for p in ("verif_codes", "verif_rest")}
-        for p, w in vwr.items():
-            m.d.comb += [w.bits.eq(packed[p][0]), w.n.eq(packed[p][1])]
+        m.d.comb += kept.eq(km.bit_select(p.ebeat * L, L) | Mux(p.prunes, 0, (1 << L) - 1))
+        fields = self._lane_fields(m, r, p.ebeat, xc, vals, kept)
+        packed = {q: self._pack(m, f, q) for q, f in fields.items()}
+        hdr_bits, hdr_w = self._header_bits(m, r, p.prunes, km, xc)
+        mx = self._writer(m, "spec_mx", max(len(hdr_bits), packed["spec_mx"][2]))
+        vwr = {q: self._writer(m, q, packed[q][2]) for q in ("verif_codes", "verif_rest")}
+        for q, w in vwr.items():
+            m.d.comb += [w.bits.eq(packed[q][0]), w.n.eq(packed[q][1])]
         writers = [mx, *vwr.values()]
         all_ready, writers_idle = Signal(), Signal()
         m.d.comb += [all_ready.eq(Cat(*[w.ready for w in writers]).all()),
                      writers_idle.eq(Cat(*[w.idle for w in writers]).all())]
+        m.d.comb += self.busy.eq((p.lbeat != 0) | p.has.any() | ~writers_idle)
         last_beat = Signal(name="last_beat")
-        m.d.comb += last_beat.eq(s.beat + 1 == s.nbeats)
+        m.d.comb += last_beat.eq(p.ebeat + 1 == p.nbeats)
 
-        def start_vector():
-            """The loaded vector becomes the current one: its X registers move over; select unless k = G."""
-            m.d.sync += ld.lbeat.eq(0)
-            m.d.sync += [xc[j].eq(xn_next[j]) for j in range(len(xc))]
-            self._select_start(m, r, s)
-            with m.If(s.prunes):
-                m.next = "SELECT"
-            with m.Else():
-                m.next = "HDR"
-
-        # ---- control
-        with m.FSM(name="phase"):
-            with m.State("LOAD"):
-                m.d.comb += [ld.phase_load.eq(1), self.inp.ready.eq(ld.can_load),
-                             self.cfg.ready.eq(ld.lbeat == 0), self.busy.eq((ld.lbeat != 0) | ~writers_idle)]
-                with m.If(raise_err.any()):
-                    m.next = "DRAIN"
-                with m.Elif(ld.load & ld.load_last):
-                    start_vector()
-            with m.State("SELECT"):
-                m.d.comb += self.busy.eq(1)
-                self._select_step(m, s, "MAP")
-            with m.State("MAP"):
-                m.d.comb += [self.busy.eq(1), mx.valid.eq(mx.ready),
-                             mx.bits.eq(Mux(map_last, Cat(map_kept, hdr_bits), map_kept)),
-                             mx.n.eq(MX_BLOCK + Mux(map_last, hdr_w, 0))]
-                with m.If(mx.ready):
-                    for b in range(GM // MX_BLOCK):
-                        with m.If(s.beat == b):
-                            m.d.sync += kmask[b * MX_BLOCK:(b + 1) * MX_BLOCK].eq(map_kept)
-                    m.d.sync += [s.eq_seen.eq(s.eq_seen + map_eqb[MX_BLOCK]), s.beat.eq(s.beat + 1)]
-                    with m.If(map_last):
-                        m.d.sync += s.beat.eq(0)
-                        m.next = "EMIT"
+        with m.FSM(name="emit"):
+            with m.State("IDLE"):
+                with m.If(p.emit_go):
+                    m.next = "HDR"
             with m.State("HDR"):
-                m.d.comb += [self.busy.eq(1), mx.bits.eq(hdr_bits), mx.n.eq(hdr_w), mx.valid.eq(mx.ready)]
+                m.d.comb += [mx.bits.eq(hdr_bits), mx.n.eq(hdr_w), mx.valid.eq(mx.ready)]
                 with m.If(mx.ready):
+                    m.d.sync += p.ebeat.eq(0)
                     m.next = "EMIT"
             with m.State("EMIT"):
-                m.d.comb += [ld.phase_emit.eq(1), self.busy.eq(1), self.inp.ready.eq(ld.can_load),
-                             mx.bits.eq(packed["spec_mx"][0]), mx.n.eq(packed["spec_mx"][1])]
+                m.d.comb += [p.emitting.eq(1), mx.bits.eq(packed["spec_mx"][0]), mx.n.eq(packed["spec_mx"][1])]
                 for w in writers:
                     m.d.comb += [w.valid.eq(all_ready), w.close.eq(last_beat)]
                 with m.If(all_ready):
-                    m.d.sync += s.beat.eq(s.beat + 1)
+                    m.d.sync += p.ebeat.eq(p.ebeat + 1)
                     with m.If(last_beat):
-                        with m.If(err.any() | raise_err.any()):
-                            m.next = "DRAIN"       # an error in the next vector: stop after this one
-                        with m.Elif(ld.vec_full | (ld.load & ld.load_last)):
-                            start_vector()
+                        p.emit_done()
+                        with m.If(p.next_go):
+                            m.next = "HDR"
                         with m.Else():
-                            m.next = "LOAD"
-            with m.State("DRAIN"):
-                self._drain_state(m, s, ld, clear, "LOAD")
+                            m.next = "IDLE"
         self._errors(m, err, raise_err, clear)
         return m
