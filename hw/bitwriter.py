@@ -5,9 +5,12 @@ The encoder's twin of hw/bitreader.py: it produces exactly the word framing the 
 zero-padded with ``last = 1``, and an empty chunk as one zero word with ``last = 1``.
 
 Each accepted group appends ``n`` bits (bit 0 first) behind the buffered bits; ``close`` with a group
-ends the chunk after it. One word leaves per cycle through a registered output. A group is accepted
-while at most one word of bits is buffered (after this cycle's emission), so the buffer never
-overflows: capacity = word + widest group.
+ends the chunk after it: the buffer is padded with zeros to the next word boundary at once and a *mark*
+counts the buffered words up to the chunk's last one, so the next chunk's groups are accepted in the
+very next cycle (no bubble between chunks) while the closed words drain. One word leaves per cycle
+through a registered output. A group is accepted while at most one word of bits is buffered (after this
+cycle's emission), and a closing group only when no closed chunk is still draining (one mark); so the
+buffer never overflows: capacity = word + widest group, rounded up to whole words.
 """
 from __future__ import annotations
 
@@ -26,9 +29,9 @@ class BitWriter(wiring.Component):
         n       In(bw)      number of bits in the group (may be 0)
         close   In(1)       the group is the chunk's last
         valid   In(1)       a group is offered; ``ready`` accepts it this cycle
-        ready   Out(1)
+        ready   Out(1)      (depends combinationally on ``close``, never on ``valid``)
         out     Out(stream {data: word, last: 1})
-        idle    Out(1)      nothing buffered and no chunk being closed
+        idle    Out(1)      nothing buffered and no word being offered
     """
 
     def __init__(self, word: int = 64, group: int = 64):
@@ -37,7 +40,8 @@ class BitWriter(wiring.Component):
         if not isinstance(group, int) or group < 1:
             raise ConfigError(f"group width must be positive, got {group!r}")
         self.word, self.group = word, group
-        self.capacity = word + group
+        self.words = -(-(word + group) // word)       # buffer capacity in whole words
+        self.capacity = self.words * word
         super().__init__({
             "bits": In(group), "n": In(bits_for(group)), "close": In(1), "valid": In(1), "ready": Out(1),
             "out": Out(stream.Signature(word_layout(word))), "idle": Out(1),
@@ -45,41 +49,49 @@ class BitWriter(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        IW, C = self.word, self.capacity
+        IW, C, NW = self.word, self.capacity, self.words
         acc = Signal(C)
         fill = Signal(range(C + 1))
-        closing = Signal()         # the chunk is complete: flush what is left, the final word with last
+        mark = Signal(range(NW + 1))   # buffered words through a closed chunk's last word (0: none)
 
-        can_emit = ~self.out.valid | self.out.ready
-        # A full word is held back until a further bit arrives or the chunk closes: only then is it
-        # known whether it is the chunk's last word. So at close, fill > 0 unless the chunk is empty.
-        full_word = (fill > IW) | ((fill == IW) & closing)
-        # While closing, the tail (or an empty chunk's zero word) goes out as the final word.
-        emit_tail = closing & (fill < IW)
-        emit = can_emit & (full_word | emit_tail)
-        tail_is_last = closing & (fill <= IW)
+        can_emit = Signal()
+        m.d.comb += can_emit.eq(~self.out.valid | self.out.ready)
+        # The bottom word may leave once complete and known not to be an open chunk's possible last
+        # word: bits follow it, or its chunk is closed. (An open chunk's full word is held back until a
+        # further bit arrives or the chunk closes.)
+        emit = Signal()
+        m.d.comb += emit.eq(can_emit & ((fill > IW) | (mark != 0)))
         after_fill = Signal(range(C + 1))
-        m.d.comb += after_fill.eq(Mux(emit, Mux(full_word, fill - IW, 0), fill))
+        after_mark = Signal(range(NW + 1))
+        m.d.comb += [after_fill.eq(Mux(emit, fill - IW, fill)),
+                     after_mark.eq(Mux(emit & (mark != 0), mark - 1, mark))]
         m.d.comb += [
-            self.ready.eq(~closing & (after_fill <= IW)),
-            self.idle.eq((fill == 0) & ~closing & ~self.out.valid),
+            self.ready.eq((after_fill <= IW) & ~(self.close & (after_mark != 0))),
+            self.idle.eq((fill == 0) & (mark == 0) & ~self.out.valid),
         ]
         shifted = Signal(C)
-        m.d.comb += shifted.eq(Mux(emit, Mux(full_word, acc >> IW, 0), acc))
+        m.d.comb += shifted.eq(Mux(emit, acc >> IW, acc))
+        new_fill = Signal(range(C + 1))
+        m.d.comb += new_fill.eq(after_fill + self.n)
+        # Words of the closing chunk: ceil(new_fill / IW), at least 1 (an empty chunk is one zero word).
+        close_words = Signal(range(NW + 1))
+        cw = 1
+        for k in range(1, NW):
+            cw = cw + (new_fill > k * IW)
+        m.d.comb += close_words.eq(cw)
         accept = self.valid & self.ready
 
         with m.If(can_emit):
             m.d.sync += self.out.valid.eq(emit)
         with m.If(emit):
-            m.d.sync += [self.out.payload.data.eq(acc[:IW]),
-                         self.out.payload.last.eq(tail_is_last)]
+            m.d.sync += [self.out.payload.data.eq(acc[:IW]), self.out.payload.last.eq(mark == 1)]
         with m.If(accept):
-            m.d.sync += [acc.eq(shifted | (self.bits << after_fill)), fill.eq(after_fill + self.n)]
+            m.d.sync += acc.eq(shifted | (self.bits << after_fill))
             with m.If(self.close):
-                m.d.sync += closing.eq(1)
+                # Bits above `fill` are always zero, so rounding up pads the chunk's last word with zeros.
+                m.d.sync += [fill.eq(close_words * IW), mark.eq(close_words)]
+            with m.Else():
+                m.d.sync += [fill.eq(new_fill), mark.eq(after_mark)]
         with m.Else():
-            m.d.sync += [acc.eq(shifted), fill.eq(after_fill)]
-        # The final word of a closing chunk has gone: the next chunk starts empty.
-        with m.If(emit & tail_is_last):
-            m.d.sync += closing.eq(0)
+            m.d.sync += [acc.eq(shifted), fill.eq(after_fill), mark.eq(after_mark)]
         return m
