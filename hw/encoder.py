@@ -199,7 +199,6 @@ class KvEncoderBase(wiring.Component):
         L, GM = self.lanes, self.max_group
         p = SimpleNamespace()
         p.bufs = [[Signal(BF16_BITS, name=f"b{j}_{i}") for i in range(GM)] for j in range(2)]
-        p.flat = Array(p.bufs[0] + p.bufs[1])           # slot j, index i at j * GM + i
         p.beats = GM // L
         p.nbeats = Signal(range(p.beats + 1), name="nbeats")
         m.d.comb += p.nbeats.eq(r["g"] >> exact_log2(L))
@@ -225,9 +224,12 @@ class KvEncoderBase(wiring.Component):
         m.d.comb += [p.load.eq(self.inp.valid & p.can_load), p.load_last.eq(p.lbeat + 1 == p.nbeats),
                      p.load_done.eq(p.load & p.load_last & ~raise_err.any()),
                      self.inp.ready.eq(p.can_load | err.any())]      # drain while in error
+        # One write enable per (slot, beat): a decoder of 2·G/L terms, each writing L values.
+        for k in range(2):
+            for b in range(p.beats):
+                with m.If(p.load & (p.ls == k) & (p.lbeat == b)):
+                    m.d.sync += [p.bufs[k][b * L + i].eq(self.inp.payload.lanes[i]) for i in range(L)]
         with m.If(p.load):
-            for i in range(L):
-                m.d.sync += p.flat[p.ls * GM + p.lbeat * L + i].eq(self.inp.payload.lanes[i])
             with m.If(p.lbeat == 0):
                 first_beat_errors()
             # nbeats = 0 (GROUP above max_group reads as 0) never matches: the first beat raises CONFIG.
@@ -350,11 +352,13 @@ class KvEncoderBase(wiring.Component):
 
     @staticmethod
     def _slot_slice(m, p, slot, index, n, name):
-        """``n`` buffered values of ``slot`` from ``index * n`` (one pass beat of ``n`` lanes)."""
+        """``n`` buffered values of ``slot`` from ``index * n`` (one pass beat of ``n`` lanes): per lane a
+        ``G/n``-way mux in each slot, then the slot mux."""
         GM = len(p.bufs[0])
         vals = [Signal(BF16_BITS, name=f"{name}{i}") for i in range(n)]
         for i in range(n):
-            m.d.comb += vals[i].eq(p.flat[slot * GM + index * n + i])
+            per_slot = [Array(p.bufs[k][i::n])[index] for k in range(2)]
+            m.d.comb += vals[i].eq(Mux(slot, per_slot[1], per_slot[0]))
         return vals
 
     @staticmethod
