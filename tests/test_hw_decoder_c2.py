@@ -213,6 +213,16 @@ def test_c2_head_cycles_path():
     assert res.error_code == 1 << bit and res.busy == 0
 
 
+def test_c2_wide_window_merges_g256():
+    """mx_window = 9L + 320 also merges G = 256 headers (320 bits): full rate without stalls, exact with."""
+    dut = DecoderC2(4, mx_window=9 * 4 + 320)
+    assert dut.merge_groups == (32, 64, 128, 256)
+    enc = c2(weights(512, 14), 256, 5, 0.5)
+    res = run(dut, [DecodeJob(enc, True)], stall=0.0)
+    assert 512 // 4 <= res.cycles <= 512 // 4 + 8
+    run(DecoderC2(4, mx_window=9 * 4 + 320), [DecodeJob(enc, True), DecodeJob(enc, False)], seed=14)
+
+
 # -------------------------------------------------------------------------------------- malformed streams
 
 def _error_case(kind):
