@@ -2,23 +2,25 @@
 time in, the four C1 planes out, bit-exactly what ``golden.codec.encode_tensor(..., kind="kv",
 books=(spec, verif))`` emits (docs/FORMAT.md sections 2, 3; docs/HARDWARE.md section 3).
 
-Phases per vector (one vector in flight; see docs/HARDWARE.md for the throughput this gives):
+Per vector (see docs/HARDWARE.md section 3 for the throughput this gives):
 
-1. LOAD   ``G/L`` input beats of L values are written into the vector buffer (G x 16 flip-flops: the
-          selection below reads every key in parallel).
+1. LOAD   ``G/L`` input beats of L values are written into one of two vector buffers ("slots", G x 16
+          flip-flops each: the selection below reads every key in parallel). Vectors alternate
+          between the slots; a slot is refilled behind the emission of the vector it holds.
 2. SELECT exact top-``k`` by the magnitude key ``bits & 0x7FFF`` with ties to the lower index, as a
-          radix select: for each of the 15 key bits, MSB first, count the values that match the
-          threshold prefix found so far and have this bit set (one G-input popcount per cycle);
-          the result is the k-th largest key ``t`` and ``r``, how many values equal to ``t`` are kept
-          (the first ``r`` of them by index). Skipped when ``k = G`` (nothing is pruned).
+          radix-4 select: for each 2-bit digit of the 15-bit key, MSB digit first, count the values
+          that match the threshold prefix found so far and whose digit is >= 1, >= 2, >= 3 (three
+          G-input popcounts per cycle, 8 cycles); the result is the k-th largest key ``t`` and ``r``,
+          how many values equal to ``t`` are kept (the first ``r`` of them by index). Skipped when
+          ``k = G`` (nothing is pruned). Runs on one slot while the other slot's vector is emitted.
 3. EMIT   ``G/L`` beats: lane i is kept iff ``key > t`` or (``key == t`` and fewer than ``r`` equal
           keys came before it - a running count plus an L-lane prefix count). Per lane the code of its
           symbol (a CAM lookup in the programmed book: rank or escape), its sign/mantissa field and its
           verification code / rest field; per plane an L-field packer (prefix sum of the field widths)
           feeds a BitWriter, which closes the superblock's chunk after the last beat.
 
-``KvEncoderBase`` holds what every KV encoder scheme shares (ports, registers, vector buffer and its
-loader, radix select, keep decision, code CAM, field packer, plane writers); the Cassandra-2 encoder
+``KvEncoderBase`` holds what every KV encoder scheme shares (ports, registers, the two-slot pipeline with
+its loader and select unit, keep decision, code CAM, field packer, plane writers); the Cassandra-2 encoder
 (hw/encoder_c2.py) is built from the same pieces.
 """
 from __future__ import annotations
@@ -354,7 +356,6 @@ class KvEncoderBase(wiring.Component):
     def _slot_slice(m, p, slot, index, n, name):
         """``n`` buffered values of ``slot`` from ``index * n`` (one pass beat of ``n`` lanes): per lane a
         ``G/n``-way mux in each slot, then the slot mux."""
-        GM = len(p.bufs[0])
         vals = [Signal(BF16_BITS, name=f"{name}{i}") for i in range(n)]
         for i in range(n):
             per_slot = [Array(p.bufs[k][i::n])[index] for k in range(2)]

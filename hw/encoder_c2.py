@@ -3,28 +3,29 @@ G = head_dim values) at a time in, the three C2 planes out (``spec.mx``, ``verif
 ``verif.rest``), bit-exactly what ``golden.codec.encode_tensor(..., CodecConfig(scheme="c2",
 kind="kv"), books=(None, verif))`` emits (docs/FORMAT.md sections 2, 4; docs/HARDWARE.md section 3a).
 
-Built from the C1 encoder's pieces (``KvEncoderBase`` in hw/encoder.py: vector buffer and loader, radix
-top-k select with ties to the lower index, keep flags, code CAM, field packer, BitWriters).
+Built from the C1 encoder's pieces (``KvEncoderBase`` in hw/encoder.py: two-slot vector pipeline with
+loader and radix-4 top-k select with ties to the lower index, keep flags, code CAM, field packer,
+BitWriters).
 
-Phases per vector:
+Per vector (front end on one slot while the other slot's vector is emitted):
 
-1. LOAD   ``G/L`` beats into the vector buffer; meanwhile the shared exponent ``X`` of every MX block
-          (max of the 32 biased exponents, kept and pruned alike) is accumulated beat by beat (an L-input
-          max per beat), so no 32-input max is ever needed on the buffer.
-2. SELECT the 15-cycle radix select of the C1 encoder (skipped when ``k = G``).
-3. MAP    (only when ``k < G``) ``G/L`` beats: the keep bitmap, which opens the ``spec.mx`` chunk and so
-          must be written before any element field, goes out L bits per beat; the verification planes,
-          which do not depend on the bitmap, are written in the same beats.
-4. HDR    1 cycle: the ``G/32`` shared exponents (8 bits each) into ``spec.mx``.
-5. EMIT   ``G/L`` beats: the ``(s << (m+1)) | elem`` field of every kept value into ``spec.mx``
-          (with ``k = G`` also the verification planes, as there was no MAP pass).
-
-The next vector is loaded during EMIT into the beats already emitted, like the C1 encoder.
+1. LOAD   ``G/L`` beats into a slot; meanwhile the shared exponent ``X`` of every MX block (max of the
+          32 biased exponents, kept and pruned alike) is accumulated beat by beat (an L-input max per
+          beat), so no 32-input max is ever needed on the buffer; at the end of the load the X bytes
+          move to the slot's registers.
+2. SELECT the 8-cycle radix-4 select of the C1 encoder (skipped when ``k = G``).
+3. MAP    (only when ``k < G``) ``G/32`` cycles: the keep flags of one MX block per cycle into the slot's
+          keep mask. The bitmap opens the ``spec.mx`` chunk, so the whole mask must exist before the
+          vector's first element field.
+4. HDR    1 cycle (emitter): the bitmap (when pruning) and the ``G/32`` X bytes into ``spec.mx``.
+5. EMIT   ``G/L`` beats: the ``(s << (m+1)) | elem`` field of every kept value into ``spec.mx``, the
+          delta code of every draft-zero value into ``verif.codes`` and every value's rest field into
+          ``verif.rest``.
 """
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.utils import bits_for, exact_log2
+from amaranth.utils import exact_log2
 
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, MX_BLOCK
 from .decoder import ERROR_BITS, FIELD_MAX, Err

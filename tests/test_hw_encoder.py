@@ -105,3 +105,17 @@ def test_encoder_group_above_buffer_is_config_error():
     prog = encoder_program(cfg, books) + [(0x04, 64)]
     res = run_encoder(EncoderKvC1(lanes, 32, max_group=32), bits, prog, max_cycles=300)
     assert res.error_code == 1 << Err.CONFIG
+
+
+def test_encoder_error_keeps_completed_vectors():
+    """A framing error in vector 2: vectors 0 and 1 (complete before it) are still encoded exactly."""
+    G, lanes = 32, 4
+    bits = kv_vectors(3, G, seed=14)
+    cfg, books, _ = encode_kv(bits, G, 3, 16)
+    enc = encode_tensor(bits[:2], cfg, books=books)
+    res = run_encoder(EncoderKvC1(lanes, 32, max_group=G), bits, encoder_program(cfg, books),
+                      Stalls(STALL, STALL, seed=3),
+                      frame_last=lambda v, b: int(b == (0 if v == 2 else G // lanes - 1)), max_cycles=3000)
+    assert res.error_code == 1 << FRAME_ERR
+    for port, words in expected_plane_words(enc, 32).items():
+        assert res.planes[port] == words, port

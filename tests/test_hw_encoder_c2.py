@@ -286,3 +286,17 @@ def test_encoder_c2_bad_config(reg, value):
 def test_encoder_c2_rejects_bad_parameters(kw):
     with pytest.raises(ConfigError):
         EncoderKvC2(**kw)
+
+
+def test_encoder_c2_error_keeps_completed_vectors():
+    """A framing error in vector 2: vectors 0 and 1 (complete before it) are still encoded exactly, vector 2
+    emits nothing, and nothing hangs."""
+    G, lanes = 32, 4
+    bits = kv_vectors(3, G, seed=13)
+    cfg, verif, enc = encode_kv(bits[:2], G, 3, 16)
+    dut = EncoderKvC2(lanes, 32, max_group=G)
+    planes, _, err = run_c2(dut, bits, program(cfg, verif), Stalls(STALL, STALL, seed=4),
+                            frame_last=lambda v, b: int(b == (0 if v == 2 else G // lanes - 1)), max_cycles=3000)
+    assert err == 1 << FRAME_ERR
+    for port, words in expected_words(enc, 32).items():
+        assert planes[port] == words, port
