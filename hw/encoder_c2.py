@@ -220,7 +220,7 @@ class EncoderKvC2(KvEncoderBase):
         all_ready, writers_idle = Signal(), Signal()
         m.d.comb += [all_ready.eq(Cat(*[w.ready for w in writers]).all()),
                      writers_idle.eq(Cat(*[w.idle for w in writers]).all())]
-        m.d.comb += self.busy.eq((p.lbeat != 0) | p.has.any() | ~writers_idle)
+        m.d.comb += self.busy.eq(((p.lbeat != 0) & ~err.any()) | p.has.any() | ~writers_idle)
         last_beat = Signal(name="last_beat")
         m.d.comb += last_beat.eq(p.ebeat + 1 == p.nbeats)
 

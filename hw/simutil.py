@@ -311,7 +311,7 @@ def run_encoder(dut, vectors: np.ndarray, program: list, stalls: Stalls | None =
             await ctx.tick()
             state["cycle"] += 1
             done = all(sum(l for _, l in got[p]) >= n_chunks for p in ports)
-            if done or ctx.get(dut.error):
+            if done or (ctx.get(dut.error) and not ctx.get(dut.busy)):   # completed vectors out
                 idle += 1
                 if idle > 32:
                     break

@@ -113,7 +113,7 @@ def run_c2(dut, vectors, prog, stalls=None, max_cycles=100_000, frame_last=None,
             await ctx.tick()
             state["cycle"] += 1
             done = all(sum(last for _, last in got[p]) >= n_chunks for p in dut.PLANES)
-            if done or (ctx.get(dut.error) and state["host_done"]):
+            if done or (ctx.get(dut.error) and state["host_done"] and not ctx.get(dut.busy)):
                 idle += 1
                 if idle > 32:
                     break
