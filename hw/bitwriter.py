@@ -9,8 +9,10 @@ ends the chunk after it: the buffer is padded with zeros to the next word bounda
 counts the buffered words up to the chunk's last one, so the next chunk's groups are accepted in the
 very next cycle (no bubble between chunks) while the closed words drain. One word leaves per cycle
 through a registered output. A group is accepted while at most one word of bits is buffered (after this
-cycle's emission), and a closing group only when no closed chunk is still draining (one mark); so the
-buffer never overflows: capacity = word + widest group, rounded up to whole words.
+cycle's emission; ``slack`` more bits if asked, so that an occasional wide group - the C2 encoder's
+chunk header - does not stall the groups behind it), and a closing group only when no closed chunk is
+still draining (one mark); so the buffer never overflows: capacity = word + slack + widest group,
+rounded up to whole words.
 """
 from __future__ import annotations
 
@@ -34,13 +36,15 @@ class BitWriter(wiring.Component):
         idle    Out(1)      nothing buffered and no word being offered
     """
 
-    def __init__(self, word: int = 64, group: int = 64):
+    def __init__(self, word: int = 64, group: int = 64, slack: int = 0):
         if not isinstance(word, int) or word < BYTE or word % BYTE:
             raise ConfigError(f"word must be a positive multiple of 8 bits, got {word!r}")
         if not isinstance(group, int) or group < 1:
             raise ConfigError(f"group width must be positive, got {group!r}")
-        self.word, self.group = word, group
-        self.words = -(-(word + group) // word)       # buffer capacity in whole words
+        if not isinstance(slack, int) or slack < 0:
+            raise ConfigError(f"slack must be a non-negative number of bits, got {slack!r}")
+        self.word, self.group, self.slack = word, group, slack
+        self.words = -(-(word + group + slack) // word)   # buffer capacity in whole words
         self.capacity = self.words * word
         super().__init__({
             "bits": In(group), "n": In(bits_for(group)), "close": In(1), "valid": In(1), "ready": Out(1),
@@ -66,7 +70,7 @@ class BitWriter(wiring.Component):
         m.d.comb += [after_fill.eq(Mux(emit, fill - IW, fill)),
                      after_mark.eq(Mux(emit & (mark != 0), mark - 1, mark))]
         m.d.comb += [
-            self.ready.eq((after_fill <= IW) & ~(self.close & (after_mark != 0))),
+            self.ready.eq((after_fill <= IW + self.slack) & ~(self.close & (after_mark != 0))),
             self.idle.eq((fill == 0) & (mark == 0) & ~self.out.valid),
         ]
         shifted = Signal(C)

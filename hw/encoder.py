@@ -174,9 +174,9 @@ class KvEncoderBase(wiring.Component):
         m.d.comb += [n.eq(off), bits.eq(packed)]
         return bits, n, total_w
 
-    def _writer(self, m, pname, group):
+    def _writer(self, m, pname, group, slack=0):
         """A BitWriter of ``group``-bit groups driving output plane ``pname``."""
-        w = BitWriter(self.word, group)
+        w = BitWriter(self.word, group, slack)
         m.submodules[f"{pname}_wr"] = w
         wiring.connect(m, w.out, wiring.flipped(getattr(self, pname)))
         return w

@@ -17,10 +17,10 @@ Per vector (front end on one slot while the other slot's vector is emitted):
 3. MAP    (only when ``k < G``) ``G/32`` cycles: the keep flags of one MX block per cycle into the slot's
           keep mask. The bitmap opens the ``spec.mx`` chunk, so the whole mask must exist before the
           vector's first element field.
-4. HDR    1 cycle (emitter): the bitmap (when pruning) and the ``G/32`` X bytes into ``spec.mx``.
-5. EMIT   ``G/L`` beats: the ``(s << (m+1)) | elem`` field of every kept value into ``spec.mx``, the
+4. EMIT   ``G/L`` beats: the ``(s << (m+1)) | elem`` field of every kept value into ``spec.mx``, the
           delta code of every draft-zero value into ``verif.codes`` and every value's rest field into
-          ``verif.rest``.
+          ``verif.rest``. The first beat also carries the chunk header (the bitmap when pruning, then
+          the ``G/32`` X bytes) in front of its fields, as one wide spec.mx group.
 """
 from __future__ import annotations
 
@@ -90,15 +90,6 @@ class EncoderKvC2(KvEncoderBase):
                         m.d.sync += xs[k][j].eq(nx)
         return xs
 
-    def _header(self, m, r, xc):
-        """(bits, width) of the X bytes of the vector's ``G/32`` blocks (bits beyond them zero)."""
-        nblk = len(xc)
-        width = Signal(range(BF16_EXPONENT_BITS * nblk + 1), name="hdr_w")
-        m.d.comb += width.eq((r["g"] >> exact_log2(MX_BLOCK)) * BF16_EXPONENT_BITS)
-        bits = Signal(BF16_EXPONENT_BITS * nblk, name="hdr_bits")
-        m.d.comb += bits.eq(Cat(*[Mux(j * MX_BLOCK < r["g"], xc[j], 0) for j in range(nblk)]))
-        return bits, width
-
     # ------------------------------------------------------------------------------ per-lane fields
     def _lane_fields(self, m, r, beat, xc, vals, kept):
         """Per lane: (value, width) of its spec.mx element field, verification code and rest field."""
@@ -162,21 +153,27 @@ class EncoderKvC2(KvEncoderBase):
             return done
         return step
 
-    def _header_bits(self, m, r, prunes, kmask, xc):
-        """(bits, width) of the spec.mx chunk's header: the keep bitmap (``G`` bits, when pruning) and
-        the ``G/32`` X bytes right behind it."""
+    def _first_group(self, m, r, prunes, kmask, xc, fbits, fn):
+        """(bits, width, header width) of the spec.mx group of a vector's first EMIT beat: the chunk
+        header - keep bitmap (``G`` bits, when pruning) and the ``G/32`` X bytes - followed by the beat's
+        element fields (``fbits``, ``fn`` bits). Folding the header into the first beat saves a cycle per
+        vector; G and the pruning flag take few values, so the fields' offset is a small mux, not a
+        shifter."""
         GM = self.max_group
-        xbits, xw = self._header(m, r, xc)
-        bitmap = Signal(GM, name="hdr_bitmap")
-        m.d.comb += bitmap.eq(Cat(*[Mux(b * MX_BLOCK < r["g"], kmask[b * MX_BLOCK:(b + 1) * MX_BLOCK], 0)
-                                    for b in range(GM // MX_BLOCK)]))
-        with_map = Const(0, GM + len(xbits))
+        xmax = BF16_EXPONENT_BITS * (GM // MX_BLOCK)
+        width = GM + xmax + len(fbits)
+        bits = Const(0, width)
+        hw = Const(0, 1)
         for g in sorted((g for g in ALLOWED_GROUP_SIZES if g <= GM), reverse=True):
-            with_map = Mux(r["g"] == g, Cat(bitmap[:g], xbits), with_map)
-        bits = Signal(GM + len(xbits), name="hdr_all")
-        width = Signal(range(GM + len(xbits) + 1), name="hdr_all_w")
-        m.d.comb += [bits.eq(Mux(prunes, with_map, xbits)), width.eq(Mux(prunes, r["g"], 0) + xw)]
-        return bits, width
+            xb = Cat(*xc[:g // MX_BLOCK])
+            plain, mapped = Cat(xb, fbits), Cat(kmask[:g], xb, fbits)
+            bits = Mux(r["g"] == g, Mux(prunes, mapped, plain), bits)
+            hw = Mux(r["g"] == g, Mux(prunes, g + len(xb), len(xb)), hw)
+        hdr_w = Signal(range(GM + xmax + 1), name="hdr_w")
+        first = Signal(width, name="first_bits")
+        first_n = Signal(range(width + 1), name="first_n")
+        m.d.comb += [hdr_w.eq(hw), first.eq(bits), first_n.eq(hdr_w + fn)]
+        return first, first_n, GM + xmax
 
     # ------------------------------------------------------------------------------ elaborate
     def elaborate(self, platform):
@@ -198,7 +195,7 @@ class EncoderKvC2(KvEncoderBase):
         p = self._pipeline(m, r, err, raise_err, clear, first_beat_errors, map_pass=self._map_pass(m, r, kmask))
         xs = self._shared_exponents(m, p)
 
-        # ---- emitter on slot es: HDR (bitmap + X bytes), then EMIT (G/L beats of L lanes)
+        # ---- emitter on slot es: G/L beats of L lanes; the first also carries the chunk header
         xc = []
         for j in range(GM // MX_BLOCK):
             x = Signal(BF16_EXPONENT_BITS, name=f"xc{j}")
@@ -211,8 +208,9 @@ class EncoderKvC2(KvEncoderBase):
         m.d.comb += kept.eq(km.bit_select(p.ebeat * L, L) | Mux(p.prunes, 0, (1 << L) - 1))
         fields = self._lane_fields(m, r, p.ebeat, xc, vals, kept)
         packed = {q: self._pack(m, f, q) for q, f in fields.items()}
-        hdr_bits, hdr_w = self._header_bits(m, r, p.prunes, km, xc)
-        mx = self._writer(m, "spec_mx", max(len(hdr_bits), packed["spec_mx"][2]))
+        first_bits, first_n, hdr_max = self._first_group(m, r, p.prunes, km, xc, *packed["spec_mx"][:2])
+        # Slack for one header: the wide first group must not stall the beats behind it.
+        mx = self._writer(m, "spec_mx", len(first_bits), slack=hdr_max)
         vwr = {q: self._writer(m, q, packed[q][2]) for q in ("verif_codes", "verif_rest")}
         for q, w in vwr.items():
             m.d.comb += [w.bits.eq(packed[q][0]), w.n.eq(packed[q][1])]
@@ -227,14 +225,13 @@ class EncoderKvC2(KvEncoderBase):
         with m.FSM(name="emit"):
             with m.State("IDLE"):
                 with m.If(p.emit_go):
-                    m.next = "HDR"
-            with m.State("HDR"):
-                m.d.comb += [mx.bits.eq(hdr_bits), mx.n.eq(hdr_w), mx.valid.eq(mx.ready)]
-                with m.If(mx.ready):
                     m.d.sync += p.ebeat.eq(0)
                     m.next = "EMIT"
             with m.State("EMIT"):
-                m.d.comb += [p.emitting.eq(1), mx.bits.eq(packed["spec_mx"][0]), mx.n.eq(packed["spec_mx"][1])]
+                first_beat = Signal(name="first_beat")
+                m.d.comb += [p.emitting.eq(1), first_beat.eq(p.ebeat == 0),
+                             mx.bits.eq(Mux(first_beat, first_bits, packed["spec_mx"][0])),
+                             mx.n.eq(Mux(first_beat, first_n, packed["spec_mx"][1]))]
                 for w in writers:
                     m.d.comb += [w.valid.eq(all_ready), w.close.eq(last_beat)]
                 with m.If(all_ready):
@@ -242,7 +239,7 @@ class EncoderKvC2(KvEncoderBase):
                     with m.If(last_beat):
                         p.emit_done()
                         with m.If(p.next_go):
-                            m.next = "HDR"
+                            m.d.sync += p.ebeat.eq(0)
                         with m.Else():
                             m.next = "IDLE"
         self._errors(m, err, raise_err, clear)
