@@ -7,6 +7,7 @@ Knobs: HW_STALL (probability of an idle input cycle / a not-ready output cycle, 
 """
 from __future__ import annotations
 
+import gc
 import os
 
 import numpy as np
@@ -341,6 +342,8 @@ def test_c2_ports_mirror_c1():
     names = {str(p[0][0]) for p in dut.signature.members.flatten()}
     assert {"spec_mx", "verif_codes", "verif_rest", "cfg", "out", "busy", "error", "error_code"} <= names
     assert "spec_codes" not in names and dut.word == 128
+    del dut
+    gc.collect()                      # the never-elaborated component warns here, inside this test's filter
 
 
 def test_c2_reset_mid_stream_returns_to_idle():
