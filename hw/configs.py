@@ -79,11 +79,11 @@ def _encoder_factories():
     for l, word in ((8, 64), (16, 128)):
         _register(f"encoder_kv_c2_l{l}", lambda l=l, w=word: EncoderKvC2(lanes=l, word=w),
                   block="encoder_kv_c2", lanes=l, word=word, max_group=128,
-                  # measured (docs/HARDWARE.md 3a): G / max(G/L + 2, G/32 + 9) values/cycle when pruning
-                  # (select + 32-wide bitmap pass overlap the other vector's emission; header cycle),
-                  # G / (G/L + 1) at k = G; latency ~ 2G/L + G/32 + 15
-                  values_per_cycle=l, values_per_cycle_pruning_g128=round(128 / max(128 / l + 2, 128 // 32 + 9), 2),
-                  latency_cycles=2 * 128 // l + 128 // 32 + 15,
+                  # measured (docs/HARDWARE.md 3a): G / max(G/L, G/32 + 9) values/cycle when pruning
+                  # (select + 32-wide bitmap pass overlap the other vector's emission), L at k = G (m <= 6);
+                  # latency ~ 2G/L + G/32 + 14
+                  values_per_cycle=l, values_per_cycle_pruning_g128=round(128 / max(128 / l, 128 // 32 + 9), 2),
+                  latency_cycles=2 * 128 // l + 128 // 32 + 14,
                   description=f"online KV-cache encoder (C2, MX shared exponent), {l} bf16 values/cycle in, "
                               f"{word}-bit plane words")
 
