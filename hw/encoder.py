@@ -256,29 +256,43 @@ class KvEncoderBase(wiring.Component):
         with m.If(p.sel_done):
             m.d.comb += set_seld.eq(Mux(p.ss, 0b10, 0b01))
             m.d.sync += p.ss.eq(~p.ss)
+        p.t_sel = Signal(KEY_BITS, name="sel_slot_t")       # the selected slot's results (map pass)
+        p.r_sel = Signal(range(GM + 1), name="sel_slot_r")
+        m.d.comb += [p.t_sel.eq(Mux(p.ss, p.t[1], p.t[0])), p.r_sel.eq(Mux(p.ss, p.r[1], p.r[0]))]
+
+        def store(t, rr):
+            for j in range(2):
+                with m.If(p.ss == j):
+                    m.d.sync += [p.t[j].eq(t), p.r[j].eq(rr)]
+
+        def select_finished():
+            store(sel.prefix_next, sel.rem_next)
+            if map_pass is None:
+                m.d.comb += p.sel_done.eq(1)
+                m.next = "IDLE"
+            else:
+                m.next = "MAP"
+
         with m.FSM(name="select"):
             with m.State("IDLE"):
+                # The select registers rest at their start values, so the first digit is resolved in
+                # the cycle the slot is found loaded (rem starts from KEEP through `sel.first`).
                 with m.If(p.has.bit_select(p.ss, 1) & ~p.seld.bit_select(p.ss, 1)):
-                    m.d.sync += [sel.digit.eq(SELECT_DIGITS - 1), sel.prefix.eq(0), sel.rem.eq(r["k"])]
                     with m.If(p.prunes):
-                        m.next = "SELECT"
+                        m.d.comb += sel.first.eq(1)
+                        self._select_advance(m, sel)
+                        with m.If(sel.last):
+                            select_finished()
+                        with m.Else():
+                            m.next = "SELECT"
                     with m.Else():
                         # Nothing pruned: t = 0 and all G values "equal or above" are kept.
-                        for j in range(2):
-                            with m.If(p.ss == j):
-                                m.d.sync += [p.t[j].eq(0), p.r[j].eq(r["g"])]
+                        store(0, r["g"])
                         m.d.comb += p.sel_done.eq(1)
             with m.State("SELECT"):
-                last = self._select_step(m, sel)
-                with m.If(last):
-                    for j in range(2):
-                        with m.If(p.ss == j):
-                            m.d.sync += [p.t[j].eq(sel.prefix_next), p.r[j].eq(sel.rem_next)]
-                    if map_pass is None:
-                        m.d.comb += p.sel_done.eq(1)
-                        m.next = "IDLE"
-                    else:
-                        m.next = "MAP"
+                self._select_advance(m, sel)
+                with m.If(sel.last):
+                    select_finished()
             if map_pass is not None:
                 with m.State("MAP"):
                     with m.If(map_pass(p)):
@@ -300,15 +314,19 @@ class KvEncoderBase(wiring.Component):
         return p
 
     def _select_unit(self, m, r, vals):
-        """Radix-select registers and the per-cycle popcounts of one select step over ``vals``."""
+        """Radix-select registers and the combinational select step over ``vals``: the candidates are
+        the keys that match the prefix above the current digit (SELECT_BITS key bits); count_d =
+        candidates whose digit is >= d, for d = 1..R-1 (one G-input popcount each, all in the same
+        cycle). The digit of t is the largest d with count_d >= rem (counts fall with d); the
+        candidates above it are all kept, so rem drops by count_{d+1}."""
         GM = self.max_group
         s = SimpleNamespace()
-        s.digit = Signal(range(SELECT_DIGITS), name="sel_digit")   # radix-select digit, MSB digit first
+        s.digit = Signal(range(SELECT_DIGITS), name="sel_digit", init=SELECT_DIGITS - 1)  # MSB digit first
         s.prefix = Signal(KEY_BITS, name="sel_prefix")             # threshold bits found so far
         s.rem = Signal(range(GM + 1), name="sel_rem")              # values still to keep among the candidates
-        # Radix select step on digit `digit` (SELECT_BITS key bits): the candidates are the keys that
-        # match the prefix above the digit; count_d = candidates whose digit is >= d, for d = 1..R-1
-        # (one G-input popcount each, all in the same cycle).
+        s.first = Signal(name="sel_first")                         # first step: rem is KEEP
+        rem = Signal(range(GM + 1), name="sel_rem_cur")
+        m.d.comb += rem.eq(Mux(s.first, r["k"], s.rem))
         shift = Signal(range(SELECT_KEY_BITS), name="sel_shift")
         m.d.comb += shift.eq(s.digit * SELECT_BITS)
         hi_mask = Signal(SELECT_KEY_BITS, name="sel_hi_mask")
@@ -323,34 +341,33 @@ class KvEncoderBase(wiring.Component):
                          dval.eq(key.bit_select(shift, SELECT_BITS))]
             for d in range(1, SELECT_RADIX):
                 m.d.comb += ge[d - 1][i].eq(cand & (dval >= d))
-        s.counts = []
+        counts = []
         for d in range(1, SELECT_RADIX):
             c = Signal(range(GM + 1), name=f"sel_count{d}")
             m.d.comb += c.eq(popcount([ge[d - 1][i] for i in range(GM)]))
-            s.counts.append(c)
-        return s
-
-    def _select_step(self, m, s):
-        """One radix-select cycle; returns "this was digit 0" (then ``prefix_next`` = t and ``rem_next``
-        = r). The digit of t is the largest d with count_d >= rem (counts fall with d); the candidates
-        above it are all kept, so rem drops by count_{d+1}."""
+            counts.append(c)
         dig = Signal(SELECT_BITS, name="sel_d")
-        above = Signal.like(s.rem, name="sel_above")
-        d_acc, a_acc = Const(0, SELECT_BITS), s.counts[0]
+        above = Signal(range(GM + 1), name="sel_above")
+        d_acc, a_acc = Const(0, SELECT_BITS), counts[0]
         for d in range(1, SELECT_RADIX):
-            hit = s.counts[d - 1] >= s.rem
-            nxt = s.counts[d] if d < SELECT_RADIX - 1 else Const(0, 1)
+            hit = counts[d - 1] >= rem
+            nxt = counts[d] if d < SELECT_RADIX - 1 else Const(0, 1)
             d_acc, a_acc = Mux(hit, d, d_acc), Mux(hit, nxt, a_acc)
         m.d.comb += [dig.eq(d_acc), above.eq(a_acc)]
-        s.prefix_next = Signal.like(s.prefix, name="sel_prefix_next")
-        s.rem_next = Signal.like(s.rem, name="sel_rem_next")
-        m.d.comb += [s.prefix_next.eq(s.prefix | (dig << (s.digit * SELECT_BITS))), s.rem_next.eq(s.rem - above)]
-        m.d.sync += [s.prefix.eq(s.prefix_next), s.rem.eq(s.rem_next)]
-        last = Signal(name="sel_last")
-        m.d.comb += last.eq(s.digit == 0)
-        with m.If(~last):
-            m.d.sync += s.digit.eq(s.digit - 1)
-        return last
+        s.prefix_next = Signal.like(s.prefix, name="sel_prefix_next")   # t after the last digit
+        s.rem_next = Signal.like(s.rem, name="sel_rem_next")            # r after the last digit
+        s.last = Signal(name="sel_last")
+        m.d.comb += [s.prefix_next.eq(s.prefix | (dig << shift)), s.rem_next.eq(rem - above),
+                     s.last.eq(s.digit == 0)]
+        return s
+
+    @staticmethod
+    def _select_advance(m, s):
+        """Register one select step; after the last digit the registers return to their start values."""
+        with m.If(s.last):
+            m.d.sync += [s.digit.eq(SELECT_DIGITS - 1), s.prefix.eq(0)]
+        with m.Else():
+            m.d.sync += [s.digit.eq(s.digit - 1), s.prefix.eq(s.prefix_next), s.rem.eq(s.rem_next)]
 
     @staticmethod
     def _slot_slice(m, p, slot, index, n, name):

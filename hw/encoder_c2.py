@@ -142,7 +142,7 @@ class EncoderKvC2(KvEncoderBase):
 
         def step(p):
             vals = self._slot_slice(m, p, p.ss, mb, MX_BLOCK, "mapv")
-            kept, eqb = self._keep_flags(m, vals, p.sel.prefix, p.sel.rem, eq_seen, "map")
+            kept, eqb = self._keep_flags(m, vals, p.t_sel, p.r_sel, eq_seen, "map")
             done = Signal(name="map_done")
             m.d.comb += done.eq(mb + 1 == nmap)
             for k in range(2):
