@@ -144,7 +144,7 @@ def _sorted_patterns(every: int = 1) -> np.ndarray:
 @pytest.mark.slow
 @pytest.mark.parametrize("full", [False, True])
 def test_c2_all_65536_patterns(full):
-    """All 65,536 patterns, L = 16, G = 256, no pruning, no stalls (~50 s in full mode)."""
+    """All 65,536 patterns, L = 16, G = 256, no pruning, no stalls (~1-2 min in full mode)."""
     enc = c2(_sorted_patterns(), 256, 4, 1.0)
     run(DecoderC2(16, word=128), [DecodeJob(enc, full)], stall=0.0, max_cycles=10**5)
 
