@@ -66,11 +66,11 @@ def _encoder_factories():
     for l, word in ((8, 64), (16, 128)):
         _register(f"encoder_kv_c1_l{l}", lambda l=l, w=word: EncoderKvC1(lanes=l, word=w),
                   block="encoder_kv_c1", lanes=l, word=word, max_group=128,
-                  # measured (docs/HARDWARE.md section 3): G / max(G/L, 9.5) values/cycle when pruning (two
+                  # measured (docs/HARDWARE.md section 3): G / max(G/L, 9) values/cycle when pruning (two
                   # vector buffers: the 8-cycle radix-4 select overlaps the other vector's emission),
-                  # G / max(G/L, 8.5) at k = G; latency ~ 2G/L + 14
-                  values_per_cycle=l, values_per_cycle_pruning_g128=round(128 / max(128 / l, 9.5), 2),
-                  latency_cycles=2 * 128 // l + 14,
+                  # G / max(G/L, 8.5) at k = G; latency ~ 2G/L + 13
+                  values_per_cycle=l, values_per_cycle_pruning_g128=round(128 / max(128 / l, 9), 2),
+                  latency_cycles=2 * 128 // l + 13,
                   description=f"online KV-cache encoder (C1), {l} bf16 values/cycle in, {word}-bit plane words")
     try:
         from .encoder_c2 import EncoderKvC2
@@ -79,11 +79,11 @@ def _encoder_factories():
     for l, word in ((8, 64), (16, 128)):
         _register(f"encoder_kv_c2_l{l}", lambda l=l, w=word: EncoderKvC2(lanes=l, word=w),
                   block="encoder_kv_c2", lanes=l, word=word, max_group=128,
-                  # measured (docs/HARDWARE.md 3a): G / max(G/L, G/32 + 9) values/cycle when pruning
+                  # measured (docs/HARDWARE.md 3a): G / max(G/L, G/32 + 8) values/cycle when pruning
                   # (select + 32-wide bitmap pass overlap the other vector's emission), L at k = G (m <= 6);
-                  # latency ~ 2G/L + G/32 + 14
-                  values_per_cycle=l, values_per_cycle_pruning_g128=round(128 / max(128 / l, 128 // 32 + 9), 2),
-                  latency_cycles=2 * 128 // l + 128 // 32 + 14,
+                  # latency ~ 2G/L + G/32 + 13
+                  values_per_cycle=l, values_per_cycle_pruning_g128=round(128 / max(128 / l, 128 // 32 + 8), 2),
+                  latency_cycles=2 * 128 // l + 128 // 32 + 13,
                   description=f"online KV-cache encoder (C2, MX shared exponent), {l} bf16 values/cycle in, "
                               f"{word}-bit plane words")
 
