@@ -41,8 +41,10 @@ def word_layout(word: int) -> data.StructLayout:
 
 
 def thermometer(n, width: int):
-    """Bits ``[0, n)`` set: a comparator per bit, far cheaper than a shifted mask."""
-    return Cat(*[n > i for i in range(width)])
+    """Bits ``[0, n)`` set: a comparator per bit, far cheaper than a shifted mask. Bits ``n`` can never
+    reach are constant zero (no always-false comparison for lint to flag)."""
+    top = (1 << len(n)) - 1
+    return Cat(*[(n > i) if i < top else Const(0, 1) for i in range(width)])
 
 
 class BitReader(wiring.Component):

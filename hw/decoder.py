@@ -244,18 +244,22 @@ class DecoderC1(wiring.Component):
         code_err = Signal(name=f"{name}_code_err")
         overrun = Signal(name=f"{name}_overrun")
         # first failing lane j: all lanes < j ok, lane j not ok; it matters if j < need.
-        all_ok_before = Const(1, 1)
+        starving = Signal(name=f"{name}_starving")
+        m.d.comb += starving.eq(reader.end_seen & (reader.avail <= W))
+        ok_before = Signal(L, name=f"{name}_ok_before")     # lanes < j all ok
+        fails = Signal(L, name=f"{name}_fails")
+        long_run = Signal(L, name=f"{name}_long_run")
         ce = Const(0, 1)
         ov = Const(0, 1)
         for j in range(L):
-            fails = all_ok_before & ~lanes["ok"][j] & (j < need) & ~lanes["after_esc"][j]
             start = zc.end[j - 1] if j else Const(0, 1)
-            zero_run = lanes["avail"] - start
-            long_run = ~zc.valid[j] & (zero_run > K)
-            ce = ce | (fails & (lanes["bad"][j] | long_run))
-            starving = reader.end_seen & (reader.avail <= W)
-            ov = ov | (fails & ~lanes["bad"][j] & ~long_run & starving)
-            all_ok_before = all_ok_before & lanes["ok"][j]
+            m.d.comb += [
+                ok_before[j].eq((ok_before[j - 1] & lanes["ok"][j - 1]) if j else 1),
+                fails[j].eq(ok_before[j] & ~lanes["ok"][j] & (j < need) & ~lanes["after_esc"][j]),
+                long_run[j].eq(~zc.valid[j] & ((lanes["avail"] - start) > K)),
+            ]
+            ce = ce | (fails[j] & (lanes["bad"][j] | long_run[j]))
+            ov = ov | (fails[j] & ~lanes["bad"][j] & ~long_run[j] & starving)
         m.d.comb += [code_err.eq(ce), overrun.eq(ov)]
         return code_err, overrun
 
@@ -296,8 +300,9 @@ class DecoderC1(wiring.Component):
 
         # ---- speculation codes
         spec = self._code_lanes(m, S, r["spec_k"], r["spec_tab"], "spec")
-        kept = Cat(*[s != PRUNED for s in spec["sym"]])
-        pruned = Cat(*[s == PRUNED for s in spec["sym"]])
+        kept = Signal(L, name="kept")
+        pruned = Signal(L, name="pruned")
+        m.d.comb += [kept.eq(Cat(*[s != PRUNED for s in spec["sym"]])), pruned.eq(~kept)]
         kp = prefix_counts(m, kept, L, "kp")           # kept lanes before lane i
         pp = prefix_counts(m, pruned, L, "pp")         # pruned lanes before lane i
 
@@ -316,10 +321,12 @@ class DecoderC1(wiring.Component):
 
         # ---- verification: codes of pruned lanes, rest fields of every lane
         ver = self._code_lanes(m, V, r["verif_k"], r["verif_tab"], "ver")
-        vok_prefix = [Const(1, 1)]
+        # vok[j]: verification code lanes 0..j all ok. Named signals, not nested expressions: Amaranth
+        # re-emits an expression at every use, and these feed per-lane muxes (RTLIL grew as L^5).
+        vok = Signal(L, name="vok")
         for j in range(L):
-            vok_prefix.append(vok_prefix[-1] & ver["ok"][j])
-        vok_arr = Array(Cat(*vok_prefix[1:]))  # vok_arr[j]: verif lanes 0..j all ok
+            m.d.comb += vok[j].eq(ver["ok"][j] & (vok[j - 1] if j else 1))
+        vok_arr = Array(vok[j] for j in range(L))
         vsym_arr = Array(ver["sym"])
         rest_field = []
         rest_ok = []
@@ -339,21 +346,22 @@ class DecoderC1(wiring.Component):
             v_exp.append(ve)
 
         # ---- lane fit: the leading lanes complete on every plane the mode reads
-        lane_ok = []
+        lane_ok = Signal(L)
         for i in range(L):
-            ok = spec["ok"][i] & sm_ok[i] & (i < need)
-            lane_ok.append(ok & (~full | (rest_ok[i] & v_ok[i])))
-        fit = [Const(1, 1)]
+            m.d.comb += lane_ok[i].eq(spec["ok"][i] & sm_ok[i] & (i < need) & (~full | (rest_ok[i] & v_ok[i])))
+        fit_bits = Signal(L, name="fit")              # fit[i]: lanes 0..i all complete
         for i in range(L):
-            fit.append(fit[-1] & lane_ok[i])
+            m.d.comb += fit_bits[i].eq(lane_ok[i] & (fit_bits[i - 1] if i else 1))
+        fit = [Const(1, 1)] + [fit_bits[i] for i in range(L)]
         self._probe = {"spec_ok": Cat(*spec["ok"]), "sm_ok": Cat(*sm_ok), "rest_ok": Cat(*rest_ok),
                        "v_ok": Cat(*v_ok), "kept": kept}          # white-box simulation probes
         n_out = Signal(range(L + 1))
         m.d.comb += n_out.eq(sum(fit[1:]))
         # Spec-only prefix for the signman/verif overrun checks (lanes the codes already allow).
-        sfit = [Const(1, 1)]
+        sfit_bits = Signal(L, name="sfit")
         for i in range(L):
-            sfit.append(sfit[-1] & spec["ok"][i] & (i < need))
+            m.d.comb += sfit_bits[i].eq(spec["ok"][i] & (i < need) & (sfit_bits[i - 1] if i else 1))
+        sfit = [Const(1, 1)] + [sfit_bits[i] for i in range(L)]
 
         # ---- per-plane consumption for n_out lanes
         n_sel = Array(range(L + 1))

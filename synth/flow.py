@@ -38,7 +38,7 @@ from typing import Any, Callable
 from ..errors import ConfigError, ToolMissingError
 from . import liberty, timing
 
-FLOW_VERSION = 6                     # bump when the script or the parsing changes meaning
+FLOW_VERSION = 7                     # bump when the script or the parsing changes meaning
 LIB_PATH = liberty.LIB_PATH
 LOCAL_LIB = "cells.lib"               # the library is copied next to each design (see yosys_script)
 # NAND2_X1 area assumed for a 28 nm standard-cell library (µm²): an estimate, see docs/SYNTHESIS.md.
@@ -210,7 +210,10 @@ def yosys_script(top: str, abc_cmds: str, period_ps: float) -> str:
         # -noabc: synth's own `abc` pass maps for area onto generic gates and turns Yosys'
         # Brent-Kung adders back into ripple-carry chains (a 27-bit add went from 9 to 27 levels);
         # the one ABC run below maps onto the library with the delay target instead.
-        f"synth -flatten -noabc -top {top}",
+        # -noshare: the SAT-based SHARE pass looks for muxes it can merge under exclusive activation;
+        # on the decoders' per-lane field muxes it ran for over 15 minutes (decoder_c1_l8) without
+        # finishing, and the designs share nothing it could find cheaply.
+        f"synth -flatten -noabc -noshare -top {top}",
         # Amaranth's synchronous resets/enables become D-input logic in front of plain flip-flops,
         # because the library (like many) has no synchronous-reset or enable flip-flops.
         f"dfflibmap -liberty {LOCAL_LIB}",
