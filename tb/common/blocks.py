@@ -88,6 +88,16 @@ def _dec_make(params):
     return hwapi.make_decoder(params)
 
 
+def _dec2_configs():
+    from . import hwapi
+    return hwapi.decoder_c2_configs()
+
+
+def _dec2_make(params):
+    from . import hwapi
+    return hwapi.make_decoder_c2(params)
+
+
 def _enc_configs():
     from . import hwapi
     return hwapi.encoder_configs()
@@ -113,6 +123,8 @@ BLOCKS: dict[str, BlockSpec] = {
                               _quick("zero_counter")),
     "decoder": BlockSpec("decoder", "cassandra_decoder", "cassandra_rtl.tb.decoder.test_decoder",
                          _dec_configs, _dec_make, _quick("decoder")),
+    "decoder_c2": BlockSpec("decoder_c2", "cassandra_decoder_c2", "cassandra_rtl.tb.decoder_c2.test_decoder_c2",
+                            _dec2_configs, _dec2_make, _quick("decoder_c2")),
     "encoder": BlockSpec("encoder", "cassandra_encoder", "cassandra_rtl.tb.encoder.test_encoder",
                          _enc_configs, _enc_make, _quick("encoder")),
 }

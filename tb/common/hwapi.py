@@ -51,7 +51,16 @@ def make_zero_counter(params):
 # ---------------------------------------------------------------------------------------- decoder
 
 def decoder_configs() -> dict[str, dict]:
-    return _named("decoder")
+    return _named("decoder_c1")
+
+
+def decoder_c2_configs() -> dict[str, dict]:
+    """DecoderC2(lanes=L, word=IW) (docs/HARDWARE.md 2a): decoder_c2_l8 / decoder_c2_l16."""
+    return _named("decoder_c2")
+
+
+def make_decoder_c2(params):
+    return _hw("configs").NAMED_CONFIGS[params["named"]]()
 
 
 def make_decoder(params):
@@ -69,7 +78,7 @@ def make_encoder(params):
 
 
 QUICK = {"zero_counter": ["zero_counter_w64_l8", "tb_w64_l8_comb"], "decoder": ["decoder_c1_l4", "decoder_c1_l8"],
-         "encoder": ["encoder_kv_c1_l8"]}
+         "decoder_c2": ["decoder_c2_l8"], "encoder": ["encoder_kv_c1_l8", "encoder_kv_c2_l8"]}
 
 
 def quick_configs(kind: str) -> list[str]:

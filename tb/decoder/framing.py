@@ -19,6 +19,14 @@ ERROR_NAMES = {ERR_CODE: "CODE", ERR_OVERRUN: "OVERRUN", ERR_TOO_LONG: "TOO_LONG
 
 PORTS = {"spec.codes": "spec_codes", "spec.signman": "spec_signman",
          "verif.codes": "verif_codes", "verif.rest": "verif_rest"}
+# Cassandra-2 (docs/HARDWARE.md 2a / 3a): one speculation plane, spec.mx
+PORTS_C2 = {"spec.mx": "spec_mx", "verif.codes": "verif_codes", "verif.rest": "verif_rest"}
+SCHEME_PORTS = {"c1": PORTS, "c2": PORTS_C2}
+
+
+def ports(scheme: str) -> dict[str, str]:
+    """plane name -> port name of the decoder / encoder of ``scheme``."""
+    return SCHEME_PORTS[scheme]
 
 
 def program(enc: EncodedTensor, full: bool, start: bool = True, books: bool = True) -> list[tuple[int, int]]:
@@ -27,7 +35,8 @@ def program(enc: EncodedTensor, full: bool, start: bool = True, books: bool = Tr
     w = [(MODE, int(full)), (MBITS, c.mantissa_bits), (KEEP, c.keep_count), (GROUP, c.group_size),
          (NUMEL, enc.numel)]
     if books:
-        w += [(SPEC_SYM + r, s) for r, s in enumerate(enc.spec_book.symbols)] + [(SPEC_K, enc.spec_book.K)]
+        if enc.spec_book is not None:          # C2 has no speculation book (SPEC_* accepted and ignored)
+            w += [(SPEC_SYM + r, s) for r, s in enumerate(enc.spec_book.symbols)] + [(SPEC_K, enc.spec_book.K)]
         if full:
             w += [(VERIF_SYM + r, s) for r, s in enumerate(enc.verif_book.symbols)] + [(VERIF_K, enc.verif_book.K)]
     if start:
@@ -54,7 +63,8 @@ def planes_read(enc: EncodedTensor, full: bool) -> tuple[str, ...]:
 
 def plane_words(enc: EncodedTensor, full: bool, word_bits: int) -> dict[str, list[list[tuple[int, int]]]]:
     """port name -> per-superblock list of (data, last) words."""
-    return {PORTS[p]: [chunk_to_words(c, word_bits) for c in superblock_chunks(enc, p)]
+    names = ports(enc.config.scheme)
+    return {names[p]: [chunk_to_words(c, word_bits) for c in superblock_chunks(enc, p)]
             for p in planes_read(enc, full)}
 
 
@@ -79,3 +89,22 @@ def code_ranks(enc: EncodedTensor, full: bool) -> dict[str, np.ndarray]:
         e = (decode_full(enc).reshape(-1).astype(np.int64) >> 7) & 0xFF
         out["verif"] = enc.verif_book.rank_table()[e[sym == PRUNED]]
     return out
+
+
+def c2_lanes(enc: EncodedTensor) -> dict[str, np.ndarray]:
+    """Per value of a C2 tensor, re-derived from the bf16 values (FORMAT.md section 4), for coverage and
+    directed stimulus: X (shared exponent of its MX block), kept, elem, draft_zero, delta = X - e, and the
+    verification-code rank of every draft-zero value (K = escape)."""
+    from cassandra_rtl.golden.codec import c2_draft_fields, keep_mask
+    from cassandra_rtl.golden.config import MX_BLOCK
+
+    v = decode_full(enc).reshape(-1).astype(np.int64)
+    e, mant = (v >> 7) & 0xFF, v & 0x7F
+    N = len(v)
+    X = np.maximum.reduceat(e, np.arange(0, N, MX_BLOCK))[np.arange(N) // MX_BLOCK] if N else e
+    kept = keep_mask(v.astype(np.uint16), enc.config)
+    c, elem = c2_draft_fields(e, mant, X, enc.config.mantissa_bits)
+    dz = ~kept | (elem == 0)
+    delta = X - e
+    return {"X": X, "e": e, "kept": kept, "c": c, "elem": elem, "draft_zero": dz, "delta": delta,
+            "verif_rank": enc.verif_book.rank_table()[delta[dz]]}

@@ -1,5 +1,6 @@
-"""cocotb harness of the C1 decoder: agents on every port (docs/HARDWARE.md section 2), the bit-exact
-scoreboard on every output value, protocol checks on every beat and decoder coverage."""
+"""cocotb harness of the C1 and C2 decoders: agents on every port (docs/HARDWARE.md sections 2 / 2a), the
+bit-exact scoreboard on every output value, protocol checks on every beat and decoder coverage. The scheme
+comes from the configuration's block (``decoder_c1`` / ``decoder_c2``, hw/configs.py CONFIG_INFO)."""
 from __future__ import annotations
 
 from collections import deque
@@ -29,18 +30,20 @@ class DecoderHarness:
         self.dut, self.ctx = dut, ctx
         self.L, self.IW = int(p["lanes"]), int(p["word"])
         self.cb = bits_for(self.L)
+        self.scheme = "c2" if str(p.get("block", "")).endswith("c2") else "c1"
+        ports = list(F.ports(self.scheme).values())
         rng = ctx.rng
         if profiles is None:
             profiles = {}
         elif isinstance(profiles, str):
-            profiles = {k: profiles for k in ("cfg", *F.PORTS.values(), "out")}
-        prof = {k: profiles.get(k, rng.choice(PROFILES)) for k in ("cfg", *F.PORTS.values(), "out")}
+            profiles = {k: profiles for k in ("cfg", *ports, "out")}
+        prof = {k: profiles.get(k, rng.choice(PROFILES)) for k in ("cfg", *ports, "out")}
         self.profiles = prof
         cov = ctx.cov
         IW = self.IW
         self.cfg = Source(dut, "cfg", ctx.pacer(prof["cfg"]), cov, encode=lambda aw: aw[0] | (aw[1] << 8))
         self.planes = {port: Source(dut, port, ctx.pacer(prof[port]), cov, encode=lambda w: w[0] | (w[1] << IW))
-                       for port in F.PORTS.values()}
+                       for port in ports}
         self.out = Sink(dut, "out", ctx.pacer(prof["out"]), self._beat, cov)
         self.sb = ctx.scoreboard("decoder")
         self.tensors: deque[Tensor] = deque()
@@ -51,9 +54,10 @@ class DecoderHarness:
         self.fill_point = f"dec.lane_fill_L{L}"
         cov.define(self.fill_point, range(1, L + 1))
         cov.define("dec.beat", ["full", "short_escape", "sb_end", "last"])
-        cov.define("dec.spec_rank", [*range(15), "esc"])
+        if self.scheme == "c1":
+            cov.define("dec.spec_rank", [*range(15), "esc"])
+            cov.define("dec.spec_K_with_escape", range(16))
         cov.define("dec.verif_rank", [*range(15), "esc"])
-        cov.define("dec.spec_K_with_escape", range(16))
         cov.define("dec.mode", ["draft", "full"])
         cov.define("dec.mbits", range(8))
         cov.define("dec.group", [32, 64, 128, 256])
@@ -62,6 +66,15 @@ class DecoderHarness:
         cov.define("dec.value_class", ["zero", "subnormal", "normal", "inf", "nan", "pruned"])
         cov.define("dec.stall_all_inputs", ["yes"])
         cov.define("dec.out_stall_while_valid", ["yes"])
+        if self.scheme == "c2":
+            # C2-specific events (docs/HARDWARE.md 2a): draft-zero lanes (pruned / elem = 0 / elem = 0 of a
+            # subnormal), subnormal drafts (draft exponent 0 from a normal or subnormal input), X = 0
+            # blocks, c < 0 (every mantissa bit cut), escapes of delta codes, header kinds of a superblock
+            # (bitmap merged into the first beat, HEAD cycles for the bitmap, no bitmap at k = G)
+            cov.define("c2.lane", ["kept_nonzero", "pruned", "elem_zero", "subnormal_draft", "x_zero",
+                                   "c_negative"])
+            cov.define("c2.header", ["no_bitmap", "bitmap_merged", "bitmap_head_cycles"])
+            cov.define("c2.verif_K_with_escape", range(16))
 
     # ----------------------------------------------------------------------------------------- monitors
     def _watch(self):
@@ -122,6 +135,9 @@ class DecoderHarness:
         cov.hit("dec.group", c.group_size)
         cov.hit("dec.keep", "all" if c.keep_count == c.group_size else "one" if c.keep_count == 1 else "partial")
         cov.hit("dec.last_sb", "full" if enc.numel % c.group_size == 0 else "partial")
+        if self.scheme == "c2":
+            self._cover_c2(enc, full, values)
+            return
         ranks = F.code_ranks(enc, full)
         for name, r in ranks.items():
             K = enc.spec_book.K if name == "spec" else enc.verif_book.K
@@ -140,6 +156,47 @@ class DecoderHarness:
                 cov.hit("dec.value_class", name, n)
         if c.prunes:
             cov.hit("dec.value_class", "pruned", int((ranks["spec"] == enc.spec_book.rank_table()[256]).sum()))
+
+    def _cover_c2(self, enc, full: bool, values: np.ndarray):
+        cov, c = self.ctx.cov, enc.config
+        v = values.astype(np.int64)
+        e, f = (v >> 7) & 0xFF, v & 0x7F
+        cls = np.where(e == 255, np.where(f == 0, 3, 4), np.where(e == 0, np.where(f == 0, 0, 1), 2))
+        for i, name in enumerate(["zero", "subnormal", "normal", "inf", "nan"]):
+            n = int((cls == i).sum())
+            if n:
+                cov.hit("dec.value_class", name, n)
+        ln = F.c2_lanes(enc)
+        kept, dz, elem = ln["kept"], ln["draft_zero"], ln["elem"]
+        draft = F.expected(enc, False).astype(np.int64)
+        for name, mask in (("kept_nonzero", kept & ~dz), ("pruned", ~kept), ("elem_zero", kept & (elem == 0)),
+                           ("subnormal_draft", kept & ~dz & (((draft >> 7) & 0xFF) == 0)),
+                           ("x_zero", ln["X"] == 0), ("c_negative", kept & (ln["c"] < 0))):
+            n = int(mask.sum())
+            if n:
+                cov.hit("c2.lane", name, n)
+        if (~kept).any():
+            cov.hit("dec.value_class", "pruned", int((~kept).sum()))
+        G, N = c.group_size, enc.numel
+        nfull, tail = divmod(N, G)
+        W_MX = int(self.ctx.params.get("mx_window", 9 * self.L + 160))
+        if not c.prunes:
+            cov.hit("c2.header", "no_bitmap", enc.nsb)
+        else:
+            merged = G + G // 4 + 9 * self.L <= W_MX
+            if merged and nfull:
+                cov.hit("c2.header", "bitmap_merged", nfull)
+            heads = (0 if merged else nfull) + (1 if tail else 0)
+            if heads:
+                cov.hit("c2.header", "bitmap_head_cycles", heads)
+        if full:
+            K = enc.verif_book.K
+            hist = np.bincount(ln["verif_rank"], minlength=16)
+            for rank, n in enumerate(hist):
+                if n:
+                    cov.hit("dec.verif_rank", "esc" if rank == K else rank, int(n))
+            if hist[K]:
+                cov.hit("c2.verif_K_with_escape", K)
 
     def submit(self, enc, full: bool, books: bool = True, check: bool = True, planes=None, prog=None):
         """Queue one tensor: register writes, plane words (``planes`` overrides, for malformed streams)."""

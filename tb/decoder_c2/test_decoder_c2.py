@@ -1,0 +1,395 @@
+"""cocotb tests of the Cassandra-2 decoder (hw/decoder_c2.py, docs/HARDWARE.md section 2a) against the golden
+codec: every output value bit for bit against ``decode_draft`` / ``decode_full``, every beat's count / sb_end /
+last / unused lanes (tb/decoder/harness.py, shared with the C1 decoder), under random idle cycles on every
+input and random backpressure on the output."""
+from __future__ import annotations
+
+import numpy as np
+
+from cassandra_rtl.golden.codebook import Codebook
+from cassandra_rtl.golden.codec import superblock_chunks
+from cassandra_rtl.golden.config import ALLOWED_GROUP_SIZES, CodecConfig
+from cassandra_rtl.tb.common.bench import env_int, full_run, reset, tb_test
+from cassandra_rtl.tb.common.stream import PROFILES
+from cassandra_rtl.tb.decoder import data as D
+from cassandra_rtl.tb.decoder import framing as F
+from cassandra_rtl.tb.decoder.harness import DecoderHarness
+
+
+def scale(quick: int, full: int) -> int:
+    return env_int("TB_SCALE", full if full_run() else quick)
+
+
+def _rng(ctx):
+    return np.random.default_rng(ctx.seed)
+
+
+def c2cfg(G: int, m: int, k: int) -> CodecConfig:
+    return CodecConfig(scheme="c2", group_size=G, mantissa_bits=m, keep_count=k)
+
+
+def random_c2_config(rng) -> CodecConfig:
+    G = int(rng.choice(ALLOWED_GROUP_SIZES))
+    r = rng.random()
+    k = G if r < 0.3 else 1 if r < 0.4 else int(rng.integers(1, G + 1))
+    return c2cfg(G, int(rng.integers(0, 8)), k)
+
+
+def small_exponents(rng, n: int) -> np.ndarray:
+    """Subnormals and tiny normals (X in 0..3), one MX block of pure subnormals (X = 0), one of +0."""
+    x = (rng.integers(0, 0x200, n).astype(np.uint16) | (rng.integers(0, 2, n).astype(np.uint16) << 15))
+    x[:min(n, 32)] &= 0x807F
+    x[32:min(n, 64)] = 0
+    return x
+
+
+def pattern_spread(rng, n: int) -> np.ndarray:
+    """bf16 patterns over every exponent and both signs, so X ranges over 0..255 (c < 0, elem = 0, deltas far
+    outside any book)."""
+    pats = np.arange(0, 65536, 61, dtype=np.uint16)
+    pats = np.concatenate([pats, np.array(D.SPECIALS, np.uint16)])
+    rng.shuffle(pats)
+    return np.resize(pats, n)
+
+
+def random_c2_tensor(rng, n: int) -> np.ndarray:
+    kind = rng.choice(["weights", "weights", "uniform", "specials", "sparse", "small", "spread"])
+    if kind == "small":
+        return small_exponents(rng, n)
+    if kind == "spread":
+        return pattern_spread(rng, n)
+    return D.random_tensor(rng, n)
+
+
+def rare_delta_book(enc, K: int) -> Codebook:
+    """A verification book of K deltas whose common deltas sit at the highest ranks (long codes) and rare or
+    absent deltas in front; everything else escapes."""
+    ln = F.c2_lanes(enc)
+    d = ln["delta"][ln["draft_zero"]]
+    counts = np.bincount(d, minlength=256)[:256]
+    common = [int(s) for s in np.argsort(-counts, kind="stable") if counts[s] > 0][: max(0, K // 3)]
+    rare = [s for s in range(255, -1, -1) if s not in common][: K - len(common)]
+    return Codebook(tuple(rare + common[::-1]))
+
+
+@tb_test()
+async def bf16_specials(dut, ctx):
+    """Every bf16 special value (+-0, subnormals, min/max normal, +-Inf, NaN payloads) in both modes at
+    m = 0, 3, 7 with and without pruning; blocks of subnormals only (X = 0) and the whole exponent range."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx)
+    items = []
+    for m in (0, 3, 7):
+        for k in (128, 40):
+            enc = D.encode(D.specials_tensor(rng, 300), c2cfg(128, m, k))
+            items += [(enc, False), (enc, True)]
+    sp = np.array(D.SPECIALS * 3, dtype=np.uint16)
+    for k in (32, 5):
+        enc = D.encode(sp, c2cfg(32, 2, k))
+        items += [(enc, False), (enc, True)]
+    for m, k in ((0, 40), (7, 64), (3, 1), (5, 64)):
+        enc = D.encode(small_exponents(rng, 256), c2cfg(64, m, k))
+        items += [(enc, bool(m % 2)), (enc, not m % 2)]
+    enc = D.encode(pattern_spread(rng, 640), c2cfg(128, 2, 96))
+    items += [(enc, False), (enc, True)]
+    await h.run(items)
+
+
+@tb_test()
+async def boundary_configs(dut, ctx):
+    """k = G (no bitmap), k = 1, k = 2, k = G - 1 for every G (G = 256 with k < G reads its bitmap in HEAD
+    cycles), m = 0 and 7, partial last superblocks (HEAD cycles for its bitmap when pruning), a tensor of a
+    single value and one of exactly one MX block."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx)
+    items = []
+    for G in ALLOWED_GROUP_SIZES:
+        for k in (G, 1, 2, G - 1):
+            m = int(rng.choice([0, 7, int(rng.integers(0, 8))]))
+            n = 2 * G + int(rng.integers(1, G))
+            enc = D.encode(D.weights_like(rng, n), c2cfg(G, m, k))
+            items += [(enc, True), (enc, False)]
+    for n, G, k in ((1, 32, 1), (1, 32, 32), (32, 32, 7), (33, 64, 10), (255, 256, 200)):
+        enc = D.encode(D.weights_like(rng, n), c2cfg(G, int(rng.integers(0, 8)), k))
+        items += [(enc, True), (enc, False)]
+    await h.run(items)
+
+
+@tb_test()
+async def escapes_and_books(dut, ctx):
+    """Verification books of every size K = 0..15 with escapes present (K = 0: every delta escapes, one
+    draft-zero value per beat at most), books whose common deltas sit at rank K - 1 (15-bit codes at K = 15)
+    and 24-bit escapes at K = 15."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx)
+    items = []
+    for K in range(16):
+        G = int(rng.choice([32, 64, 128]))
+        cfg = c2cfg(G, int(rng.integers(0, 8)), int(rng.integers(1, G)))
+        x = pattern_spread(rng, 3 * G + 11) if K % 3 == 0 else D.weights_like(rng, 3 * G + 11)
+        enc0 = D.encode(x, cfg)
+        book = Codebook(()) if K == 0 else rare_delta_book(enc0, K)
+        enc = D.encode(x, cfg, books=(None, book))
+        items.append((enc, True))
+        if K in (0, 15):
+            items.append((enc, False))
+    # the encoder-calibrated book, then the same data under a K = 0 book
+    x = D.weights_like(rng, 192)
+    items.append((D.encode(x, c2cfg(64, 2, 32), books=(None, Codebook(()))), True))
+    await h.run(items)
+
+
+@tb_test()
+async def codebook_reprogramming(dut, ctx):
+    """Tensors back to back with different books, G, m, k and modes, then a tensor that reuses the loaded
+    book and rewrites only NUMEL + START."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx)
+    items = []
+    for _ in range(scale(6, 40)):
+        cfg = random_c2_config(rng)
+        n = D.random_numel(rng, cfg.group_size, 4)
+        items.append((D.encode(random_c2_tensor(rng, n), cfg), bool(rng.integers(0, 2))))
+    await h.run(items)
+    enc0, full0 = items[-1]
+    x = random_c2_tensor(rng, D.random_numel(rng, enc0.config.group_size, 3))
+    enc1 = D.encode(x, enc0.config, books=(None, enc0.verif_book))
+    from cassandra_rtl.tb.decoder.harness import Tensor
+    h.sb.expect(F.expected(enc1, full0))
+    h.tensors.append(Tensor(enc1, full0))
+    h.cfg.send([(F.NUMEL, enc1.numel), (F.CTRL, F.CTRL_START)])
+    for port, chunks in F.plane_words(enc1, full0, h.IW).items():
+        h.planes[port].send(w for c in chunks for w in c)
+    await h.drain("reuse book")
+
+
+@tb_test()
+async def constrained_random(dut, ctx):
+    """Random configurations (G, m, k incl. 1 and G, partial superblocks), random data (weights, uniform bit
+    patterns, specials, sparse, subnormal blocks, the whole exponent range), random modes, every traffic
+    profile on every port."""
+    rng = _rng(ctx)
+    h = None
+    for rnd in range(scale(4, 40)):
+        h = DecoderHarness(dut, ctx) if h is None else h
+        for k in h.profiles:
+            h.profiles[k] = str(rng.choice(PROFILES))
+        for port, agent in [("cfg", h.cfg), *h.planes.items(), ("out", h.out)]:
+            agent.pacer.profile = h.profiles[port]
+        items = []
+        for _ in range(int(rng.integers(1, 4))):
+            cfg = random_c2_config(rng)
+            n = D.random_numel(rng, cfg.group_size, 6)
+            items.append((D.encode(random_c2_tensor(rng, n), cfg), bool(rng.integers(0, 2))))
+        await h.run(items, sequential=bool(rng.integers(0, 2)))
+
+
+@tb_test()
+async def full_rate_no_stalls(dut, ctx):
+    """No idle cycles, no backpressure, SmolLM2 weights (G = 128, m = 3, keep 1.0 and 0.5): records
+    values/cycle."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx, profiles="full")
+    n = 128 * scale(8, 64)
+    try:
+        x = D.smollm2_sample(rng, n, rows=1)[0]
+    except FileNotFoundError:
+        x = D.weights_like(rng, n, sigma=0.02)
+    for k in (128, 64):
+        enc = D.encode(x, c2cfg(128, 3, k))
+        for full in (False, True):
+            c0 = h.engine.cycles
+            await h.run([(enc, full)])
+            ctx.extra[f"values_per_cycle_{'full' if full else 'draft'}_k{k}"] = round(
+                enc.numel / (h.engine.cycles - c0), 3)
+
+
+@tb_test()
+async def reset_mid_stream(dut, ctx):
+    """Reset in the middle of a tensor: busy/error/out.valid clear, registers back to defaults (START alone
+    is an error), and a freshly programmed tensor then decodes exactly."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx)
+    cfg = c2cfg(64, 3, 40)
+    enc = D.encode(D.weights_like(rng, 64 * 8), cfg)
+    h.submit(enc, True, check=False)
+    await h.engine.run_until(lambda: h.out.transfers >= 2, h.budget(), "first beats")
+    for _ in range(int(rng.integers(0, 5))):
+        await h.engine.step()
+    h.reset_agents()
+    await reset(dut, 2, ctx)
+    assert int(dut.busy.value) == 0, "busy after reset"
+    assert int(dut.error.value) == 0 and int(dut.error_code.value) == 0, "error after reset"
+    assert int(dut.out__valid.value) == 0, "out.valid after reset"
+    await h.write([(F.CTRL, F.CTRL_START)])
+    await h.engine.run_until(lambda: int(dut.error.value), 50, "error after START with reset registers")
+    code = int(dut.error_code.value)
+    assert code & ((1 << F.ERR_CONFIG) | (1 << F.ERR_NO_BOOK)), f"error_code 0x{code:02x}"
+    await h.write([(F.CTRL, F.CTRL_CLEAR_ERROR)])
+    h.error_seen = 0
+    await h.engine.step()
+    assert int(dut.error.value) == 0, "CLEAR_ERROR did not clear"
+    enc2 = D.encode(D.weights_like(rng, 64 * 3 + 5), cfg)
+    await h.run([(enc2, True), (enc2, False)])
+
+
+# ------------------------------------------------------------------------------------ malformed streams
+
+def _spec_mx_used_bits(enc, s: int) -> int:
+    """Bits of spec.mx chunk ``s``: [bitmap n_s if pruning] [8 per MX block] [k_s fields of m + 2]."""
+    c = enc.config
+    n = min(c.group_size, enc.numel - s * c.group_size)
+    k = c.kept_in(n)
+    return (n if c.prunes else 0) + 8 * (-(-n // 32)) + k * (c.mantissa_bits + 2)
+
+
+def _mutations(enc, full, IW, rng):
+    """(name, expected error bit, planes, program) for one pruning tensor: minimal corruptions."""
+    pw = F.plane_words(enc, full, IW)
+    prog = F.program(enc, full)
+    out = []
+
+    def copy():
+        return {p: [list(ch) for ch in chunks] for p, chunks in pw.items()}
+
+    def cut_chunk(port, name):
+        p = copy()
+        cands = [i for i, ch in enumerate(p[port]) if len(ch) >= 2]
+        if cands:
+            ch = p[port][int(rng.choice(cands))]
+            ch.pop()
+            ch[-1] = (ch[-1][0], 1)
+            out.append((name, F.ERR_OVERRUN, p, None))
+
+    cut_chunk("spec_mx", "overrun_mx")
+    # TOO_LONG: an extra all-zero word at the end of a spec.mx chunk
+    p = copy()
+    ch = p["spec_mx"][int(rng.integers(0, len(p["spec_mx"])))]
+    ch[-1] = (ch[-1][0], 0)
+    ch.append((0, 1))
+    out.append(("extra_word_mx", F.ERR_TOO_LONG, p, None))
+    # TOO_LONG: a non-zero bit right after the last field of a spec.mx chunk
+    p = copy()
+    for s in rng.permutation(len(p["spec_mx"])):
+        ch = p["spec_mx"][int(s)]
+        u = _spec_mx_used_bits(enc, int(s))
+        if u < len(ch) * IW:
+            wi, bi = divmod(u, IW)
+            ch[wi] = (ch[wi][0] | (1 << bi), ch[wi][1])
+            out.append(("padding_bit_mx", F.ERR_TOO_LONG, p, None))
+            break
+    # KEEP: one more bit set in a superblock's keep bitmap (first word holds bitmap bits 0..min(n_s, IW))
+    p = copy()
+    s = int(rng.integers(0, len(p["spec_mx"])))
+    n = min(enc.config.group_size, enc.numel - s * enc.config.group_size, IW)
+    d, last = p["spec_mx"][s][0]
+    free = [b for b in range(n) if not d >> b & 1]
+    if free:
+        p["spec_mx"][s][0] = (d | 1 << int(rng.choice(free)), last)
+        out.append(("keep_bitmap", F.ERR_KEEP, p, None))
+    if full:
+        # CODE: a zero run longer than K at the start of a verif.codes chunk
+        p = copy()
+        cands = [i for i, ch in enumerate(p["verif_codes"]) if ch[0][0]]
+        if cands and enc.verif_book.K + 1 < IW:
+            ch = p["verif_codes"][int(rng.choice(cands))]
+            ch[0] = (0, ch[0][1])
+            out.append(("code_zero_run", F.ERR_CODE, p, None))
+        # CODE: the book maps every rank to delta 255, so a draft-zero value gets X - delta < 0
+        ln = F.c2_lanes(enc)
+        if enc.verif_book.K and (ln["verif_rank"] < enc.verif_book.K).any() and (ln["X"] < 255).all():
+            bad = [(a, 255 if F.VERIF_SYM <= a < F.VERIF_SYM + 16 else d) for a, d in prog]
+            out.append(("negative_exponent", F.ERR_CODE, copy(), bad))
+        cut_chunk("verif_rest", "overrun_rest")
+        cut_chunk("verif_codes", "overrun_codes")
+        p = copy()
+        ch = p["verif_rest"][int(rng.integers(0, len(p["verif_rest"])))]
+        ch.insert(len(ch) - 1, (0, 0))
+        out.append(("extra_word_rest", F.ERR_TOO_LONG, p, None))
+    return out
+
+
+async def _expect_error(h, dut, ctx, name, bit, enc, full, planes, prog, rng, good):
+    cov = ctx.cov
+    h.submit(enc, full, check=False, planes=planes, prog=prog)
+    await h.engine.run_until(lambda: h.error_seen > 0, h.budget(), f"{name}: error never raised")
+    await h.engine.run_until(h.inputs_idle, h.budget(), f"{name}: inputs not drained after error")
+    for _ in range(8):
+        await h.engine.step()
+    code = int(dut.error_code.value)
+    assert int(dut.error.value) == 1, f"{name}: error not sticky"
+    assert code >> bit & 1, f"{name}: error_code 0x{code:02x} lacks bit {bit} ({F.ERROR_NAMES[bit]})"
+    for b, nm in F.ERROR_NAMES.items():
+        if code >> b & 1:
+            cov.hit("dec.error", nm)
+    assert int(dut.busy.value) == 0, f"{name}: busy stays high after the error"
+    late = h.beats_after_error
+    h.tensors.clear()
+    await h.write([(F.CTRL, F.CTRL_CLEAR_ERROR)])
+    await h.engine.step()
+    assert int(dut.error.value) == 0 and int(dut.error_code.value) == 0, f"{name}: CLEAR_ERROR did not clear"
+    h.error_seen = 0
+    h.beats_after_error = 0
+    if late > 1:
+        raise AssertionError(f"{name}: {late} beats emitted after the error")
+    await h.run([(good, bool(rng.integers(0, 2)))])
+    ctx.extra.setdefault("error_cases", []).append(name)
+
+
+@tb_test()
+async def malformed_streams(dut, ctx):
+    """Each corruption raises its sticky error bit (CODE, OVERRUN, TOO_LONG, KEEP, CONFIG, NO_BOOK), no more
+    than one beat follows, every input is drained, CLEAR_ERROR recovers and the next good tensor decodes
+    exactly."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx)
+    ctx.cov.define("dec.error", list(F.ERROR_NAMES.values()))
+    IW = h.IW
+    good = D.encode(D.weights_like(rng, 64 * 2 + 9), c2cfg(64, 3, 40))
+    cases = []
+    for full in (False, True):
+        for G, k in ((64, 40), (256, 100)):          # G = 256: the bitmap is read in HEAD cycles
+            enc = D.encode(D.weights_like(rng, G * 3), c2cfg(G, 3, k))
+            for name, bit, planes, prog in _mutations(enc, full, IW, rng):
+                cases.append((f"{name}/G{G}/{'full' if full else 'draft'}", bit, enc, full, planes, prog))
+    # OVERRUN inside the bitmap: a G = 256 spec.mx chunk cut after its first word (128 of 256 bitmap bits)
+    enc = D.encode(D.weights_like(rng, 512), c2cfg(256, 3, 100))
+    pw = F.plane_words(enc, False, IW)
+    if IW < 256:
+        pw["spec_mx"][0] = [(pw["spec_mx"][0][0][0], 1)]
+        cases.append(("overrun_in_bitmap", F.ERR_OVERRUN, enc, False, pw, None))
+    for name, reg, val in (("mbits8", F.MBITS, 8), ("group100", F.GROUP, 100), ("keep0", F.KEEP, 0),
+                           ("keep_gt_group", F.KEEP, 65), ("numel0", F.NUMEL, 0)):
+        prog = [(a, val if a == reg else d) for a, d in F.program(good, False)]
+        cases.append((f"config_{name}", F.ERR_CONFIG, good, False, {}, prog))
+    for name, bit, enc, full, planes, prog in cases:
+        await _expect_error(h, dut, ctx, name, bit, enc, full, planes, prog, rng, good)
+    # NO_BOOK: full mode without VERIF_K written since reset
+    await reset(dut, 2, ctx)
+    h.reset_agents()
+    h.submit(good, True, check=False, planes={}, prog=[(a, d) for a, d in F.program(good, True) if a != F.VERIF_K])
+    await h.engine.run_until(lambda: h.error_seen > 0, h.budget(), "no_book: error never raised")
+    code = int(dut.error_code.value)
+    assert code >> F.ERR_NO_BOOK & 1, f"no_book: error_code 0x{code:02x}"
+    ctx.cov.hit("dec.error", "NO_BOOK")
+
+
+# ----------------------------------------------------------------------------------------- real data
+
+@tb_test()
+async def smollm2_sample(dut, ctx):
+    """Slices of SmolLM2-135M's linear weights, golden-encoded as C2 (G = 128, m = 3, keep 1.0 and 0.5),
+    through the decoder in draft and full mode."""
+    rng = _rng(ctx)
+    h = DecoderHarness(dut, ctx, profiles="light")
+    try:
+        rows = D.smollm2_sample(rng, 128 * scale(4, 64), rows=2)
+    except FileNotFoundError as exc:
+        ctx.extra["skipped"] = str(exc)
+        return
+    items = []
+    for x in rows:
+        for k in (128, 64):
+            enc = D.encode(x, c2cfg(128, 3, k))
+            items += [(enc, False), (enc, True)]
+    await h.run(items)
