@@ -117,6 +117,19 @@ def deep_rank_books(bits: np.ndarray, cfg: CodecConfig, K: int = K_MAX):
     return book(spec_syms, PRUNED if cfg.prunes else None), book(e[~kept]) if (~kept).any() else Codebook(())
 
 
+def rare_delta_book(enc, K: int) -> Codebook:
+    """A verification book of K deltas whose common deltas sit at the highest ranks (long codes) and rare or
+    absent deltas in front; everything else escapes."""
+    from cassandra_rtl.tb.decoder.framing import c2_lanes
+
+    ln = c2_lanes(enc)
+    d = ln["delta"][ln["draft_zero"]]
+    counts = np.bincount(d, minlength=256)[:256]
+    common = [int(s) for s in np.argsort(-counts, kind="stable") if counts[s] > 0][: max(0, K // 3)]
+    rare = [s for s in range(255, -1, -1) if s not in common][: K - len(common)]
+    return Codebook(tuple(rare + common[::-1]))
+
+
 def encode(bits: np.ndarray, cfg: CodecConfig, books=None):
     return encode_tensor(np.asarray(bits, dtype=np.uint16).reshape(-1), cfg, books=books)
 

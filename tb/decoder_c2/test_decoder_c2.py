@@ -61,17 +61,6 @@ def random_c2_tensor(rng, n: int) -> np.ndarray:
     return D.random_tensor(rng, n)
 
 
-def rare_delta_book(enc, K: int) -> Codebook:
-    """A verification book of K deltas whose common deltas sit at the highest ranks (long codes) and rare or
-    absent deltas in front; everything else escapes."""
-    ln = F.c2_lanes(enc)
-    d = ln["delta"][ln["draft_zero"]]
-    counts = np.bincount(d, minlength=256)[:256]
-    common = [int(s) for s in np.argsort(-counts, kind="stable") if counts[s] > 0][: max(0, K // 3)]
-    rare = [s for s in range(255, -1, -1) if s not in common][: K - len(common)]
-    return Codebook(tuple(rare + common[::-1]))
-
-
 @tb_test()
 async def bf16_specials(dut, ctx):
     """Every bf16 special value (+-0, subnormals, min/max normal, +-Inf, NaN payloads) in both modes at
@@ -128,7 +117,7 @@ async def escapes_and_books(dut, ctx):
         cfg = c2cfg(G, int(rng.integers(0, 8)), int(rng.integers(1, G)))
         x = pattern_spread(rng, 3 * G + 11) if K % 3 == 0 else D.weights_like(rng, 3 * G + 11)
         enc0 = D.encode(x, cfg)
-        book = Codebook(()) if K == 0 else rare_delta_book(enc0, K)
+        book = Codebook(()) if K == 0 else D.rare_delta_book(enc0, K)
         enc = D.encode(x, cfg, books=(None, book))
         items.append((enc, True))
         if K in (0, 15):

@@ -1,7 +1,9 @@
-"""cocotb tests of the online KV-cache encoder (hw/encoder.py, Cassandra-1): every output word of every
-plane compared bit for bit with the golden KV encoder (golden.kv.encode_kv with fixed books) framed as
-docs/HARDWARE.md "Input words" (one chunk per vector, `last` on its final word), under random idle cycles
-on the input and random backpressure on every plane."""
+"""cocotb tests of the online KV-cache encoders (hw/encoder.py, Cassandra-1: four planes; hw/encoder_c2.py,
+Cassandra-2: spec.mx, verif.codes, verif.rest): every output word of every plane compared bit for bit with
+the golden KV encoder (golden.kv.encode_kv = encode_tensor(kind="kv", scheme=...) with fixed books) framed
+as docs/HARDWARE.md "Input words" (one chunk per vector, `last` on its final word), under random idle cycles
+on the input and random backpressure on every plane. The scheme comes from the configuration's block
+(``encoder_kv_c1`` / ``encoder_kv_c2``, hw/configs.py CONFIG_INFO)."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,10 +23,15 @@ def scale(quick, full):
     return env_int("TB_SCALE", full if full_run() else quick)
 
 
+def scheme_of(ctx) -> str:
+    return "c2" if str(ctx.params.get("block", "")).endswith("c2") else "c1"
+
+
 def program(cfg, books):
     spec, verif = books
     w = [(F.MBITS, cfg.mantissa_bits), (F.KEEP, cfg.keep_count), (F.GROUP, cfg.group_size)]
-    w += [(F.SPEC_SYM + r, s) for r, s in enumerate(spec.symbols)] + [(F.SPEC_K, spec.K)]
+    if spec is not None:             # C2: no speculation book
+        w += [(F.SPEC_SYM + r, s) for r, s in enumerate(spec.symbols)] + [(F.SPEC_K, spec.K)]
     w += [(F.VERIF_SYM + r, s) for r, s in enumerate(verif.symbols)] + [(F.VERIF_K, verif.K)]
     return w
 
@@ -34,6 +41,8 @@ class EncoderHarness:
         p = ctx.params
         self.dut, self.ctx = dut, ctx
         self.L, self.IW = int(p["lanes"]), int(p["word"])
+        self.scheme = scheme_of(ctx)
+        ports = list(F.ports(self.scheme).values())
         L, IW = self.L, self.IW
         rng = ctx.rng
         prof = lambda: profile or rng.choice(PROFILES)  # noqa: E731
@@ -48,14 +57,16 @@ class EncoderHarness:
             return v | (last << (16 * L))
 
         self.inp = Source(dut, "inp", ctx.pacer(prof()), cov, encode=pack)
-        self.sbs = {port: ctx.scoreboard(f"encoder.{port}", width=IW + 4) for port in F.PORTS.values()}
-        self.sinks = {port: Sink(dut, port, ctx.pacer(prof()), self._sink(port), cov) for port in F.PORTS.values()}
+        self.sbs = {port: ctx.scoreboard(f"encoder.{port}", width=IW + 4) for port in ports}
+        self.sinks = {port: Sink(dut, port, ctx.pacer(prof()), self._sink(port), cov) for port in ports}
         self.engine = ctx.engine([self.cfg, self.inp, *self.sinks.values()])
         cov.define("enc.group", [32, 64, 128])
         cov.define("enc.keep", ["all", "one", "partial"])
         cov.define("enc.mbits", range(8))
-        cov.define("enc.escapes", ["spec", "verif"])
+        cov.define("enc.escapes", ["spec", "verif"] if self.scheme == "c1" else ["verif"])
         cov.define("enc.ties_at_threshold", ["yes"])
+        if self.scheme == "c2":
+            cov.define("c2.lane", ["kept_nonzero", "pruned", "elem_zero", "x_zero", "c_negative"])
 
     def _sink(self, port):
         sb = self.sbs[port]
@@ -80,16 +91,25 @@ class EncoderHarness:
             for b in range(G // L):
                 beats.append((v[b * L:(b + 1) * L], int(b == G // L - 1)))
         self.inp.send(beats)
-        self._cover(vectors, cfg, books)
+        self._cover(vectors, cfg, books, enc)
 
-    def _cover(self, vectors, cfg, books):
+    def _cover(self, vectors, cfg, books, enc):
         cov = self.ctx.cov
         cov.hit("enc.group", cfg.group_size)
         cov.hit("enc.mbits", cfg.mantissa_bits)
         k, G = cfg.keep_count, cfg.group_size
         cov.hit("enc.keep", "all" if k == G else "one" if k == 1 else "partial")
         e = (vectors.astype(np.int64) >> 7) & 0xFF
-        if np.isin(e, books[0].symbols, invert=True).any():
+        if self.scheme == "c2":
+            ln = F.c2_lanes(enc)
+            kept, dz = ln["kept"], ln["draft_zero"]
+            for name, mask in (("kept_nonzero", kept & ~dz), ("pruned", ~kept), ("elem_zero", kept & (ln["elem"] == 0)),
+                               ("x_zero", ln["X"] == 0), ("c_negative", kept & (ln["c"] < 0))):
+                if mask.any():
+                    cov.hit("c2.lane", name, int(mask.sum()))
+            if (ln["verif_rank"] == enc.verif_book.K).any():
+                cov.hit("enc.escapes", "verif")
+        elif np.isin(e, books[0].symbols, invert=True).any():
             cov.hit("enc.escapes", "spec")
         if k < G:
             key = np.sort(vectors.astype(np.int64) & 0x7FFF, axis=1)[:, ::-1]
@@ -127,7 +147,11 @@ def kv_vectors(rng, n, G, kind=None):
 def _books(rng, vectors, cfg, style="calibrated"):
     if style == "calibrated":
         return calibrate_kv_codebooks(vectors[: max(1, len(vectors) // 2)], cfg)
-    return D.escape_books(vectors.reshape(-1), cfg, rng, int(rng.integers(1, 16)))
+    K = int(rng.integers(1, 16))
+    if cfg.scheme == "c2":       # a delta book of rare / absent deltas with the common ones at high ranks
+        enc = encode_kv(vectors, cfg, calibrate_kv_codebooks(vectors, cfg))
+        return None, (Codebook(()) if rng.random() < 0.2 else D.rare_delta_book(enc, K))
+    return D.escape_books(vectors.reshape(-1), cfg, rng, K)
 
 
 @tb_test()
@@ -137,7 +161,7 @@ async def directed_kv(dut, ctx):
     h = EncoderHarness(dut, ctx)
     for G in (32, 64, 128):
         for ratio, m in ((1.0, 3), (1 / G, 0), (0.5, 7)):
-            cfg = kv_config(G, "c1", m, ratio)
+            cfg = kv_config(G, scheme_of(ctx), m, ratio)
             for kind in ("specials", "ties"):
                 x = kv_vectors(rng, 3, G, kind)
                 await h.submit(x, cfg, _books(rng, x, cfg))
@@ -151,10 +175,10 @@ async def escapes_and_reprogramming(dut, ctx):
     h = EncoderHarness(dut, ctx)
     for _ in range(scale(4, 30)):
         G = int(rng.choice([32, 64, 128]))
-        cfg = kv_config(G, "c1", int(rng.integers(0, 8)), float(rng.choice([1.0, 0.75, 0.5, 0.25])))
+        cfg = kv_config(G, scheme_of(ctx), int(rng.integers(0, 8)), float(rng.choice([1.0, 0.75, 0.5, 0.25])))
         x = kv_vectors(rng, int(rng.integers(1, 4)), G)
         books = _books(rng, x, cfg, "escape")
-        if cfg.prunes and PRUNED not in books[0].symbols:
+        if cfg.scheme == "c1" and cfg.prunes and PRUNED not in books[0].symbols:
             continue
         await h.submit(x, cfg, books)
         h.ctx.cov.hit("enc.escapes", "verif")
@@ -169,7 +193,7 @@ async def constrained_random(dut, ctx):
         for agent in (h.inp, *h.sinks.values()):
             agent.pacer.profile = str(rng.choice(PROFILES))
         G = int(rng.choice([32, 64, 128]))
-        cfg = kv_config(G, "c1", int(rng.integers(0, 8)), float(rng.uniform(0.05, 1.0)))
+        cfg = kv_config(G, scheme_of(ctx), int(rng.integers(0, 8)), float(rng.uniform(0.05, 1.0)))
         x = kv_vectors(rng, int(rng.integers(1, 5)), G)
         await h.submit(x, cfg, _books(rng, x, cfg, str(rng.choice(["calibrated", "escape"]))))
         await h.drain("random")
@@ -182,7 +206,7 @@ async def malformed_and_reset(dut, ctx):
     rng = np.random.default_rng(ctx.seed)
     h = EncoderHarness(dut, ctx)
     G, L = 64, h.L
-    cfg = kv_config(G, "c1", 3, 0.5)
+    cfg = kv_config(G, scheme_of(ctx), 3, 0.5)
     x = kv_vectors(rng, 2, G, "weights")
     books = _books(rng, x, cfg)
     # an error, then reset: reset must clear it
@@ -226,6 +250,6 @@ async def real_kv_like(dut, ctx):
     except FileNotFoundError:
         rows = kv_vectors(rng, scale(8, 64), 64, "weights")
     for ratio in (1.0, 0.5):
-        cfg = kv_config(64, "c1", 3, ratio)
+        cfg = kv_config(64, scheme_of(ctx), 3, ratio)
         await h.submit(rows, cfg, calibrate_kv_codebooks(rows[: len(rows) // 2], cfg))
         await h.drain(f"smollm2 keep={ratio}")
