@@ -1,9 +1,10 @@
 """Co-simulation regression: the cocotb testbenches (tb/) on the exported Verilog, parametrised over
 block x configuration x simulator, driven through cocotb_tools.runner (tb/common/build.py).
 
-`make test` runs a quick set within the CI budget: the decoder on both simulators, the zero counter and the
-encoder on Icarus (whose builds take seconds; a Verilator build of one block takes 1-3 minutes), the
-stream-agent self-test; the C1 decoder at L=8 runs on Verilator in tests/test_cosim_bulk.py with real data.
+`make test` runs a quick set within the CI budget: the C1 decoder on both simulators, the zero counter, the C1
+and C2 KV encoders and the C2 decoder's directed tests on Icarus (whose builds take seconds; a Verilator
+build of one block takes 1-3 minutes), the stream-agent self-test; the C1 decoder at L=8 runs on Verilator in
+tests/test_cosim_bulk.py with real data.
 Every other combination, with long random runs (TB_FULL=1), is marked slow (`make test-slow`, `make sim-full`)."""
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ pytestmark = pytest.mark.sim
 
 # Icarus is ~20x slower per value than Verilator: it runs the directed tests at a reduced scale.
 ICARUS_DECODER = ["bf16_specials", "max_length_codes_and_escapes", "malformed_streams", "reset_mid_stream"]
+# C2 decoder on Icarus in the default run (~35 s on one core): specials / subnormal blocks / the whole exponent
+# range, k = G / 1 / 2 / G-1 for every G with partial superblocks, every book size with escapes, error injection.
+ICARUS_DECODER_C2 = ["bf16_specials", "boundary_configs", "escapes_and_books", "malformed_streams",
+                     "reset_mid_stream"]
 
 QUICK = [
     ("loopback", "w16", "icarus", None, {}),
@@ -25,6 +30,8 @@ QUICK = [
     ("decoder", "decoder_c1_l4", "verilator", None, {}),
     ("decoder", "decoder_c1_l4", "icarus", ICARUS_DECODER, {"TB_SCALE": "3"}),
     ("encoder", "encoder_kv_c1_l8", "icarus", None, {"TB_SCALE": "2"}),
+    ("decoder_c2", "decoder_c2_l8", "icarus", ICARUS_DECODER_C2, {}),
+    ("encoder", "encoder_kv_c2_l8", "icarus", None, {"TB_SCALE": "2"}),
 ]
 
 
