@@ -236,7 +236,7 @@ def breakdown_script(top: str, period_ps: float) -> str:
     return "\n".join([
         "read_rtlil design.il",
         f"hierarchy -check -top {top}",
-        f"synth -noabc -top {top}",
+        f"synth -noabc -noshare -top {top}",
         f"dfflibmap -liberty {LOCAL_LIB}",
         f"abc -liberty {LOCAL_LIB} -D {int(period_ps)} -script {inline}",
         "opt_clean -purge",
