@@ -5,8 +5,8 @@
 
 Default: every block's quick configurations (the same as `make test`, plus the self-test). ``--full``:
 every named configuration, long random runs (TB_FULL=1) and SmolLM2's whole set of linear weights
-through the RTL decoder with the bulk Verilator harness (draft and full mode), compared with the golden
-decode. Exit status 1 on any failure or mismatch, 2 when the simulator is missing.
+through the RTL decoders (C1 decoder_c1_l8 and C2 decoder_c2_l8) with the bulk Verilator harness (draft and
+full mode), compared with the golden decode. Exit status 1 on any failure or mismatch, 2 when the simulator is missing.
 """
 from __future__ import annotations
 
@@ -75,8 +75,9 @@ def coverage_report(results: list[RunResult]) -> str:
     return "\n".join(out)
 
 
-def whole_model(sim_jobs: int, modes=("draft", "full")) -> dict:
-    """SmolLM2's linear weights (106 M values) encoded by the golden codec, decoded by the RTL (bulk)."""
+def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1") -> dict:
+    """SmolLM2's linear weights (106 M values) encoded by the golden codec, decoded by the RTL (bulk):
+    scheme c1 through decoder_c1_l8, c2 through decoder_c2_l8."""
     import numpy as np
 
     from cassandra_rtl.golden.codec import decode_draft, decode_full, encode_tensor
@@ -86,16 +87,17 @@ def whole_model(sim_jobs: int, modes=("draft", "full")) -> dict:
     from .decoder import data as D
 
     flat = D.smollm2_linear_bits()
-    cfg = CodecConfig(group_size=128, mantissa_bits=3, keep_ratio=0.75)
+    cfg = CodecConfig(scheme=scheme, group_size=128, mantissa_bits=3, keep_ratio=0.75)
+    config = {"c1": bulk.DEFAULT_CONFIG, "c2": "decoder_c2_l8"}[scheme]
     # tensors of the real model when the GGUF is at hand; otherwise 1 M-value slices of /tmp/lin.npy
     step = 1 << 20
-    out = {"values": 0, "mismatches": 0, "modes": {}}
+    out = {"scheme": scheme, "config": config, "values": 0, "mismatches": 0, "modes": {}}
     t_enc = time.perf_counter()
     encs = [encode_tensor(np.ascontiguousarray(flat[i:i + step]), cfg) for i in range(0, len(flat), step)]
     out["encode_s"] = time.perf_counter() - t_enc
     for mode in modes:
         st = bulk.BulkStats()
-        got = bulk.decode_many_with_rtl(encs, mode, jobs=sim_jobs, stats=st)
+        got = bulk.decode_many_with_rtl(encs, mode, config=config, jobs=sim_jobs, stats=st)
         mism = 0
         for enc, g in zip(encs, got):
             ref = decode_full(enc) if mode == "full" else decode_draft(enc)
@@ -155,10 +157,13 @@ def main(argv=None) -> int:
                          "sim_seconds": sum(float(x.get("wall_s", 0)) for x in r.records), "seed": r.seed,
                          "records": r.records} for r in results]}
     bad = any(not r.ok or r.total("mismatches") for r in results)
-    if args.full and not args.no_model and (not args.blocks or "decoder" in args.blocks):
-        print("\n[sim] whole model: SmolLM2-135M linear weights through the RTL decoder (bulk Verilator harness)")
+    for scheme, block in (("c1", "decoder"), ("c2", "decoder_c2")):
+        if not (args.full and not args.no_model and (not args.blocks or block in args.blocks.split(","))):
+            continue
+        print(f"\n[sim] whole model ({scheme.upper()}): SmolLM2-135M linear weights through the RTL decoder "
+              f"(bulk Verilator harness)")
         try:
-            wm = whole_model(args.jobs)
+            wm = whole_model(args.jobs, scheme=scheme)
         except (FileNotFoundError, ToolMissingError) as exc:
             print(f"[sim] whole model skipped: {exc}")
             wm = None
@@ -167,7 +172,7 @@ def main(argv=None) -> int:
                 print(f"  {mode:<5} {d['values']:>12,} values  {d['mismatches']} mismatches  "
                       f"{d['values_per_second']:>12,.0f} values/s  {d['values_per_cycle']:.2f} values/cycle  "
                       f"{d['wall_s']:.0f} s")
-            summary["whole_model"] = wm
+            summary["whole_model" if scheme == "c1" else "whole_model_c2"] = wm
             bad = bad or wm["mismatches"] > 0
     summary["wall_s"] = time.perf_counter() - t0
     print(f"\n[sim] {'FAILED' if bad else 'passed'} in {summary['wall_s']:.0f} s")

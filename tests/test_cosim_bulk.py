@@ -1,6 +1,7 @@
 """The bulk path (tb/bulk: compiled Verilator harness) on real data: SmolLM2-135M linear weights encoded by
-the golden codec go through the exported decoder and must come out equal to the golden decode. A sample
-in `make test`; the whole model (106 M values) is `make sim-full` / the slow test below."""
+the golden codec go through the exported decoder (C1 decoder_c1_l8, C2 decoder_c2_l8) and must come out
+equal to the golden decode. A sample in `make test`; the whole model (106 M values) is `make sim-full` / the
+slow tests below."""
 from __future__ import annotations
 
 import numpy as np
@@ -84,6 +85,83 @@ def test_whole_smollm2_through_rtl(harness):
 
     try:
         res = whole_model(2)
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    assert res["values"] >= 2 * 100_000_000
+    assert res["mismatches"] == 0
+
+
+# --------------------------------------------------------------------------------- Cassandra-2 decoder
+
+C2_CONFIG = "decoder_c2_l8"
+
+
+@pytest.fixture(scope="module")
+def harness_c2():
+    if not bulk.available():
+        pytest.skip("Verilator not available")
+    return bulk.build_harness(C2_CONFIG)      # ~30 s cold (Verilator, -DHARNESS_C2)
+
+
+def _check_c2(encs, mode, **kw):
+    st = bulk.BulkStats()
+    got = bulk.decode_many_with_rtl(encs, mode, config=C2_CONFIG, stats=st, **kw)
+    for enc, g in zip(encs, got):
+        ref = decode_full(enc) if mode == "full" else decode_draft(enc)
+        bad = np.flatnonzero(g.reshape(-1) != ref.reshape(-1))
+        assert len(bad) == 0, f"{len(bad)} mismatches, first at {bad[:5]}"
+    assert st.values == sum(e.numel for e in encs)
+    return st
+
+
+@pytest.mark.parametrize("mode", ["draft", "full"])
+@pytest.mark.parametrize("keep", [1.0, 0.5])
+def test_c2_smollm2_sample_through_rtl(harness_c2, smollm2_rows, mode, keep):
+    """4 x 256 Ki SmolLM2 values encoded C2 (G = 128, m = 3) through decoder_c2_l8: bit-exact, ~8 values/cycle."""
+    cfg = CodecConfig(scheme="c2", group_size=128, mantissa_bits=3, keep_ratio=keep)
+    st = _check_c2([encode_tensor(x, cfg) for x in smollm2_rows], mode)
+    assert st.values_per_cycle > 7.9, st
+
+
+def test_c2_random_configs_with_stalls(harness_c2):
+    """Random C2 configurations (every G incl. 256 with HEAD cycles, k = 1 / G, partial superblocks) and data
+    (subnormal blocks, the whole exponent range, specials) under random idles and backpressure."""
+    rng = np.random.default_rng(17)
+    encs = []
+    for _ in range(16):
+        cfg = D.random_c2_config(rng)
+        n = D.random_numel(rng, cfg.group_size, 40)
+        encs.append(D.encode(D.random_c2_tensor(rng, n), cfg))
+    for mode in ("draft", "full"):
+        _check_c2(encs, mode, idle=0.3, backpressure=0.4, seed=13)
+
+
+def test_c2_corrupt_stream_is_reported(harness_c2):
+    """A keep bitmap with one bit too many (KEEP) surfaces as RtlError, never as silent output."""
+    rng = np.random.default_rng(5)
+    enc = D.encode(D.weights_like(rng, 128 * 8), D.c2cfg(128, 3, 100))
+    planes = dict(enc.planes)
+    b = bytearray(planes["spec.mx"])
+    b[:16] = b"\xff" * 16                   # superblock 0's bitmap: all 128 values kept, k = 100
+    planes["spec.mx"] = bytes(b)
+    bad = type(enc)(enc.shape, enc.config, enc.spec_book, enc.verif_book, planes, enc.offsets)
+    with pytest.raises(bulk.RtlError):
+        bulk.decode_with_rtl(bad, "draft", config=C2_CONFIG)
+
+
+def test_c2_tensor_rejected_by_c1_harness(tmp_path):
+    enc = D.encode(D.weights_like(np.random.default_rng(1), 64), D.c2cfg(32, 3, 32))
+    with pytest.raises(ValueError, match="decoder_c2"):
+        bulk.write_job(tmp_path / "job.bin", [enc], False, 8, 64, "c1")
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_whole_smollm2_through_rtl_c2(harness_c2):
+    from cassandra_rtl.tb.run import whole_model
+
+    try:
+        res = whole_model(2, scheme="c2")
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
     assert res["values"] >= 2 * 100_000_000

@@ -1,4 +1,5 @@
-"""Bulk co-simulation: whole tensors through the exported decoder Verilog with a compiled Verilator C++
+"""Bulk co-simulation: whole tensors through the exported decoder Verilog (C1 ``decoder_c1_*`` or C2
+``decoder_c2_*``, chosen by ``config``) with a compiled Verilator C++
 harness (tb/bulk/harness.cpp), no per-cycle Python.
 
     decode_with_rtl(enc, mode="full") -> np.ndarray[uint16]     # the RTL's output, shaped like the tensor
@@ -34,6 +35,8 @@ HARNESS = Path(__file__).with_name("harness.cpp")
 BULK_ROOT = Path(os.environ.get("TB_BULK_ROOT", ROOT / "build" / "bulk"))
 DEFAULT_CONFIG = "decoder_c1_l8"
 PORT_ORDER = ("spec.codes", "spec.signman", "verif.codes", "verif.rest")
+# C2 (docs/HARDWARE.md 2a): spec.mx in slot 0, slot 1 empty; the harness is compiled with -DHARNESS_C2
+SCHEME_PORT_ORDER = {"c1": PORT_ORDER, "c2": ("spec.mx", None, "verif.codes", "verif.rest")}
 TOP = "cassandra_decoder"
 
 
@@ -58,9 +61,17 @@ class BulkStats:
         return self.values / self.cycles if self.cycles else 0.0
 
 
+def _block(config: str) -> str:
+    return "decoder_c2" if config.startswith("decoder_c2") else "decoder"
+
+
+def scheme_of(config: str) -> str:
+    return "c2" if _block(config) == "decoder_c2" else "c1"
+
+
 def _decoder_params(config: str) -> dict:
     from ..common.blocks import get_block
-    return get_block("decoder").params(config)
+    return get_block(_block(config)).params(config)
 
 
 def build_harness(config: str = DEFAULT_CONFIG) -> Path:
@@ -73,9 +84,10 @@ def build_harness(config: str = DEFAULT_CONFIG) -> Path:
     with file_lock(exe_dir / ".build.lock"):
         vdir = exe_dir / "hdl"
         vdir.mkdir(parents=True, exist_ok=True)
-        vfile = cached_verilog(vdir / f"{TOP}.v", lambda: get_block("decoder").make(config), TOP, config)
+        vfile = cached_verilog(vdir / f"{TOP}.v", lambda: get_block(_block(config)).make(config), TOP, config)
         text = vfile.read_text()
-        digest = hashlib.sha256(text.encode() + HARNESS.read_bytes()).hexdigest()
+        scheme_flag = " -DHARNESS_C2" if scheme_of(config) == "c2" else ""
+        digest = hashlib.sha256(text.encode() + HARNESS.read_bytes() + scheme_flag.encode()).hexdigest()
         stamp = exe_dir / ".stamp"
         if exe.exists() and stamp.exists() and stamp.read_text() == digest:
             return exe
@@ -85,7 +97,7 @@ def build_harness(config: str = DEFAULT_CONFIG) -> Path:
         env["MAKEFLAGS"] = (env.get("MAKEFLAGS", "") + " CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2 OPT_SLOW=-O1").strip()
         cmd = [verilator, "--cc", "--exe", "--build", "-j", "2", "-O3", "--x-assign", "fast", "--x-initial", "fast",
                "--top-module", TOP, "--prefix", "Vdec", "-Wno-fatal", "-Wno-lint", "-Wno-style",
-               "-Mdir", str(exe_dir / "obj"), "-o", "Vharness", "-CFLAGS", "-O2 -std=c++17",
+               "-Mdir", str(exe_dir / "obj"), "-o", "Vharness", "-CFLAGS", "-O2 -std=c++17" + scheme_flag,
                str(HARNESS), str(vfile)]
         res = subprocess.run(cmd, capture_output=True, text=True, env=env)
         (exe_dir / "build.log").write_text(res.stdout + res.stderr)
@@ -117,18 +129,19 @@ def frame_plane(enc: EncodedTensor, plane: str, word_bits: int) -> tuple[np.ndar
     return out.reshape(total, wb), last
 
 
-def write_job(path: Path, encs: list[EncodedTensor], full: bool, lanes: int, word_bits: int):
+def write_job(path: Path, encs: list[EncodedTensor], full: bool, lanes: int, word_bits: int, scheme: str = "c1"):
     with open(path, "wb") as fh:
         fh.write(b"CASSBULK" + struct.pack("<IIII", 1, lanes, word_bits, len(encs)))
         for enc in encs:
-            if enc.config.scheme != "c1":
-                raise ValueError("the RTL decoder implements Cassandra-1 only (scheme c2 is golden-only)")
+            if enc.config.scheme != scheme:
+                raise ValueError(f"a {enc.config.scheme} tensor cannot go through the {scheme} decoder "
+                                 f"(use a decoder_{enc.config.scheme}_* configuration)")
             regs = F.program(enc, full)
             fh.write(struct.pack("<I", len(regs)))
             fh.write(np.array(regs, dtype="<u4").tobytes())
             fh.write(struct.pack("<Q", enc.numel))
-            for plane in PORT_ORDER:
-                if plane.startswith("verif") and not full:
+            for plane in SCHEME_PORT_ORDER[scheme]:
+                if plane is None or (plane.startswith("verif") and not full):
                     fh.write(struct.pack("<Q", 0))
                     continue
                 d, last = frame_plane(enc, plane, word_bits)
@@ -140,7 +153,8 @@ def write_job(path: Path, encs: list[EncodedTensor], full: bool, lanes: int, wor
 def _run_job(exe: Path, encs, full, params, idle=0.0, backpressure=0.0, seed=1) -> tuple[list[np.ndarray], dict]:
     with tempfile.TemporaryDirectory(prefix="cass-bulk-", dir=BULK_ROOT) as tmp:
         job, out = Path(tmp) / "job.bin", Path(tmp) / "out.u16"
-        write_job(job, encs, full, params["lanes"], params["word"])
+        write_job(job, encs, full, params["lanes"], params["word"],
+                  "c2" if str(params.get("block", "")).endswith("c2") else "c1")
         cmd = [str(exe), str(job), str(out), "--idle", str(idle), "--backpressure", str(backpressure),
                "--seed", str(seed)]
         res = subprocess.run(cmd, capture_output=True, text=True)

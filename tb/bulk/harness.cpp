@@ -1,4 +1,5 @@
-// Bulk co-simulation harness for the Cassandra-1 decoder (docs/HARDWARE.md section 2), compiled with
+// Bulk co-simulation harness for the Cassandra-1 decoder (docs/HARDWARE.md section 2) and, compiled with
+// -DHARNESS_C2, the Cassandra-2 decoder (section 2a: plane slot 0 = spec_mx, slot 1 unused), compiled with
 // Verilator together with the exported Verilog. It streams whole tensors through the decoder without any
 // per-cycle Python: register writes and plane words come from a job file, decoded bf16 values go to an
 // output file, and a one-line JSON summary goes to stdout.
@@ -25,6 +26,12 @@
 
 #ifndef HARNESS_PORT
 #define HARNESS_PORT(p, f) p##___05F##f
+#endif
+#define PORT_READY(name) HARNESS_PORT(name, ready)
+#ifdef HARNESS_C2
+#define SPEC0 spec_mx
+#else
+#define SPEC0 spec_codes
 #endif
 
 template <typename T> static inline void set_sig(T& sig, const uint32_t* w, int nw) {
@@ -140,8 +147,10 @@ int main(int argc, char** argv) {
                     if (P.last[P.ptr]) inbuf[word_bits >> 5] |= 1u << (word_bits & 31);
                 }
                 switch (p) {
-                    case 0: DRIVE(0, spec_codes) break;
+                    case 0: DRIVE(0, SPEC0) break;
+#ifndef HARNESS_C2
                     case 1: DRIVE(1, spec_signman) break;
+#endif
                     case 2: DRIVE(2, verif_codes) break;
                     case 3: DRIVE(3, verif_rest) break;
                 }
@@ -152,7 +161,12 @@ int main(int argc, char** argv) {
             top->eval();
             // ---- sample handshakes (transfers happen at the coming rising edge)
             bool cfg_x = cfg_v && top->HARNESS_PORT(cfg, ready);
-            bool x[4] = {v[0] && top->HARNESS_PORT(spec_codes, ready), v[1] && top->HARNESS_PORT(spec_signman, ready),
+#ifdef HARNESS_C2
+            bool x1 = false;
+#else
+            bool x1 = v[1] && top->PORT_READY(spec_signman);
+#endif
+            bool x[4] = {v[0] && top->PORT_READY(SPEC0), x1,
                          v[2] && top->HARNESS_PORT(verif_codes, ready), v[3] && top->HARNESS_PORT(verif_rest, ready)};
             bool progress = cfg_x || x[0] || x[1] || x[2] || x[3];
             if (top->HARNESS_PORT(out, valid) && out_r) {

@@ -117,6 +117,45 @@ def deep_rank_books(bits: np.ndarray, cfg: CodecConfig, K: int = K_MAX):
     return book(spec_syms, PRUNED if cfg.prunes else None), book(e[~kept]) if (~kept).any() else Codebook(())
 
 
+# ------------------------------------------------------------------------------------------ Cassandra-2
+
+def c2cfg(G: int, m: int, k: int) -> CodecConfig:
+    return CodecConfig(scheme="c2", group_size=G, mantissa_bits=m, keep_count=k)
+
+
+def random_c2_config(rng) -> CodecConfig:
+    G = int(rng.choice(ALLOWED_GROUP_SIZES))
+    r = rng.random()
+    k = G if r < 0.3 else 1 if r < 0.4 else int(rng.integers(1, G + 1))
+    return c2cfg(G, int(rng.integers(0, 8)), k)
+
+
+def small_exponents(rng, n: int) -> np.ndarray:
+    """Subnormals and tiny normals (X in 0..3), one MX block of pure subnormals (X = 0), one of +0."""
+    x = (rng.integers(0, 0x200, n).astype(np.uint16) | (rng.integers(0, 2, n).astype(np.uint16) << 15))
+    x[:min(n, 32)] &= 0x807F
+    x[32:min(n, 64)] = 0
+    return x
+
+
+def pattern_spread(rng, n: int) -> np.ndarray:
+    """bf16 patterns over every exponent and both signs, so X ranges over 0..255 (c < 0, elem = 0, deltas far
+    outside any book)."""
+    pats = np.arange(0, 65536, 61, dtype=np.uint16)
+    pats = np.concatenate([pats, np.array(SPECIALS, np.uint16)])
+    rng.shuffle(pats)
+    return np.resize(pats, n)
+
+
+def random_c2_tensor(rng, n: int) -> np.ndarray:
+    kind = rng.choice(["weights", "weights", "uniform", "specials", "sparse", "small", "spread"])
+    if kind == "small":
+        return small_exponents(rng, n)
+    if kind == "spread":
+        return pattern_spread(rng, n)
+    return random_tensor(rng, n)
+
+
 def rare_delta_book(enc, K: int) -> Codebook:
     """A verification book of K deltas whose common deltas sit at the highest ranks (long codes) and rare or
     absent deltas in front; everything else escapes."""

@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from cassandra_rtl.golden.codebook import Codebook
-from cassandra_rtl.golden.codec import superblock_chunks
-from cassandra_rtl.golden.config import ALLOWED_GROUP_SIZES, CodecConfig
+from cassandra_rtl.golden.config import ALLOWED_GROUP_SIZES
 from cassandra_rtl.tb.common.bench import env_int, full_run, reset, tb_test
 from cassandra_rtl.tb.common.stream import PROFILES
 from cassandra_rtl.tb.decoder import data as D
@@ -24,43 +23,6 @@ def _rng(ctx):
     return np.random.default_rng(ctx.seed)
 
 
-def c2cfg(G: int, m: int, k: int) -> CodecConfig:
-    return CodecConfig(scheme="c2", group_size=G, mantissa_bits=m, keep_count=k)
-
-
-def random_c2_config(rng) -> CodecConfig:
-    G = int(rng.choice(ALLOWED_GROUP_SIZES))
-    r = rng.random()
-    k = G if r < 0.3 else 1 if r < 0.4 else int(rng.integers(1, G + 1))
-    return c2cfg(G, int(rng.integers(0, 8)), k)
-
-
-def small_exponents(rng, n: int) -> np.ndarray:
-    """Subnormals and tiny normals (X in 0..3), one MX block of pure subnormals (X = 0), one of +0."""
-    x = (rng.integers(0, 0x200, n).astype(np.uint16) | (rng.integers(0, 2, n).astype(np.uint16) << 15))
-    x[:min(n, 32)] &= 0x807F
-    x[32:min(n, 64)] = 0
-    return x
-
-
-def pattern_spread(rng, n: int) -> np.ndarray:
-    """bf16 patterns over every exponent and both signs, so X ranges over 0..255 (c < 0, elem = 0, deltas far
-    outside any book)."""
-    pats = np.arange(0, 65536, 61, dtype=np.uint16)
-    pats = np.concatenate([pats, np.array(D.SPECIALS, np.uint16)])
-    rng.shuffle(pats)
-    return np.resize(pats, n)
-
-
-def random_c2_tensor(rng, n: int) -> np.ndarray:
-    kind = rng.choice(["weights", "weights", "uniform", "specials", "sparse", "small", "spread"])
-    if kind == "small":
-        return small_exponents(rng, n)
-    if kind == "spread":
-        return pattern_spread(rng, n)
-    return D.random_tensor(rng, n)
-
-
 @tb_test()
 async def bf16_specials(dut, ctx):
     """Every bf16 special value (+-0, subnormals, min/max normal, +-Inf, NaN payloads) in both modes at
@@ -70,16 +32,16 @@ async def bf16_specials(dut, ctx):
     items = []
     for m in (0, 3, 7):
         for k in (128, 40):
-            enc = D.encode(D.specials_tensor(rng, 300), c2cfg(128, m, k))
+            enc = D.encode(D.specials_tensor(rng, 300), D.c2cfg(128, m, k))
             items += [(enc, False), (enc, True)]
     sp = np.array(D.SPECIALS * 3, dtype=np.uint16)
     for k in (32, 5):
-        enc = D.encode(sp, c2cfg(32, 2, k))
+        enc = D.encode(sp, D.c2cfg(32, 2, k))
         items += [(enc, False), (enc, True)]
     for m, k in ((0, 40), (7, 64), (3, 1), (5, 64)):
-        enc = D.encode(small_exponents(rng, 256), c2cfg(64, m, k))
+        enc = D.encode(D.small_exponents(rng, 256), D.c2cfg(64, m, k))
         items += [(enc, bool(m % 2)), (enc, not m % 2)]
-    enc = D.encode(pattern_spread(rng, 640), c2cfg(128, 2, 96))
+    enc = D.encode(D.pattern_spread(rng, 640), D.c2cfg(128, 2, 96))
     items += [(enc, False), (enc, True)]
     await h.run(items)
 
@@ -96,10 +58,10 @@ async def boundary_configs(dut, ctx):
         for k in (G, 1, 2, G - 1):
             m = int(rng.choice([0, 7, int(rng.integers(0, 8))]))
             n = 2 * G + int(rng.integers(1, G))
-            enc = D.encode(D.weights_like(rng, n), c2cfg(G, m, k))
+            enc = D.encode(D.weights_like(rng, n), D.c2cfg(G, m, k))
             items += [(enc, True), (enc, False)]
     for n, G, k in ((1, 32, 1), (1, 32, 32), (32, 32, 7), (33, 64, 10), (255, 256, 200)):
-        enc = D.encode(D.weights_like(rng, n), c2cfg(G, int(rng.integers(0, 8)), k))
+        enc = D.encode(D.weights_like(rng, n), D.c2cfg(G, int(rng.integers(0, 8)), k))
         items += [(enc, True), (enc, False)]
     await h.run(items)
 
@@ -114,8 +76,8 @@ async def escapes_and_books(dut, ctx):
     items = []
     for K in range(16):
         G = int(rng.choice([32, 64, 128]))
-        cfg = c2cfg(G, int(rng.integers(0, 8)), int(rng.integers(1, G)))
-        x = pattern_spread(rng, 3 * G + 11) if K % 3 == 0 else D.weights_like(rng, 3 * G + 11)
+        cfg = D.c2cfg(G, int(rng.integers(0, 8)), int(rng.integers(1, G)))
+        x = D.pattern_spread(rng, 3 * G + 11) if K % 3 == 0 else D.weights_like(rng, 3 * G + 11)
         enc0 = D.encode(x, cfg)
         book = Codebook(()) if K == 0 else D.rare_delta_book(enc0, K)
         enc = D.encode(x, cfg, books=(None, book))
@@ -124,7 +86,7 @@ async def escapes_and_books(dut, ctx):
             items.append((enc, False))
     # the encoder-calibrated book, then the same data under a K = 0 book
     x = D.weights_like(rng, 192)
-    items.append((D.encode(x, c2cfg(64, 2, 32), books=(None, Codebook(()))), True))
+    items.append((D.encode(x, D.c2cfg(64, 2, 32), books=(None, Codebook(()))), True))
     await h.run(items)
 
 
@@ -136,12 +98,12 @@ async def codebook_reprogramming(dut, ctx):
     h = DecoderHarness(dut, ctx)
     items = []
     for _ in range(scale(6, 40)):
-        cfg = random_c2_config(rng)
+        cfg = D.random_c2_config(rng)
         n = D.random_numel(rng, cfg.group_size, 4)
-        items.append((D.encode(random_c2_tensor(rng, n), cfg), bool(rng.integers(0, 2))))
+        items.append((D.encode(D.random_c2_tensor(rng, n), cfg), bool(rng.integers(0, 2))))
     await h.run(items)
     enc0, full0 = items[-1]
-    x = random_c2_tensor(rng, D.random_numel(rng, enc0.config.group_size, 3))
+    x = D.random_c2_tensor(rng, D.random_numel(rng, enc0.config.group_size, 3))
     enc1 = D.encode(x, enc0.config, books=(None, enc0.verif_book))
     from cassandra_rtl.tb.decoder.harness import Tensor
     h.sb.expect(F.expected(enc1, full0))
@@ -167,9 +129,9 @@ async def constrained_random(dut, ctx):
             agent.pacer.profile = h.profiles[port]
         items = []
         for _ in range(int(rng.integers(1, 4))):
-            cfg = random_c2_config(rng)
+            cfg = D.random_c2_config(rng)
             n = D.random_numel(rng, cfg.group_size, 6)
-            items.append((D.encode(random_c2_tensor(rng, n), cfg), bool(rng.integers(0, 2))))
+            items.append((D.encode(D.random_c2_tensor(rng, n), cfg), bool(rng.integers(0, 2))))
         await h.run(items, sequential=bool(rng.integers(0, 2)))
 
 
@@ -185,7 +147,7 @@ async def full_rate_no_stalls(dut, ctx):
     except FileNotFoundError:
         x = D.weights_like(rng, n, sigma=0.02)
     for k in (128, 64):
-        enc = D.encode(x, c2cfg(128, 3, k))
+        enc = D.encode(x, D.c2cfg(128, 3, k))
         for full in (False, True):
             c0 = h.engine.cycles
             await h.run([(enc, full)])
@@ -199,7 +161,7 @@ async def reset_mid_stream(dut, ctx):
     is an error), and a freshly programmed tensor then decodes exactly."""
     rng = _rng(ctx)
     h = DecoderHarness(dut, ctx)
-    cfg = c2cfg(64, 3, 40)
+    cfg = D.c2cfg(64, 3, 40)
     enc = D.encode(D.weights_like(rng, 64 * 8), cfg)
     h.submit(enc, True, check=False)
     await h.engine.run_until(lambda: h.out.transfers >= 2, h.budget(), "first beats")
@@ -334,15 +296,15 @@ async def malformed_streams(dut, ctx):
     h = DecoderHarness(dut, ctx)
     ctx.cov.define("dec.error", list(F.ERROR_NAMES.values()))
     IW = h.IW
-    good = D.encode(D.weights_like(rng, 64 * 2 + 9), c2cfg(64, 3, 40))
+    good = D.encode(D.weights_like(rng, 64 * 2 + 9), D.c2cfg(64, 3, 40))
     cases = []
     for full in (False, True):
         for G, k in ((64, 40), (256, 100)):          # G = 256: the bitmap is read in HEAD cycles
-            enc = D.encode(D.weights_like(rng, G * 3), c2cfg(G, 3, k))
+            enc = D.encode(D.weights_like(rng, G * 3), D.c2cfg(G, 3, k))
             for name, bit, planes, prog in _mutations(enc, full, IW, rng):
                 cases.append((f"{name}/G{G}/{'full' if full else 'draft'}", bit, enc, full, planes, prog))
     # OVERRUN inside the bitmap: a G = 256 spec.mx chunk cut after its first word (128 of 256 bitmap bits)
-    enc = D.encode(D.weights_like(rng, 512), c2cfg(256, 3, 100))
+    enc = D.encode(D.weights_like(rng, 512), D.c2cfg(256, 3, 100))
     pw = F.plane_words(enc, False, IW)
     if IW < 256:
         pw["spec_mx"][0] = [(pw["spec_mx"][0][0][0], 1)]
@@ -379,6 +341,6 @@ async def smollm2_sample(dut, ctx):
     items = []
     for x in rows:
         for k in (128, 64):
-            enc = D.encode(x, c2cfg(128, 3, k))
+            enc = D.encode(x, D.c2cfg(128, 3, k))
             items += [(enc, False), (enc, True)]
     await h.run(items)
