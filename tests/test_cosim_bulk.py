@@ -136,6 +136,20 @@ def test_c2_random_configs_with_stalls(harness_c2):
         _check_c2(encs, mode, idle=0.3, backpressure=0.4, seed=13)
 
 
+@pytest.mark.parametrize("head_dim,keep", [(64, 0.5), (128, 1.0), (128, 0.25)])
+def test_c2_kv_stream_through_rtl(harness_c2, smollm2_rows, head_dim, keep):
+    """The C2 KV stream (golden encode_kv with a calibrated verification book: exactly the words
+    tb/encoder checks encoder_kv_c2_* against) through decoder_c2_l8 in both modes: encoder -> decoder
+    closes by transitivity, without glue."""
+    from cassandra_rtl.golden.kv import calibrate_kv_codebooks, encode_kv, kv_config
+
+    cfg = kv_config(head_dim, "c2", 3, keep)
+    vecs = smollm2_rows[1][: head_dim * 512].reshape(-1, head_dim)
+    enc = encode_kv(vecs, cfg, calibrate_kv_codebooks(vecs[: len(vecs) // 2], cfg))
+    for mode in ("draft", "full"):
+        _check_c2([enc], mode, idle=0.1, backpressure=0.1, seed=3)
+
+
 def test_c2_corrupt_stream_is_reported(harness_c2):
     """A keep bitmap with one bit too many (KEEP) surfaces as RtlError, never as silent output."""
     rng = np.random.default_rng(5)
