@@ -132,8 +132,10 @@ class EncoderHarness:
 
 
 def kv_vectors(rng, n, G, kind=None):
-    kind = kind or rng.choice(["weights", "uniform", "specials", "ties"])
-    if kind == "weights":
+    kind = kind or rng.choice(["weights", "uniform", "specials", "ties", "small"])
+    if kind == "small":      # subnormals / tiny normals, MX blocks of subnormals only (X = 0) and of +0
+        x = D.small_exponents(rng, n * G)
+    elif kind == "weights":
         x = D.weights_like(rng, n * G)
     elif kind == "uniform":
         x = D.uniform_bits(rng, n * G)
@@ -156,13 +158,14 @@ def _books(rng, vectors, cfg, style="calibrated"):
 
 @tb_test()
 async def directed_kv(dut, ctx):
-    """Specials, ties at the keep threshold, keep = 1 / keep = G, every supported G, m = 0 and 7."""
+    """Specials, ties at the keep threshold, subnormal / zero MX blocks (C2: X = 0), keep = 1 / keep = G, every
+    supported G, m = 0 and 7."""
     rng = np.random.default_rng(ctx.seed)
     h = EncoderHarness(dut, ctx)
     for G in (32, 64, 128):
         for ratio, m in ((1.0, 3), (1 / G, 0), (0.5, 7)):
             cfg = kv_config(G, scheme_of(ctx), m, ratio)
-            for kind in ("specials", "ties"):
+            for kind in ("specials", "ties", "small"):
                 x = kv_vectors(rng, 3, G, kind)
                 await h.submit(x, cfg, _books(rng, x, cfg))
                 await h.drain(f"G={G} keep={cfg.keep_count} m={m} {kind}")
