@@ -88,7 +88,8 @@ class DecoderHarness:
             self.ctx.cov.hit("dec.out_stall_while_valid", "yes")
 
     def _violation(self, msg):
-        self.sb._report(f"decoder protocol: {msg}")
+        self.sb._report(f"decoder protocol: {msg} (cycle {self.engine.cycles}, error={int(self.dut.error.value)}, "
+                        f"error_code=0x{int(self.dut.error_code.value):02x}, busy={int(self.dut.busy.value)})")
 
     def _beat(self, payload: int):
         L, cb = self.L, self.cb

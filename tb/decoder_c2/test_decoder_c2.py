@@ -262,11 +262,18 @@ def _mutations(enc, full, IW, rng):
 
 async def _expect_error(h, dut, ctx, name, bit, enc, full, planes, prog, rng, good):
     cov = ctx.cov
+    ctx.log.info(f"error case {name} (cycle {h.engine.cycles}, out profile {h.out.pacer.profile})")
     h.submit(enc, full, check=False, planes=planes, prog=prog)
     await h.engine.run_until(lambda: h.error_seen > 0, h.budget(), f"{name}: error never raised")
+    ctx.log.info(f"  error raised at cycle {h.engine.cycles}, beats out so far {h.out.transfers}")
     await h.engine.run_until(h.inputs_idle, h.budget(), f"{name}: inputs not drained after error")
     for _ in range(8):
         await h.engine.step()
+    # a beat already in the output register when the error was found stays valid until the sink takes it
+    # (under backpressure that can be many cycles later); it belongs to the failed tensor
+    await h.engine.run_until(lambda: not int(dut.out__valid.value), h.budget(), f"{name}: out.valid stuck")
+    ctx.log.info(f"  inputs drained, cycle {h.engine.cycles}, out.valid={int(dut.out__valid.value)}, "
+                 f"beats after error {h.beats_after_error}")
     code = int(dut.error_code.value)
     assert int(dut.error.value) == 1, f"{name}: error not sticky"
     assert code >> bit & 1, f"{name}: error_code 0x{code:02x} lacks bit {bit} ({F.ERROR_NAMES[bit]})"
@@ -278,6 +285,7 @@ async def _expect_error(h, dut, ctx, name, bit, enc, full, planes, prog, rng, go
     h.tensors.clear()
     await h.write([(F.CTRL, F.CTRL_CLEAR_ERROR)])
     await h.engine.step()
+    ctx.log.info(f"  cleared at cycle {h.engine.cycles}")
     assert int(dut.error.value) == 0 and int(dut.error_code.value) == 0, f"{name}: CLEAR_ERROR did not clear"
     h.error_seen = 0
     h.beats_after_error = 0
