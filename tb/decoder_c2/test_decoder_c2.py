@@ -352,3 +352,21 @@ async def smollm2_sample(dut, ctx):
             enc = D.encode(x, D.c2cfg(128, 3, k))
             items += [(enc, False), (enc, True)]
     await h.run(items)
+
+
+@tb_test()
+async def job_file(dut, ctx):
+    """C2 tensors from a job file (TB_JOB: a pickle with "tensors" [(name, EncodedTensor)], "mode" and optional
+    "profile"), the C1 testbench's interface for `cassandra-rtl cosim`; skipped when no job is given."""
+    import os
+    import pickle
+
+    path = os.environ.get("TB_JOB")
+    if not path:
+        ctx.extra["skipped"] = "no TB_JOB"
+        return
+    with open(path, "rb") as fh:
+        job = pickle.load(fh)
+    h = DecoderHarness(dut, ctx, profiles=job.get("profile", "full"))
+    for _name, enc in job["tensors"]:
+        await h.run([(enc, job["mode"] == "full")])
