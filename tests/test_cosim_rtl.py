@@ -39,6 +39,8 @@ def _all_combinations():
     quick = {(b, c, s) for b, c, s, _, _ in QUICK}
     out = []
     for b, spec in BLOCKS.items():
+        if b == "kv_loopback_c2":      # its own tests below (a known deadlock, xfail strict)
+            continue
         try:
             configs = list(spec.configs()) if spec.has_testbench() else []
         except ImportError:
@@ -72,6 +74,29 @@ def test_cosim_quick(block, config, sim, cases, env):
 @pytest.mark.parametrize("block,config,sim", _all_combinations(), ids=lambda x: str(x))
 def test_cosim_full(block, config, sim):
     _check(block, config, sim, env={"TB_FULL": "1"})
+
+
+def test_kv_loopback_c2_draft_and_weights():
+    """Encoder -> decoder C2 loopback (tb/selftest/test_kv_loopback_c2.py) on Icarus: random rounds whose
+    full-mode streams do not hit the deadlock below pass bit-exactly; here the random test with a fixed seed
+    known to pass (seed 3) - the deadlock case is the xfail test."""
+    if not simulator_available("icarus"):
+        pytest.skip("icarus not installed")
+    res = build.run("kv_loopback_c2", "kv_c2_l8", "icarus", testcase="kv_loopback", seed=3, env={"TB_SCALE": "6"})
+    assert res.failed == 0 and res.tests == 1, [r.get("error") for r in res.records]
+    assert res.total("values") > 0 and res.total("mismatches") == 0
+
+
+@pytest.mark.xfail(strict=True, reason="RTL: EncoderKvC2 -> DecoderC2 directly coupled (HARDWARE.md 3a 'tested "
+                   "without glue') deadlocks in full mode when verif.codes fills less than one word per vector "
+                   "(1-bit codes) while verif.rest fills the decoder's reader: the decoder waits for a verif.codes "
+                   "word the backpressured encoder never completes. Found 29 Nov 2026; see docs/VERIFICATION.md")
+def test_kv_loopback_c2_sparse_codes_deadlock():
+    if not simulator_available("icarus"):
+        pytest.skip("icarus not installed")
+    res = build.run("kv_loopback_c2", "kv_c2_l8", "icarus", testcase="sparse_codes_full_mode",
+                    waves_on_failure=False)
+    assert res.failed == 0 and res.tests == 1, [r.get("error") for r in res.records]
 
 
 def test_waves_on_failure():

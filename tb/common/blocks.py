@@ -98,6 +98,16 @@ def _dec2_make(params):
     return hwapi.make_decoder_c2(params)
 
 
+def _kvl_configs():
+    from . import hwapi
+    return hwapi.kv_loopback_c2_configs()
+
+
+def _kvl_make(params):
+    from . import hwapi
+    return hwapi.make_kv_loopback_c2(params)
+
+
 def _enc_configs():
     from . import hwapi
     return hwapi.encoder_configs()
@@ -127,6 +137,9 @@ BLOCKS: dict[str, BlockSpec] = {
                             _dec2_configs, _dec2_make, _quick("decoder_c2")),
     "encoder": BlockSpec("encoder", "cassandra_encoder", "cassandra_rtl.tb.encoder.test_encoder",
                          _enc_configs, _enc_make, _quick("encoder")),
+    "kv_loopback_c2": BlockSpec("kv_loopback_c2", "cassandra_kv_loopback_c2",
+                                "cassandra_rtl.tb.selftest.test_kv_loopback_c2", _kvl_configs, _kvl_make,
+                                _quick("kv_loopback_c2")),
 }
 
 
