@@ -128,7 +128,10 @@ def main(argv=None) -> int:
     except ToolMissingError as exc:
         print(f"[sim] {exc}", file=sys.stderr)
         return 2
-    blocks = args.blocks.split(",") if args.blocks else ["loopback"] + [b for b in BLOCKS if b != "loopback"]
+    # kv_loopback_c2 (encoder -> decoder, direct coupling) only on request: it has a known RTL deadlock
+    # (docs/VERIFICATION.md Findings; tests/test_cosim_rtl.py pins it with a strict xfail)
+    blocks = args.blocks.split(",") if args.blocks else ["loopback"] + [b for b in BLOCKS
+                                                                       if b not in ("loopback", "kv_loopback_c2")]
     todo = plan(blocks, args.configs.split(",") if args.configs else None, args.full)
     env = {"TB_FULL": "1"} if args.full else {}
     t0 = time.perf_counter()
