@@ -9,6 +9,8 @@ Defaults and why:
   (window = 8 bits per lane: the mean SmolLM2 code is ~2.8 bits, the longest non-escape code 15).
 * ``decoder_c1_l4``: a cheap decoder for exhaustive simulation (32-bit words).
 * ``decoder_c1_l8``: 8 values/cycle, 64-bit plane words (a 64-bit DMA channel per plane).
+* ``decoder_c1_l8_v4`` / ``decoder_c1_l16_v8``: the same with half the verification lanes (full mode at
+  L/2 values/cycle, which still saturates the memory: full mode reads ~11 bits/value).
 * ``decoder_c1_l16``: 16 values/cycle, 128-bit plane words. Every plane needs at most 8 bits per
   value (a pruned value's rest field; signman at m = 7), so word = 8 * L sustains L values/cycle in
   every configuration of the format.
@@ -44,6 +46,18 @@ for _l, _word in ((4, 32), (8, 64), (16, 128)):
               block="decoder_c1", lanes=_l, word=_word, window=max(24, 8 * _l), values_per_cycle=_l,
               latency_cycles=2,
               description=f"Cassandra-1 decoder, {_l} bf16 values/cycle, {_word}-bit plane words")
+
+# The same decoders with half the verification lanes: full mode reads ~11 bits/value from memory against
+# ~3-5 for the draft, so at one memory bandwidth it needs less than half the values/cycle; halving the
+# verification zero counter, readers and rest-field logic saves area (docs/HARDWARE.md, "Verification lanes").
+for _l, _word in ((8, 64), (16, 128)):
+    _register(f"decoder_c1_l{_l}_v{_l // 2}",
+              lambda l=_l, w=_word: DecoderC1(lanes=l, word=w, verif_lanes=l // 2),
+              block="decoder_c1", lanes=_l, word=_word, window=max(24, 8 * _l), verif_lanes=_l // 2,
+              verif_word=max(32, 4 * _l), verif_window=max(24, 4 * _l),
+              values_per_cycle=_l, values_per_cycle_full=_l // 2, latency_cycles=2,
+              description=f"Cassandra-1 decoder, {_l} bf16 values/cycle in draft mode, {_l // 2} in full mode; "
+                          f"{_word}-bit speculation and {max(32, 4 * _l)}-bit verification plane words")
 
 # C2 decoder: spec.mx needs up to ~10.3 bits per value (bitmap 1 + X 0.25 + m+2 <= 9 per kept value), so the
 # plane words are 16 * L bits (no configuration of the format starves the input); docs/HARDWARE.md 2a.

@@ -114,22 +114,43 @@ class DecoderC1(wiring.Component):
     """Cassandra-1 decoder, ``lanes`` bf16 values per cycle (draft or full mode, set per tensor).
 
     Parameters
-        lanes   L, values per output beat (1..32)
-        word    IW, bits per input word on every plane (multiple of 8)
-        window  W, code window of the zero counters (>= 24; default 8*L, min 24): the beat holds at most
-                the codes that fit in W bits, so W / L is the mean code length sustained at full rate
+        lanes         L, values per output beat (1..32)
+        word          IW, bits per input word on the speculation planes (multiple of 8)
+        window        W, code window of the speculation zero counter (>= 24; default 8*L, min 24): the beat
+                      holds at most the codes that fit in W bits, so W / L is the mean code length
+                      sustained at full rate
+        verif_lanes   Lv <= L, values per beat in full mode (default L). Full mode reads ~11 bits/value
+                      against ~3-5 for the draft, so at a given memory bandwidth it needs far fewer values
+                      per cycle; Lv < L shrinks the verification zero counter, readers and rest-field
+                      logic (docs/HARDWARE.md, "Verification lanes").
+        verif_word    bits per input word on the verification planes (default IW, or 8*Lv when Lv < L)
+        verif_window  code window of the verification zero counter (default W, or max(24, 8*Lv))
     """
 
-    def __init__(self, lanes: int = 8, word: int | None = None, window: int | None = None):
+    def __init__(self, lanes: int = 8, word: int | None = None, window: int | None = None,
+                 verif_lanes: int | None = None, verif_word: int | None = None, verif_window: int | None = None):
         word = 8 * lanes if word is None else word
         window = max(MAX_CODE_BITS, 8 * lanes) if window is None else window
         check_lanes_word(lanes, word, window)
+        verif_lanes = lanes if verif_lanes is None else verif_lanes
+        if not isinstance(verif_lanes, int) or not 1 <= verif_lanes <= lanes:
+            raise ConfigError(f"verif_lanes must be 1..lanes ({lanes}), got {verif_lanes!r}")
+        narrow = verif_lanes < lanes
+        verif_word = (max(4 * BYTE, 8 * verif_lanes) if narrow else word) if verif_word is None else verif_word
+        verif_window = (max(MAX_CODE_BITS, 8 * verif_lanes) if narrow else window) \
+            if verif_window is None else verif_window
+        check_lanes_word(verif_lanes, verif_word, verif_window)
         self.lanes, self.word, self.window = lanes, word, window
+        self.verif_lanes, self.verif_word, self.verif_window = verif_lanes, verif_word, verif_window
         self.field_window = FIELD_MAX * lanes      # L fields of at most 8 bits always fit
+        self.verif_field_window = FIELD_MAX * verif_lanes
+        self.port_words = {"spec_codes": word, "spec_signman": word,
+                           "verif_codes": verif_word, "verif_rest": verif_word}
         plane = stream.Signature(word_layout(word))
+        vplane = stream.Signature(word_layout(verif_word))
         super().__init__({
             "spec_codes": In(plane), "spec_signman": In(plane),
-            "verif_codes": In(plane), "verif_rest": In(plane),
+            "verif_codes": In(vplane), "verif_rest": In(vplane),
             "cfg": In(stream.Signature(cfg_layout)),
             "out": Out(stream.Signature(out_layout(lanes))),
             "busy": Out(1), "error": Out(1), "error_code": Out(ERROR_BITS),
@@ -191,13 +212,15 @@ class DecoderC1(wiring.Component):
         return ks
 
     # ---------------------------------------------------------------------------------------- code lanes
-    def _code_lanes(self, m, reader, K, table, name, esc_payload_bits=ESCAPE_PAYLOAD_BITS):
-        """Decode up to L rank-unary codes from a reader's window.
+    def _code_lanes(self, m, reader, K, table, name, esc_payload_bits=ESCAPE_PAYLOAD_BITS, lanes=None,
+                    window=None):
+        """Decode up to ``lanes`` (default L) rank-unary codes from a reader's ``window``-bit view.
 
         Returns per lane ``ok`` (complete, legal, not after an escape), ``sym``, and ``end_bits`` (bits
         through lane i including an escape payload), plus the window state needed for error checks.
         """
-        L, W = self.lanes, self.window
+        L = self.lanes if lanes is None else lanes
+        W = self.window if window is None else window
         zc = ZeroCounter(W, L)
         m.submodules[f"{name}_zc"] = zc
         avail = Signal(range(W + 1), name=f"{name}_avail_w")
@@ -235,11 +258,11 @@ class DecoderC1(wiring.Component):
             ]
             before = before | esc[i]
         return {"zc": zc, "ok": ok, "sym": sym, "end_bits": end_bits, "bad": bad, "after_esc": after_esc,
-                "avail": avail}
+                "avail": avail, "window": W}
 
     def _code_errors(self, m, reader, lanes, need, K, name):
         """CODE / OVERRUN for the first lane a code plane cannot deliver, if that lane is needed."""
-        L, W = self.lanes, self.window
+        L, W = len(lanes["ok"]), lanes["window"]
         zc = lanes["zc"]
         code_err = Signal(name=f"{name}_code_err")
         overrun = Signal(name=f"{name}_overrun")
@@ -277,10 +300,11 @@ class DecoderC1(wiring.Component):
                      self.cfg.ready.eq(~busy)]
         self._write_registers(m, r, start, clear)
 
+        Lv = self.verif_lanes
         readers = {}
         for name, win in (("spec_codes", W), ("spec_signman", self.field_window),
-                          ("verif_codes", W), ("verif_rest", self.field_window)):
-            rd = BitReader(self.word, win)
+                          ("verif_codes", self.verif_window), ("verif_rest", self.verif_field_window)):
+            rd = BitReader(self.port_words[name], win)
             m.submodules[f"{name}_rd"] = rd
             wiring.connect(m, wiring.flipped(getattr(self, name)), rd.inp)
             readers[name] = rd
@@ -320,30 +344,31 @@ class DecoderC1(wiring.Component):
             sm_ok.append(~kept[i] | (off + fm <= M.avail))
 
         # ---- verification: codes of pruned lanes, rest fields of every lane
-        ver = self._code_lanes(m, V, r["verif_k"], r["verif_tab"], "ver")
+        ver = self._code_lanes(m, V, r["verif_k"], r["verif_tab"], "ver", lanes=Lv, window=self.verif_window)
         # vok[j]: verification code lanes 0..j all ok. Named signals, not nested expressions: Amaranth
         # re-emits an expression at every use, and these feed per-lane muxes (RTLIL grew as L^5).
-        vok = Signal(L, name="vok")
-        for j in range(L):
+        vok = Signal(Lv, name="vok")
+        for j in range(Lv):
             m.d.comb += vok[j].eq(ver["ok"][j] & (vok[j - 1] if j else 1))
-        vok_arr = Array(vok[j] for j in range(L))
+        vok_arr = Array(vok[j] for j in range(Lv))
         vsym_arr = Array(ver["sym"])
-        rest_field = []
-        rest_ok = []
-        v_ok = []
-        v_exp = []
-        for i in range(L):
-            off = Signal(range(self.field_window + 1), name=f"rest_off{i}")
+        # Lanes at and above Lv never complete in full mode (a full-mode beat holds at most Lv values).
+        rest_field = [Const(0, FIELD_MAX)] * L
+        rest_ok = [Const(0, 1)] * L
+        v_ok = [Const(0, 1)] * L
+        v_exp = [Const(0, BF16_EXPONENT_BITS)] * L
+        for i in range(Lv):
+            off = Signal(range(self.verif_field_window + 1), name=f"rest_off{i}")
             width = Mux(kept[i], fr, FIELD_MAX)
             f = Signal(FIELD_MAX, name=f"rest_f{i}")
             m.d.comb += [off.eq(kp[i] * fr + pp[i] * FIELD_MAX),
                          f.eq((R.win >> off) & ~(Const(0xFF, FIELD_MAX) << width))]
-            rest_field.append(f)
-            rest_ok.append(off + width <= R.avail)
-            v_ok.append(kept[i] | vok_arr[pp[i]])
+            rest_field[i] = f
+            rest_ok[i] = off + width <= R.avail
+            v_ok[i] = kept[i] | vok_arr[pp[i]]
             ve = Signal(BF16_EXPONENT_BITS, name=f"vexp{i}")
             m.d.comb += ve.eq(vsym_arr[pp[i]])
-            v_exp.append(ve)
+            v_exp[i] = ve
 
         # ---- lane fit: the leading lanes complete on every plane the mode reads
         lane_ok = Signal(L)
@@ -364,14 +389,13 @@ class DecoderC1(wiring.Component):
         sfit = [Const(1, 1)] + [sfit_bits[i] for i in range(L)]
 
         # ---- per-plane consumption for n_out lanes
-        n_sel = Array(range(L + 1))
         spec_take = Array([Const(0, bits_for(W + ESCAPE_PAYLOAD_BITS))] + spec["end_bits"])[n_out]
         sm_take = Array(kp)[n_out] * fm
         np_out = Array(pp)[n_out]
-        ver_take = Array([Const(0, bits_for(W + ESCAPE_PAYLOAD_BITS))] + ver["end_bits"])[np_out]
+        # np_out <= Lv whenever the verification planes are read (full mode)
+        ver_take = Array([Const(0, bits_for(self.verif_window + ESCAPE_PAYLOAD_BITS))] + ver["end_bits"])[np_out]
         rest_take = Array(kp)[n_out] * fr + np_out * FIELD_MAX
         kept_out = Array(kp)[n_out]
-        del n_sel
 
         # ---- errors
         spec_ce, spec_ov = self._code_errors(m, S, spec, need, r["spec_k"], "spec")
@@ -381,11 +405,11 @@ class DecoderC1(wiring.Component):
         rest_ov = Const(0, 1)
         for i in range(L):
             sm_ov = sm_ov | (sfit[i + 1] & ~sm_ok[i] & M.end_seen)
+        for i in range(Lv):              # lanes >= Lv wait for a later beat in full mode
             rest_ov = rest_ov | (sfit[i + 1] & ~rest_ok[i] & R.end_seen)
 
         finishing = Signal()
         m.d.comb += finishing.eq((n_out == sb_left) & (n_out != 0))
-        active = [S, M] + [V, R]
         skip_ok = S.skip_ok & M.skip_ok & (~full | (V.skip_ok & R.skip_ok))
         skip_err = S.skip_err | M.skip_err | (full & (V.skip_err | R.skip_err))
         keep_err = (kept_cnt + kept_out) != sb_k

@@ -57,10 +57,13 @@ def decoder_program(enc: EncodedTensor, full: bool, start: bool = True) -> list[
     return [(int(a), int(d)) for a, d in w]
 
 
-def decoder_planes(enc: EncodedTensor, full: bool, word_bits: int) -> dict[str, list[tuple[int, int]]]:
+def decoder_planes(enc: EncodedTensor, full: bool, word_bits) -> dict[str, list[tuple[int, int]]]:
+    """Words per input port; ``word_bits`` is one width for every plane or a {port: width} map (a
+    decoder with fewer verification lanes has narrower verification ports: ``dut.port_words``)."""
     spec, verif = PLANES[enc.config.scheme]
     names = spec + (verif if full else ())
-    return {PLANE_PORTS[p]: plane_words(enc, p, word_bits) for p in names}
+    width = (lambda port: word_bits[port]) if isinstance(word_bits, dict) else (lambda port: word_bits)
+    return {PLANE_PORTS[p]: plane_words(enc, p, width(PLANE_PORTS[p])) for p in names}
 
 
 # ------------------------------------------------------------------------------------ simulator drivers
@@ -151,7 +154,8 @@ def run_decoder(dut, jobs: list[DecodeJob], stalls: Stalls | None = None, max_cy
     lanes, word = dut.lanes, dut.word
     feeds: dict[str, list] = {p: [] for p in PLANE_PORTS.values()}     # (job index, words) segments
     for j, job in enumerate(jobs):
-        planes = job.planes if job.planes is not None else decoder_planes(job.enc, job.full, word)
+        planes = (job.planes if job.planes is not None
+                  else decoder_planes(job.enc, job.full, getattr(dut, "port_words", None) or word))
         for port, items in planes.items():
             feeds[port].append((j, items))
     state = {"beats": [], "cycles": 0, "err": 0, "busy": 0, "started": False, "programmed": 0}

@@ -527,7 +527,7 @@ class OverheadParams:
     # bandwidth (an upper bound; decode-time KV writes are far less).
     encoder_write_fraction: float = 1.0
     npu_clock_mhz: float | None = None      # None: the PE's estimated clock
-    decoder: str | None = None              # None: the decoder with the most values/cycle
+    decoder: str | None = None              # None: the decoder needing the least area (first bandwidth)
     encoder: str | None = None
 
     def __post_init__(self):
@@ -572,8 +572,13 @@ def _pick(report: dict, kind: str, wanted: str | None) -> tuple[str | None, str 
     return name, None
 
 
-def _instances(values_per_s: float, block: dict, clock_hz: float) -> tuple[int, float]:
-    vpc = (block.get("meta") or {}).get("values_per_cycle")
+def _instances(values_per_s: float, block: dict, clock_hz: float, mode: str = "draft") -> tuple[int, float]:
+    """Instances needed for ``values_per_s``; ``mode="full"`` uses a decoder's full-mode values/cycle
+    (``values_per_cycle_full``: fewer verification lanes than lanes) when the registry gives one."""
+    meta = block.get("meta") or {}
+    vpc = meta.get("values_per_cycle")
+    if mode == "full":
+        vpc = meta.get("values_per_cycle_full") or vpc
     fmax = (block.get("timing") or {}).get("est_fmax_mhz")
     f = clock_hz if not fmax else min(clock_hz, fmax * 1e6)     # a slower block runs at its own fmax
     return max(1, math.ceil(values_per_s / (vpc * f))), f
@@ -601,14 +606,6 @@ def overhead(report: dict, p: OverheadParams) -> dict:
         "note": ("The percentage does not depend on the clock when decoder and PEs share it: both "
                  "instance counts scale with 1/f."),
     }
-    dec_name, dec_err = _pick(report, "decoder", p.decoder)
-    enc_name, enc_err = _pick(report, "encoder", p.encoder)
-    ov["decoder"], ov["encoder"] = dec_name, enc_name
-    if dec_err:
-        ov["decoder_missing"] = dec_err
-    if enc_err:
-        ov["encoder_missing"] = enc_err
-
     def per_bandwidth(dec: str | None, enc: str | None) -> dict[str, dict]:
         out = {}
         for key, gbps in p.bandwidths_gbps.items():
@@ -621,7 +618,7 @@ def overhead(report: dict, p: OverheadParams) -> dict:
                 draft_vps = bytes_s * 8 / p.draft_bits_per_value
                 full_vps = bytes_s * 8 / p.full_bits_per_value
                 n_draft, f_dec = _instances(draft_vps, d, clock_hz)
-                n_full, _ = _instances(full_vps, d, clock_hz)
+                n_full, _ = _instances(full_vps, d, clock_hz, mode="full")
                 n = max(n_draft, n_full)               # must sustain the draft (denser) stream
                 row.update(decoder_instances=n, decoder_instances_draft=n_draft,
                            decoder_instances_full=n_full, decoder_clock_mhz=round(f_dec / 1e6, 1),
@@ -643,6 +640,32 @@ def overhead(report: dict, p: OverheadParams) -> dict:
             out[key] = row
         return out
 
+    # Headline blocks: as asked, else the configuration that needs the least area at the first bandwidth
+    # (GE per value/s is what the overhead measures; the widest block is not necessarily the cheapest).
+    first_bw = next(iter(p.bandwidths_gbps))
+
+    def cheapest(kind: str) -> str | None:
+        ok = [n for n, b in report["blocks"].items() if b.get("status") == "ok" and b.get("kind") == kind]
+        if not ok:
+            return None
+        area_key = f"{kind}_area_ge"
+        rows = {n: per_bandwidth(n, None)[first_bw] if kind == "decoder" else per_bandwidth(None, n)[first_bw]
+                for n in ok}
+        return min(ok, key=lambda n: (rows[n][area_key], n))
+
+    dec_name, dec_err = _pick(report, "decoder", p.decoder)
+    enc_name, enc_err = _pick(report, "encoder", p.encoder)
+    if not p.decoder and dec_name:
+        dec_name = cheapest("decoder")
+    if not p.encoder and enc_name:
+        enc_name = cheapest("encoder")
+    ov["decoder"], ov["encoder"] = dec_name, enc_name
+    ov["headline_choice"] = ("--decoder/--encoder" if (p.decoder or p.encoder) else
+                             f"the configurations needing the least area at {first_bw}")
+    if dec_err:
+        ov["decoder_missing"] = dec_err
+    if enc_err:
+        ov["encoder_missing"] = enc_err
     ov["by_bandwidth"] = per_bandwidth(dec_name, enc_name)
     decoders = sorted(n for n, b in report["blocks"].items() if b.get("status") == "ok" and b.get("kind") == "decoder")
     ov["by_decoder"] = {n: {k: {"decoder_instances": r.get("decoder_instances"), "decoder_percent": r.get("decoder_percent")}

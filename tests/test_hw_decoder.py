@@ -83,6 +83,44 @@ def test_decoder_all_65536_patterns(full):
     check(run_decoder(DecoderC1(4, 32), jobs, Stalls(0.1, 0.1, seed=1), max_cycles=10**6), jobs)
 
 
+@pytest.mark.parametrize("lanes,verif_lanes,m,keep", [(8, 4, 2, 0.3), (8, 2, 7, 0.5), (4, 1, 0, 0.9)])
+def test_decoder_fewer_verification_lanes(lanes, verif_lanes, m, keep):
+    """verif_lanes < lanes: full-mode beats hold at most Lv values (narrower verification ports), draft
+    beats still L; both bit-exact, in one run with the tensors alternating modes."""
+    bits = weights(300 + lanes, seed=verif_lanes * 13 + m)        # partial last superblock
+    enc = encode_tensor(bits, CodecConfig(group_size=32, mantissa_bits=m, keep_ratio=keep))
+    dut = DecoderC1(lanes, verif_lanes=verif_lanes)
+    assert dut.port_words["verif_rest"] <= dut.port_words["spec_signman"]
+    jobs = [DecodeJob(enc, True), DecodeJob(enc, False), DecodeJob(enc, True)]
+    res = run_decoder(dut, jobs, Stalls(STALL, STALL, seed=lanes + verif_lanes))
+    check(res, jobs)
+    full_counts = [c for c, _, _ in res.meta[0]]
+    draft_counts = [c for c, _, _ in res.meta[1]]
+    assert max(full_counts) == verif_lanes and max(draft_counts) == lanes
+
+
+@pytest.mark.parametrize("kind", ["overrun_rest", "too_long_rest"])
+def test_decoder_fewer_verification_lanes_errors(kind):
+    """Chunk errors on the narrow verification planes are still found (lanes above Lv are not errors)."""
+    bits = weights(128, 21)
+    enc = encode_tensor(bits, CodecConfig(group_size=64, mantissa_bits=3, keep_ratio=0.5))
+    dut = DecoderC1(8, verif_lanes=4)
+    planes = decoder_planes(enc, True, dut.port_words)
+    w = list(planes["verif_rest"])
+    first_last = [i for i, (_, l) in enumerate(w) if l][0]
+    if kind == "overrun_rest":
+        w[first_last - 1] = (w[first_last - 1][0], 1)
+        del w[first_last]
+        bit = Err.OVERRUN
+    else:
+        w.insert(first_last, (0, 0))
+        bit = Err.TOO_LONG
+    planes["verif_rest"] = w
+    res = run_decoder(dut, [DecodeJob(enc, True, planes=planes)], Stalls(STALL, STALL, seed=9), max_cycles=4000,
+                      expect_error=True)
+    assert res.error_code == 1 << bit, f"expected only error bit {bit}, got {res.error_code:#x}"
+
+
 def test_decoder_boundary_superblocks():
     """k = 1 (all pruned but one), k = G (nothing pruned), max-length codes (K = 15, rank 14 used), escapes."""
     bits = weights(160, 11)
@@ -171,7 +209,9 @@ def test_decoder_recovers_after_clear_error():
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
-@pytest.mark.parametrize("kw", [{"lanes": 0}, {"lanes": 33}, {"lanes": 4, "word": 12}, {"lanes": 4, "window": 16}])
+@pytest.mark.parametrize("kw", [{"lanes": 0}, {"lanes": 33}, {"lanes": 4, "word": 12}, {"lanes": 4, "window": 16},
+                                {"lanes": 4, "verif_lanes": 0}, {"lanes": 4, "verif_lanes": 5},
+                                {"lanes": 8, "verif_lanes": 4, "verif_word": 12}])
 def test_decoder_rejects_bad_parameters(kw):
     with pytest.raises(ConfigError):
         DecoderC1(**kw)
