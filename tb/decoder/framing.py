@@ -61,10 +61,12 @@ def planes_read(enc: EncodedTensor, full: bool) -> tuple[str, ...]:
     return spec + (verif if full else ())
 
 
-def plane_words(enc: EncodedTensor, full: bool, word_bits: int) -> dict[str, list[list[tuple[int, int]]]]:
-    """port name -> per-superblock list of (data, last) words."""
+def plane_words(enc: EncodedTensor, full: bool, word_bits) -> dict[str, list[list[tuple[int, int]]]]:
+    """port name -> per-superblock list of (data, last) words; ``word_bits`` is one width for every
+    port or a {port: width} map (decoders with fewer verification lanes have narrower verif ports)."""
     names = ports(enc.config.scheme)
-    return {names[p]: [chunk_to_words(c, word_bits) for c in superblock_chunks(enc, p)]
+    width = (lambda port: word_bits[port]) if isinstance(word_bits, dict) else (lambda port: word_bits)
+    return {names[p]: [chunk_to_words(c, width(names[p])) for c in superblock_chunks(enc, p)]
             for p in planes_read(enc, full)}
 
 

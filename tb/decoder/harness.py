@@ -41,8 +41,11 @@ class DecoderHarness:
         self.profiles = prof
         cov = ctx.cov
         IW = self.IW
+        # verif_word: a decoder with fewer verification lanes has narrower verification ports
+        self.port_words = {port: int(p.get("verif_word") or IW) if port.startswith("verif") else IW for port in ports}
         self.cfg = Source(dut, "cfg", ctx.pacer(prof["cfg"]), cov, encode=lambda aw: aw[0] | (aw[1] << 8))
-        self.planes = {port: Source(dut, port, ctx.pacer(prof[port]), cov, encode=lambda w: w[0] | (w[1] << IW))
+        self.planes = {port: Source(dut, port, ctx.pacer(prof[port]), cov,
+                                    encode=lambda w, iw=self.port_words[port]: w[0] | (w[1] << iw))
                        for port in ports}
         self.out = Sink(dut, "out", ctx.pacer(prof["out"]), self._beat, cov)
         self.sb = ctx.scoreboard("decoder")
@@ -207,7 +210,7 @@ class DecoderHarness:
             self.cover_tensor(enc, full, exp)
         self.tensors.append(Tensor(enc, full, check))
         self.cfg.send(prog if prog is not None else F.program(enc, full, books=books))
-        pw = planes if planes is not None else F.plane_words(enc, full, self.IW)
+        pw = planes if planes is not None else F.plane_words(enc, full, self.port_words)
         for port, chunks in pw.items():
             self.planes[port].send(w for ch in chunks for w in ch)
 

@@ -117,7 +117,7 @@ async def codebook_reprogramming(dut, ctx):
     from cassandra_rtl.tb.decoder.harness import Tensor
     h.tensors.append(Tensor(enc1, full0))
     h.cfg.send([(F.NUMEL, enc1.numel), (F.CTRL, F.CTRL_START)])
-    for port, chunks in F.plane_words(enc1, full0, h.IW).items():
+    for port, chunks in F.plane_words(enc1, full0, h.port_words).items():
         h.planes[port].send(w for c in chunks for w in c)
     await h.drain("reuse books")
 
@@ -190,9 +190,10 @@ async def reset_mid_stream(dut, ctx):
 
 # ------------------------------------------------------------------------------------ malformed streams
 
-def _mutations(enc, full, IW, rng):
-    """(name, expected error bit, planes) for one tensor: each a minimal corruption of one plane."""
-    pw = F.plane_words(enc, full, IW)
+def _mutations(enc, full, IW, rng, port_words=None):
+    """(name, expected error bit, planes) for one tensor: each a minimal corruption of one plane (the
+    speculation planes, IW-bit words)."""
+    pw = F.plane_words(enc, full, port_words or IW)
     out = []
 
     def copy():
@@ -255,7 +256,7 @@ async def malformed_streams(dut, ctx):
     cases = []
     for full in (False, True):
         enc = D.encode(D.weights_like(rng, 64 * 4), cfg)
-        for name, bit, planes in _mutations(enc, full, IW, rng):
+        for name, bit, planes in _mutations(enc, full, IW, rng, h.port_words):
             cases.append((f"{name}/{'full' if full else 'draft'}", bit, enc, full, planes, None))
     # KEEP: codes that keep 40 values per superblock, programmed as keep 48
     enc40 = D.encode(D.weights_like(rng, 64 * 2), CodecConfig(group_size=64, mantissa_bits=3, keep_count=40))
