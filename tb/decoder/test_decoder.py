@@ -3,26 +3,17 @@ codec: every output value bit for bit, every beat's count / sb_end / last / unus
 cycles on every input and random backpressure on the output."""
 from __future__ import annotations
 
-import os
-import pickle
-
 import numpy as np
 
 from cassandra_rtl.golden.codebook import Codebook
 from cassandra_rtl.golden.config import PRUNED, CodecConfig
-from cassandra_rtl.tb.common.bench import env_int, full_run, reset, tb_test
-from cassandra_rtl.tb.common.stream import PROFILES
+from cassandra_rtl.tb.common.bench import reset, tb_test
 from cassandra_rtl.tb.decoder import data as D
 from cassandra_rtl.tb.decoder import framing as F
+from cassandra_rtl.tb.decoder import scenarios as S
 from cassandra_rtl.tb.decoder.harness import DecoderHarness
-
-
-def scale(quick: int, full: int) -> int:
-    return env_int("TB_SCALE", full if full_run() else quick)
-
-
-def _rng(ctx):
-    return np.random.default_rng(ctx.seed)
+from cassandra_rtl.tb.decoder.scenarios import rng_of as _rng
+from cassandra_rtl.tb.decoder.scenarios import scale
 
 
 @tb_test()
@@ -113,32 +104,14 @@ async def codebook_reprogramming(dut, ctx):
     n = D.random_numel(rng, cfg.group_size, 3)
     x = D.random_tensor(rng, n)
     enc1 = D.encode(x, cfg, books=(enc0.spec_book, enc0.verif_book))
-    h.sb.expect(F.expected(enc1, full0))
-    from cassandra_rtl.tb.decoder.harness import Tensor
-    h.tensors.append(Tensor(enc1, full0))
-    h.cfg.send([(F.NUMEL, enc1.numel), (F.CTRL, F.CTRL_START)])
-    for port, chunks in F.plane_words(enc1, full0, h.port_words).items():
-        h.planes[port].send(w for c in chunks for w in c)
-    await h.drain("reuse books")
+    await S.reuse_books(h, enc1, full0, "reuse books")
 
 
 @tb_test()
 async def constrained_random(dut, ctx):
     """Random configurations (G, m, k, partial superblocks), random data (weights, uniform bit patterns,
     specials, sparse), random modes, every traffic profile on every port."""
-    rng = _rng(ctx)
-    for rnd in range(scale(4, 40)):
-        h = DecoderHarness(dut, ctx) if rnd == 0 else h
-        for k in h.profiles:
-            h.profiles[k] = str(rng.choice(PROFILES))
-        for port, agent in [("cfg", h.cfg), *h.planes.items(), ("out", h.out)]:
-            agent.pacer.profile = h.profiles[port]
-        items = []
-        for _ in range(int(rng.integers(1, 4))):
-            cfg = D.random_config(rng)
-            n = D.random_numel(rng, cfg.group_size, 6)
-            items.append((D.encode(D.random_tensor(rng, n), cfg), bool(rng.integers(0, 2))))
-        await h.run(items, sequential=bool(rng.integers(0, 2)))
+    await S.constrained_random(dut, ctx, D.random_config, D.random_tensor)
 
 
 @tb_test()
@@ -147,45 +120,15 @@ async def full_rate_no_stalls(dut, ctx):
     rng = _rng(ctx)
     h = DecoderHarness(dut, ctx, profiles="full")
     cfg = CodecConfig(group_size=128, mantissa_bits=3, keep_count=128)
-    try:
-        x = D.smollm2_sample(rng, 128 * scale(8, 64), rows=1)[0]
-    except FileNotFoundError:
-        x = D.weights_like(rng, 128 * scale(8, 64), sigma=0.02)
-    enc = D.encode(x, cfg)
-    for full in (False, True):
-        c0 = h.engine.cycles
-        await h.run([(enc, full)])
-        ctx.extra[f"values_per_cycle_{'full' if full else 'draft'}"] = round(enc.numel / (h.engine.cycles - c0), 3)
+    enc = D.encode(S.smollm2_or_weights(rng, 128 * scale(8, 64)), cfg)
+    await S.record_rate(h, ctx, enc)
 
 
 @tb_test()
 async def reset_mid_stream(dut, ctx):
     """Reset in the middle of a tensor: busy/error clear, registers back to defaults (START without NUMEL
     is a CONFIG error), and a freshly programmed tensor then decodes exactly."""
-    rng = _rng(ctx)
-    h = DecoderHarness(dut, ctx)
-    cfg = CodecConfig(group_size=64, mantissa_bits=3, keep_count=40)
-    enc = D.encode(D.weights_like(rng, 64 * 8), cfg)
-    h.submit(enc, True, check=False)
-    await h.engine.run_until(lambda: h.out.transfers >= 2, h.budget(), "first beats")
-    for _ in range(int(rng.integers(0, 5))):
-        await h.engine.step()
-    h.reset_agents()
-    await reset(dut, 2, ctx)
-    assert int(dut.busy.value) == 0, "busy after reset"
-    assert int(dut.error.value) == 0 and int(dut.error_code.value) == 0, "error after reset"
-    assert int(dut.out__valid.value) == 0, "out.valid after reset"
-    # defaults: START alone must fail (no NUMEL, no book)
-    await h.write([(F.CTRL, F.CTRL_START)])
-    await h.engine.run_until(lambda: int(dut.error.value), 50, "error after START with reset registers")
-    code = int(dut.error_code.value)
-    assert code & ((1 << F.ERR_CONFIG) | (1 << F.ERR_NO_BOOK)), f"error_code 0x{code:02x}"
-    await h.write([(F.CTRL, F.CTRL_CLEAR_ERROR)])
-    h.error_seen = 0
-    await h.engine.step()
-    assert int(dut.error.value) == 0, "CLEAR_ERROR did not clear"
-    enc2 = D.encode(D.weights_like(rng, 64 * 3 + 5), cfg)
-    await h.run([(enc2, True), (enc2, False)])
+    await S.reset_mid_stream(dut, ctx, CodecConfig(group_size=64, mantissa_bits=3, keep_count=40))
 
 
 # ------------------------------------------------------------------------------------ malformed streams
@@ -268,32 +211,7 @@ async def malformed_streams(dut, ctx):
         prog = [(a, val if a == reg else d) for a, d in F.program(good, False)]
         cases.append((f"config_{name}", F.ERR_CONFIG, good, False, {}, prog))
     for name, bit, enc, full, planes, prog in cases:
-        h.submit(enc, full, check=False, planes=planes, prog=prog)
-        await h.engine.run_until(lambda: h.error_seen > 0, h.budget(), f"{name}: error never raised")
-        # the failed tensor's remaining words must all be accepted (drained), nothing may hang
-        await h.engine.run_until(h.inputs_idle, h.budget(), f"{name}: inputs not drained after error")
-        for _ in range(8):
-            await h.engine.step()
-        # a beat already in the output register when the error was found stays valid until the sink takes
-        # it (under backpressure that can be many cycles later); it belongs to the failed tensor
-        await h.engine.run_until(lambda: not int(dut.out__valid.value), h.budget(), f"{name}: out.valid stuck")
-        code = int(dut.error_code.value)
-        assert int(dut.error.value) == 1, f"{name}: error not sticky"
-        assert code >> bit & 1, f"{name}: error_code 0x{code:02x} lacks bit {bit} ({F.ERROR_NAMES[bit]})"
-        for b, nm in F.ERROR_NAMES.items():
-            if code >> b & 1:
-                cov.hit("dec.error", nm)
-        assert int(dut.busy.value) == 0, f"{name}: busy stays high after the error"
-        late = h.beats_after_error
-        h.tensors.clear()
-        await h.write([(F.CTRL, F.CTRL_CLEAR_ERROR)])
-        await h.engine.step()
-        assert int(dut.error.value) == 0 and int(dut.error_code.value) == 0, f"{name}: CLEAR_ERROR did not clear"
-        h.error_seen = 0
-        h.beats_after_error = 0
-        if late > 1:   # one beat may already sit in the output register when the error is found
-            raise AssertionError(f"{name}: {late} beats emitted after the error")
-        await h.run([(good, bool(rng.integers(0, 2)))])
+        await S.expect_error(h, dut, ctx, name, bit, enc, full, planes, prog, rng, good)
     # NO_BOOK needs the book-loaded flags cleared: reset, then program without books
     await reset(dut, 2, ctx)
     h.reset_agents()
@@ -310,31 +228,11 @@ async def malformed_streams(dut, ctx):
 async def smollm2_sample(dut, ctx):
     """Slices of SmolLM2-135M's real linear weights, encoded by the golden codec (G=128, m=3, keep 1.0 and
     0.75), through the decoder in draft and full mode."""
-    rng = _rng(ctx)
-    h = DecoderHarness(dut, ctx, profiles="light")
-    try:
-        rows = D.smollm2_sample(rng, 128 * scale(4, 64), rows=2)
-    except FileNotFoundError as exc:
-        ctx.extra["skipped"] = str(exc)
-        return
-    items = []
-    for x in rows:
-        for k in (128, 96):
-            enc = D.encode(x, CodecConfig(group_size=128, mantissa_bits=3, keep_count=k))
-            items += [(enc, False), (enc, True)]
-    await h.run(items)
+    await S.smollm2_sample(dut, ctx, [CodecConfig(group_size=128, mantissa_bits=3, keep_count=k) for k in (128, 96)])
 
 
 @tb_test()
 async def job_file(dut, ctx):
     """Tensors from a job file (TB_JOB: a pickle of [(name, EncodedTensor)] and the mode), written by
     `cassandra-rtl cosim`; skipped when no job is given."""
-    path = os.environ.get("TB_JOB")
-    if not path:
-        ctx.extra["skipped"] = "no TB_JOB"
-        return
-    with open(path, "rb") as fh:
-        job = pickle.load(fh)
-    h = DecoderHarness(dut, ctx, profiles=job.get("profile", "full"))
-    for name, enc in job["tensors"]:
-        await h.run([(enc, job["mode"] == "full")])
+    await S.job_file(dut, ctx)

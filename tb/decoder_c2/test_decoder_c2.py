@@ -8,19 +8,13 @@ import numpy as np
 
 from cassandra_rtl.golden.codebook import Codebook
 from cassandra_rtl.golden.config import ALLOWED_GROUP_SIZES
-from cassandra_rtl.tb.common.bench import env_int, full_run, reset, tb_test
-from cassandra_rtl.tb.common.stream import PROFILES
+from cassandra_rtl.tb.common.bench import reset, tb_test
 from cassandra_rtl.tb.decoder import data as D
 from cassandra_rtl.tb.decoder import framing as F
+from cassandra_rtl.tb.decoder import scenarios as S
 from cassandra_rtl.tb.decoder.harness import DecoderHarness
-
-
-def scale(quick: int, full: int) -> int:
-    return env_int("TB_SCALE", full if full_run() else quick)
-
-
-def _rng(ctx):
-    return np.random.default_rng(ctx.seed)
+from cassandra_rtl.tb.decoder.scenarios import rng_of as _rng
+from cassandra_rtl.tb.decoder.scenarios import scale
 
 
 @tb_test()
@@ -105,13 +99,7 @@ async def codebook_reprogramming(dut, ctx):
     enc0, full0 = items[-1]
     x = D.random_c2_tensor(rng, D.random_numel(rng, enc0.config.group_size, 3))
     enc1 = D.encode(x, enc0.config, books=(None, enc0.verif_book))
-    from cassandra_rtl.tb.decoder.harness import Tensor
-    h.sb.expect(F.expected(enc1, full0))
-    h.tensors.append(Tensor(enc1, full0))
-    h.cfg.send([(F.NUMEL, enc1.numel), (F.CTRL, F.CTRL_START)])
-    for port, chunks in F.plane_words(enc1, full0, h.IW).items():
-        h.planes[port].send(w for c in chunks for w in c)
-    await h.drain("reuse book")
+    await S.reuse_books(h, enc1, full0, "reuse book")
 
 
 @tb_test()
@@ -119,20 +107,7 @@ async def constrained_random(dut, ctx):
     """Random configurations (G, m, k incl. 1 and G, partial superblocks), random data (weights, uniform bit
     patterns, specials, sparse, subnormal blocks, the whole exponent range), random modes, every traffic
     profile on every port."""
-    rng = _rng(ctx)
-    h = None
-    for rnd in range(scale(4, 40)):
-        h = DecoderHarness(dut, ctx) if h is None else h
-        for k in h.profiles:
-            h.profiles[k] = str(rng.choice(PROFILES))
-        for port, agent in [("cfg", h.cfg), *h.planes.items(), ("out", h.out)]:
-            agent.pacer.profile = h.profiles[port]
-        items = []
-        for _ in range(int(rng.integers(1, 4))):
-            cfg = D.random_c2_config(rng)
-            n = D.random_numel(rng, cfg.group_size, 6)
-            items.append((D.encode(D.random_c2_tensor(rng, n), cfg), bool(rng.integers(0, 2))))
-        await h.run(items, sequential=bool(rng.integers(0, 2)))
+    await S.constrained_random(dut, ctx, D.random_c2_config, D.random_c2_tensor)
 
 
 @tb_test()
@@ -141,47 +116,16 @@ async def full_rate_no_stalls(dut, ctx):
     values/cycle."""
     rng = _rng(ctx)
     h = DecoderHarness(dut, ctx, profiles="full")
-    n = 128 * scale(8, 64)
-    try:
-        x = D.smollm2_sample(rng, n, rows=1)[0]
-    except FileNotFoundError:
-        x = D.weights_like(rng, n, sigma=0.02)
+    x = S.smollm2_or_weights(rng, 128 * scale(8, 64))
     for k in (128, 64):
-        enc = D.encode(x, D.c2cfg(128, 3, k))
-        for full in (False, True):
-            c0 = h.engine.cycles
-            await h.run([(enc, full)])
-            ctx.extra[f"values_per_cycle_{'full' if full else 'draft'}_k{k}"] = round(
-                enc.numel / (h.engine.cycles - c0), 3)
+        await S.record_rate(h, ctx, D.encode(x, D.c2cfg(128, 3, k)), f"_k{k}")
 
 
 @tb_test()
 async def reset_mid_stream(dut, ctx):
     """Reset in the middle of a tensor: busy/error/out.valid clear, registers back to defaults (START alone
     is an error), and a freshly programmed tensor then decodes exactly."""
-    rng = _rng(ctx)
-    h = DecoderHarness(dut, ctx)
-    cfg = D.c2cfg(64, 3, 40)
-    enc = D.encode(D.weights_like(rng, 64 * 8), cfg)
-    h.submit(enc, True, check=False)
-    await h.engine.run_until(lambda: h.out.transfers >= 2, h.budget(), "first beats")
-    for _ in range(int(rng.integers(0, 5))):
-        await h.engine.step()
-    h.reset_agents()
-    await reset(dut, 2, ctx)
-    assert int(dut.busy.value) == 0, "busy after reset"
-    assert int(dut.error.value) == 0 and int(dut.error_code.value) == 0, "error after reset"
-    assert int(dut.out__valid.value) == 0, "out.valid after reset"
-    await h.write([(F.CTRL, F.CTRL_START)])
-    await h.engine.run_until(lambda: int(dut.error.value), 50, "error after START with reset registers")
-    code = int(dut.error_code.value)
-    assert code & ((1 << F.ERR_CONFIG) | (1 << F.ERR_NO_BOOK)), f"error_code 0x{code:02x}"
-    await h.write([(F.CTRL, F.CTRL_CLEAR_ERROR)])
-    h.error_seen = 0
-    await h.engine.step()
-    assert int(dut.error.value) == 0, "CLEAR_ERROR did not clear"
-    enc2 = D.encode(D.weights_like(rng, 64 * 3 + 5), cfg)
-    await h.run([(enc2, True), (enc2, False)])
+    await S.reset_mid_stream(dut, ctx, D.c2cfg(64, 3, 40))
 
 
 # ------------------------------------------------------------------------------------ malformed streams
@@ -260,41 +204,6 @@ def _mutations(enc, full, IW, rng):
     return out
 
 
-async def _expect_error(h, dut, ctx, name, bit, enc, full, planes, prog, rng, good):
-    cov = ctx.cov
-    ctx.log.info(f"error case {name} (cycle {h.engine.cycles}, out profile {h.out.pacer.profile})")
-    h.submit(enc, full, check=False, planes=planes, prog=prog)
-    await h.engine.run_until(lambda: h.error_seen > 0, h.budget(), f"{name}: error never raised")
-    ctx.log.info(f"  error raised at cycle {h.engine.cycles}, beats out so far {h.out.transfers}")
-    await h.engine.run_until(h.inputs_idle, h.budget(), f"{name}: inputs not drained after error")
-    for _ in range(8):
-        await h.engine.step()
-    # a beat already in the output register when the error was found stays valid until the sink takes it
-    # (under backpressure that can be many cycles later); it belongs to the failed tensor
-    await h.engine.run_until(lambda: not int(dut.out__valid.value), h.budget(), f"{name}: out.valid stuck")
-    ctx.log.info(f"  inputs drained, cycle {h.engine.cycles}, out.valid={int(dut.out__valid.value)}, "
-                 f"beats after error {h.beats_after_error}")
-    code = int(dut.error_code.value)
-    assert int(dut.error.value) == 1, f"{name}: error not sticky"
-    assert code >> bit & 1, f"{name}: error_code 0x{code:02x} lacks bit {bit} ({F.ERROR_NAMES[bit]})"
-    for b, nm in F.ERROR_NAMES.items():
-        if code >> b & 1:
-            cov.hit("dec.error", nm)
-    assert int(dut.busy.value) == 0, f"{name}: busy stays high after the error"
-    late = h.beats_after_error
-    h.tensors.clear()
-    await h.write([(F.CTRL, F.CTRL_CLEAR_ERROR)])
-    await h.engine.step()
-    ctx.log.info(f"  cleared at cycle {h.engine.cycles}")
-    assert int(dut.error.value) == 0 and int(dut.error_code.value) == 0, f"{name}: CLEAR_ERROR did not clear"
-    h.error_seen = 0
-    h.beats_after_error = 0
-    if late > 1:
-        raise AssertionError(f"{name}: {late} beats emitted after the error")
-    await h.run([(good, bool(rng.integers(0, 2)))])
-    ctx.extra.setdefault("error_cases", []).append(name)
-
-
 @tb_test()
 async def malformed_streams(dut, ctx):
     """Each corruption raises its sticky error bit (CODE, OVERRUN, TOO_LONG, KEEP, CONFIG, NO_BOOK), no more
@@ -322,7 +231,8 @@ async def malformed_streams(dut, ctx):
         prog = [(a, val if a == reg else d) for a, d in F.program(good, False)]
         cases.append((f"config_{name}", F.ERR_CONFIG, good, False, {}, prog))
     for name, bit, enc, full, planes, prog in cases:
-        await _expect_error(h, dut, ctx, name, bit, enc, full, planes, prog, rng, good)
+        await S.expect_error(h, dut, ctx, name, bit, enc, full, planes, prog, rng, good)
+        ctx.extra.setdefault("error_cases", []).append(name)
     # NO_BOOK: full mode without VERIF_K written since reset
     await reset(dut, 2, ctx)
     h.reset_agents()
@@ -339,34 +249,11 @@ async def malformed_streams(dut, ctx):
 async def smollm2_sample(dut, ctx):
     """Slices of SmolLM2-135M's linear weights, golden-encoded as C2 (G = 128, m = 3, keep 1.0 and 0.5),
     through the decoder in draft and full mode."""
-    rng = _rng(ctx)
-    h = DecoderHarness(dut, ctx, profiles="light")
-    try:
-        rows = D.smollm2_sample(rng, 128 * scale(4, 64), rows=2)
-    except FileNotFoundError as exc:
-        ctx.extra["skipped"] = str(exc)
-        return
-    items = []
-    for x in rows:
-        for k in (128, 64):
-            enc = D.encode(x, D.c2cfg(128, 3, k))
-            items += [(enc, False), (enc, True)]
-    await h.run(items)
+    await S.smollm2_sample(dut, ctx, [D.c2cfg(128, 3, k) for k in (128, 64)])
 
 
 @tb_test()
 async def job_file(dut, ctx):
     """C2 tensors from a job file (TB_JOB: a pickle with "tensors" [(name, EncodedTensor)], "mode" and optional
     "profile"), the C1 testbench's interface for `cassandra-rtl cosim`; skipped when no job is given."""
-    import os
-    import pickle
-
-    path = os.environ.get("TB_JOB")
-    if not path:
-        ctx.extra["skipped"] = "no TB_JOB"
-        return
-    with open(path, "rb") as fh:
-        job = pickle.load(fh)
-    h = DecoderHarness(dut, ctx, profiles=job.get("profile", "full"))
-    for _name, enc in job["tensors"]:
-        await h.run([(enc, job["mode"] == "full")])
+    await S.job_file(dut, ctx)
