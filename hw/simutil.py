@@ -263,38 +263,49 @@ class EncodeResult:
 
 
 def run_encoder(dut, vectors: np.ndarray, program: list, stalls: Stalls | None = None,
-                max_cycles: int = 100_000, frame_last=None) -> EncodeResult:
+                max_cycles: int = 100_000, frame_last=None, after: tuple | None = None,
+                wait_for_host: bool = False) -> EncodeResult:
     """Simulate the KV encoder on ``vectors`` ([n, G] uint16), program first; collect every plane's words.
-    ``frame_last(v, b)`` overrides the `last` flag of beat b of vector v (malformed framing tests)."""
+    ``frame_last(v, b)`` overrides the `last` flag of beat b of vector v (malformed framing tests).
+    ``after`` = (program, vectors): a second batch (register writes, then vectors) driven once the first is
+    in. An error ends the run once the encoder is no longer busy; with ``wait_for_host`` only once every
+    batch has been driven as well."""
     from amaranth.sim import Simulator
 
     stalls = stalls or Stalls()
     L = dut.lanes
-    n, G = vectors.shape
-    beats = []
-    for v in range(n):
-        for b in range(G // L):
-            last = int(b == G // L - 1) if frame_last is None else frame_last(v, b)
-            beats.append((tuple(int(t) for t in vectors[v, b * L:(b + 1) * L]), last))
-    n_chunks = n
+
+    def beats_of(vecs):
+        n, G = vecs.shape
+        beats = []
+        for v in range(n):
+            for b in range(G // L):
+                last = int(b == G // L - 1) if frame_last is None else frame_last(v, b)
+                beats.append((tuple(int(t) for t in vecs[v, b * L:(b + 1) * L]), last))
+        return beats
+
+    batches = [(program, vectors)] + ([after] if after else [])
+    n_chunks = sum(len(vecs) for _, vecs in batches)
     ports = getattr(dut, "PLANES", ENCODER_PORTS)     # C1: four planes, C2 (hw/encoder_c2.py): three
     got = {p: [] for p in ports}
-    state = {"first": None, "lastword": 0, "cycle": 0, "err": 0}
+    state = {"first": None, "lastword": 0, "cycle": 0, "err": 0, "host_done": False}
 
     async def host(ctx):
-        await drive_stream(ctx, dut.cfg, program, Stalls(), fields=("addr", "data"))
         st = Stalls(idle=stalls.idle, seed=stalls.seed + 1)
-        for lanes, last in beats:
-            while st.idle_now():
-                await ctx.tick()
-            ctx.set(dut.inp.valid, 1)
-            for i, t in enumerate(lanes):
-                ctx.set(dut.inp.payload.lanes[i], t)
-            ctx.set(dut.inp.payload.last, last)
-            if state["first"] is None:
-                state["first"] = state["cycle"]
-            await ctx.tick().until(dut.inp.ready)
-            ctx.set(dut.inp.valid, 0)
+        for prg, vecs in batches:
+            await drive_stream(ctx, dut.cfg, prg, Stalls(), fields=("addr", "data"))
+            for lanes, last in beats_of(vecs):
+                while st.idle_now():
+                    await ctx.tick()
+                ctx.set(dut.inp.valid, 1)
+                for i, t in enumerate(lanes):
+                    ctx.set(dut.inp.payload.lanes[i], t)
+                ctx.set(dut.inp.payload.last, last)
+                if state["first"] is None:
+                    state["first"] = state["cycle"]
+                await ctx.tick().until(dut.inp.ready)
+                ctx.set(dut.inp.valid, 0)
+        state["host_done"] = True
 
     def sink(p, seed):
         async def proc(ctx):
@@ -315,7 +326,8 @@ def run_encoder(dut, vectors: np.ndarray, program: list, stalls: Stalls | None =
             await ctx.tick()
             state["cycle"] += 1
             done = all(sum(l for _, l in got[p]) >= n_chunks for p in ports)
-            if done or (ctx.get(dut.error) and not ctx.get(dut.busy)):   # completed vectors out
+            host_ok = state["host_done"] or not wait_for_host
+            if done or (ctx.get(dut.error) and host_ok and not ctx.get(dut.busy)):   # completed vectors out
                 idle += 1
                 if idle > 32:
                     break

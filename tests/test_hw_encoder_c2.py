@@ -16,7 +16,7 @@ from cassandra_rtl.golden.kv import calibrate_kv_codebooks
 from cassandra_rtl.hw.decoder import CTRL_CLEAR_ERROR, Err, Reg
 from cassandra_rtl.hw.encoder import FRAME_ERR
 from cassandra_rtl.hw.encoder_c2 import EncoderKvC2
-from cassandra_rtl.hw.simutil import Stalls, chunk_words, drive_stream
+from cassandra_rtl.hw.simutil import Stalls, chunk_words, run_encoder
 
 STALL = float(os.environ.get("HW_STALL", "0.3"))
 
@@ -65,68 +65,8 @@ def expected_words(enc, word_bits) -> dict[str, list[tuple[int, int]]]:
 def run_c2(dut, vectors, prog, stalls=None, max_cycles=100_000, frame_last=None, after=None):
     """Simulate the encoder: ``prog`` on cfg, then the vectors on ``inp`` (``after``: more cfg writes and
     vectors once the first batch is in). Returns (planes, cycles first beat -> last word, error_code)."""
-    from amaranth.sim import Simulator
-
-    stalls = stalls or Stalls()
-    L = dut.lanes
-    batches = [(prog, vectors)] + ([after] if after else [])
-    got = {p: [] for p in dut.PLANES}
-    state = {"first": None, "lastword": 0, "cycle": 0, "err": 0, "host_done": False}
-    n_chunks = sum(len(v) for _, v in batches)
-
-    async def host(ctx):
-        st = Stalls(idle=stalls.idle, seed=stalls.seed + 1)
-        for prg, vecs in batches:
-            await drive_stream(ctx, dut.cfg, prg, Stalls(), fields=("addr", "data"))
-            n, G = vecs.shape
-            for v in range(n):
-                for b in range(G // L):
-                    last = int(b == G // L - 1) if frame_last is None else frame_last(v, b)
-                    while st.idle_now():
-                        await ctx.tick()
-                    ctx.set(dut.inp.valid, 1)
-                    for i in range(L):
-                        ctx.set(dut.inp.payload.lanes[i], int(vecs[v, b * L + i]))
-                    ctx.set(dut.inp.payload.last, last)
-                    if state["first"] is None:
-                        state["first"] = state["cycle"]
-                    await ctx.tick().until(dut.inp.ready)
-                    ctx.set(dut.inp.valid, 0)
-        state["host_done"] = True
-
-    def sink(p, seed):
-        async def proc(ctx):
-            port = getattr(dut, p)
-            st = Stalls(backpressure=stalls.backpressure, seed=seed)
-            while True:
-                rdy = 0 if st.stall_now() else 1
-                ctx.set(port.ready, rdy)
-                _, _, v, d, last = await ctx.tick().sample(port.valid, port.payload.data, port.payload.last)
-                if v and rdy:
-                    got[p].append((d, last))
-                    state["lastword"] = state["cycle"]
-        return proc
-
-    async def clock(ctx):
-        idle = 0
-        while state["cycle"] < max_cycles:
-            await ctx.tick()
-            state["cycle"] += 1
-            done = all(sum(last for _, last in got[p]) >= n_chunks for p in dut.PLANES)
-            if done or (ctx.get(dut.error) and state["host_done"] and not ctx.get(dut.busy)):
-                idle += 1
-                if idle > 32:
-                    break
-        state["err"] = ctx.get(dut.error_code)
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(host, background=True)
-    for i, p in enumerate(dut.PLANES):
-        sim.add_testbench(sink(p, stalls.seed * 7 + i), background=True)
-    sim.add_testbench(clock)
-    sim.run()
-    return got, state["lastword"] - (state["first"] or 0) + 1, state["err"]
+    res = run_encoder(dut, vectors, prog, stalls, max_cycles, frame_last, after=after, wait_for_host=True)
+    return res.planes, res.cycles, res.error_code
 
 
 def check_matches(lanes, G, m, k, n=3, seed=0, verif=None, bits=None, word=None, stall=STALL, max_group=None):
