@@ -286,19 +286,24 @@ class DecoderC1(wiring.Component):
         m.d.comb += [code_err.eq(ce), overrun.eq(ov)]
         return code_err, overrun
 
-    # ------------------------------------------------------------------------------------------ elaborate
-    def elaborate(self, platform):
-        m = Module()
-        L, W = self.lanes, self.window
+    def _control_signals(self, m):
+        """Registers, the START / CLEAR_ERROR strobes, busy and the sticky error register with its raise
+        vector (shared with DecoderC2); drives busy, error_code, error and cfg.ready."""
         r = self._registers(m)
         start, clear = Signal(), Signal()
-
         busy = Signal()
         err = Signal(ERROR_BITS)
         raise_err = Signal(ERROR_BITS)
         m.d.comb += [self.busy.eq(busy), self.error_code.eq(err), self.error.eq(err.any()),
                      self.cfg.ready.eq(~busy)]
         self._write_registers(m, r, start, clear)
+        return r, start, clear, busy, err, raise_err
+
+    # ------------------------------------------------------------------------------------------ elaborate
+    def elaborate(self, platform):
+        m = Module()
+        L, W = self.lanes, self.window
+        r, start, clear, busy, err, raise_err = self._control_signals(m)
 
         Lv = self.verif_lanes
         readers = {}

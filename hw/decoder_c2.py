@@ -284,14 +284,7 @@ class DecoderC2(DecoderC1):
     def elaborate(self, platform):
         m = Module()
         L = self.lanes
-        r = self._registers(m)
-        start, clear = Signal(), Signal()
-        busy = Signal()
-        err = Signal(ERROR_BITS)
-        raise_err = Signal(ERROR_BITS)
-        m.d.comb += [self.busy.eq(busy), self.error_code.eq(err), self.error.eq(err.any()),
-                     self.cfg.ready.eq(~busy)]
-        self._write_registers(m, r, start, clear)
+        r, start, clear, busy, err, raise_err = self._control_signals(m)
         full = r["full"]
 
         MX = BitReader(self.word, self.mx_window)
