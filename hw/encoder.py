@@ -128,6 +128,17 @@ class KvEncoderBase(wiring.Component):
                     m.d.sync += r["g"].eq(Mux(wdata > self.max_group, 0, wdata))
                 codebook_register_cases(m, r, wdata)
 
+    def _control_signals(self, m):
+        """Registers, the CLEAR_ERROR strobe and the sticky error register with its raise vector (shared by
+        the C1 and C2 encoders); drives error_code and error."""
+        r = self._registers(m)
+        clear = Signal()
+        self._write_registers(m, r, clear)
+        err = Signal(ERROR_BITS)
+        raise_err = Signal(ERROR_BITS)
+        m.d.comb += [self.error_code.eq(err), self.error.eq(err.any())]
+        return r, clear, err, raise_err
+
     def _geometry_ok(self, r):
         """MBITS, KEEP and GROUP form a valid config of the format for this buffer."""
         g_ok = Const(0, 1)
@@ -440,12 +451,7 @@ class EncoderKvC1(KvEncoderBase):
     def elaborate(self, platform):
         m = Module()
         L, GM = self.lanes, self.max_group
-        r = self._registers(m)
-        clear = Signal()
-        self._write_registers(m, r, clear)
-        err = Signal(ERROR_BITS)
-        raise_err = Signal(ERROR_BITS)
-        m.d.comb += [self.error_code.eq(err), self.error.eq(err.any())]
+        r, clear, err, raise_err = self._control_signals(m)
 
         def first_beat_errors():
             loaded = r["spec_loaded"] & r["verif_loaded"]

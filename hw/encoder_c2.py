@@ -28,7 +28,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.utils import exact_log2
 
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, MX_BLOCK
-from .decoder import ERROR_BITS, FIELD_MAX, Err
+from .decoder import FIELD_MAX, Err
 from .encoder import KvEncoderBase, bf16_fields
 
 SPEC_FIELD_MAX = FIELD_MAX + 1            # sign + (m+1)-bit element at m = 7: 9 bits
@@ -179,12 +179,7 @@ class EncoderKvC2(KvEncoderBase):
     def elaborate(self, platform):
         m = Module()
         L, GM = self.lanes, self.max_group
-        r = self._registers(m)
-        clear = Signal()
-        self._write_registers(m, r, clear)
-        err = Signal(ERROR_BITS)
-        raise_err = Signal(ERROR_BITS)
-        m.d.comb += [self.error_code.eq(err), self.error.eq(err.any())]
+        r, clear, err, raise_err = self._control_signals(m)
 
         def first_beat_errors():
             # C2 has no speculation book: only the verification (delta) book must be loaded.
