@@ -13,42 +13,13 @@ import pytest
 
 from cassandra_rtl.errors import ConfigError
 from cassandra_rtl.golden.codebook import Codebook
-from cassandra_rtl.golden.codec import decode_draft, decode_full, encode_tensor, superblock_sizes
+from cassandra_rtl.golden.codec import encode_tensor
 from cassandra_rtl.golden.config import K_MAX, PRUNED, CodecConfig
-from cassandra_rtl.hw.decoder import CTRL_CLEAR_ERROR, CTRL_START, DecoderC1, Err, Reg
+from cassandra_rtl.hw.decoder import CTRL_START, DecoderC1, Err, Reg
 from cassandra_rtl.hw.simutil import DecodeJob, Stalls, chunk_words, decoder_planes, decoder_program, run_decoder
+from hw_helpers import check, check_recovers, check_reset_mid_stream, weights
 
 STALL = float(os.environ.get("HW_STALL", "0.3"))
-
-
-def bf16(x: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 bits, round to nearest even."""
-    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def weights(n: int, seed: int, scale: float = 0.02) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return bf16(rng.standard_normal(n) * scale)
-
-
-def expected(enc, full):
-    return (decode_full(enc) if full else decode_draft(enc)).reshape(-1)
-
-
-def check(res, jobs):
-    assert res.error_code == 0, f"error_code {res.error_code:#x}"
-    assert len(res.values) == len(jobs)
-    for vals, meta, job in zip(res.values, res.meta, jobs):
-        ref = expected(job.enc, job.full)
-        assert len(vals) == len(ref)
-        bad = np.flatnonzero(vals != ref)
-        assert not len(bad), f"value {bad[0]}: got {vals[bad[0]]:#06x}, expected {ref[bad[0]]:#06x}"
-        # Beat structure: superblock ends where the golden superblock sizes say, `last` only at the end.
-        n_s, _ = superblock_sizes(job.enc.numel, job.enc.config)
-        ends = np.cumsum([c for c, _, _ in meta])[[i for i, (_, e, _) in enumerate(meta) if e]]
-        assert list(ends) == list(np.cumsum(n_s))
-        assert [l for _, _, l in meta] == [0] * (len(meta) - 1) + [1]
 
 
 @pytest.mark.parametrize("lanes,full,m,keep", [(4, False, 3, 0.5), (4, True, 3, 0.5), (8, True, 0, 0.3),
@@ -195,17 +166,10 @@ def test_decoder_recovers_after_clear_error():
     dut = DecoderC1(4, 32)
     bad, _ = _error_case("code")
     good_enc = encode_tensor(weights(96, 2), CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5))
-    clear = [(int(Reg.CTRL), CTRL_CLEAR_ERROR)]
     # Truncate the bad tensor's streams to a few words: the decoder drains what arrives, then we clear.
-    good = DecodeJob(good_enc, True, program=clear + decoder_program(good_enc, True), pre_wait=40,
-                     gate=True)
-    bad.planes = {p: w[:3] for p, w in bad.planes.items()}
-    res = run_decoder(dut, [bad, good], Stalls(0.0, 0.0), max_cycles=20000)
     # The bad tensor produced no `last`; all beats belong to the good tensor.
-    assert res.error_code == 0
-    ref = expected(good_enc, True)
-    got = np.concatenate(res.values)
-    assert len(got) >= len(ref) and np.array_equal(got[-len(ref):], ref)
+    bad.planes = {p: w[:3] for p, w in bad.planes.items()}
+    check_recovers(dut, bad, good_enc, pre_wait=40)
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
@@ -225,58 +189,5 @@ def test_chunk_words_framing():
 def test_decoder_reset_mid_stream_returns_to_idle():
     """A synchronous reset in the middle of a tensor: busy/error clear, registers and books reset, and the
     next tensor (fully reprogrammed) decodes exactly."""
-    from amaranth.hdl import Module, ResetInserter, Signal
-    from amaranth.sim import Simulator
-
-    from cassandra_rtl.hw.simutil import beat_values, drive_stream
-
     enc = encode_tensor(weights(256, 31), CodecConfig(group_size=64, mantissa_bits=3, keep_ratio=0.5))
-    dut = DecoderC1(4, 32)
-    rst = Signal()
-    top = Module()
-    top.submodules.dut = ResetInserter(rst)(dut)
-    planes = decoder_planes(enc, True, 32)
-    out = {"beats": [], "after_reset": None}
-
-    async def first_run_then_reset(ctx):
-        await drive_stream(ctx, dut.cfg, decoder_program(enc, True), Stalls(), fields=("addr", "data"))
-        for _ in range(20):                       # part of the tensor is decoded
-            await ctx.tick()
-        assert ctx.get(dut.busy)
-        ctx.set(rst, 1)
-        await ctx.tick()
-        ctx.set(rst, 0)
-        out["after_reset"] = (ctx.get(dut.busy), ctx.get(dut.error_code), ctx.get(dut.out.valid))
-        # Second run: reprogram everything (reset cleared the books), then stream the planes afresh.
-        await drive_stream(ctx, dut.cfg, decoder_program(enc, True), Stalls(), fields=("addr", "data"))
-
-    def feeder(port, items):
-        async def proc(ctx):
-            # First pass: a few words only, interrupted by the reset; second pass after the reset.
-            await drive_stream(ctx, getattr(dut, port), items[:2], Stalls())   # all accepted before the reset
-            while out["after_reset"] is None:
-                await ctx.tick()
-            await drive_stream(ctx, getattr(dut, port), items, Stalls())
-        return proc
-
-    async def sink(ctx):
-        ctx.set(dut.out.ready, 1)
-        while out["after_reset"] is None:
-            await ctx.tick()
-        for _ in range(3000):
-            _, _, valid, payload = await ctx.tick().sample(dut.out.valid, dut.out.payload)
-            if valid:
-                out["beats"].append(payload)
-                if payload.last:
-                    break
-
-    sim = Simulator(top)
-    sim.add_clock(1e-6)
-    sim.add_testbench(first_run_then_reset, background=True)
-    for port, items in planes.items():
-        sim.add_testbench(feeder(port, items), background=True)
-    sim.add_testbench(sink)
-    sim.run()
-    assert out["after_reset"] == (0, 0, 0)
-    vals, _ = beat_values(out["beats"], 4)
-    assert np.array_equal(vals, expected(enc, True))
+    check_reset_mid_stream(DecoderC1(4, 32), enc, word=32, ticks=20)

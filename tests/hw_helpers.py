@@ -1,0 +1,112 @@
+"""Helpers shared by the Amaranth-simulation tests of the C1 and C2 decoders (tests/test_hw_decoder.py,
+tests/test_hw_decoder_c2.py): bf16 test data, the golden reference, the bit-exact check of a run, and the
+reset-mid-stream / recovery-after-CLEAR_ERROR scenarios."""
+from __future__ import annotations
+
+import numpy as np
+
+from cassandra_rtl.golden.codec import decode_draft, decode_full, superblock_sizes
+from cassandra_rtl.hw.decoder import CTRL_CLEAR_ERROR, Reg
+from cassandra_rtl.hw.simutil import DecodeJob, Stalls, decoder_planes, decoder_program, run_decoder
+
+
+def bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bits, round to nearest even."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def weights(n: int, seed: int, scale: float = 0.02) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return bf16(rng.standard_normal(n) * scale)
+
+
+def expected(enc, full):
+    return (decode_full(enc) if full else decode_draft(enc)).reshape(-1)
+
+
+def check(res, jobs):
+    assert res.error_code == 0, f"error_code {res.error_code:#x}"
+    assert len(res.values) == len(jobs)
+    for vals, meta, job in zip(res.values, res.meta, jobs):
+        ref = expected(job.enc, job.full)
+        assert len(vals) == len(ref)
+        bad = np.flatnonzero(vals != ref)
+        assert not len(bad), f"value {bad[0]}: got {vals[bad[0]]:#06x}, expected {ref[bad[0]]:#06x}"
+        # Beat structure: superblock ends where the golden superblock sizes say, `last` only at the end.
+        n_s, _ = superblock_sizes(job.enc.numel, job.enc.config)
+        ends = np.cumsum([c for c, _, _ in meta])[[i for i, (_, e, _) in enumerate(meta) if e]]
+        assert list(ends) == list(np.cumsum(n_s))
+        assert [l for _, _, l in meta] == [0] * (len(meta) - 1) + [1]
+
+
+def check_recovers(dut, bad, good_enc, pre_wait):
+    """Run the malformed job ``bad``, then (after ``pre_wait`` cycles) CLEAR_ERROR and the good tensor in
+    full mode: no error is left and the last values out are the good tensor's, exactly."""
+    clear = [(int(Reg.CTRL), CTRL_CLEAR_ERROR)]
+    good = DecodeJob(good_enc, True, program=clear + decoder_program(good_enc, True), pre_wait=pre_wait,
+                     gate=True)
+    res = run_decoder(dut, [bad, good], Stalls(0.0, 0.0), max_cycles=20000)
+    assert res.error_code == 0
+    ref = expected(good_enc, True)
+    got = np.concatenate(res.values)
+    assert len(got) >= len(ref) and np.array_equal(got[-len(ref):], ref)
+
+
+def check_reset_mid_stream(dut, enc, word, ticks):
+    """A synchronous reset ``ticks`` cycles into a full-mode tensor (``word``-bit plane words): busy / error /
+    out.valid clear, and the tensor, fully reprogrammed (reset cleared the books) with its planes sent
+    afresh, then decodes exactly."""
+    from amaranth.hdl import Module, ResetInserter, Signal
+    from amaranth.sim import Simulator
+
+    from cassandra_rtl.hw.simutil import beat_values, drive_stream
+
+    rst = Signal()
+    top = Module()
+    top.submodules.dut = ResetInserter(rst)(dut)
+    planes = decoder_planes(enc, True, word)
+    out = {"beats": [], "after_reset": None}
+
+    async def first_run_then_reset(ctx):
+        await drive_stream(ctx, dut.cfg, decoder_program(enc, True), Stalls(), fields=("addr", "data"))
+        for _ in range(ticks):                    # part of the tensor is decoded
+            await ctx.tick()
+        assert ctx.get(dut.busy)
+        ctx.set(rst, 1)
+        await ctx.tick()
+        ctx.set(rst, 0)
+        out["after_reset"] = (ctx.get(dut.busy), ctx.get(dut.error_code), ctx.get(dut.out.valid))
+        # Second run: reprogram everything (reset cleared the books), then stream the planes afresh.
+        await drive_stream(ctx, dut.cfg, decoder_program(enc, True), Stalls(), fields=("addr", "data"))
+
+    def feeder(port, items):
+        async def proc(ctx):
+            # First pass: a few words only, interrupted by the reset; second pass after the reset.
+            await drive_stream(ctx, getattr(dut, port), items[:2], Stalls())   # all accepted before the reset
+            while out["after_reset"] is None:
+                await ctx.tick()
+            await drive_stream(ctx, getattr(dut, port), items, Stalls())
+        return proc
+
+    async def sink(ctx):
+        ctx.set(dut.out.ready, 1)
+        while out["after_reset"] is None:
+            await ctx.tick()
+        for _ in range(3000):
+            _, _, valid, payload = await ctx.tick().sample(dut.out.valid, dut.out.payload)
+            if valid:
+                out["beats"].append(payload)
+                if payload.last:
+                    break
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(first_run_then_reset, background=True)
+    for port, items in planes.items():
+        sim.add_testbench(feeder(port, items), background=True)
+    sim.add_testbench(sink)
+    sim.run()
+    assert out["after_reset"] == (0, 0, 0)
+    vals, _ = beat_values(out["beats"], dut.lanes)
+    assert np.array_equal(vals, expected(enc, True))
