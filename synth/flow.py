@@ -266,6 +266,12 @@ def parse_breakdown(workdir: pathlib.Path, top: str) -> dict:
             "hierarchical_total_ge": round(total, 1)}
 
 
+def rtlil_design_key(rtlil_text: str) -> str:
+    """The RTLIL without its ``attribute \\src`` lines (Python file:line of every cell): a refactor that
+    only moves source lines must not invalidate cached results of an unchanged design."""
+    return "\n".join(ln for ln in rtlil_text.splitlines() if not ln.lstrip().startswith("attribute \\src"))
+
+
 def _sha(*parts: str | bytes) -> str:
     h = hashlib.sha256()
     for p in parts:
@@ -373,11 +379,16 @@ def synthesise_block(block: Block, opts: FlowOptions, rtlil_text: str, meta: dic
     abc_text = abc_script(opts.period_ps, opts.quick)
     script = yosys_script(top, abc_text, opts.period_ps)
     want_breakdown = opts.breakdown and meta["kind"] in ("decoder", "encoder")
-    key_parts = [str(FLOW_VERSION), rtlil_text, lib_text, script, abc_text, repr(opts.nand2_um2)]
+    key_parts = [str(FLOW_VERSION), rtlil_design_key(rtlil_text), lib_text, script, abc_text, repr(opts.nand2_um2)]
     if want_breakdown:                # only then, so flat results stay valid for breakdown-less runs
         key_parts.append("breakdown-v2")
     key = _sha(*key_parts)
     cache_file = opts.out / "cache" / f"{block.name}.{key[:20]}.json"
+    if not want_breakdown and opts.use_cache and not cache_file.exists():
+        # A result synthesised with --breakdown has the same flat netlist: reuse it.
+        with_bd = opts.out / "cache" / f"{block.name}.{_sha(*key_parts, 'breakdown-v2')[:20]}.json"
+        if with_bd.exists():
+            cache_file = with_bd
     if opts.use_cache and cache_file.exists():
         entry = json.loads(cache_file.read_text())
         # The timing model can improve without resynthesis: re-time the kept netlist if needed.
