@@ -57,6 +57,18 @@ def _stall_bin(n: int) -> str:
 STALL_BINS = ["1", "2-3", "4-15", "16+"]
 
 
+def lane_packer(lanes: int):
+    """Encoder of ``(lanes, last)`` beats for a Source: 16 bits per lane, ``last`` right above the lanes
+    (the ``inp`` port of the KV encoders)."""
+    def pack(beat):
+        vals, last = beat
+        v = 0
+        for i, x in enumerate(vals):
+            v |= int(x) << (16 * i)
+        return v | (last << (16 * lanes))
+    return pack
+
+
 class _Agent:
     def __init__(self, dut, prefix: str, cov=None):
         self.prefix = prefix

@@ -12,9 +12,10 @@ from cassandra_rtl.golden.codebook import Codebook
 from cassandra_rtl.golden.config import PRUNED
 from cassandra_rtl.golden.kv import calibrate_kv_codebooks, encode_kv, kv_config
 from cassandra_rtl.tb.common.bench import env_int, full_run, reset, tb_test
-from cassandra_rtl.tb.common.stream import PROFILES, Sink, Source
+from cassandra_rtl.tb.common.stream import PROFILES, Sink, Source, lane_packer
 from cassandra_rtl.tb.decoder import data as D
 from cassandra_rtl.tb.decoder import framing as F
+from cassandra_rtl.tb.encoder.regs import program
 
 ERR_FRAME = 6        # hw/encoder.py FRAME_ERR: `last` not on a vector's final beat (not yet in HARDWARE.md)
 
@@ -25,15 +26,6 @@ def scale(quick, full):
 
 def scheme_of(ctx) -> str:
     return "c2" if str(ctx.params.get("block", "")).endswith("c2") else "c1"
-
-
-def program(cfg, books):
-    spec, verif = books
-    w = [(F.MBITS, cfg.mantissa_bits), (F.KEEP, cfg.keep_count), (F.GROUP, cfg.group_size)]
-    if spec is not None:             # C2: no speculation book
-        w += [(F.SPEC_SYM + r, s) for r, s in enumerate(spec.symbols)] + [(F.SPEC_K, spec.K)]
-    w += [(F.VERIF_SYM + r, s) for r, s in enumerate(verif.symbols)] + [(F.VERIF_K, verif.K)]
-    return w
 
 
 class EncoderHarness:
@@ -48,15 +40,7 @@ class EncoderHarness:
         prof = lambda: profile or rng.choice(PROFILES)  # noqa: E731
         cov = ctx.cov
         self.cfg = Source(dut, "cfg", ctx.pacer("full"), cov, encode=lambda aw: aw[0] | (aw[1] << 8))
-
-        def pack(beat):
-            lanes, last = beat
-            v = 0
-            for i, x in enumerate(lanes):
-                v |= int(x) << (16 * i)
-            return v | (last << (16 * L))
-
-        self.inp = Source(dut, "inp", ctx.pacer(prof()), cov, encode=pack)
+        self.inp = Source(dut, "inp", ctx.pacer(prof()), cov, encode=lane_packer(L))
         self.sbs = {port: ctx.scoreboard(f"encoder.{port}", width=IW + 4) for port in ports}
         self.sinks = {port: Sink(dut, port, ctx.pacer(prof()), self._sink(port), cov) for port in ports}
         self.engine = ctx.engine([self.cfg, self.inp, *self.sinks.values()])

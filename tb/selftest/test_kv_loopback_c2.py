@@ -10,9 +10,10 @@ import numpy as np
 from cassandra_rtl.golden.codec import decode_draft, decode_full
 from cassandra_rtl.golden.kv import calibrate_kv_codebooks, encode_kv, kv_config
 from cassandra_rtl.tb.common.bench import env_int, full_run, tb_test
-from cassandra_rtl.tb.common.stream import PROFILES, Sink, Source
+from cassandra_rtl.tb.common.stream import PROFILES, Sink, Source, lane_packer
 from cassandra_rtl.tb.decoder import data as D
 from cassandra_rtl.tb.decoder import framing as F
+from cassandra_rtl.tb.encoder.regs import program
 
 
 class Level:
@@ -36,17 +37,10 @@ class Loop:
         self.cb = max(1, self.L.bit_length())
         L, rng, cov = self.L, ctx.rng, ctx.cov
 
-        def pack(beat):
-            lanes, last = beat
-            v = 0
-            for i, x in enumerate(lanes):
-                v |= int(x) << (16 * i)
-            return v | (last << (16 * L))
-
         cfg_enc = lambda aw: aw[0] | (aw[1] << 8)  # noqa: E731
         self.enc_cfg = Source(dut, "enc_cfg", ctx.pacer("full"), cov, encode=cfg_enc)
         self.dec_cfg = Source(dut, "dec_cfg", ctx.pacer("full"), cov, encode=cfg_enc)
-        self.inp = Source(dut, "inp", ctx.pacer(rng.choice(PROFILES)), cov, encode=pack)
+        self.inp = Source(dut, "inp", ctx.pacer(rng.choice(PROFILES)), cov, encode=lane_packer(L))
         self.out = Sink(dut, "out", ctx.pacer(rng.choice(PROFILES)), self._beat, cov)
         self.sb = ctx.scoreboard("kv_loopback_c2")
         self.left = 0           # values of the current tensor not yet out
@@ -80,10 +74,7 @@ class Loop:
         cov.hit("loop.group", G)
         cov.hit("loop.keep", "all" if k == G else "one" if k == 1 else "partial")
         self.drop.value = int(not full)
-        spec, verif = books
-        enc_prog = [(F.MBITS, cfg.mantissa_bits), (F.KEEP, k), (F.GROUP, G)]
-        enc_prog += [(F.VERIF_SYM + r, s) for r, s in enumerate(verif.symbols)] + [(F.VERIF_K, verif.K)]
-        self.enc_cfg.send(enc_prog)
+        self.enc_cfg.send(program(cfg, books))      # C2: books = (None, verif)
         self.dec_cfg.send(F.program(enc, full))
         await self.engine.run_until(lambda: self.enc_cfg.idle and self.dec_cfg.idle, 400, "register writes")
         await self.engine.step()
