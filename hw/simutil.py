@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..golden.codec import PLANES, EncodedTensor, superblock_chunks
-from .decoder import CTRL_CLEAR_ERROR, CTRL_START, Reg
+from .decoder import CTRL_START, Reg
 
 DECODER_PORTS = {"spec.codes": "spec_codes", "spec.signman": "spec_signman",
                  "verif.codes": "verif_codes", "verif.rest": "verif_rest"}

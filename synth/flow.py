@@ -218,7 +218,7 @@ def yosys_script(top: str, abc_cmds: str, period_ps: float) -> str:
         # because the library (like many) has no synchronous-reset or enable flip-flops.
         f"dfflibmap -liberty {LOCAL_LIB}",
         f"abc -liberty {LOCAL_LIB} -D {int(period_ps)} -script {inline}",
-        f"hilomap -singleton -hicell TIEHI_X1 Y -locell TIELO_X1 Y",
+        "hilomap -singleton -hicell TIEHI_X1 Y -locell TIELO_X1 Y",
         "opt_clean -purge",
         f"tee -q -o stat.json stat -json -liberty {LOCAL_LIB}",
         f"tee -q -o stat.txt stat -liberty {LOCAL_LIB}",

@@ -15,7 +15,7 @@ from cassandra_rtl.errors import ConfigError
 from cassandra_rtl.golden.codebook import Codebook
 from cassandra_rtl.golden.codec import encode_tensor
 from cassandra_rtl.golden.config import K_MAX, PRUNED, CodecConfig
-from cassandra_rtl.hw.decoder import CTRL_START, DecoderC1, Err, Reg
+from cassandra_rtl.hw.decoder import DecoderC1, Err, Reg
 from cassandra_rtl.hw.simutil import DecodeJob, Stalls, chunk_words, decoder_planes, decoder_program, run_decoder
 from hw_helpers import check, check_recovers, check_reset_mid_stream, weights
 

@@ -193,7 +193,7 @@ async def malformed_streams(dut, ctx):
     h = DecoderHarness(dut, ctx)
     cov = ctx.cov
     cov.define("dec.error", list(F.ERROR_NAMES.values()))
-    L, IW = h.L, h.IW
+    IW = h.IW
     cfg = CodecConfig(group_size=64, mantissa_bits=3, keep_count=48)
     good = D.encode(D.weights_like(rng, 64 * 2 + 9), cfg)
     cases = []
