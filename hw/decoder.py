@@ -103,8 +103,9 @@ def out_layout(lanes: int) -> data.StructLayout:
 def check_lanes_word(lanes, word, window):
     if not isinstance(lanes, int) or not 1 <= lanes <= MAX_LANES:
         raise ConfigError(f"lanes must be 1..{MAX_LANES}, got {lanes!r}")
-    if not isinstance(word, int) or word < BYTE or word % BYTE or word > MAX_WORD:
-        raise ConfigError(f"input word must be a multiple of 8 bits in 8..{MAX_WORD}, got {word!r}")
+    # a power of two: the bit readers' ring pointers wrap for free (hw/bitreader.py)
+    if not isinstance(word, int) or word < BYTE or word & (word - 1) or word > MAX_WORD:
+        raise ConfigError(f"input word must be a power-of-two number of bits in 8..{MAX_WORD}, got {word!r}")
     if not isinstance(window, int) or not MAX_CODE_BITS <= window <= MAX_WORD:
         raise ConfigError(f"code window must be {MAX_CODE_BITS}..{MAX_WORD} bits (one escape must fit), "
                           f"got {window!r}")
@@ -115,7 +116,7 @@ class DecoderC1(wiring.Component):
 
     Parameters
         lanes         L, values per output beat (1..32)
-        word          IW, bits per input word on the speculation planes (multiple of 8)
+        word          IW, bits per input word on the speculation planes (a power of two >= 8)
         window        W, code window of the speculation zero counter (>= 24; default 8*L, min 24): the beat
                       holds at most the codes that fit in W bits, so W / L is the mean code length
                       sustained at full rate
@@ -123,7 +124,7 @@ class DecoderC1(wiring.Component):
                       against ~3-5 for the draft, so at a given memory bandwidth it needs far fewer values
                       per cycle; Lv < L shrinks the verification zero counter, readers and rest-field
                       logic (docs/HARDWARE.md, "Verification lanes").
-        verif_word    bits per input word on the verification planes (default IW, or 8*Lv when Lv < L)
+        verif_word    bits per input word on the verification planes (default IW, or max(32, 8*Lv) when Lv < L)
         verif_window  code window of the verification zero counter (default W, or max(24, 8*Lv))
     """
 

@@ -173,7 +173,7 @@ def test_decoder_recovers_after_clear_error():
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
-@pytest.mark.parametrize("kw", [{"lanes": 0}, {"lanes": 33}, {"lanes": 4, "word": 12}, {"lanes": 4, "window": 16},
+@pytest.mark.parametrize("kw", [{"lanes": 0}, {"lanes": 33}, {"lanes": 4, "word": 12}, {"lanes": 4, "word": 48}, {"lanes": 4, "window": 16},
                                 {"lanes": 4, "verif_lanes": 0}, {"lanes": 4, "verif_lanes": 5},
                                 {"lanes": 8, "verif_lanes": 4, "verif_word": 12}])
 def test_decoder_rejects_bad_parameters(kw):
