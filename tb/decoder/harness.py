@@ -151,25 +151,23 @@ class DecoderHarness:
                     cov.hit(f"dec.{name}_rank", "esc" if rank == K else rank, int(n))
             if name == "spec" and hist[K]:
                 cov.hit("dec.spec_K_with_escape", K)
-        v = values.astype(np.int64)
-        e, f = (v >> 7) & 0xFF, v & 0x7F
-        cls = np.where(e == 255, np.where(f == 0, 3, 4), np.where(e == 0, np.where(f == 0, 0, 1), 2))
-        for i, name in enumerate(["zero", "subnormal", "normal", "inf", "nan"]):
-            n = int((cls == i).sum())
-            if n:
-                cov.hit("dec.value_class", name, n)
+        self._cover_value_classes(values)
         if c.prunes:
             cov.hit("dec.value_class", "pruned", int((ranks["spec"] == enc.spec_book.rank_table()[256]).sum()))
 
-    def _cover_c2(self, enc, full: bool, values: np.ndarray):
-        cov, c = self.ctx.cov, enc.config
+    def _cover_value_classes(self, values: np.ndarray):
+        """dec.value_class bins of the decoded bf16 values (both schemes)."""
         v = values.astype(np.int64)
         e, f = (v >> 7) & 0xFF, v & 0x7F
         cls = np.where(e == 255, np.where(f == 0, 3, 4), np.where(e == 0, np.where(f == 0, 0, 1), 2))
         for i, name in enumerate(["zero", "subnormal", "normal", "inf", "nan"]):
             n = int((cls == i).sum())
             if n:
-                cov.hit("dec.value_class", name, n)
+                self.ctx.cov.hit("dec.value_class", name, n)
+
+    def _cover_c2(self, enc, full: bool, values: np.ndarray):
+        cov, c = self.ctx.cov, enc.config
+        self._cover_value_classes(values)
         ln = F.c2_lanes(enc)
         kept, dz, elem = ln["kept"], ln["draft_zero"], ln["elem"]
         draft = F.expected(enc, False).astype(np.int64)
