@@ -21,6 +21,7 @@ help:
 	@echo "make verilog   - export Verilog + port tables to build/verilog/"
 	@echo "make synth     - Yosys area/timing reports to build/synth/"
 	@echo "make formal    - bounded/inductive proofs with Yosys sat"
+	@echo "make fpga      - ECP5-85k place and route (nextpnr) of every block to build/fpga/ (FPGA_ARGS=...)"
 	@echo "make report    - regenerate docs/report/"
 	@echo "make bench     - golden codec throughput and bits/value"
 
@@ -67,6 +68,11 @@ synth: setup
 
 formal: setup
 	$(PY) -m cassandra_rtl.hw.formal --out build/formal
+
+# FPGA_ARGS, e.g. "--only decoder_c1_l8 --seeds 1,2 --timeout 1800" (python -m cassandra_rtl.synth.fpga -h)
+.PHONY: fpga
+fpga: setup
+	$(PY) -m cassandra_rtl.synth.fpga --out build/fpga $(FPGA_ARGS)
 
 report: setup
 	$(PY) eval/report.py --out docs/report
