@@ -11,7 +11,7 @@ export PATH := $(abspath $(VENV)/bin):$(PATH)
 SIM ?= verilator
 JOBS ?= 2
 
-.PHONY: setup demo test test-slow sim sim-full verilog synth formal report bench clean help
+.PHONY: opensta iverilog setup demo test test-slow sim sim-full verilog synth formal report bench clean help
 
 help:
 	@echo "make demo      - encode the bundled SmolLM2, print stats, run speculative decoding"
@@ -19,7 +19,7 @@ help:
 	@echo "make sim       - cocotb testbenches on SIM=$(SIM) (verilator|icarus) with a summary table"
 	@echo "make sim-full  - long random runs and the whole model through the RTL"
 	@echo "make verilog   - export Verilog + port tables to build/verilog/"
-	@echo "make synth     - Yosys area/timing reports to build/synth/"
+	@echo "make synth     - Yosys area/timing reports to build/synth/ (LIBERTY=cells.lib: real library + OpenSTA)"
 	@echo "make formal    - bounded/inductive proofs with Yosys sat"
 	@echo "make fpga      - ECP5-85k place and route (nextpnr) of every block to build/fpga/ (FPGA_ARGS=...)"
 	@echo "make report    - regenerate docs/report/"
@@ -38,6 +38,11 @@ $(STAMP): pyproject.toml
 	@$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	@touch $(STAMP)
 
+# OpenSTA (static timing for real Liberty libraries) comes from Debian, like Icarus.
+opensta:
+	@command -v sta >/dev/null || { echo "[setup] installing OpenSTA (apt-get install -y opensta)"; \
+	  (apt-get update -qq && apt-get install -y -qq opensta) || { echo "could not install OpenSTA: run 'sudo apt-get install -y opensta'"; exit 1; }; }
+
 # Icarus comes from Debian; installed only when asked for (SIM=icarus or the icarus tests).
 iverilog:
 	@command -v iverilog >/dev/null || { echo "[setup] installing iverilog (apt-get install -y iverilog)"; \
@@ -47,7 +52,7 @@ demo: setup
 	$(PY) -m cassandra_rtl.cli demo
 
 # pytest exit code 5 means "no tests collected": a broken suite, reported as a failure.
-test: setup iverilog
+test: setup iverilog opensta
 	@$(PY) -m pytest -q -n $(JOBS) -m "not slow" tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
@@ -63,8 +68,13 @@ sim: setup
 sim-full: setup iverilog
 	$(PY) -m cassandra_rtl.tb.run --sim $(SIM) --full
 
-synth: setup
-	$(PY) -m cassandra_rtl.synth.flow --out build/synth
+# make synth LIBERTY=path/to/cells.lib[.gz] [DONT_USE='pat1,pat2'] maps onto a real library and times it
+# with OpenSTA (report in build/synth-<library name>/; the generic library, build/synth/, is the default).
+LIBERTY ?=
+DONT_USE ?=
+SYNTH_OUT ?= $(if $(LIBERTY),build/synth-$(basename $(basename $(notdir $(LIBERTY)))),build/synth)
+synth: setup $(if $(LIBERTY),opensta)
+	$(PY) -m cassandra_rtl.synth.flow --out $(SYNTH_OUT) $(if $(LIBERTY),--liberty $(LIBERTY)) $(if $(DONT_USE),--dont-use '$(DONT_USE)') $(SYNTH_ARGS)
 
 formal: setup
 	$(PY) -m cassandra_rtl.hw.formal --out build/formal

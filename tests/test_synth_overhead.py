@@ -1,0 +1,104 @@
+"""The overhead model (synth/overhead.py): arithmetic against hand-computed figures on a fake report."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from cassandra_rtl.errors import ConfigError
+from cassandra_rtl.synth import overhead
+from cassandra_rtl.synth.overhead import Device, OverheadParams
+
+
+def _fake_report(pe_ge=1000.0, pe_mhz=1000.0, dec_ge=10_000.0, dec_vpc=16, dec_mhz=2000.0,
+                 enc_ge=20_000.0, enc_vpc=2, enc_mhz=1500.0):
+    return {
+        "flow": {"library": "fake"},
+        "blocks": {
+            "pe_bf16_fp32": {"status": "ok", "kind": "pe", "area_ge": pe_ge, "meta": {"flops_per_cycle": 2},
+                             "timing": {"est_fmax_mhz": pe_mhz}},
+            "decoder_x_l16": {"status": "ok", "kind": "decoder", "area_ge": dec_ge,
+                              "meta": {"values_per_cycle": dec_vpc}, "timing": {"est_fmax_mhz": dec_mhz}},
+            "encoder_x_l2": {"status": "ok", "kind": "encoder", "area_ge": enc_ge,
+                             "meta": {"values_per_cycle": enc_vpc}, "timing": {"est_fmax_mhz": enc_mhz}},
+        },
+    }
+
+
+DEV = {"x": Device("x", 1000.0, 64.0, "test")}
+
+
+def test_decoder_and_pe_counts_by_hand():
+    ov = overhead.overhead(_fake_report(), OverheadParams(devices=DEV))
+    r = ov["overhead"]["by_device"]["x"]
+    n_pe = math.ceil(64e12 / (2 * 1e9))
+    n_dec = math.ceil(1000e9 * 8 / 5.0 / (16 * 1e9))            # the draft stream is the denser one
+    assert r["pe_count"] == n_pe
+    assert r["decoder_instances"] == n_dec
+    assert r["decoder_percent"] == pytest.approx(100 * n_dec * 10_000 / (n_pe * 1000), abs=1e-3)
+    assert r["bytes_per_kflop"] == pytest.approx(1000 / 64, abs=0.01)
+    assert ov["npu_overhead_percent"]["x"] == r["total_percent"]
+
+
+def test_encoder_sized_by_prefill_not_bandwidth():
+    ov = overhead.overhead(_fake_report(), OverheadParams(devices=DEV, kv_model="llama3-8b"))
+    r = ov["overhead"]["by_device"]["x"]
+    tokens_s = 64e12 / (2 * 8.03e9)                              # compute-bound prefill at peak
+    kv_vps = tokens_s * 2 * 32 * 8 * 128
+    assert r["encoder_values_per_s"] == pytest.approx(kv_vps, rel=1e-6)
+    assert r["encoder_instances"] == math.ceil(kv_vps / (2 * 1e9))
+    # Far below what sizing for the memory bandwidth would give (1000 GB/s / 11 bits/value / 2 per cycle).
+    assert r["encoder_instances"] < math.ceil(1000e9 * 8 / 11 / (2 * 1e9)) / 100
+    half = overhead.overhead(_fake_report(), OverheadParams(devices=DEV, prefill_utilisation=0.5))
+    assert half["overhead"]["by_device"]["x"]["encoder_values_per_s"] == pytest.approx(kv_vps / 2, rel=1e-6)
+
+
+def test_clock_independence_and_missed_clock():
+    p = OverheadParams(devices=DEV)
+    base = overhead.overhead(_fake_report(), p)["overhead"]["by_device"]["x"]
+    # Everything at half the clock: the same decoder share (both counts scale with 1/f; the decoder count
+    # is large enough that rounding up does not matter, unlike the single encoder instance).
+    slow_all = overhead.overhead(_fake_report(), OverheadParams(devices=DEV, clock_mhz=500))["overhead"]["by_device"]["x"]
+    assert slow_all["decoder_percent"] == pytest.approx(base["decoder_percent"], rel=2e-3)
+    assert slow_all["encoder_instances"] == base["encoder_instances"] == 1
+    # A decoder slower than the PE: headline still at the PE clock, flagged; own-clock column larger.
+    r = overhead.overhead(_fake_report(dec_mhz=500.0), p)["overhead"]["by_device"]["x"]
+    assert r["decoder_meets_pe_clock"] is False and r["meets_pe_clock"] is False
+    assert r["decoder_instances_own_clock"] == 2 * r["decoder_instances"]
+    assert r["total_percent_own_clock"] > r["total_percent"]
+
+
+def test_choice_prefers_blocks_that_meet_the_clock():
+    rep = _fake_report()
+    rep["blocks"]["decoder_cheap_but_slow"] = {"status": "ok", "kind": "decoder", "area_ge": 1_000.0,
+                                               "meta": {"values_per_cycle": 16}, "timing": {"est_fmax_mhz": 100.0}}
+    ov = overhead.overhead(rep, OverheadParams(devices=DEV))["overhead"]
+    assert ov["decoder"] == "decoder_x_l16"
+    assert ov["by_decoder"]["decoder_cheap_but_slow"]["x"]["meets_pe_clock"] is False
+
+
+def test_params_validation_and_json(tmp_path):
+    with pytest.raises(ConfigError):
+        OverheadParams(draft_bits_per_value=0)
+    with pytest.raises(ConfigError, match="kv_model"):
+        OverheadParams(kv_model="gpt-99")
+    bad = tmp_path / "o.json"
+    bad.write_text(json.dumps({"npu_tflop": 64}))
+    with pytest.raises(ConfigError, match="unknown key"):
+        OverheadParams.from_json(bad)
+    good = tmp_path / "g.json"
+    good.write_text(json.dumps({"devices": {"mine": {"bandwidth_gbps": 512, "dense_tflops": 100}},
+                                "draft_bits_per_value": 4.0}))
+    p = OverheadParams.from_json(good)
+    assert p.devices["mine"].bandwidth_gbps == 512 and "rtx4090" in p.devices
+    assert overhead.parse_device("n=136.5:64")[1].dense_tflops == 64
+    with pytest.raises(ConfigError, match="NAME=GBPS:TFLOPS"):
+        overhead.parse_device("n=136.5")
+
+
+def test_no_pe_means_no_figure():
+    rep = _fake_report()
+    del rep["blocks"]["pe_bf16_fp32"]
+    ov = overhead.overhead(rep, OverheadParams(devices=DEV))
+    assert ov["npu_overhead_percent"] == {"x": None} and "error" in ov["overhead"]
