@@ -219,7 +219,7 @@ def run_tool(argv: list[str], cwd: pathlib.Path, timeout_s: float, log: pathlib.
             if now - t0 > timeout_s:
                 proc.kill()
                 proc.wait()
-                raise TimeoutError(f"{label} did not finish in {timeout_s:.0f} s")
+                raise TimeoutError(f"{label} did not finish in {timeout_s:.0f} s (timeout)")
             if now >= next_beat:
                 next_beat += HEARTBEAT_S
                 where = _last_progress_line(log)
