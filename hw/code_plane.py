@@ -1,0 +1,383 @@
+"""Code plane: a rank-unary code plane parsed at a fixed number of bits per cycle into a ring of codes.
+
+The C1 decoder v2 (hw/decoder_c1_v2.py) reads ``spec.codes`` and ``verif.codes`` through this block; the
+C2 decoder v2 may read its ``verif.codes`` the same way. docs/HARDWARE.md section 2b.
+
+A rank-unary code ends at its only one bit, so a code plane can be consumed a *fixed* number of bits per
+cycle (a segment of ``S`` bits) while the number of codes that come out varies; the decoder's consumer
+then pops codes from a ring at its own rate. Nothing downstream feeds back into the parse except the
+ring's fill level (registered).
+
+Stages
+  W  word ring: ``NW = 4`` slots of ``IW`` bits (+ the chunk ``last`` flag); ``inp.ready`` = a slot is free
+     (registered state only).
+  A  pass select (loop A, ~8 levels: position register <- position + 1 or the replay position of B): the
+     segment at the pass position, bits below the pass's start offset masked, and the 8 bits after it
+     (escape payload lookahead) -> ZeroCounter(S, Lc[+1]) -> registered into B.
+  B  ranks (rank_0 = carry + end_0 - 1 - start, rank_j = end_j - 1 - end_{j-1}), escape / bad-code flags,
+     the first escape's raw 8 bits; the codes (plus a chunk END marker) are rotated into the ring at the
+     write pointer. Loop B (the zero-run carry across segments and the replay decision, ~15 levels):
+     a pass ends early, and A re-parses the same segment from a later bit (one bubble), when
+       * an escape (rank = K) is found: the next code starts after its 8 raw bits (FORMAT v1); if those
+         run into the next segment, A resumes there at the bit after them,
+       * the segment holds more than ``Lc`` codes (only if ``Lc < S``).
+  R  ring of ``D`` entries; the consumer sees the ``pops`` entries from the read pointer (``win``) and
+     their number (``count``), and pops any number of them per cycle (``pop``, loop R: rp <- rp + pop).
+
+Entries (``entry_layout``): ``kind`` CODE (``val`` = rank < K), ESC (``val`` = the escaped 8-bit symbol),
+BAD (a code with a zero run longer than K: an impossible code), END (the chunk ended here; ``val`` bit 0
+``pad_err``: the chunk's last word holds no content, or an escape payload runs past the chunk's end;
+bit 1 ``long_run``: the zero run in front of the chunk's end is longer than K). Every chunk yields its codes
+then one END, so a consumer checks chunk framing by where END sits among the codes it expects.
+
+Parsing runs only for the ``chunks`` chunks given with ``start`` (one tensor): the book size ``k`` is
+taken as it is during that time (a decoder writes it only between tensors); words after the tensor's last
+chunk stay buffered for the next tensor. ``flush`` empties everything, ``drain`` accepts and drops words.
+
+A pass that ends a chunk (its last segment) is followed by one idle cycle of stage A, so A never parses
+past a chunk end before B has seen it (one cycle per superblock).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import bits_for, ceil_log2, exact_log2
+
+from ..errors import ConfigError
+from ..golden.config import ESCAPE_PAYLOAD_BITS, K_MAX, MAX_CODE_BITS
+from .bitreader import BYTE, thermometer, word_layout
+from .zero_counter import ZeroCounter
+
+WORD_SLOTS = 4
+CARRY_MAX = 31                      # zero-run carry saturates here (anything > K_MAX is an impossible code)
+
+
+class Kind(enum.IntEnum):
+    CODE = 0
+    ESC = 1
+    BAD = 2
+    END = 3
+
+
+END_PAD_ERR = 1 << 0
+END_LONG_RUN = 1 << 1
+
+entry_layout = data.StructLayout({"val": ESCAPE_PAYLOAD_BITS, "kind": 2})
+
+
+def rotate_window(m, items, shift, outputs, name):
+    """``out[j] = items[(shift + j) mod len(items)]`` for ``j < outputs``: a log rotator, most significant
+    shift bit first, each stage keeping only the positions later stages can still need."""
+    n = len(items)
+    nb = exact_log2(n)
+    vec = list(items)
+    for b in reversed(range(nb)):
+        step = 1 << b
+        keep = min(n, outputs + step - 1) if b else outputs
+        nxt = []
+        for i in range(keep):
+            s = Signal(len(vec[0]), name=f"{name}_r{b}_{i}")
+            hi = vec[(i + step) % n] if b == nb - 1 else vec[i + step]
+            m.d.comb += s.eq(Mux(shift[b], hi, vec[i]))
+            nxt.append(s)
+        vec = nxt
+    return vec[:outputs]
+
+
+def rotate_into(m, items, shift, size, name):
+    """``out[(shift + j) mod size] = items[j]`` (zero elsewhere) for a ``size``-slot ring: a log rotator,
+    least significant shift bit first (widths grow from len(items) to size)."""
+    nb = exact_log2(size)
+    assert len(items) <= size // 2 + 1, "positions must not wrap before the last stage"
+    zero = Const(0, len(items[0]))
+    vec = list(items)
+    for b in range(nb):
+        step = 1 << b
+        width = min(size, len(vec) + step) if b < nb - 1 else size
+        nxt = []
+        for i in range(width):
+            lo = vec[i] if i < len(vec) else zero
+            src = (i - step) % size if b == nb - 1 else i - step
+            hi = vec[src] if 0 <= src < len(vec) else zero
+            s = Signal(len(items[0]), name=f"{name}_w{b}_{i}")
+            m.d.comb += s.eq(Mux(shift[b], hi, lo))
+            nxt.append(s)
+        vec = nxt
+    return vec
+
+
+class CodePlane(wiring.Component):
+    """Rank-unary code plane words in, a ring of decoded codes out.
+
+    Parameters
+        word    IW, bits per input word (a power of two >= 16)
+        seg     S, bits parsed per cycle (a power of two, 16..IW; default min(IW, 32))
+        lanes   Lc, codes one pass can deliver (default S: a pass never truncates for lack of lanes)
+        depth   D, ring entries (a power of two >= 2 * (Lc + 1); default the smallest)
+        pops    P, entries visible to the consumer per cycle (``win``)
+
+    Ports
+        inp     In(stream {data: IW, last: 1})   plane words, chunk framing as docs/HARDWARE.md "Input words"
+        k       In(4)      book size K (0..15), stable while parsing
+        start   In(1)      begin a tensor: parse ``chunks`` chunks from the buffered words on
+        chunks  In(32)     chunks of this tensor (sampled with ``start``)
+        enable  In(1)      accept words
+        drain   In(1)      accept and drop words (also empties the block)
+        flush   In(1)      empty the block (words, passes, ring); stops parsing
+        win     Out(P x entry_layout)  ring entries from the read pointer; entry j is valid for j < count
+        count   Out(bits_for(D))       entries in the ring
+        pop     In(bits_for(P))        entries consumed this cycle (<= count, <= P)
+        parsing Out(1)     chunks of the current tensor remain to be parsed
+    """
+
+    def __init__(self, word: int = 64, seg: int | None = None, lanes: int | None = None,
+                 depth: int | None = None, pops: int = 9):
+        if not isinstance(word, int) or word < 2 * BYTE or word & (word - 1):
+            raise ConfigError(f"code plane word must be a power of two >= 16 bits, got {word!r}")
+        seg = min(word, 32) if seg is None else seg
+        if not isinstance(seg, int) or seg < 2 * BYTE or seg & (seg - 1) or seg > word:
+            raise ConfigError(f"code plane segment must be a power of two in 16..word ({word}), got {seg!r}")
+        lanes = seg if lanes is None else lanes
+        if not isinstance(lanes, int) or not 1 <= lanes <= seg:
+            raise ConfigError(f"code plane lanes must be 1..segment ({seg}), got {lanes!r}")
+        if not isinstance(pops, int) or not 1 <= pops <= 64:
+            raise ConfigError(f"code plane pops must be 1..64, got {pops!r}")
+        min_depth = 1 << ceil_log2(max(2 * (lanes + 1), pops + lanes + 1))
+        depth = min_depth if depth is None else depth
+        if not isinstance(depth, int) or depth & (depth - 1) or depth < min_depth:
+            raise ConfigError(f"code plane depth must be a power of two >= {min_depth}, got {depth!r}")
+        self.word, self.seg, self.lanes, self.depth, self.pops = word, seg, lanes, depth, pops
+        super().__init__({
+            "inp": In(stream.Signature(word_layout(word))),
+            "k": In(range(K_MAX + 1)),
+            "start": In(1), "chunks": In(32),
+            "enable": In(1), "drain": In(1), "flush": In(1),
+            "win": Out(data.ArrayLayout(entry_layout, pops)),
+            "count": Out(bits_for(depth)),
+            "pop": In(bits_for(pops)),
+            "parsing": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        IW, S, Lc, D, P = self.word, self.seg, self.lanes, self.depth, self.pops
+        NW = WORD_SLOTS
+        SPW = IW // S                                   # segments per word
+        sbits = exact_log2(SPW)
+        pbits = exact_log2(NW * SPW)                    # segment position in the word ring
+        bw = bits_for(S)                                # positions 0..S
+        truncating = Lc < S
+        empty = Signal()
+        m.d.comb += empty.eq(self.flush | self.drain)
+
+        # ------------------------------------------------------------------ W: word ring
+        wring = [Signal(IW, name=f"word{i}") for i in range(NW)]
+        wlast = Signal(NW)
+        head = Signal(range(NW))                        # slot of the oldest word (the one B is in)
+        nwords = Signal(range(NW + 1))
+        freed = Signal()                                # B finished the head word this cycle
+        m.d.comb += self.inp.ready.eq(self.drain | (self.enable & (nwords < NW)))
+        append = Signal()
+        m.d.comb += append.eq(self.inp.valid & self.inp.ready & ~self.drain)
+        wslot = (head + nwords)[:2]
+        with m.If(append):
+            for i in range(NW):
+                with m.If(wslot == i):
+                    m.d.sync += [wring[i].eq(self.inp.payload.data), wlast[i].eq(self.inp.payload.last)]
+
+        # ------------------------------------------------------------------ R: the ring of codes
+        ring = [Signal(entry_layout, name=f"ent{i}") for i in range(D)]
+        wp = Signal(exact_log2(D) + 1)
+        rp = Signal(exact_log2(D) + 1)
+        fill = Signal(bits_for(D))
+        m.d.comb += [fill.eq(wp - rp), self.count.eq(fill)]
+        win = rotate_window(m, [r.as_value() for r in ring], rp[:exact_log2(D)], P, "rd")
+        for j in range(P):
+            m.d.comb += self.win[j].eq(win[j])
+
+        # ------------------------------------------------------------------ A: pass select + zero counter
+        apos = Signal(pbits)                            # segment of the next pass (word slot, segment)
+        astart = Signal(range(S))                       # first bit of that segment the pass parses
+        chunks_left = Signal(32)
+        m.d.comb += self.parsing.eq(chunks_left != 0)
+        b_valid = Signal()
+        b_chunk_last = Signal()
+        b_count = Signal(range(Lc + 1))                 # codes the pass in B found (<= Lc)
+
+        a_slot = Signal(2)
+        a_sidx = Signal(max(1, sbits))
+        m.d.comb += [a_slot.eq(apos[sbits:] if SPW > 1 else apos), a_sidx.eq(apos[:sbits] if SPW > 1 else 0)]
+        a_off = Signal(2)                               # word slots from the head to A's word
+        m.d.comb += a_off.eq(a_slot - head)
+        a_word = Signal(IW)
+        a_next = Signal(IW)
+        with m.Switch(a_slot):
+            for i in range(NW):
+                with m.Case(i):
+                    m.d.comb += [a_word.eq(wring[i]), a_next.eq(wring[(i + 1) % NW])]
+        a_wlast = Signal()
+        m.d.comb += a_wlast.eq(wlast.bit_select(a_slot, 1))
+        seg_last_in_word = Signal()
+        m.d.comb += seg_last_in_word.eq(a_sidx == SPW - 1)
+        a_seg = Signal(S)
+        a_look = Signal(ESCAPE_PAYLOAD_BITS)
+        if SPW > 1:
+            m.d.comb += a_seg.eq(a_word.word_select(a_sidx, S))
+            with m.If(seg_last_in_word):
+                m.d.comb += a_look.eq(a_next[:ESCAPE_PAYLOAD_BITS])
+            with m.Else():
+                m.d.comb += a_look.eq(a_word.word_select(a_sidx + 1, S)[:ESCAPE_PAYLOAD_BITS])
+        else:
+            m.d.comb += [a_seg.eq(a_word), a_look.eq(a_next[:ESCAPE_PAYLOAD_BITS])]
+        a_chunk_last = Signal()
+        m.d.comb += a_chunk_last.eq(seg_last_in_word & a_wlast)
+        masked = Signal(S)
+        m.d.comb += masked.eq(a_seg & ~thermometer(astart, S))
+        # (the zero counter's window is at least 24 bits: a narrower segment is zero-extended, the constant
+        # bits cost nothing after synthesis)
+        zc = ZeroCounter(max(S, MAX_CODE_BITS), Lc + 1 if truncating else Lc)
+        m.submodules.zc = zc
+        m.d.comb += zc.data.eq(masked)
+        a_cnt = Signal(range(Lc + 1))
+        cnt = Const(0, bits_for(Lc))
+        for j in range(Lc):
+            cnt = Mux(zc.valid[j], j + 1, cnt)
+        m.d.comb += a_cnt.eq(cnt)
+
+        # fire: the word is buffered (and the next one for the lookahead), the ring has room for this pass
+        # and the one in B, and A is not past the end of a chunk B has not finished.
+        word_in = a_off < nwords
+        look_in = ~seg_last_in_word | a_wlast | ((a_off + 1) < nwords)
+        room = (fill + Mux(b_valid, b_count + 1, 0) + Lc + 1) <= D
+        a_fire = Signal()
+        m.d.comb += a_fire.eq((chunks_left != 0) & ~(b_valid & b_chunk_last) & word_in & look_in & room & ~empty)
+
+        # ------------------------------------------------------------------ B registers (from A)
+        b_end = [Signal(bw, name=f"b_end{j}") for j in range(Lc)]
+        b_lane = Signal(Lc)
+        b_more = Signal()                                # more than Lc codes in the segment
+        b_consumed = Signal(bw)                          # end of the last code found (0 if none)
+        b_ext = Signal(S + ESCAPE_PAYLOAD_BITS)
+        b_start = Signal(range(S))
+        b_pos = Signal(pbits)
+        b_lastw = Signal()                               # the pass's segment is the last of its word
+        replay = Signal()
+        r_pos = Signal(pbits)
+        r_start = Signal(range(S))
+        with m.If(empty):
+            m.d.sync += b_valid.eq(0)
+        with m.Else():
+            m.d.sync += b_valid.eq(a_fire & ~replay)
+        with m.If(a_fire):
+            m.d.sync += [b_lane.eq(zc.valid[:Lc]), b_count.eq(a_cnt), b_ext.eq(Cat(masked, a_look)),
+                         b_start.eq(astart), b_pos.eq(apos), b_lastw.eq(seg_last_in_word),
+                         b_chunk_last.eq(a_chunk_last), b_consumed.eq(zc.consumed if not truncating else
+                                                                      Mux(zc.valid[Lc], zc.end[Lc - 1],
+                                                                          zc.consumed))]
+            if truncating:
+                m.d.sync += b_more.eq(zc.valid[Lc])
+            for j in range(Lc):
+                m.d.sync += b_end[j].eq(zc.end[j])
+        # A's position
+        with m.If(empty):
+            m.d.sync += [apos.eq(0), astart.eq(0)]
+        with m.Elif(replay):
+            m.d.sync += [apos.eq(r_pos), astart.eq(r_start)]
+        with m.Elif(a_fire):
+            m.d.sync += [apos.eq(apos + 1), astart.eq(0)]
+
+        # ------------------------------------------------------------------ B: ranks, escapes, ring write
+        K = self.k
+        carry = Signal(range(CARRY_MAX + 1))
+        wcontent = Signal()                              # the current word holds content so far
+        chunk_first = Signal(init=1)                     # the current word is its chunk's first
+        carry_in = Signal(range(CARRY_MAX + 1))
+        m.d.comb += carry_in.eq(Mux(b_start == 0, carry, 0))
+        rank = [Signal(bw + 1, name=f"b_rank{j}") for j in range(Lc)]
+        esc = [Signal(name=f"b_esc{j}") for j in range(Lc)]
+        bad = [Signal(name=f"b_bad{j}") for j in range(Lc)]
+        for j in range(Lc):
+            prev = b_end[j - 1] if j else b_start
+            r = b_end[j] - 1 - prev
+            if j == 0:
+                r = r + carry_in
+            m.d.comb += [rank[j].eq(r), esc[j].eq(b_lane[j] & (rank[j] == K)), bad[j].eq(b_lane[j] & (rank[j] > K))]
+        esc_any = Signal()
+        esc_idx = Signal(range(Lc))                     # first escape lane
+        esc_end = Signal(bw)                            # its code's end (the payload follows)
+        ei, ee = Const(0, bits_for(Lc)), Const(0, bw)
+        for j in reversed(range(Lc)):
+            ei = Mux(esc[j], j, ei)
+            ee = Mux(esc[j], b_end[j], ee)
+        m.d.comb += [esc_any.eq(Cat(*esc).any()), esc_idx.eq(ei), esc_end.eq(ee)]
+        payload = Signal(ESCAPE_PAYLOAD_BITS)
+        m.d.comb += payload.eq(b_ext >> esc_end)
+        q = Signal(bw + 1)                              # bit after the escape payload
+        m.d.comb += q.eq(esc_end + ESCAPE_PAYLOAD_BITS)
+        # outcome of the pass
+        same_seg = Signal()                              # A re-parses this segment from r_start
+        straddle = Signal()                              # the payload runs into the next segment
+        overrun = Signal()                               # ... but the chunk ends with this segment
+        m.d.comb += [
+            same_seg.eq(b_valid & ((esc_any & (q < S)) | (~esc_any & b_more))),
+            straddle.eq(b_valid & esc_any & (q > S) & ~b_chunk_last),
+            overrun.eq(b_valid & esc_any & (q > S) & b_chunk_last),
+            replay.eq(same_seg | straddle),
+        ]
+        done = Signal()                                   # the segment is finished
+        m.d.comb += done.eq(b_valid & ~same_seg)
+        m.d.comb += [r_pos.eq(Mux(straddle, b_pos + 1, b_pos)),
+                     r_start.eq(Mux(straddle, q - S, Mux(esc_any, q, b_consumed)))]
+        n_codes = Signal(range(Lc + 1))
+        m.d.comb += n_codes.eq(Mux(esc_any, Mux(overrun, esc_idx, esc_idx + 1), b_count))
+        content = Signal()
+        m.d.comb += content.eq(wcontent | (n_codes != 0) | (b_start != 0))
+        end_now = Signal()
+        m.d.comb += end_now.eq(done & b_chunk_last)
+        carry_next = Signal(range(CARRY_MAX + 1))
+        run = Mux(b_count != 0, S - b_consumed, carry_in + S - b_start)
+        m.d.comb += carry_next.eq(Mux(esc_any, 0, Mux(run > CARRY_MAX, CARRY_MAX, run)))
+        end_entry = Signal(entry_layout)
+        m.d.comb += [end_entry.kind.eq(Kind.END),
+                     end_entry.val.eq(Cat(overrun | (~content & ~chunk_first), (carry_next > K) & ~esc_any))]
+        items = []
+        for j in range(Lc + 1):
+            e = Signal(entry_layout, name=f"b_item{j}")
+            if j < Lc:
+                code = Signal(entry_layout, name=f"b_code{j}")
+                m.d.comb += [code.kind.eq(Mux(esc[j], Kind.ESC, Mux(bad[j], Kind.BAD, Kind.CODE))),
+                             code.val.eq(Mux(esc[j], payload, rank[j][:4]))]
+                m.d.comb += e.eq(Mux(j < n_codes, code, end_entry))
+            else:
+                m.d.comb += e.eq(end_entry)
+            items.append(e.as_value())
+        n_write = Signal(range(Lc + 2))
+        m.d.comb += n_write.eq(Mux(b_valid, n_codes + end_now, 0))
+        placed = rotate_into(m, items, wp[:exact_log2(D)], D, "wr")
+        wmask = rotate_into(m, [(n_write > j) for j in range(Lc + 1)], wp[:exact_log2(D)], D, "we")
+        with m.If(~empty):
+            for i in range(D):
+                with m.If(wmask[i]):
+                    m.d.sync += ring[i].eq(placed[i])
+
+        # B state: carry, content flags, chunk count, word ring head
+        m.d.comb += freed.eq(done & b_lastw)
+        with m.If(empty):
+            m.d.sync += [carry.eq(0), wcontent.eq(0), chunk_first.eq(1), chunks_left.eq(0),
+                         head.eq(0), nwords.eq(0), wp.eq(0), rp.eq(0)]
+        with m.Else():
+            m.d.sync += [head.eq(head + freed), nwords.eq(nwords - freed + append),
+                         wp.eq(wp + n_write), rp.eq(rp + self.pop)]
+            with m.If(b_valid):
+                with m.If(end_now):
+                    m.d.sync += [carry.eq(0), wcontent.eq(0), chunk_first.eq(1), chunks_left.eq(chunks_left - 1)]
+                with m.Elif(freed):
+                    m.d.sync += [carry.eq(carry_next), wcontent.eq(0), chunk_first.eq(0)]
+                with m.Elif(done):
+                    m.d.sync += [carry.eq(carry_next), wcontent.eq(content)]
+                with m.Else():                           # same-segment replay after an escape / lane limit
+                    m.d.sync += [carry.eq(0), wcontent.eq(content)]
+            with m.If(self.start):
+                m.d.sync += chunks_left.eq(self.chunks)
+        return m
