@@ -486,7 +486,8 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
         if missing:
             w(f"\n{' and '.join(missing).capitalize()} block(s): **not run** (absent from the synthesis report).")
         ov = R["npu_overhead_percent"]
-        w("\nNPU overhead (decoder + encoder area as % of a 64 TFLOPS PE array, same flow): " +
+        w("\nOverhead on devices (decoder + KV encoder area as % of a PE array of the device's dense bf16 "
+          "TFLOPS, at the PE clock, same flow; synth/overhead.py): " +
           (", ".join(f"{k}: {'not run' if v is None else f'{v:.3f}%'}" for k, v in ov.items()) or "not run") +
           f" — the paper's figure is ~{rhw.PAPER_OVERHEAD_PERCENT:g}%." +
           (f" Instances sized with decoder `{(srep.get('overhead') or {}).get('decoder')}` and encoder "

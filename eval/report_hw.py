@@ -16,7 +16,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_SPEEDUP = (1.78, 2.41)  # the paper's reported range of end-to-end speedups
 PAPER_OVERHEAD_PERCENT = 2.0
-HW_LABELS = {"rtx4090": "RTX 4090", "orin": "Jetson AGX Orin", "npu": "NPU"}
+HW_LABELS = {"rtx4090": "RTX 4090", "jetson_agx_orin": "Jetson AGX Orin", "orin": "Jetson AGX Orin", "npu": "NPU"}
 
 
 # ------------------------------------------------------------------------------------------------ speedup
@@ -127,7 +127,7 @@ def plot_hw(blocks, overhead: dict, cosim: list[dict], out, fname: str, footer: 
                 ha="center", fontsize=8)
     ax.axhline(PAPER_OVERHEAD_PERCENT, color="orange", ls="--", label="paper: ~2% of a 64 TFLOPS NPU")
     ax.set_ylabel("decoder+encoder area, % of the PE array")
-    ax.set_title("NPU overhead by memory bandwidth", fontsize=10)
+    ax.set_title("Overhead by device, at the PE clock (synth/overhead.py)", fontsize=10)
     ax.legend(fontsize=7)
     ax.tick_params(axis="x", labelsize=7)
     if cosim:
