@@ -59,6 +59,7 @@ PE_BLOCK = flow.PE_BLOCK
 # Cells counted separately in the report; anything else a netlist holds goes to "other_cells".
 LUT_CELL, CARRY_CELL, FF_CELL = "LUT4", "CCU2C", "TRELLIS_FF"
 BRAM_CELL, DSP_CELL, LUTRAM_CELL = "DP16KD", "MULT18X18D", "TRELLIS_DPR16X4"
+NOT_CELLS = {"$scopeinfo"}            # Yosys' record of flattened hierarchy: no hardware
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,20 +182,24 @@ def pnr_args(speed: int, freq_mhz: float) -> list[str]:
             "--freq", f"{freq_mhz:g}", "--timing-allow-fail"]
 
 
+_PHASES = ("Packing", "placer", "Placer", "legalis", "Routing", "Router", "router", "Executing", "Checksum")
+
+
 def _last_progress_line(log: pathlib.Path) -> str:
-    """The most recent line of a tool log that says where the tool is (for the heartbeat)."""
+    """Where the tool is (for the heartbeat): its latest phase line, and the latest line if different."""
     try:
         with open(log, "rb") as fh:
             fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 8192))
-            lines = fh.read().decode(errors="replace").splitlines()
+            fh.seek(max(0, fh.tell() - 32768))
+            lines = [ln.strip() for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return ""
-    for ln in reversed(lines):
-        s = ln.strip()
-        if s and (re.match(r"^\d+(\.\d+)*\. Executing", s) or s.startswith("Info:")):
-            return s[:110]
-    return ""
+    if not lines:
+        return ""
+    phase = next((ln for ln in reversed(lines) if any(p in ln for p in _PHASES)), "")
+    last = lines[-1]
+    text = last if last == phase or not phase else f"{phase} ... {last}"
+    return re.sub(r"\s+", " ", text)[:160]
 
 
 def run_tool(argv: list[str], cwd: pathlib.Path, timeout_s: float, log: pathlib.Path, label: str,
@@ -254,7 +259,7 @@ def parse_stat(workdir: pathlib.Path, top: str) -> dict:
     total = {k: int(v) for k, v in design.get("num_cells_by_type", {}).items() if k.lstrip("\\") not in mods}
     harness = {k: int(v) for k, v in mods.get(HARNESS_TOP, {}).get("num_cells_by_type", {}).items()
                if k.lstrip("\\") not in mods}
-    cells = {k: v - harness.get(k, 0) for k, v in total.items() if v - harness.get(k, 0)}
+    cells = {k: v - harness.get(k, 0) for k, v in total.items() if v - harness.get(k, 0) and k not in NOT_CELLS}
     logic, carry = cells.get(LUT_CELL, 0), cells.get(CARRY_CELL, 0)
     known = {LUT_CELL, CARRY_CELL, FF_CELL, BRAM_CELL, DSP_CELL}
     return {
@@ -278,7 +283,29 @@ def parse_pnr_report(path: pathlib.Path) -> dict:
     util = {k: int(v["used"]) for k, v in (rep.get("utilization") or {}).items() if int(v.get("used", 0))}
     avail = {k: int(v["available"]) for k, v in (rep.get("utilization") or {}).items() if k in util}
     return {"fmax_mhz": min(fmax.values()) if fmax else None, "fmax_by_clock": fmax,
-            "utilization": util, "available": avail}
+            "utilization": util, "available": avail, "critical_path": critical_path(rep)}
+
+
+def critical_path(rep: dict) -> dict | None:
+    """The worst routed path of nextpnr's report: end points (harness prefix dropped), LUT/carry cells
+    on it, logic vs routing delay, and the Python source lines (Amaranth src attributes) it runs through."""
+    paths = rep.get("critical_paths") or []
+    if not paths or not paths[0].get("path"):
+        return None
+    segs = paths[0]["path"]
+    strip = lambda c: c[4:] if c.startswith("dut.") else f"(harness) {c}"  # noqa: E731
+    logic = [x for x in segs if x.get("type") == "logic"]
+    routing = sum(float(x.get("delay", 0)) for x in segs if x.get("type") == "routing")
+    sources: list[str] = []
+    for x in segs:
+        for src in x.get("sources") or []:
+            short = re.sub(r"^.*?/(hw|synth|golden)/", r"\1/", src)
+            if short != src and short not in sources:        # project lines only, not Yosys' techmap
+                sources.append(short)
+    return {"from": strip(segs[0]["from"]["cell"]), "to": strip(segs[-1]["to"]["cell"]),
+            "logic_cells": len(logic), "logic_ns": round(sum(float(x.get("delay", 0)) for x in logic), 2),
+            "routing_ns": round(routing, 2), "total_ns": round(sum(float(x.get("delay", 0)) for x in segs), 2),
+            "sources": sources[:12]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,7 +372,15 @@ class BlockRun:
         for f in self.cache.glob(f"{self.name}.seed*.json"):
             m = re.fullmatch(re.escape(self.name) + r"\.seed(-?\d+)\.([0-9a-f]{20})\.json", f.name)
             if m and m.group(2) == self.seed_key(int(m.group(1))):
-                found[int(m.group(1))] = json.loads(f.read_text())
+                res = json.loads(f.read_text())
+                rep = self.workdir / f"report_seed{m.group(1)}.json"
+                if "critical_path" not in res and rep.exists():      # cached before paths were parsed
+                    try:
+                        res["critical_path"] = critical_path(json.loads(rep.read_text()))
+                        _write_json(f, res)
+                    except (OSError, ValueError, KeyError):
+                        pass
+                found[int(m.group(1))] = res
         return dict(sorted(found.items()))
 
 
@@ -369,6 +404,8 @@ def _entry(run: BlockRun, synth: dict | None, seeds: dict[int, dict], status: st
     if synth:
         entry.update({k: synth[k] for k in ("lut4", "lut4_logic", "ccu2c", "ff", "dp16kd", "mult18",
                                             "other_cells", "cells_by_type", "harness_ff")})
+        for k in ("other_cells", "cells_by_type"):
+            entry[k] = {t: n for t, n in entry[k].items() if t not in NOT_CELLS}
         entry["synth_seconds"] = synth.get("synth_seconds")
     ok = {s: r for s, r in seeds.items() if r.get("fmax_mhz")}
     if ok:
@@ -377,7 +414,8 @@ def _entry(run: BlockRun, synth: dict | None, seeds: dict[int, dict], status: st
                      fmax_by_seed={str(s): r["fmax_mhz"] for s, r in ok.items()},
                      pnr_seconds_by_seed={str(s): r["pnr_seconds"] for s, r in ok.items()},
                      pnr_seconds_max=max(r["pnr_seconds"] for r in ok.values()),
-                     utilization=ok[best]["utilization"], trellis_comb=ok[best]["utilization"].get("TRELLIS_COMB"))
+                     utilization=ok[best]["utilization"], trellis_comb=ok[best]["utilization"].get("TRELLIS_COMB"),
+                     critical_path=ok[best].get("critical_path"))
     entry.update(extra)
     return entry
 
@@ -603,6 +641,14 @@ def render_markdown(report: dict) -> str:
             f"{_f(b.get('dp16kd'))} | {other} | {_f(b.get('fmax_mhz'), '{:.2f}')} | "
             f"{_f(b.get('fmax_ratio_to_pe'), '{:.2f}')} | {seeds} | {_f(b.get('synth_seconds'), '{:.0f}')} | "
             f"{_f(b.get('pnr_seconds_max'), '{:.0f}')} |")
+    crit = {n: b["critical_path"] for n, b in report["blocks"].items() if b.get("critical_path")}
+    if crit:
+        lines += ["", "## Critical paths (best seed)", "",
+                  "| block | from | to | LUT/carry cells | logic ns | routing ns | project source lines on it |",
+                  "|---|---|---|---:|---:|---:|---|"]
+        for n, c in crit.items():
+            lines.append(f"| {n} | `{c['from']}` | `{c['to']}` | {c['logic_cells']} | {c['logic_ns']:.1f} | "
+                         f"{c['routing_ns']:.1f} | {', '.join(c['sources']) or '—'} |")
     lines += ["", "LUT4 = logic LUT4 + 2 per CCU2C carry cell (nextpnr's \"Total LUT4s\"); FF = TRELLIS_FF of the "
               "block itself. Every block sits in a harness that registers each input and output (those "
               "registers, `harness_ff` in report.json, are not counted above), so port-to-register and "

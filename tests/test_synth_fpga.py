@@ -60,6 +60,9 @@ def test_toy_block_through_yosys_and_nextpnr(toy_run):
     assert b["ccu2c"] >= 4 and 8 <= b["lut4"] <= 64      # an 8-bit add: a carry chain, a few LUTs
     assert 50 < b["fmax_mhz"] < 1000                     # an 8-bit add on ECP5-6: hundreds of MHz
     assert b["best_seed"] == 1 and b["fmax_by_seed"] == {"1": b["fmax_mhz"]}
+    cp = b["critical_path"]                              # the path that sets Fmax: its delays add up to it
+    assert cp["logic_cells"] >= 1 and cp["routing_ns"] > 0
+    assert 1000 / cp["total_ns"] == pytest.approx(b["fmax_mhz"], rel=0.02)
     assert report["flow"]["speed_grade"] == 6 and report["flow"]["device"] == "LFE5U-85F"
     on_disk = json.loads((out / "report.json").read_text())
     assert on_disk["blocks"]["toy_adder"]["fmax_mhz"] == b["fmax_mhz"]
