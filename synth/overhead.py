@@ -50,10 +50,11 @@ class Device:
 
 DEVICES: dict[str, Device] = {
     "rtx4090": Device(
-        "RTX 4090 (GDDR6X)", 1008.0, 82.6,
-        "1008 GB/s: NVIDIA RTX 4090 specifications (384-bit GDDR6X at 21 Gbps). 82.6 TFLOPS: the dense "
-        "bf16/fp32-accumulate figure of issue #17 (it equals the 4090's non-tensor FP32 peak; a larger "
-        "tensor-core figure makes the PE array larger and the overhead share smaller)"),
+        "RTX 4090 (GDDR6X)", 1008.0, 165.2,
+        "1008 GB/s: NVIDIA RTX 4090 specifications (384-bit GDDR6X at 21 Gbps). 165.2 TFLOPS: dense BF16 "
+        "tensor throughput with FP32 accumulate (Ada whitepaper figure; 330.3 with sparsity; the same value "
+        "as model/metrics.py). Issue #17 quoted 82.6, which is the 4090's non-tensor FP32 (CUDA-core) peak: "
+        "with it the PE array halves and every share here doubles (--device rtx4090=1008:82.6)"),
     "jetson_agx_orin": Device(
         "Jetson AGX Orin 64 GB (LPDDR5)", 204.8, 42.5,
         "204.8 GB/s: NVIDIA Jetson AGX Orin 64 GB data sheet (256-bit LPDDR5). 42.5 TFLOPS dense "
