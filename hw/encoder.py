@@ -2,33 +2,40 @@
 time in, the four C1 planes out, bit-exactly what ``golden.codec.encode_tensor(..., kind="kv",
 books=(spec, verif))`` emits (docs/FORMAT.md sections 2, 3; docs/HARDWARE.md section 3).
 
-Per vector (see docs/HARDWARE.md section 3 for the throughput this gives):
+Sized for the KV rate (docs/HARDWARE.md section 3, "Rate"): the KV cache is written at the prefill rate,
+well under one value per PE cycle for a Llama-3-8B-class model, so the encoder has ONE vector buffer in a
+``lib.memory.Memory`` (rows of R = max(16, L) values; a flow maps it to an SRAM / latch array or, as this
+project's generic flow does, to flip-flops), a sequential top-k select over the buffered vector and an
+L-lane emitter (L = 2 in the default configuration). Per vector:
 
-1. LOAD   ``G/L`` input beats of L values are written into one of two vector buffers ("slots", G x 16
-          flip-flops each: the selection below reads every key in parallel). Vectors alternate
-          between the slots; a slot is refilled behind the emission of the vector it holds.
-2. SELECT exact top-``k`` by the magnitude key ``bits & 0x7FFF`` with ties to the lower index, as a
-          radix-4 select: for each 2-bit digit of the 15-bit key, MSB digit first, count the values
-          that match the threshold prefix found so far and whose digit is >= 1, >= 2, >= 3 (three
-          G-input popcounts per cycle, 8 cycles); the result is the k-th largest key ``t`` and ``r``,
-          how many values equal to ``t`` are kept (the first ``r`` of them by index). Skipped when
-          ``k = G`` (nothing is pruned). Runs on one slot while the other slot's vector is emitted.
-3. EMIT   ``G/L`` beats: lane i is kept iff ``key > t`` or (``key == t`` and fewer than ``r`` equal
-          keys came before it - a running count plus an L-lane prefix count). Per lane the code of its
-          symbol (a CAM lookup in the programmed book: rank or escape), its sign/mantissa field and its
-          verification code / rest field; per plane an L-field packer (prefix sum of the field widths)
-          feeds a BitWriter, which closes the superblock's chunk after the last beat.
+1. LOAD   ``G/L`` input beats into the buffer, behind the emission of the previous vector (a row is
+          written once the emitter has read it). The beats also feed the first select digit's histogram.
+2. SELECT (only when ``k < G``) exact top-``k`` by the magnitude key ``bits & 0x7FFF`` with ties to the
+          lower index, as a radix-16 select over the 16-bit zero-extended key, MSB digit first: per digit
+          a histogram pass counts, for v = 1..15, the candidates (values matching the threshold prefix
+          found so far) whose digit is >= v; the digit of t is the largest v whose count still reaches
+          the number of values left to keep. The first digit's counts come from the load; the three
+          others re-read the buffer, one row (R values) per cycle: ``3 * (G/R + 4)`` cycles. Result: the
+          k-th largest key ``t`` and ``r``, how many keys equal to ``t`` are kept (the first ``r``).
+3. EMIT   ``G/L`` beats through a three-register pipeline (buffer row -> lane values + keep flags ->
+          per-plane packed fields -> BitWriters): lane i is kept iff ``key > t`` or (``key == t`` and
+          fewer than ``r`` equal keys came before it). Per lane its symbol's code (a CAM lookup in the
+          programmed book: rank or escape), its sign/mantissa field and its verification code / rest
+          field; per plane an L-field packer feeds a BitWriter, which closes the chunk after the last beat.
 
-``KvEncoderBase`` holds what every KV encoder scheme shares (ports, registers, the two-slot pipeline with
-its loader and select unit, keep decision, code CAM, field packer, plane writers); the Cassandra-2 encoder
+The one buffer serialises SELECT with EMIT (a second buffer would double the largest part of the area
+for a rate the KV path does not need): a vector costs ``G/L + 3 * (G/R + 4) + ~5`` cycles when pruning,
+``G/L + ~2`` when not. ``KvEncoderBase`` holds what both schemes share (ports, registers, buffer, loader,
+select, emitter sequencer, code CAM, field packer, plane writers); the Cassandra-2 encoder
 (hw/encoder_c2.py) is built from the same pieces.
 """
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
@@ -43,16 +50,16 @@ from .zero_counter import prefix_counts
 
 KEY_BITS = bits_for(MAGNITUDE_MASK)       # 15
 FRAME_ERR = 6                             # error_code bit: `last` not on the vector's final beat
-# Radix of the top-k select: SELECT_BITS key bits per cycle. 2 (radix 4) takes 8 cycles with 3 G-input
-# popcounts per cycle; 1 (radix 2) took 15 cycles with one popcount (docs/HARDWARE.md section 3).
-SELECT_BITS = 2
-SELECT_RADIX = 1 << SELECT_BITS
-SELECT_DIGITS = -(-KEY_BITS // SELECT_BITS)
-SELECT_KEY_BITS = SELECT_DIGITS * SELECT_BITS
+# Radix of the sequential top-k select: DIGIT_BITS key bits per histogram pass (radix 16: 15 counters).
+DIGIT_BITS = 4
+RADIX = 1 << DIGIT_BITS
+SELECT_DIGITS = -(-KEY_BITS // DIGIT_BITS)     # 4
+SELECT_KEY_BITS = SELECT_DIGITS * DIGIT_BITS   # 16: the key zero-extended to whole digits
+MIN_ROW = 8                                   # values per buffer row (at least; R = max(16, L))
 
 
 def popcount(bits: list):
-    """Balanced adder tree (a linear sum would be a G-deep carry chain)."""
+    """Balanced adder tree (a linear sum would be a long carry chain)."""
     level = list(bits)
     while len(level) > 1:
         nxt = [level[i] + level[i + 1] for i in range(0, len(level) - 1, 2)]
@@ -76,22 +83,23 @@ class KvEncoderBase(wiring.Component):
     writes ``elaborate`` from the pieces below.
 
     Parameters
-        lanes      L, values per input beat (divides every allowed G)
-        word       IW, bits per output word on every plane
+        lanes      L, values per input beat and per emitted beat (divides every allowed G)
+        word       IW, bits per output word on every plane (default 8 L, at least 64)
         max_group  largest G the vector buffer holds (32..256)
     """
 
     PLANES: tuple[str, ...] = ()
 
-    def __init__(self, lanes: int = 8, word: int | None = None, max_group: int = 128):
-        word = 8 * lanes if word is None else word
+    def __init__(self, lanes: int = 2, word: int | None = None, max_group: int = 128):
         if not isinstance(lanes, int) or not 1 <= lanes <= MAX_LANES or min(ALLOWED_GROUP_SIZES) % lanes:
             raise ConfigError(f"lanes must divide {min(ALLOWED_GROUP_SIZES)} (1..{MAX_LANES}), got {lanes!r}")
+        word = max(64, 8 * lanes) if word is None else word
         if not isinstance(word, int) or word < 8 or word % 8 or word > MAX_WORD:
             raise ConfigError(f"word must be a multiple of 8 bits in 8..{MAX_WORD}, got {word!r}")
         if max_group not in ALLOWED_GROUP_SIZES:
             raise ConfigError(f"max_group must be one of {ALLOWED_GROUP_SIZES}, got {max_group!r}")
         self.lanes, self.word, self.max_group = lanes, word, max_group
+        self.row_values = max(MIN_ROW, lanes)          # R: values per buffer row (divides every G)
         plane = stream.Signature(word_layout(word))
         ports = {"inp": In(stream.Signature(in_layout(lanes))), "cfg": In(stream.Signature(cfg_layout))}
         ports.update({p: Out(plane) for p in self.PLANES})
@@ -192,208 +200,10 @@ class KvEncoderBase(wiring.Component):
         wiring.connect(m, w.out, wiring.flipped(getattr(self, pname)))
         return w
 
-    # ------------------------------------------------------------------------------ buffer and selection
-    def _pipeline(self, m, r, err, raise_err, clear, first_beat_errors, map_pass=None):
-        """Two vector buffers (slots) and the front end shared by the KV encoders.
-
-        Vectors alternate between the slots. A slot holds one vector from its load to the end of its
-        emission (``has``); ``seld`` marks it selected. Three pointers walk the slots in vector order:
-        ``ls`` (loading), ``ss`` (selecting), ``es`` (emitting). So SELECT of vector n+1 runs in one
-        slot while vector n is emitted from the other, and vector n+2 loads into n's slot behind its
-        emission (beats already emitted), so input streams at the emission rate.
-
-        * loader: input beats into slot ``ls``; raises the first-beat (``first_beat_errors``) and FRAME
-          errors; while ``error`` is set it drains ``inp``.
-        * selector FSM: the radix select on slot ``ss`` (one select unit, its G inputs muxed between the
-          slots), results t / r per slot; then ``map_pass`` (C2's keep-bitmap pass), if any.
-        * the emitter is the subclass's: it starts when ``has[es] & seld[es]``, drives ``emitting`` and
-          ``ebeat`` (the loader fills slot ``es`` behind it) and calls ``emit_done()`` after the last beat.
-        Returns a namespace with all of it."""
-        L, GM = self.lanes, self.max_group
-        p = SimpleNamespace()
-        p.bufs = [[Signal(BF16_BITS, name=f"b{j}_{i}") for i in range(GM)] for j in range(2)]
-        p.beats = GM // L
-        p.nbeats = Signal(range(p.beats + 1), name="nbeats")
-        m.d.comb += p.nbeats.eq(r["g"] >> exact_log2(L))
-        p.prunes = Signal(name="vec_prunes")              # k < G: the config prunes, SELECT is needed
-        m.d.comb += p.prunes.eq(r["k"] != r["g"])
-        p.has, p.seld = Signal(2, name="slot_has"), Signal(2, name="slot_selected")
-        set_has, clr_has = Signal(2, name="set_has"), Signal(2, name="clr_has")
-        set_seld = Signal(2, name="set_seld")
-        m.d.sync += [p.has.eq((p.has | set_has) & ~clr_has), p.seld.eq((p.seld | set_seld) & ~clr_has)]
-        p.ls, p.ss, p.es = Signal(name="load_slot"), Signal(name="sel_slot"), Signal(name="emit_slot")
-        p.t = [Signal(KEY_BITS, name=f"t{j}") for j in range(2)]           # k-th largest key per slot
-        p.r = [Signal(range(GM + 1), name=f"r{j}") for j in range(2)]      # keys equal to t kept
-        p.emitting = Signal(name="emitting")
-        p.ebeat = Signal(range(p.beats + 1), name="ebeat")
-
-        # ---- loader
-        p.lbeat = Signal(range(p.beats + 1), name="lbeat")
-        behind = Signal(name="load_behind_emit")
-        m.d.comb += behind.eq(p.emitting & (p.es == p.ls) & (p.lbeat < p.ebeat))
-        p.can_load = Signal(name="can_load")
-        m.d.comb += p.can_load.eq(~err.any() & (~p.has.bit_select(p.ls, 1) | behind))
-        p.load, p.load_last, p.load_done = Signal(name="load"), Signal(name="load_last"), Signal(name="load_done")
-        m.d.comb += [p.load.eq(self.inp.valid & p.can_load), p.load_last.eq(p.lbeat + 1 == p.nbeats),
-                     p.load_done.eq(p.load & p.load_last & ~raise_err.any()),
-                     self.inp.ready.eq(p.can_load | err.any())]      # drain while in error
-        # One write enable per (slot, beat): a decoder of 2·G/L terms, each writing L values.
-        for k in range(2):
-            for b in range(p.beats):
-                with m.If(p.load & (p.ls == k) & (p.lbeat == b)):
-                    m.d.sync += [p.bufs[k][b * L + i].eq(self.inp.payload.lanes[i]) for i in range(L)]
-        with m.If(p.load):
-            with m.If(p.lbeat == 0):
-                first_beat_errors()
-            # nbeats = 0 (GROUP above max_group reads as 0) never matches: the first beat raises CONFIG.
-            with m.If(self.inp.payload.last != p.load_last):
-                m.d.comb += raise_err[FRAME_ERR].eq(1)
-            m.d.sync += p.lbeat.eq(p.lbeat + 1)
-        with m.If(p.load_done):
-            m.d.sync += [p.lbeat.eq(0), p.ls.eq(~p.ls)]
-            m.d.comb += set_has.eq(Mux(p.ls, 0b10, 0b01))
-        with m.If(clear):
-            m.d.sync += p.lbeat.eq(0)                     # the vector cut by the error is dropped
-
-        # ---- selector: radix select on slot ss
-        p.sel_vals = []
-        for i in range(GM):
-            v = Signal(BF16_BITS, name=f"sel_v{i}")
-            m.d.comb += v.eq(Mux(p.ss, p.bufs[1][i], p.bufs[0][i]))
-            p.sel_vals.append(v)
-        sel = self._select_unit(m, r, p.sel_vals)
-        p.sel = sel
-        p.sel_done = Signal(name="sel_done")              # the slot's selection (and map pass) is complete
-        with m.If(p.sel_done):
-            m.d.comb += set_seld.eq(Mux(p.ss, 0b10, 0b01))
-            m.d.sync += p.ss.eq(~p.ss)
-        p.t_sel = Signal(KEY_BITS, name="sel_slot_t")       # the selected slot's results (map pass)
-        p.r_sel = Signal(range(GM + 1), name="sel_slot_r")
-        m.d.comb += [p.t_sel.eq(Mux(p.ss, p.t[1], p.t[0])), p.r_sel.eq(Mux(p.ss, p.r[1], p.r[0]))]
-
-        def store(t, rr):
-            for j in range(2):
-                with m.If(p.ss == j):
-                    m.d.sync += [p.t[j].eq(t), p.r[j].eq(rr)]
-
-        def select_finished():
-            store(sel.prefix_next, sel.rem_next)
-            if map_pass is None:
-                m.d.comb += p.sel_done.eq(1)
-                m.next = "IDLE"
-            else:
-                m.next = "MAP"
-
-        with m.FSM(name="select"):
-            with m.State("IDLE"):
-                # The select registers rest at their start values, so the first digit is resolved in
-                # the cycle the slot is found loaded (rem starts from KEEP through `sel.first`).
-                with m.If(p.has.bit_select(p.ss, 1) & ~p.seld.bit_select(p.ss, 1)):
-                    with m.If(p.prunes):
-                        m.d.comb += sel.first.eq(1)
-                        self._select_advance(m, sel)
-                        with m.If(sel.last):
-                            select_finished()
-                        with m.Else():
-                            m.next = "SELECT"
-                    with m.Else():
-                        # Nothing pruned: t = 0 and all G values "equal or above" are kept.
-                        store(0, r["g"])
-                        m.d.comb += p.sel_done.eq(1)
-            with m.State("SELECT"):
-                self._select_advance(m, sel)
-                with m.If(sel.last):
-                    select_finished()
-            if map_pass is not None:
-                with m.State("MAP"):
-                    with m.If(map_pass(p)):
-                        m.d.comb += p.sel_done.eq(1)
-                        m.next = "IDLE"
-        p.emit_go = Signal(name="emit_go")               # slot es is loaded and selected
-        m.d.comb += p.emit_go.eq(p.has.bit_select(p.es, 1) & p.seld.bit_select(p.es, 1))
-
-        def emit_done():
-            m.d.comb += clr_has.eq(Mux(p.es, 0b10, 0b01))
-            m.d.sync += p.es.eq(~p.es)
-        p.emit_done = emit_done
-        # The other slot is ready too (its flags as registered): chain emissions without a bubble.
-        p.next_go = Signal(name="emit_next_go")
-        m.d.comb += p.next_go.eq(p.has.bit_select(~p.es, 1) & p.seld.bit_select(~p.es, 1))
-        # Registers may change only with no vector in flight (or, after an error, once the vectors
-        # completed before it are out).
-        m.d.comb += self.cfg.ready.eq(~p.has.any() & ((p.lbeat == 0) | err.any()))
-        return p
-
-    def _select_unit(self, m, r, vals):
-        """Radix-select registers and the combinational select step over ``vals``: the candidates are
-        the keys that match the prefix above the current digit (SELECT_BITS key bits); count_d =
-        candidates whose digit is >= d, for d = 1..R-1 (one G-input popcount each, all in the same
-        cycle). The digit of t is the largest d with count_d >= rem (counts fall with d); the
-        candidates above it are all kept, so rem drops by count_{d+1}."""
-        GM = self.max_group
-        s = SimpleNamespace()
-        s.digit = Signal(range(SELECT_DIGITS), name="sel_digit", init=SELECT_DIGITS - 1)  # MSB digit first
-        s.prefix = Signal(KEY_BITS, name="sel_prefix")             # threshold bits found so far
-        s.rem = Signal(range(GM + 1), name="sel_rem")              # values still to keep among the candidates
-        s.first = Signal(name="sel_first")                         # first step: rem is KEEP
-        rem = Signal(range(GM + 1), name="sel_rem_cur")
-        m.d.comb += rem.eq(Mux(s.first, r["k"], s.rem))
-        shift = Signal(range(SELECT_KEY_BITS), name="sel_shift")
-        m.d.comb += shift.eq(s.digit * SELECT_BITS)
-        hi_mask = Signal(SELECT_KEY_BITS, name="sel_hi_mask")
-        m.d.comb += hi_mask.eq(~((Const(1, SELECT_KEY_BITS + 1) << (shift + SELECT_BITS)) - 1))
-        ge = [Signal(GM, name=f"sel_ge{d}") for d in range(1, SELECT_RADIX)]
-        for i in range(GM):
-            key = Signal(SELECT_KEY_BITS, name=f"sel_key{i}")     # zero-extended to whole digits
-            cand = Signal(name=f"sel_cand{i}")
-            dval = Signal(SELECT_BITS, name=f"sel_dval{i}")
-            m.d.comb += [key.eq(vals[i][:KEY_BITS]),
-                         cand.eq((((key ^ s.prefix) & hi_mask) == 0) & (i < r["g"])),
-                         dval.eq(key.bit_select(shift, SELECT_BITS))]
-            for d in range(1, SELECT_RADIX):
-                m.d.comb += ge[d - 1][i].eq(cand & (dval >= d))
-        counts = []
-        for d in range(1, SELECT_RADIX):
-            c = Signal(range(GM + 1), name=f"sel_count{d}")
-            m.d.comb += c.eq(popcount([ge[d - 1][i] for i in range(GM)]))
-            counts.append(c)
-        dig = Signal(SELECT_BITS, name="sel_d")
-        above = Signal(range(GM + 1), name="sel_above")
-        d_acc, a_acc = Const(0, SELECT_BITS), counts[0]
-        for d in range(1, SELECT_RADIX):
-            hit = counts[d - 1] >= rem
-            nxt = counts[d] if d < SELECT_RADIX - 1 else Const(0, 1)
-            d_acc, a_acc = Mux(hit, d, d_acc), Mux(hit, nxt, a_acc)
-        m.d.comb += [dig.eq(d_acc), above.eq(a_acc)]
-        s.prefix_next = Signal.like(s.prefix, name="sel_prefix_next")   # t after the last digit
-        s.rem_next = Signal.like(s.rem, name="sel_rem_next")            # r after the last digit
-        s.last = Signal(name="sel_last")
-        m.d.comb += [s.prefix_next.eq(s.prefix | (dig << shift)), s.rem_next.eq(rem - above),
-                     s.last.eq(s.digit == 0)]
-        return s
-
-    @staticmethod
-    def _select_advance(m, s):
-        """Register one select step; after the last digit the registers return to their start values."""
-        with m.If(s.last):
-            m.d.sync += [s.digit.eq(SELECT_DIGITS - 1), s.prefix.eq(0)]
-        with m.Else():
-            m.d.sync += [s.digit.eq(s.digit - 1), s.prefix.eq(s.prefix_next), s.rem.eq(s.rem_next)]
-
-    @staticmethod
-    def _slot_slice(m, p, slot, index, n, name):
-        """``n`` buffered values of ``slot`` from ``index * n`` (one pass beat of ``n`` lanes): per lane a
-        ``G/n``-way mux in each slot, then the slot mux."""
-        vals = [Signal(BF16_BITS, name=f"{name}{i}") for i in range(n)]
-        for i in range(n):
-            per_slot = [Array(p.bufs[k][i::n])[index] for k in range(2)]
-            m.d.comb += vals[i].eq(Mux(slot, per_slot[1], per_slot[0]))
-        return vals
-
     @staticmethod
     def _keep_flags(m, vals, t, r, eq_seen, name):
         """Keep flags of consecutive values after SELECT: ``key > t``, or ``key == t`` and fewer than
-        ``r`` equal keys before it (``eq_seen`` from earlier beats plus a prefix count in this one).
+        ``r`` equal keys before it (``eq_seen`` from earlier values plus a prefix count here).
         Returns (kept, eq_before); eq_before[n] is the number of keys equal to t here."""
         n = len(vals)
         keys = [v[:KEY_BITS] for v in vals]
@@ -412,6 +222,248 @@ class KvEncoderBase(wiring.Component):
             m.d.sync += err.eq(err | raise_err)
         with m.Elif(clear):
             m.d.sync += err.eq(0)
+
+    # ------------------------------------------------------------------------------ buffer, select, emit
+    def _pipeline(self, m, r, err, raise_err, clear, first_beat_errors, n_header=None, map_pass=None):
+        """The vector buffer and the shared front end / emitter sequencer of the KV encoders.
+
+        * buffer: ``Memory`` of ``max_group / R`` rows x ``R`` values, one write port (lane granularity)
+          and one synchronous read port shared by the select passes, the map pass and the emitter;
+        * loader: input beats into the buffer, behind the emitter (a row is written once the emitter
+          has issued its read); raises the first-beat (``first_beat_errors``) and FRAME errors and
+          drains ``inp`` while ``error`` is set; feeds the first select digit's histogram;
+        * front end (FSM ``front``): once a vector is loaded and the emitter no longer reads the
+          buffer, the radix-16 select (``t_reg`` / ``r_reg``), then ``map_pass`` (C2's keep bitmap),
+          then the hand-over to the emitter;
+        * emitter sequencer: ``n_header`` header items (C2) then ``G/L`` beats go into the subclass's
+          stage 1 (``fire``) one per cycle while ``move`` (its pipeline is not stalled); it issues the
+          buffer row reads so that a row is in the read register (``row_vals``) for its beats.
+        Returns a namespace with all of it."""
+        L, GM, R = self.lanes, self.max_group, self.row_values
+        p = SimpleNamespace()
+        p.nrows_max = GM // R
+        p.bpr = R // L                                   # beats per buffer row
+        p.beats = GM // L
+        p.mem = Memory(shape=unsigned(BF16_BITS * R), depth=p.nrows_max, init=[])
+        m.submodules.vec_buf = p.mem
+        wp = p.mem.write_port(granularity=BF16_BITS)
+        rp = p.mem.read_port(domain="sync")             # read data registered: old data on a same-row write
+        p.row_vals = [rp.data[BF16_BITS * i: BF16_BITS * (i + 1)] for i in range(R)]
+        rd_addr, rd_en = Signal(range(p.nrows_max), name="rd_row"), Signal(name="rd_en")
+        m.d.comb += [rp.addr.eq(rd_addr), rp.en.eq(rd_en)]
+
+        p.nbeats = Signal(range(p.beats + 1), name="nbeats")
+        p.nrows = Signal(range(p.nrows_max + 1), name="nrows")
+        m.d.comb += [p.nbeats.eq(r["g"] >> exact_log2(L)), p.nrows.eq(r["g"] >> exact_log2(R))]
+        p.prunes = Signal(name="vec_prunes")              # k < G: the config prunes, SELECT is needed
+        m.d.comb += p.prunes.eq(r["k"] != r["g"])
+
+        p.loaded = Signal(name="buf_loaded")              # a complete vector waits for / is in the front end
+        p.emit_active = Signal(name="emit_active")        # the emitter still feeds items of its vector
+        p.erow = Signal(range(p.nrows_max + 1), name="emit_rows_read")   # rows of that vector read so far
+        p.t_reg = Signal(KEY_BITS, name="t_reg")          # k-th largest key of the vector in emission
+        p.r_reg = Signal(range(GM + 1), name="r_reg")     # keys equal to t kept
+        handover = Signal(name="handover")                # front end -> emitter (next vector starts)
+        p.handover = handover
+
+        # ---- loader
+        p.lbeat = Signal(range(p.beats + 1), name="lbeat")
+        lrow = Signal(range(p.nrows_max + 1), name="load_row")
+        m.d.comb += lrow.eq(p.lbeat >> exact_log2(p.bpr))
+        rows_free = Signal(range(p.nrows_max + 1), name="rows_free")
+        m.d.comb += rows_free.eq(Mux(p.emit_active, p.erow, p.nrows_max))
+        p.can_load = Signal(name="can_load")
+        m.d.comb += p.can_load.eq(~err.any() & ~p.loaded & (lrow < rows_free))
+        p.load, p.load_last, p.load_done = Signal(name="load"), Signal(name="load_last"), Signal(name="load_done")
+        m.d.comb += [p.load.eq(self.inp.valid & p.can_load), p.load_last.eq(p.lbeat + 1 == p.nbeats),
+                     p.load_done.eq(p.load & p.load_last & ~raise_err.any()),
+                     self.inp.ready.eq(p.can_load | err.any())]      # drain while in error
+        lane_pos = Signal(range(p.bpr), name="load_lane_pos")
+        m.d.comb += [lane_pos.eq(p.lbeat & (p.bpr - 1)), wp.addr.eq(lrow),
+                     wp.data.eq(Cat(*([Cat(*self.inp.payload.lanes)] * p.bpr)))]
+        for j in range(p.bpr):
+            with m.If(p.load & (lane_pos == j)):
+                m.d.comb += wp.en.eq(((1 << L) - 1) << (j * L))
+        with m.If(p.load):
+            with m.If(p.lbeat == 0):
+                first_beat_errors()
+            # nbeats = 0 (GROUP above max_group reads as 0) never matches: the first beat raises CONFIG.
+            with m.If(self.inp.payload.last != p.load_last):
+                m.d.comb += raise_err[FRAME_ERR].eq(1)
+            m.d.sync += p.lbeat.eq(p.lbeat + 1)
+        with m.If(p.load_done):
+            m.d.sync += [p.lbeat.eq(0), p.loaded.eq(1)]
+        with m.If(handover):
+            m.d.sync += p.loaded.eq(0)
+
+        # ---- select: histogram unit (shared by the load's first digit and the passes)
+        sel = SimpleNamespace()
+        sel.digit = Signal(range(SELECT_DIGITS), name="sel_digit", init=SELECT_DIGITS - 1)  # MSB digit first
+        sel.prefix = Signal(SELECT_KEY_BITS, name="sel_prefix")      # threshold digits found so far
+        sel.rem = Signal(range(GM + 1), name="sel_rem")              # values still to keep among candidates
+        hi_mask = Signal(SELECT_KEY_BITS, name="sel_hi_mask")        # key bits above the current digit
+        shift = Signal(range(SELECT_KEY_BITS), name="sel_shift")
+        m.d.comb += shift.eq(sel.digit * DIGIT_BITS)
+        m.d.comb += hi_mask.eq(Array(Const(((1 << SELECT_KEY_BITS) - 1) & ~((1 << (DIGIT_BITS * (d + 1))) - 1),
+                                           SELECT_KEY_BITS) for d in range(SELECT_DIGITS))[sel.digit])
+        pass_rd = Signal(name="pass_rd_valid")       # the read register holds a pass row this cycle
+        h_vals = [Signal(BF16_BITS, name=f"h_in{i}") for i in range(R)]
+        h_in = Signal(R, name="h_in_valid")
+        for i in range(R):
+            if i < L:
+                m.d.comb += h_vals[i].eq(Mux(pass_rd, p.row_vals[i], self.inp.payload.lanes[i]))
+            else:
+                m.d.comb += h_vals[i].eq(p.row_vals[i])
+        m.d.comb += h_in.eq(Mux(pass_rd, (1 << R) - 1, Mux(p.load, (1 << L) - 1, 0)))
+        therm = [[Signal(name=f"h_ge{v}_{i}") for i in range(R)] for v in range(RADIX)]
+        for i in range(R):
+            key = Signal(SELECT_KEY_BITS, name=f"h_key{i}")
+            cand = Signal(name=f"h_cand{i}")
+            dval = Signal(DIGIT_BITS, name=f"h_dig{i}")
+            m.d.comb += [key.eq(h_vals[i][:KEY_BITS]),
+                         cand.eq(h_in[i] & (((key ^ sel.prefix) & hi_mask) == 0)),
+                         dval.eq(Array(key[DIGIT_BITS * d: DIGIT_BITS * (d + 1)]
+                                       for d in range(SELECT_DIGITS))[sel.digit])]
+            for v in range(1, RADIX):
+                m.d.comb += therm[v][i].eq(cand & (dval >= v))
+        # cum[v] = candidates of the vector (so far) with digit >= v: per v an R-input popcount added each
+        # cycle (the loop: cum += popcount, 8 bits, ~20 levels after the candidate compare).
+        h_pc = [None] + [Signal(range(R + 1), name=f"h_pc{v}") for v in range(1, RADIX)]
+        for v in range(1, RADIX):
+            m.d.comb += h_pc[v].eq(popcount(therm[v]))
+        cum = [None] + [Signal(range(GM + 1), name=f"cum{v}") for v in range(1, RADIX)]
+        cum_clear = Signal(name="cum_clear")
+        h_valid = Signal(name="h_valid")
+        m.d.comb += h_valid.eq(h_in.any())
+        for v in range(1, RADIX):
+            with m.If(cum_clear):
+                m.d.sync += cum[v].eq(0)
+            with m.Elif(h_valid):
+                m.d.sync += cum[v].eq(cum[v] + h_pc[v])
+        # Resolve (one cycle): digit of t = number of v with cum[v] >= rem (cum falls with v: a
+        # thermometer); the candidates above it are kept, so rem drops by cum[digit + 1].
+        ge = Signal(RADIX - 1, name="sel_ge")
+        m.d.comb += ge.eq(Cat(*[cum[v] >= sel.rem for v in range(1, RADIX)]))
+        dig = Signal(DIGIT_BITS, name="sel_d")
+        m.d.comb += dig.eq(popcount([ge[i] for i in range(RADIX - 1)]))
+        above = Signal(range(GM + 1), name="sel_above")
+        m.d.comb += above.eq(Array([*cum[1:], Const(0, 1)])[dig])   # cum[dig + 1] (cum[1:] starts at v = 1), 0 above the top
+        prefix_next = Signal(SELECT_KEY_BITS, name="sel_prefix_next")
+        rem_next = Signal(range(GM + 1), name="sel_rem_next")
+        m.d.comb += [prefix_next.eq(sel.prefix | (dig << shift)), rem_next.eq(sel.rem - above)]
+
+        p.dbg_cum, p.dbg_rem, p.dbg_prefix, p.dbg_digit, p.dbg_hv = cum, sel.rem, sel.prefix, sel.digit, h_valid
+        # ---- front end FSM: select (and map pass) of the loaded vector, then the hand-over
+        p.emit_can_start = Signal(name="emit_can_start")  # the emitter has fed its last item (driven below)
+        prow = Signal(range(p.nrows_max + 1), name="pass_row")
+        last_prow = Signal(name="pass_last_row")
+        m.d.comb += last_prow.eq(prow + 1 == p.nrows)
+        p.map_rd = Signal(name="map_rd_valid")         # the read register holds a map-pass row (C2)
+        p.map_row = Signal(range(p.nrows_max), name="map_row")
+        m.d.sync += [pass_rd.eq(0), p.map_rd.eq(0)]
+        p.front_idle = Signal(name="front_idle")
+
+        def finish_select():
+            if map_pass is None:
+                return "READY"
+            m.d.sync += prow.eq(0)
+            return "MAP"
+
+        with m.FSM(name="front") as fsm:
+            pass
+            with m.State("IDLE"):
+                m.d.comb += p.front_idle.eq(1)
+                with m.If(p.loaded & p.emit_can_start):
+                    with m.If(p.prunes):
+                        m.d.sync += sel.rem.eq(r["k"])
+                        m.next = "RESOLVE"          # the last load beat landed in cum at its own cycle
+                    with m.Else():
+                        # Nothing pruned: t = 0 and all G values "equal or above" are kept.
+                        m.d.sync += [p.t_reg.eq(0), p.r_reg.eq(r["g"])]
+                        m.d.comb += handover.eq(1)
+            with m.State("RESOLVE"):
+                m.d.comb += cum_clear.eq(1)
+                m.d.sync += [sel.prefix.eq(prefix_next), sel.rem.eq(rem_next), prow.eq(0)]
+                with m.If(sel.digit == 0):
+                    m.d.sync += [p.t_reg.eq(prefix_next), p.r_reg.eq(rem_next),
+                                 sel.digit.eq(SELECT_DIGITS - 1), sel.prefix.eq(0)]
+                    m.next = finish_select()
+                with m.Else():
+                    m.d.sync += sel.digit.eq(sel.digit - 1)
+                    m.next = "PASS"
+            with m.State("PASS"):
+                m.d.comb += [rd_addr.eq(prow), rd_en.eq(1)]
+                m.d.sync += [pass_rd.eq(1), prow.eq(prow + 1)]
+                with m.If(last_prow):
+                    m.next = "FLUSH"
+            with m.State("FLUSH"):
+                # the last row is in the read register: it lands in cum at the end of this cycle
+                m.next = "RESOLVE"
+            if map_pass is not None:
+                with m.State("MAP"):
+                    m.d.comb += [rd_addr.eq(prow), rd_en.eq(prow < p.nrows)]
+                    m.d.sync += [p.map_rd.eq(prow < p.nrows), p.map_row.eq(prow), prow.eq(prow + 1)]
+                    with m.If(prow == p.nrows):           # the last row is in the read register
+                        m.next = "READY"
+            with m.State("READY"):
+                m.d.comb += handover.eq(1)
+                m.next = "IDLE"
+        with m.If(handover | clear):
+            m.d.comb += cum_clear.eq(1)
+        if map_pass is not None:
+            map_pass(p)
+
+        # ---- emitter sequencer: items (header, then beats) into the subclass's stage 1
+        n_hdr = Const(0, 1) if n_header is None else n_header(p)
+        p.n_hdr = n_hdr
+        p.n_items = Signal(range(p.beats + 2 * GM // 32 + 2), name="n_items")
+        m.d.comb += p.n_items.eq(n_hdr + p.nbeats)
+        p.item = Signal.like(p.n_items, name="emit_item")
+        p.move = Signal(name="emit_move")                 # stage 1 may take an item (driven by the subclass)
+        p.fire = Signal(name="emit_fire")
+        p.is_hdr = Signal(name="item_is_header")
+        p.beat = Signal(range(p.beats + 1), name="emit_beat")
+        p.last_item = Signal(name="emit_last_item")
+        m.d.comb += [p.fire.eq(p.emit_active & p.move), p.is_hdr.eq(p.item < n_hdr),
+                     p.beat.eq(p.item - n_hdr), p.last_item.eq(p.item + 1 == p.n_items),
+                     p.emit_can_start.eq(~p.emit_active | (p.fire & p.last_item))]
+        p.row_beat = Signal(range(p.bpr), name="emit_row_beat")   # beat within its buffer row
+        m.d.comb += p.row_beat.eq(p.beat & (p.bpr - 1))
+        with m.If(p.fire):
+            m.d.sync += p.item.eq(p.item + 1)
+            with m.If(p.last_item):
+                m.d.sync += p.emit_active.eq(0)
+            # last beat of a row: the next row goes into the read register with this item
+            with m.If(~p.is_hdr & (p.row_beat == p.bpr - 1) & (p.erow < p.nrows)):
+                m.d.comb += [rd_addr.eq(p.erow), rd_en.eq(1)]
+                m.d.sync += p.erow.eq(p.erow + 1)
+        # The hand-over may coincide with the previous vector's last item (so it comes after it here).
+        with m.If(handover):
+            m.d.comb += [rd_addr.eq(0), rd_en.eq(1)]
+            m.d.sync += [p.emit_active.eq(1), p.item.eq(0), p.erow.eq(1)]
+        with m.If(clear):
+            m.d.sync += p.lbeat.eq(0)                     # the vector cut by the error is dropped
+        p.lane_vals = [Signal(BF16_BITS, name=f"row_lane{i}") for i in range(L)]
+        for i in range(L):
+            m.d.comb += p.lane_vals[i].eq(Array(p.row_vals[j * L + i] for j in range(p.bpr))[p.row_beat])
+        # Registers may change only with no vector in flight (or, after an error, once the vectors
+        # completed before it are out); p.pipe_empty is driven by the subclass.
+        p.pipe_empty = Signal(name="emit_pipe_empty")
+        p.in_flight = Signal(name="in_flight")
+        m.d.comb += p.in_flight.eq(p.loaded | ~p.front_idle | p.emit_active | ~p.pipe_empty)
+        m.d.comb += self.cfg.ready.eq(~p.in_flight & ((p.lbeat == 0) | err.any()))
+        return p
+
+    def _stall_logic(self, m, p, writers, s1_valid):
+        """The emit pipeline's handshake: stage 1's fields go to every writer at once; the pipeline moves
+        unless stage 1 holds a beat some writer cannot take. Drives p.move, p.pipe_empty and busy."""
+        all_ready, writers_idle = Signal(name="writers_ready"), Signal(name="writers_idle")
+        m.d.comb += [all_ready.eq(Cat(*[w.ready for w in writers]).all()),
+                     writers_idle.eq(Cat(*[w.idle for w in writers]).all())]
+        for w in writers:
+            m.d.comb += w.valid.eq(s1_valid & all_ready)
+        m.d.comb += [p.move.eq(~s1_valid | all_ready), p.pipe_empty.eq(~s1_valid),
+                     self.busy.eq(((p.lbeat != 0) & ~self.error) | p.in_flight | ~writers_idle)]
 
 
 class EncoderKvC1(KvEncoderBase):
@@ -459,43 +511,26 @@ class EncoderKvC1(KvEncoderBase):
 
         p = self._pipeline(m, r, err, raise_err, clear, first_beat_errors)
 
-        # ---- emitter: beat ebeat of slot es
-        eq_seen = Signal(range(GM + 1), name="eq_seen")  # values equal to t emitted so far
-        t, rr = Signal(KEY_BITS, name="emit_t"), Signal(range(GM + 1), name="emit_r")
-        m.d.comb += [t.eq(Mux(p.es, p.t[1], p.t[0])), rr.eq(Mux(p.es, p.r[1], p.r[0]))]
-        vals = self._slot_slice(m, p, p.es, p.ebeat, L, "lane")
-        kept, eq_before = self._keep_flags(m, vals, t, rr, eq_seen, "lane")
-        writers = {}
-        for pname, flds in self._lane_fields(m, r, vals, kept).items():
+        # ---- stage 1 (registered): the beat's L values and their keep flags
+        eq_seen = Signal(range(GM + 1), name="eq_seen")  # values equal to t emitted so far (loop: 8-bit add)
+        kept, eq_before = self._keep_flags(m, p.lane_vals, p.t_reg, p.r_reg, eq_seen, "lane")
+        s1_vals = [Signal(BF16_BITS, name=f"s1_val{i}") for i in range(L)]
+        s1_kept, s1_valid, s1_last = Signal(L, name="s1_kept"), Signal(name="s1_valid"), Signal(name="s1_last")
+        with m.If(p.move):
+            m.d.sync += s1_valid.eq(p.fire)
+        with m.If(p.fire):
+            m.d.sync += [*[s1_vals[i].eq(p.lane_vals[i]) for i in range(L)], s1_kept.eq(kept),
+                         s1_last.eq(p.last_item), eq_seen.eq(eq_seen + eq_before[L])]
+        with m.If(p.handover):                           # after the fire: it may be the last one
+            m.d.sync += eq_seen.eq(0)
+
+        # ---- stage 2: per plane the packed fields of the beat, straight into the BitWriters
+        writers = []
+        for pname, flds in self._lane_fields(m, r, s1_vals, s1_kept).items():
             bits_, n_, width_ = self._pack(m, flds, pname)
             w = self._writer(m, pname, width_)
-            m.d.comb += [w.bits.eq(bits_), w.n.eq(n_)]
-            writers[pname] = w
-        all_ready = Signal()
-        writers_idle = Signal()
-        m.d.comb += [all_ready.eq(Cat(*[w.ready for w in writers.values()]).all()),
-                     writers_idle.eq(Cat(*[w.idle for w in writers.values()]).all())]
-        m.d.comb += self.busy.eq(((p.lbeat != 0) & ~err.any()) | p.has.any() | ~writers_idle)
-        last_beat = Signal(name="last_beat")
-        m.d.comb += last_beat.eq(p.ebeat + 1 == p.nbeats)
-
-        with m.FSM(name="emit"):
-            with m.State("IDLE"):
-                with m.If(p.emit_go):
-                    m.d.sync += [p.ebeat.eq(0), eq_seen.eq(0)]
-                    m.next = "EMIT"
-            with m.State("EMIT"):
-                m.d.comb += p.emitting.eq(1)
-                for w in writers.values():
-                    m.d.comb += [w.valid.eq(all_ready), w.close.eq(last_beat)]
-                with m.If(all_ready):
-                    m.d.sync += [eq_seen.eq(eq_seen + eq_before[L]), p.ebeat.eq(p.ebeat + 1)]
-                    # After the last beat the bit writers close the chunks on their own.
-                    with m.If(last_beat):
-                        p.emit_done()
-                        with m.If(p.next_go):
-                            m.d.sync += [p.ebeat.eq(0), eq_seen.eq(0)]
-                        with m.Else():
-                            m.next = "IDLE"
+            m.d.comb += [w.bits.eq(bits_), w.n.eq(n_), w.close.eq(s1_last)]
+            writers.append(w)
+        self._stall_logic(m, p, writers, s1_valid)
         self._errors(m, err, raise_err, clear)
         return m

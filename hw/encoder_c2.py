@@ -3,36 +3,35 @@ G = head_dim values) at a time in, the three C2 planes out (``spec.mx``, ``verif
 ``verif.rest``), bit-exactly what ``golden.codec.encode_tensor(..., CodecConfig(scheme="c2",
 kind="kv"), books=(None, verif))`` emits (docs/FORMAT.md sections 2, 4; docs/HARDWARE.md section 3a).
 
-Built from the C1 encoder's pieces (``KvEncoderBase`` in hw/encoder.py: two-slot vector pipeline with
-loader and radix-4 top-k select with ties to the lower index, keep flags, code CAM, field packer,
-BitWriters).
+Built from the C1 encoder's pieces (``KvEncoderBase`` in hw/encoder.py: one vector buffer in a
+``lib.memory.Memory``, loader, sequential radix-16 top-k select with ties to the lower index, emitter
+sequencer, code CAM, field packer, BitWriters). Per vector:
 
-Per vector (front end on one slot while the other slot's vector is emitted):
-
-1. LOAD   ``G/L`` beats into a slot; meanwhile the shared exponent ``X`` of every MX block (max of the
-          32 biased exponents, kept and pruned alike) is accumulated beat by beat (an L-input max per
-          beat), so no 32-input max is ever needed on the buffer; at the end of the load the X bytes
-          move to the slot's registers.
-2. SELECT the 8-cycle radix-4 select of the C1 encoder (skipped when ``k = G``).
-3. MAP    (only when ``k < G``) ``G/32`` cycles: the keep flags of one MX block per cycle into the slot's
-          keep mask. The bitmap opens the ``spec.mx`` chunk, so the whole mask must exist before the
-          vector's first element field.
-4. EMIT   ``G/L`` beats: the ``(s << (m+1)) | elem`` field of every kept value into ``spec.mx``, the
+1. LOAD   ``G/L`` beats into the buffer (behind the previous vector's emission); meanwhile the shared
+          exponent ``X`` of every MX block (max of the 32 biased exponents, kept and pruned alike) is
+          accumulated beat by beat (an L-input max per beat); the X bytes move to the emitter's
+          registers at the hand-over.
+2. SELECT the C1 encoder's sequential select (skipped when ``k = G``).
+3. MAP    (only when ``k < G``) ``G/R`` cycles: the keep flags of one buffer row (R values) per cycle
+          into the keep mask. The bitmap opens the ``spec.mx`` chunk, so the whole mask must exist
+          before the vector's first element field.
+4. EMIT   the chunk header as 32-bit items (``G/32`` bitmap pieces when pruning, then the X bytes),
+          then ``G/L`` beats: the ``(s << (m+1)) | elem`` field of every kept value into ``spec.mx``, the
           delta code of every draft-zero value into ``verif.codes`` and every value's rest field into
-          ``verif.rest``. The first beat also carries the chunk header (the bitmap when pruning, then
-          the ``G/32`` X bytes) in front of its fields, as one wide spec.mx group.
+          ``verif.rest``.
 """
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.utils import exact_log2
 
-from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, MX_BLOCK
+from ..golden.config import BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, MX_BLOCK
 from .decoder import FIELD_MAX, Err
-from .encoder import KvEncoderBase, bf16_fields
+from .encoder import BF16_BITS, KvEncoderBase, bf16_fields
 
 SPEC_FIELD_MAX = FIELD_MAX + 1            # sign + (m+1)-bit element at m = 7: 9 bits
 MAX_SHIFT = BF16_MANTISSA_BITS            # 7: the mantissa bits a value can lose to the block exponent
+HDR_PIECE = 32                            # bits of one chunk-header item (one MX block's bitmap, 4 X bytes)
 
 
 def max_tree(m, values: list, name: str):
@@ -55,20 +54,21 @@ def max_tree(m, values: list, name: str):
 class EncoderKvC2(KvEncoderBase):
     """Cassandra-2 KV encoder. Parameters as ``KvEncoderBase``: lanes L (divides 32), word IW, max_group.
 
-    ``spec.mx`` needs up to ``(m+2)·L`` bits per EMIT beat (9L at m = 7), so with ``IW = 8L`` its writer
-    limits EMIT to 8 of every 9 cycles at m = 7; the other planes need at most 8 bits per value.
+    ``spec.mx`` needs up to ``(m+2)·L`` bits per EMIT beat (9L at m = 7); with ``IW >= 9L`` (the default
+    64-bit words at L = 2) its writer never limits the beat rate.
     """
 
     PLANES = ("spec_mx", "verif_codes", "verif_rest")
 
     # ------------------------------------------------------------------------------ shared exponents
     def _shared_exponents(self, m, p):
-        """X of every MX block: ``xn`` accumulates the vector being loaded (beat by beat); at the end of
-        its load it moves to the slot's registers ``xs[slot]``. Returns ``xs``."""
+        """X of every MX block: ``xn`` accumulates the vector being loaded (beat by beat); at the hand-over
+        to the emitter it moves to ``xs`` (the loader is held while a loaded vector waits, so ``xn`` is
+        stable until then). Returns ``xs``."""
         L, nblk = self.lanes, self.max_group // MX_BLOCK
         beats_per_blk = MX_BLOCK // L
         xn = [Signal(BF16_EXPONENT_BITS, name=f"xn{j}") for j in range(nblk)]
-        xs = [[Signal(BF16_EXPONENT_BITS, name=f"xs{k}_{j}") for j in range(nblk)] for k in range(2)]
+        xs = [Signal(BF16_EXPONENT_BITS, name=f"xs{j}") for j in range(nblk)]
         exps = []
         for i in range(L):
             e = Signal(BF16_EXPONENT_BITS, name=f"in_e{i}")
@@ -80,23 +80,17 @@ class EncoderKvC2(KvEncoderBase):
         m.d.comb += [blk.eq(p.lbeat >> exact_log2(beats_per_blk)),
                      first.eq((p.lbeat & (beats_per_blk - 1)) == 0)]
         for j in range(nblk):
-            nx = Signal(BF16_EXPONENT_BITS, name=f"xn_next{j}")
-            upd = Mux(first | (bmax > xn[j]), bmax, xn[j])
-            m.d.comb += nx.eq(Mux(p.load & (blk == j), upd, xn[j]))
-            m.d.sync += xn[j].eq(nx)
-            with m.If(p.load_done):
-                for k in range(2):
-                    with m.If(p.ls == k):
-                        m.d.sync += xs[k][j].eq(nx)
+            with m.If(p.load & (blk == j)):
+                m.d.sync += xn[j].eq(Mux(first | (bmax > xn[j]), bmax, xn[j]))
+            with m.If(p.handover):
+                m.d.sync += xs[j].eq(xn[j])
         return xs
 
     # ------------------------------------------------------------------------------ per-lane fields
-    def _lane_fields(self, m, r, beat, xc, vals, kept):
-        """Per lane: (value, width) of its spec.mx element field, verification code and rest field."""
-        L = self.lanes
+    def _lane_fields(self, m, r, x, vals, kept):
+        """Per lane: (value, width) of its spec.mx element field, verification code and rest field; ``x``
+        is the beat's shared exponent (a beat lies inside one MX block: L divides 32)."""
         m_reg = r["m"]
-        x = Signal(BF16_EXPONENT_BITS, name="beat_x")   # a beat lies inside one MX block (L divides 32)
-        m.d.comb += x.eq(Array(xc)[(beat * L) >> exact_log2(MX_BLOCK)])
         xe = Signal(BF16_EXPONENT_BITS, name="beat_xe")  # max(X, 1): subnormals share exponent 1's weight
         m.d.comb += xe.eq(Mux(x == 0, 1, x))
         spec_f, ver_f, rest_f = [], [], []
@@ -128,57 +122,28 @@ class EncoderKvC2(KvEncoderBase):
         return {"spec_mx": spec_f, "verif_codes": ver_f, "verif_rest": rest_f}
 
     # ------------------------------------------------------------------------------ keep-bitmap pass
-    def _map_pass(self, m, r, kmask):
-        """C2's front-end pass after SELECT (``map_pass`` of ``_pipeline``): the keep flags of one MX
-        block (32 values) per cycle into the slot's keep mask. 32 lanes, not L: the bitmap opens the
-        spec.mx chunk, so the whole mask must exist before the vector's first element field; at 32 per
-        cycle (32 comparators and a 32-input prefix count, against the select's G-input popcounts) the
-        pass stays well inside the emission of the other slot's vector."""
-        GM = self.max_group
-        mb = Signal(range(GM // MX_BLOCK + 1), name="map_blk")
-        eq_seen = Signal(range(GM + 1), name="map_eq_seen")
-        nmap = Signal(range(GM // MX_BLOCK + 1), name="nmap")
-        m.d.comb += nmap.eq(r["g"] >> exact_log2(MX_BLOCK))
+    def _map_pass(self, kmask):
+        """C2's front-end pass after SELECT (``map_pass`` of ``_pipeline``): the keep flags of one buffer row
+        (R values: R comparators and an R-input prefix count of the ties) per cycle into the keep mask."""
+        GM, R = self.max_group, self.row_values
 
-        def step(p):
-            vals = self._slot_slice(m, p, p.ss, mb, MX_BLOCK, "mapv")
-            kept, eqb = self._keep_flags(m, vals, p.t_sel, p.r_sel, eq_seen, "map")
-            done = Signal(name="map_done")
-            m.d.comb += done.eq(mb + 1 == nmap)
-            for k in range(2):
-                for b in range(GM // MX_BLOCK):
-                    with m.If((p.ss == k) & (mb == b)):
-                        m.d.sync += kmask[k][b * MX_BLOCK:(b + 1) * MX_BLOCK].eq(kept)
-            m.d.sync += [mb.eq(Mux(done, 0, mb + 1)), eq_seen.eq(Mux(done, 0, eq_seen + eqb[MX_BLOCK]))]
-            return done
-        return step
-
-    def _first_group(self, m, r, prunes, kmask, xc, fbits, fn):
-        """(bits, width, header width) of the spec.mx group of a vector's first EMIT beat: the chunk
-        header - keep bitmap (``G`` bits, when pruning) and the ``G/32`` X bytes - followed by the beat's
-        element fields (``fbits``, ``fn`` bits). Folding the header into the first beat saves a cycle per
-        vector; G and the pruning flag take few values, so the fields' offset is a small mux, not a
-        shifter."""
-        GM = self.max_group
-        xmax = BF16_EXPONENT_BITS * (GM // MX_BLOCK)
-        width = GM + xmax + len(fbits)
-        bits = Const(0, width)
-        hw = Const(0, 1)
-        for g in sorted((g for g in ALLOWED_GROUP_SIZES if g <= GM), reverse=True):
-            xb = Cat(*xc[:g // MX_BLOCK])
-            plain, mapped = Cat(xb, fbits), Cat(kmask[:g], xb, fbits)
-            bits = Mux(r["g"] == g, Mux(prunes, mapped, plain), bits)
-            hw = Mux(r["g"] == g, Mux(prunes, g + len(xb), len(xb)), hw)
-        hdr_w = Signal(range(GM + xmax + 1), name="hdr_w")
-        first = Signal(width, name="first_bits")
-        first_n = Signal(range(width + 1), name="first_n")
-        m.d.comb += [hdr_w.eq(hw), first.eq(bits), first_n.eq(hdr_w + fn)]
-        return first, first_n, GM + xmax
+        def build(m, p):
+            eq_seen = Signal(range(GM + 1), name="map_eq_seen")   # loop: 8-bit add per row
+            kept, eqb = self._keep_flags(m, p.row_vals, p.t_reg, p.r_reg, eq_seen, "map")
+            with m.If(p.map_rd):
+                m.d.sync += eq_seen.eq(eq_seen + eqb[R])
+                for j in range(GM // R):
+                    with m.If(p.map_row == j):
+                        m.d.sync += kmask[j * R:(j + 1) * R].eq(kept)
+            with m.If(p.handover):
+                m.d.sync += eq_seen.eq(0)
+        return build
 
     # ------------------------------------------------------------------------------ elaborate
     def elaborate(self, platform):
         m = Module()
         L, GM = self.lanes, self.max_group
+        nblk = GM // MX_BLOCK
         r, clear, err, raise_err = self._control_signals(m)
 
         def first_beat_errors():
@@ -186,56 +151,60 @@ class EncoderKvC2(KvEncoderBase):
             loaded = r["verif_loaded"]
             m.d.comb += [raise_err[Err.NO_BOOK].eq(~loaded), raise_err[Err.CONFIG].eq(loaded & ~self._geometry_ok(r))]
 
-        kmask = [Signal(GM, name=f"kmask{k}") for k in range(2)]   # keep flag of every value, per slot
-        p = self._pipeline(m, r, err, raise_err, clear, first_beat_errors, map_pass=self._map_pass(m, r, kmask))
+        kmask = Signal(GM, name="kmask")                 # keep flag of every value of the vector
+        nbm = Signal(range(nblk + 1), name="hdr_bitmap_items")   # bitmap pieces: G/32 when pruning
+        nx = Signal(range(nblk + 1), name="hdr_x_items")          # X pieces: ceil(G/128)
+        nblocks = Signal(range(nblk + 1), name="mx_blocks")
+
+        def n_header(p):
+            m.d.comb += [nblocks.eq(r["g"] >> exact_log2(MX_BLOCK)),
+                         nbm.eq(Mux(p.prunes, nblocks, 0)), nx.eq((nblocks + 3) >> 2)]
+            return nbm + nx
+
+        p = self._pipeline(m, r, err, raise_err, clear, first_beat_errors, n_header=n_header,
+                           map_pass=lambda pp: self._map_pass(kmask)(m, pp))
         xs = self._shared_exponents(m, p)
 
-        # ---- emitter on slot es: G/L beats of L lanes; the first also carries the chunk header
-        xc = []
-        for j in range(GM // MX_BLOCK):
-            x = Signal(BF16_EXPONENT_BITS, name=f"xc{j}")
-            m.d.comb += x.eq(Mux(p.es, xs[1][j], xs[0][j]))
-            xc.append(x)
-        km = Signal(GM, name="emit_kmask")
-        m.d.comb += km.eq(Mux(p.es, kmask[1], kmask[0]))
-        vals = self._slot_slice(m, p, p.es, p.ebeat, L, "lane")
-        kept = Signal(L, name="lane_kept")
-        m.d.comb += kept.eq(km.bit_select(p.ebeat * L, L) | Mux(p.prunes, 0, (1 << L) - 1))
-        fields = self._lane_fields(m, r, p.ebeat, xc, vals, kept)
-        packed = {q: self._pack(m, f, q) for q, f in fields.items()}
-        first_bits, first_n, hdr_max = self._first_group(m, r, p.prunes, km, xc, *packed["spec_mx"][:2])
-        # Slack for one header: the wide first group must not stall the beats behind it.
-        mx = self._writer(m, "spec_mx", len(first_bits), slack=hdr_max)
-        vwr = {q: self._writer(m, q, packed[q][2]) for q in ("verif_codes", "verif_rest")}
-        for q, w in vwr.items():
-            m.d.comb += [w.bits.eq(packed[q][0]), w.n.eq(packed[q][1])]
-        writers = [mx, *vwr.values()]
-        all_ready, writers_idle = Signal(), Signal()
-        m.d.comb += [all_ready.eq(Cat(*[w.ready for w in writers]).all()),
-                     writers_idle.eq(Cat(*[w.idle for w in writers]).all())]
-        m.d.comb += self.busy.eq(((p.lbeat != 0) & ~err.any()) | p.has.any() | ~writers_idle)
-        last_beat = Signal(name="last_beat")
-        m.d.comb += last_beat.eq(p.ebeat + 1 == p.nbeats)
+        # ---- stage 1 (registered): a header piece, or the beat's L values, keep flags and X
+        xbits = Cat(*[Mux(j < nblocks, xs[j], 0) for j in range(nblk)])    # X bytes of the vector's blocks
+        n_xpieces = -(-len(xbits) // HDR_PIECE)
+        hidx = Signal(range(nblk + 1), name="hdr_index")
+        xidx = Signal(range(nblk + 1), name="hdr_x_index")
+        m.d.comb += [hidx.eq(p.item), xidx.eq(p.item - nbm)]
+        is_bm = Signal(name="hdr_is_bitmap")
+        m.d.comb += is_bm.eq(p.item < nbm)
+        bm_piece = Array(kmask[HDR_PIECE * j: HDR_PIECE * (j + 1)] for j in range(nblk))[hidx]
+        x_piece = Array(xbits[HDR_PIECE * j: HDR_PIECE * (j + 1)] for j in range(n_xpieces))[xidx]
+        x_left = Signal(range(len(xbits) + 1), name="hdr_x_left")        # X bits from this piece on
+        m.d.comb += x_left.eq((nblocks << exact_log2(BF16_EXPONENT_BITS)) - (xidx << exact_log2(HDR_PIECE)))
+        s1_valid, s1_last, s1_hdr = Signal(name="s1_valid"), Signal(name="s1_last"), Signal(name="s1_hdr")
+        s1_hbits, s1_hn = Signal(HDR_PIECE, name="s1_hdr_bits"), Signal(range(HDR_PIECE + 1), name="s1_hdr_n")
+        s1_vals = [Signal(BF16_BITS, name=f"s1_val{i}") for i in range(L)]
+        s1_kept, s1_x = Signal(L, name="s1_kept"), Signal(BF16_EXPONENT_BITS, name="s1_x")
+        with m.If(p.move):
+            m.d.sync += s1_valid.eq(p.fire)
+        with m.If(p.fire):
+            m.d.sync += [s1_last.eq(p.last_item), s1_hdr.eq(p.is_hdr),
+                         s1_hbits.eq(Mux(is_bm, bm_piece, x_piece)),
+                         s1_hn.eq(Mux(is_bm, HDR_PIECE, Mux(x_left > HDR_PIECE, HDR_PIECE, x_left))),
+                         *[s1_vals[i].eq(p.lane_vals[i]) for i in range(L)],
+                         s1_kept.eq(kmask.bit_select(p.beat * L, L) | Mux(p.prunes, 0, (1 << L) - 1)),
+                         s1_x.eq(Array(xs)[(p.beat * L) >> exact_log2(MX_BLOCK)])]
 
-        with m.FSM(name="emit"):
-            with m.State("IDLE"):
-                with m.If(p.emit_go):
-                    m.d.sync += p.ebeat.eq(0)
-                    m.next = "EMIT"
-            with m.State("EMIT"):
-                first_beat = Signal(name="first_beat")
-                m.d.comb += [p.emitting.eq(1), first_beat.eq(p.ebeat == 0),
-                             mx.bits.eq(Mux(first_beat, first_bits, packed["spec_mx"][0])),
-                             mx.n.eq(Mux(first_beat, first_n, packed["spec_mx"][1]))]
-                for w in writers:
-                    m.d.comb += [w.valid.eq(all_ready), w.close.eq(last_beat)]
-                with m.If(all_ready):
-                    m.d.sync += p.ebeat.eq(p.ebeat + 1)
-                    with m.If(last_beat):
-                        p.emit_done()
-                        with m.If(p.next_go):
-                            m.d.sync += p.ebeat.eq(0)
-                        with m.Else():
-                            m.next = "IDLE"
+        # ---- stage 2: per plane the packed fields of the beat (spec.mx: or the header piece), into the writers
+        fields = self._lane_fields(m, r, s1_x, s1_vals, s1_kept)
+        writers = []
+        for q, f in fields.items():
+            bits_, n_, width_ = self._pack(m, f, q)
+            if q == "spec_mx":
+                width_ = max(width_, HDR_PIECE)
+                bits_ = Mux(s1_hdr, s1_hbits, bits_)
+                n_ = Mux(s1_hdr, s1_hn, n_)
+            else:
+                bits_, n_ = Mux(s1_hdr, 0, bits_), Mux(s1_hdr, 0, n_)
+            w = self._writer(m, q, width_)
+            m.d.comb += [w.bits.eq(bits_), w.n.eq(n_), w.close.eq(s1_last)]
+            writers.append(w)
+        self._stall_logic(m, p, writers, s1_valid)
         self._errors(m, err, raise_err, clear)
         return m
