@@ -194,6 +194,14 @@ def keep_mask(flat_bits: np.ndarray, cfg: CodecConfig, salience: np.ndarray | No
 
 # ------------------------------------------------------------------------------------------------ encode
 
+def _use_native(impl: str) -> bool:
+    """The single dispatch point: "auto" | "numpy" | "native" (env CASSANDRA_RTL_CODEC overrides "auto")."""
+    if impl == "numpy":
+        return False
+    from . import native
+    return native.resolve(impl) == "native"
+
+
 def _fields(bits):
     return (bits >> 15).astype(np.int64), ((bits >> 7) & 0xFF).astype(np.int64), (bits & 0x7F).astype(np.int64)
 
@@ -207,9 +215,13 @@ def c2_draft_fields(e, mant, X, m):
     return c, elem
 
 
-def encode_tensor(bits, cfg: CodecConfig, salience=None, books: tuple[Codebook | None, Codebook] | None = None
-                  ) -> EncodedTensor:
-    """Split a tensor of raw bf16 bits. ``books`` = fixed (spec_book, verif_book), as for the KV cache."""
+def encode_tensor(bits, cfg: CodecConfig, salience=None, books: tuple[Codebook | None, Codebook] | None = None,
+                  impl: str = "auto") -> EncodedTensor:
+    """Split a tensor of raw bf16 bits. ``books`` = fixed (spec_book, verif_book), as for the KV cache.
+    ``impl``: "auto" (the compiled twin in native.py if it builds), "numpy" (this code) or "native"."""
+    if _use_native(impl):
+        from . import native
+        return native.encode_tensor(bits, cfg, salience, books)
     arr = check_bits(bits)
     flat = arr.reshape(-1)
     N, G = len(flat), cfg.group_size
@@ -486,8 +498,11 @@ def _decode_c2_spec(enc: EncodedTensor):
     return draft, kept, nz, Xv, c, sb, n
 
 
-def decode_draft(enc: EncodedTensor) -> np.ndarray:
+def decode_draft(enc: EncodedTensor, impl: str = "auto") -> np.ndarray:
     """The draft's view: uint16 bf16 bits, pruned values 0, cut mantissa bits 0 (reads speculation only)."""
+    if _use_native(impl):
+        from . import native
+        return native.decode_draft(enc)
     if enc.config.scheme == "c1":
         draft = _decode_c1_spec(enc)[0]
     else:
@@ -495,8 +510,11 @@ def decode_draft(enc: EncodedTensor) -> np.ndarray:
     return draft.astype(np.uint16).reshape(enc.shape)
 
 
-def decode_full(enc: EncodedTensor) -> np.ndarray:
+def decode_full(enc: EncodedTensor, impl: str = "auto") -> np.ndarray:
     """Speculation + verification -> the original bf16 bits, exactly."""
+    if _use_native(impl):
+        from . import native
+        return native.decode_full(enc)
     cfg, nsb = enc.config, enc.nsb
     m = cfg.mantissa_bits
     if cfg.scheme == "c1":

@@ -1,0 +1,406 @@
+/* Compiled twin of the golden codec (golden/codec.py, docs/FORMAT.md v1.0): one pass per superblock.
+ *
+ * The numpy code in codec.py is the normative implementation; this file must produce the same bytes and
+ * the same decoded arrays (tests/test_golden_native.py checks it). It is built on first use by
+ * golden/native.py (cc -O3 -shared) and called through ctypes; every function is plain C on caller-owned
+ * buffers and holds no global state, so threads may call it concurrently.
+ *
+ * Error policy: the decoders return a non-zero code on any malformed input (impossible code, overrun,
+ * trailing bytes, non-zero padding, wrong keep count, bad delta, bad offsets) and native.py then re-runs
+ * the numpy decoder, which raises the precise FormatError. So this file only needs to be *strict*, never
+ * to explain.
+ *
+ * Host: little-endian (native.py checks), 64-bit. Bit order: stream bit i = (byte[i/8] >> (i%8)) & 1,
+ * fields LSB first (FORMAT.md §5).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#define PRUNED 256
+#define MX_BLOCK 32
+#define ESC_BITS 8
+
+/* ------------------------------------------------------------------------------------------ bit I/O */
+
+static inline uint64_t load64(const uint8_t *p, int64_t len, int64_t byte) {
+    if (byte + 8 <= len) {
+        uint64_t v;
+        memcpy(&v, p + byte, 8);
+        return v;
+    }
+    uint64_t v = 0;                      /* bytes past the end read as zero; callers bound-check in bits */
+    for (int64_t i = byte; i < len; i++) v |= (uint64_t)p[i] << (8 * (i - byte));
+    return v;
+}
+
+/* 57 valid bits starting at stream bit pos */
+static inline uint64_t peek(const uint8_t *p, int64_t len, int64_t pos) {
+    return load64(p, len, pos >> 3) >> (pos & 7);
+}
+
+/* Bit writer: bits below `cnt` of `acc` are pending; every put stores 8 bytes and advances by whole
+ * bytes (no data-dependent branch). Buffers carry 8 bytes of slack. */
+typedef struct { uint8_t *p; int64_t byte; uint64_t acc; int cnt; } wr_t;
+
+static inline void put(wr_t *w, uint64_t v, int n) {          /* n <= 24, v < 2^n (v = 0 if n = 0) */
+    w->acc |= v << w->cnt;
+    w->cnt += n;
+    memcpy(w->p + w->byte, &w->acc, 8);
+    int adv = w->cnt >> 3;
+    w->byte += adv;
+    w->acc >>= 8 * adv;                                        /* adv <= 3 */
+    w->cnt &= 7;
+}
+
+static inline void flush_chunk(wr_t *w) {                     /* zero-pad to the byte boundary */
+    if (w->cnt) {
+        memcpy(w->p + w->byte, &w->acc, 8);
+        w->byte++;
+    }
+    w->acc = 0;
+    w->cnt = 0;
+}
+
+/* rank-unary code of a symbol (FORMAT.md §3.1): rank r -> 1 << r (r+1 bits); escape -> K zeros, 1, 8 bits.
+ * `on` = 0 writes nothing (lets the value loops run without a kept/pruned branch). */
+static inline void put_code(wr_t *w, const int32_t *rank, int K, int sym, int on) {
+    int r = rank[sym];
+    uint64_t v = (r < K) ? (1ull << r) : ((1ull << K) | ((uint64_t)(sym & 0xFF) << (K + 1)));
+    int n = (r < K) ? r + 1 : K + 1 + ESC_BITS;
+    put(w, on ? v : 0, on ? n : 0);
+}
+
+/* Decode `count` codes from the chunk [start, end) bits; returns the bits used, or -1. The codes are taken
+ * from a 64-bit register refilled when fewer than 24 bits (the longest code) remain, so the loop-carried
+ * chain per code is ctz + shift, not a memory load. */
+static int64_t get_codes(const uint8_t *p, int64_t len, int64_t start, int64_t end, int64_t count,
+                         const int32_t *table, int K, int32_t *out) {
+    int64_t pos = start;
+    uint64_t buf = peek(p, len, pos);
+    int avail = 64 - (int)(pos & 7);
+    const uint64_t guard = 1ull << (K + 1);    /* a run of more than K zeros stops at the guard bit */
+    for (int64_t i = 0; i < count; i++) {
+        if (avail < 24) {
+            buf = peek(p, len, pos);
+            avail = 64 - (int)(pos & 7);
+        }
+        int r = __builtin_ctzll(buf | guard), n;
+        if (r < K) {
+            out[i] = table[r];
+            n = r + 1;
+        } else if (r == K) {
+            out[i] = (int32_t)((buf >> (K + 1)) & 0xFF);
+            n = K + 1 + ESC_BITS;
+        } else {
+            return -1;                         /* impossible code */
+        }
+        buf >>= n;
+        avail -= n;
+        pos += n;
+    }
+    if (pos > end) return -1;                  /* overrun (bits past the plane read as zero: caught here) */
+    return pos - start;
+}
+
+/* The chunk [start_byte*8, end_byte*8) used `used` bits: it must be exactly ceil(used/8) bytes with zero padding. */
+static inline int chunk_ok(const uint8_t *p, int64_t len, int64_t start_byte, int64_t end_byte, int64_t used) {
+    if (((used + 7) >> 3) != end_byte - start_byte) return 0;
+    int pad = (int)((8 - (used & 7)) & 7);
+    if (pad && ((peek(p, len, start_byte * 8 + used) & ((1ull << pad) - 1)) != 0)) return 0;
+    return 1;
+}
+
+static int offsets_ok(const int64_t *off, int64_t nsb, int64_t len) {
+    if (off[0] != 0 || off[nsb] != len) return 0;
+    for (int64_t s = 0; s < nsb; s++)
+        if (off[s + 1] < off[s]) return 0;
+    return 1;
+}
+
+/* ----------------------------------------------------------------------------------------- selection */
+
+/* Keep the top k of n values by the magnitude key bits & 0x7FFF, ties to the lower index (FORMAT.md §2):
+ * the threshold T = the largest key with count(key >= T) >= k, found by a binary search over the 15-bit
+ * key whose counting loop the compiler vectorises; then keep every key > T and the first (lowest-index)
+ * keys == T up to k. */
+static int count_ge(const int16_t *key, int n, int t) {
+    int c = 0;
+    for (int i = 0; i < n; i++) c += key[i] >= t;
+    return c;
+}
+
+static void keep_magnitude(const uint16_t *b, int n, int k, uint8_t *kept) {
+    if (k >= n) {
+        memset(kept, 1, (size_t)n);
+        return;
+    }
+    int16_t key[256];
+    for (int i = 0; i < n; i++) key[i] = (int16_t)(b[i] & 0x7FFF);
+    int lo = 0, hi = 0x7FFF;                 /* count(>= lo) >= k always; find the largest such lo */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (count_ge(key, n, mid) >= k) lo = mid;
+        else hi = mid - 1;
+    }
+    int T = lo, ties = k;
+    for (int i = 0; i < n; i++) {
+        kept[i] = (uint8_t)(key[i] > T);
+        ties -= key[i] > T;
+    }
+    for (int i = 0; i < n && ties > 0; i++)
+        if (key[i] == T) {
+            kept[i] = 1;
+            ties--;
+        }
+}
+
+static inline int64_t kept_in(int64_t k, int64_t n, int64_t G) { return (k * n + G - 1) / G; }
+
+static inline int imax(int a, int b) { return a > b ? a : b; }
+
+/* C2 element (FORMAT.md §4): mantissa bits the draft keeps (c) and the element field */
+static inline int c2_elem(int e, int mant, int X, int m) {
+    int c = m - (imax(X, 1) - imax(e, 1));
+    if (c < 0) return 0;
+    int sig = ((e > 0) << 7) | mant;
+    return sig >> (7 - c);
+}
+
+/* ---------------------------------------------------------------------------------------- C1 encode */
+
+/* Pass 1: keep flags (unless given) and the symbol histograms the golden codebooks are built from. */
+void c1_prepare(const uint16_t *bits, int64_t N, int64_t G, int64_t k, int given, uint8_t *kept,
+                int64_t *hist_spec, int64_t *hist_verif) {
+    int64_t hist[512] = {0};                  /* [kept exponents | pruned exponents] */
+    for (int64_t s0 = 0; s0 < N; s0 += G) {
+        int64_t n = (N - s0 < G) ? N - s0 : G;
+        if (!given) keep_magnitude(bits + s0, (int)n, (int)kept_in(k, n, G), kept + s0);
+        for (int64_t i = s0; i < s0 + n; i++) {
+            hist[((bits[i] >> 7) & 0xFF) | ((kept[i] ^ 1) << 8)]++;   /* one counter per value, no branch */
+        }
+    }
+    for (int e = 0; e < 256; e++) {
+        hist_spec[e] += hist[e];
+        hist_spec[PRUNED] += hist[256 + e];
+        hist_verif[e] += hist[256 + e];
+    }
+}
+
+/* Pass 2: the four planes. Returns nothing; plane lengths are the writers' end positions (out_len). */
+void c1_pack(const uint16_t *bits, const uint8_t *kept, int64_t N, int64_t G, int m,
+             const int32_t *spec_rank, int spec_K, const int32_t *verif_rank, int verif_K,
+             uint8_t *codes, uint8_t *signman, uint8_t *vcodes, uint8_t *rest,
+             int64_t *codes_off, int64_t *vcodes_off, int64_t *out_len) {
+    wr_t wc = {codes, 0, 0, 0}, ws = {signman, 0, 0, 0}, wv = {vcodes, 0, 0, 0}, wr = {rest, 0, 0, 0};
+    const int lowmask = (1 << (7 - m)) - 1;
+    int64_t s = 0;
+    for (int64_t s0 = 0; s0 < N; s0 += G, s++) {
+        int64_t n = (N - s0 < G) ? N - s0 : G;
+        codes_off[s] = wc.byte;
+        vcodes_off[s] = wv.byte;
+        for (int64_t i = s0; i < s0 + n; i++) {
+            int b = bits[i], sign = b >> 15, e = (b >> 7) & 0xFF, f = b & 0x7F, kp = kept[i];
+            put_code(&wc, spec_rank, spec_K, kp ? e : PRUNED, 1);
+            put(&ws, kp ? (((uint64_t)sign << m) | (uint64_t)(f >> (7 - m))) : 0, kp ? 1 + m : 0);
+            put_code(&wv, verif_rank, verif_K, e, !kp);
+            put(&wr, kp ? (uint64_t)(f & lowmask) : (uint64_t)((sign << 7) | f), kp ? 7 - m : 8);
+        }
+        flush_chunk(&wc); flush_chunk(&ws); flush_chunk(&wv); flush_chunk(&wr);
+    }
+    codes_off[s] = wc.byte;
+    vcodes_off[s] = wv.byte;
+    out_len[0] = wc.byte; out_len[1] = ws.byte; out_len[2] = wv.byte; out_len[3] = wr.byte;
+}
+
+/* ---------------------------------------------------------------------------------------- C2 encode */
+
+void c2_prepare(const uint16_t *bits, int64_t N, int64_t G, int64_t k, int m, int given, uint8_t *kept,
+                uint8_t *X, int64_t *hist_delta) {
+    for (int64_t s0 = 0; s0 < N; s0 += G) {
+        int64_t n = (N - s0 < G) ? N - s0 : G;
+        if (!given) keep_magnitude(bits + s0, (int)n, (int)kept_in(k, n, G), kept + s0);
+        for (int64_t b0 = s0; b0 < s0 + n; b0 += MX_BLOCK) {
+            int64_t b1 = (b0 + MX_BLOCK < s0 + n) ? b0 + MX_BLOCK : s0 + n;
+            int x = 0;
+            for (int64_t i = b0; i < b1; i++) x = imax(x, (bits[i] >> 7) & 0xFF);
+            X[b0 / MX_BLOCK] = (uint8_t)x;
+            for (int64_t i = b0; i < b1; i++) {
+                int e = (bits[i] >> 7) & 0xFF;
+                hist_delta[x - e] += !kept[i] | (c2_elem(e, bits[i] & 0x7F, x, m) == 0);
+            }
+        }
+    }
+}
+
+void c2_pack(const uint16_t *bits, const uint8_t *kept, const uint8_t *X, int64_t N, int64_t G, int m,
+             int prunes, const int32_t *verif_rank, int verif_K, uint8_t *mx, uint8_t *vcodes, uint8_t *rest,
+             int64_t *vcodes_off, int64_t *rest_off, int64_t *out_len) {
+    wr_t wm = {mx, 0, 0, 0}, wv = {vcodes, 0, 0, 0}, wr = {rest, 0, 0, 0};
+    int64_t s = 0;
+    for (int64_t s0 = 0; s0 < N; s0 += G, s++) {
+        int64_t n = (N - s0 < G) ? N - s0 : G;
+        vcodes_off[s] = wv.byte;
+        rest_off[s] = wr.byte;
+        if (prunes)
+            for (int64_t i = s0; i < s0 + n; i++) put(&wm, kept[i], 1);
+        for (int64_t b0 = s0; b0 < s0 + n; b0 += MX_BLOCK) put(&wm, X[b0 / MX_BLOCK], 8);
+        for (int64_t i = s0; i < s0 + n; i++) {
+            int b = bits[i], sign = b >> 15, e = (b >> 7) & 0xFF, f = b & 0x7F;
+            int x = X[i / MX_BLOCK];
+            int c = m - (imax(x, 1) - imax(e, 1));
+            int elem = c2_elem(e, f, x, m);
+            int kp = kept[i], dz = !kp | (elem == 0);
+            put(&wm, kp ? (((uint64_t)sign << (m + 1)) | (uint64_t)elem) : 0, kp ? m + 2 : 0);
+            put_code(&wv, verif_rank, verif_K, x - e, dz);
+            int cc = c < 0 ? 0 : c;
+            put(&wr, dz ? (uint64_t)((sign << 7) | f) : (uint64_t)(f & ((1 << (7 - cc)) - 1)), dz ? 8 : 7 - cc);
+        }
+        flush_chunk(&wm); flush_chunk(&wv); flush_chunk(&wr);
+    }
+    vcodes_off[s] = wv.byte;
+    rest_off[s] = wr.byte;
+    out_len[0] = wm.byte; out_len[1] = wv.byte; out_len[2] = wr.byte;
+}
+
+/* ---------------------------------------------------------------------------------------- C1 decode */
+
+/* full = 0: draft (speculation planes only); full = 1: the original bits. Returns 0, or an error code. */
+int c1_decode(int64_t N, int64_t G, int m, int64_t k, int full,
+              const uint8_t *codes, int64_t codes_len, const int64_t *codes_off,
+              const uint8_t *signman, int64_t signman_len,
+              const uint8_t *vcodes, int64_t vcodes_len, const int64_t *vcodes_off,
+              const uint8_t *rest, int64_t rest_len,
+              const int32_t *spec_table, int spec_K, const int32_t *verif_table, int verif_K, uint16_t *out) {
+    int64_t nsb = (N + G - 1) / G;
+    if (!offsets_ok(codes_off, nsb, codes_len)) return 1;
+    if (full && vcodes_off && !offsets_ok(vcodes_off, nsb, vcodes_len)) return 1;
+    if (full && !vcodes_off && vcodes_len != 0) return 1;
+    int32_t sym[256], pe[256];
+    int64_t sm_full = (kept_in(k, G, G) * (1 + m) + 7) >> 3;                  /* bytes per full chunk */
+    int64_t rest_full = (kept_in(k, G, G) * (7 - m) + (G - kept_in(k, G, G)) * 8 + 7) >> 3;
+    int64_t s = 0;
+    for (int64_t s0 = 0; s0 < N; s0 += G, s++) {
+        int64_t n = (N - s0 < G) ? N - s0 : G, ks = kept_in(k, n, G);
+        int64_t used = get_codes(codes, codes_len, codes_off[s] * 8, codes_off[s + 1] * 8, n, spec_table, spec_K, sym);
+        if (used < 0 || !chunk_ok(codes, codes_len, codes_off[s], codes_off[s + 1], used)) return 2;
+        int64_t nk = 0;
+        for (int64_t i = 0; i < n; i++) nk += sym[i] != PRUNED;
+        if (nk != ks) return 3;
+        /* spec.signman: k_s fields of 1+m bits */
+        int64_t sb = s * sm_full, pos = sb * 8;
+        if (!chunk_ok(signman, signman_len, sb, sb + ((ks * (1 + m) + 7) >> 3), ks * (1 + m))) return 4;
+        int64_t np_ = n - ks;
+        if (full && np_) {
+            int64_t vs = vcodes_off ? vcodes_off[s] : 0, ve = vcodes_off ? vcodes_off[s + 1] : 0;
+            int64_t u = get_codes(vcodes, vcodes_len, vs * 8, ve * 8, np_, verif_table, verif_K, pe);
+            if (u < 0 || !chunk_ok(vcodes, vcodes_len, vs, ve, u)) return 5;
+        } else if (full && vcodes_off && vcodes_off[s + 1] != vcodes_off[s]) {
+            return 5;                                                           /* trailing bytes */
+        }
+        int64_t rb = s * rest_full, rpos = rb * 8;
+        if (full && !chunk_ok(rest, rest_len, rb, rb + ((ks * (7 - m) + np_ * 8 + 7) >> 3), ks * (7 - m) + np_ * 8))
+            return 6;
+        /* value loop without a kept/pruned branch (it would mispredict at keep < 1): both candidates are
+         * formed, positions advance by flag-selected widths */
+        int64_t j = 0;
+        const uint32_t smask = (1u << (1 + m)) - 1, mmask = (1u << m) - 1;
+        for (int64_t i = 0; i < n; i++) {
+            int kp = sym[i] != PRUNED;
+            uint32_t fs = (uint32_t)peek(signman, signman_len, pos) & smask;
+            pos += kp ? 1 + m : 0;
+            uint32_t vk = ((fs >> m) << 15) | (((uint32_t)sym[i] & 0xFF) << 7) | ((fs & mmask) << (7 - m));
+            uint32_t v;
+            if (full) {
+                int w = kp ? 7 - m : 8;
+                uint32_t r = (uint32_t)peek(rest, rest_len, rpos) & ((1u << w) - 1);
+                rpos += w;
+                uint32_t vp = ((r >> 7) << 15) | ((uint32_t)pe[j] << 7) | (r & 0x7F);
+                j += !kp;
+                v = kp ? (vk | r) : vp;
+            } else {
+                v = kp ? vk : 0;
+            }
+            out[s0 + i] = (uint16_t)v;
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- C2 decode */
+
+int c2_decode(int64_t N, int64_t G, int m, int64_t k, int full,
+              const uint8_t *mx, int64_t mx_len,
+              const uint8_t *vcodes, int64_t vcodes_len, const int64_t *vcodes_off,
+              const uint8_t *rest, int64_t rest_len, const int64_t *rest_off,
+              const int32_t *verif_table, int verif_K, uint16_t *out) {
+    int64_t nsb = (N + G - 1) / G;
+    int prunes = k < G;
+    if (full && (!offsets_ok(vcodes_off, nsb, vcodes_len) || !offsets_ok(rest_off, nsb, rest_len))) return 1;
+    int64_t kf = kept_in(k, G, G);
+    int64_t mx_full = ((prunes ? G : 0) + 8 * ((G + MX_BLOCK - 1) / MX_BLOCK) + kf * (m + 2) + 7) >> 3;
+    int32_t delta[256];
+    uint8_t kept[256], elem[256], restw[256];
+    int Xs[256 / MX_BLOCK];
+    int64_t s = 0;
+    for (int64_t s0 = 0; s0 < N; s0 += G, s++) {
+        int64_t n = (N - s0 < G) ? N - s0 : G, ks = kept_in(k, n, G);
+        int64_t nmx = (n + MX_BLOCK - 1) / MX_BLOCK;
+        int64_t cb = s * mx_full, pos = cb * 8;
+        int64_t used = (prunes ? n : 0) + 8 * nmx + ks * (m + 2);
+        if (!chunk_ok(mx, mx_len, cb, cb + ((used + 7) >> 3), used)) return 2;
+        if (prunes) {                         /* the chunk starts on a byte: bitmap bit i is byte i/8, bit i%8 */
+            int64_t nk = 0;
+            for (int64_t i = 0; i < n; i++) {
+                kept[i] = (uint8_t)((mx[cb + (i >> 3)] >> (i & 7)) & 1);
+                nk += kept[i];
+            }
+            if (nk != ks) return 3;
+            pos += n;
+        } else {
+            memset(kept, 1, (size_t)n);
+        }
+        for (int64_t b = 0; b < nmx; b++) Xs[b] = (int)(peek(mx, mx_len, pos + 8 * b) & 0xFF);
+        pos += 8 * nmx;
+        /* draft of every value without value-dependent branches (kept / zero / normal / subnormal are all
+         * data-dependent at keep < 1): candidates are formed and selected */
+        int64_t ndz = 0;
+        const uint32_t fmask = (1u << (m + 2)) - 1, emask = (1u << (m + 1)) - 1, mmask = (1u << m) - 1;
+        for (int64_t i = 0; i < n; i++) {
+            int x = Xs[i / MX_BLOCK], xeff = imax(x, 1), kp = kept[i];
+            uint32_t f = (uint32_t)peek(mx, mx_len, pos) & fmask;
+            pos += kp ? m + 2 : 0;
+            uint32_t sign = kp ? f >> (m + 1) : 0;
+            uint32_t el = kp ? f & emask : 0;
+            int lz = (m + 1) - (32 - __builtin_clz(el | 1u));        /* el = 0: lz unused */
+            int E = xeff - lz;
+            int sh = 6 - m + xeff;
+            uint32_t vn = (sign << 15) | ((uint32_t)(E & 0xFF) << 7) | (((el << lz) & mmask) << (7 - m));
+            uint32_t vs = (sign << 15) | (el << (sh < 16 ? sh : 16));
+            uint32_t v = el ? (E >= 1 ? vn : vs) : (sign << 15);
+            int mn = lz < xeff - 1 ? lz : xeff - 1;
+            restw[i] = (uint8_t)(7 - (m - mn));                     /* 7 - c, c = m - min(lz, xeff - 1) */
+            elem[i] = (uint8_t)(el != 0);
+            ndz += el == 0;
+            out[s0 + i] = (uint16_t)v;
+        }
+        if (!full) continue;
+        int64_t u = get_codes(vcodes, vcodes_len, vcodes_off[s] * 8, vcodes_off[s + 1] * 8, ndz, verif_table, verif_K, delta);
+        if (u < 0 || !chunk_ok(vcodes, vcodes_len, vcodes_off[s], vcodes_off[s + 1], u)) return 5;
+        int64_t rpos = rest_off[s] * 8, j = 0;
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int x = Xs[i / MX_BLOCK], dz = !elem[i];
+            int e = x - delta[j];
+            j += dz;
+            int w = dz ? 8 : restw[i];
+            uint32_t r = (uint32_t)peek(rest, rest_len, rpos) & ((1u << w) - 1);
+            rpos += w;
+            bad |= dz & (e < 0);
+            uint32_t vdz = ((r >> 7) << 15) | ((uint32_t)(e & 0xFF) << 7) | (r & 0x7F);
+            out[s0 + i] = (uint16_t)(dz ? vdz : (out[s0 + i] | r));
+        }
+        if (bad) return 7;
+        if (!chunk_ok(rest, rest_len, rest_off[s], rest_off[s + 1], rpos - rest_off[s] * 8)) return 6;
+    }
+    return 0;
+}

@@ -1,0 +1,218 @@
+"""The compiled codec (golden/native.py + golden/_native/codec.c) against the numpy reference (golden/codec.py):
+the same encoded bytes (planes, chunk offsets, codebooks) and the same decoded arrays (draft and full), on
+random tensors, all 65,536 bf16 patterns, boundary G / m / keep counts, escapes, C2 subnormal blocks, caller
+salience and the KV path; malformed streams raise the reference's FormatError; the dispatch and fallback."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cassandra_rtl.errors import ConfigError, FormatError
+from cassandra_rtl.golden import codec, native
+from cassandra_rtl.golden.codebook import Codebook
+from cassandra_rtl.golden.codec import EncodedTensor, decode_draft, decode_full, encode_tensor
+from cassandra_rtl.golden.config import PRUNED, CodecConfig
+from cassandra_rtl.golden.kv import calibrate_kv_codebooks, encode_kv, kv_config
+from test_golden_patterns import _cases, layout
+
+pytestmark = pytest.mark.skipif(native.load() is None, reason=f"compiled codec unavailable: "
+                                f"{native.unavailable_reason()}")
+
+
+def same_encoding(a: EncodedTensor, b: EncodedTensor):
+    assert a.shape == b.shape and a.config == b.config
+    assert a.spec_book == b.spec_book and a.verif_book == b.verif_book
+    assert sorted(a.planes) == sorted(b.planes)
+    for p in a.planes:
+        assert a.planes[p] == b.planes[p], f"plane {p} differs"
+    assert sorted(a.offsets) == sorted(b.offsets)
+    for p in a.offsets:
+        np.testing.assert_array_equal(np.asarray(a.offsets[p]), np.asarray(b.offsets[p]), err_msg=f"offsets of {p}")
+
+
+def check(bits, cfg, salience=None, books=None):
+    """numpy encode == C encode; C decode (called directly, so no silent fallback) == numpy decode == input."""
+    ref = encode_tensor(bits, cfg, salience=salience, books=books, impl="numpy")
+    fast = native.encode_tensor(bits, cfg, salience, books)
+    same_encoding(ref, fast)
+    full = native._decode(ref, True)
+    np.testing.assert_array_equal(full, bits)
+    np.testing.assert_array_equal(full, decode_full(ref, impl="numpy"))
+    np.testing.assert_array_equal(native._decode(ref, False), decode_draft(ref, impl="numpy"))
+    return ref
+
+
+def _keep(kind, G):
+    return {"G": G, "G-1": G - 1, "G/2": G // 2, "1": 1, "0.3": CodecConfig(group_size=G, keep_ratio=0.3).keep_count}[kind]
+
+
+@pytest.mark.parametrize("scheme", ["c1", "c2"])
+@pytest.mark.parametrize("G", [32, 64, 128, 256])
+@pytest.mark.parametrize("m", [0, 1, 3, 6, 7])
+@pytest.mark.parametrize("keep", ["G", "G-1", "G/2", "1", "0.3"])
+def test_random_tensors(weight_bits, scheme, G, m, keep):
+    for n, seed in ((5 * G + 7, 1), (3 * G, 2), (1, 3), (G - 1, 4)):
+        check(weight_bits(n, seed=seed + G + m, special=0.1), CodecConfig(scheme=scheme, group_size=G,
+                                                                          mantissa_bits=m, keep_count=_keep(keep, G)))
+
+
+@pytest.mark.parametrize("scheme", ["c1", "c2"])
+def test_2d_and_large_tensor(weight_bits, scheme):
+    bits = weight_bits(96 * 1000, seed=7, special=0.01)
+    for keep in (1.0, 0.5, 0.3):
+        check(bits.reshape(96, 1000), CodecConfig(scheme=scheme, keep_ratio=keep, mantissa_bits=2))
+
+
+@pytest.mark.parametrize("layout_name,scheme,G,m,keep", _cases())
+def test_all_patterns(layout_name, scheme, G, m, keep):
+    """Every bf16 pattern, the same layouts and configs as test_golden_patterns (anchored: every C2 case,
+    blocks of subnormals with X = 0 and X = 1, X = 255)."""
+    k = {"all": G, "one": 1, "half": G // 2, "0.3": CodecConfig(group_size=G, keep_ratio=0.3).keep_count}[keep]
+    check(layout(layout_name), CodecConfig(scheme=scheme, group_size=G, mantissa_bits=m, keep_count=k))
+
+
+@pytest.mark.parametrize("scheme", ["c1", "c2"])
+@pytest.mark.parametrize("m", [0, 3, 7])
+def test_c2_subnormal_blocks(scheme, m):
+    """Whole superblocks of subnormals and zeros (X = 0), mixed with exponent-1 normals (X = 1)."""
+    rng = np.random.default_rng(3)
+    sub = rng.integers(0, 128, 64 * 8).astype(np.uint16) | (rng.integers(0, 2, 64 * 8).astype(np.uint16) << 15)
+    mixed = sub.copy()
+    mixed[::7] |= 1 << 7
+    for bits in (sub, mixed, np.zeros(100, np.uint16), np.full(100, 0x8000, np.uint16)):
+        for k in (64, 33, 1):
+            check(bits, CodecConfig(scheme=scheme, group_size=64, mantissa_bits=m, keep_count=k))
+
+
+@pytest.mark.parametrize("scheme", ["c1", "c2"])
+def test_escapes_with_fixed_books(weight_bits, scheme):
+    """K = 0 (every code an escape), a 15-entry book of unused exponents (24-bit escapes), a 1-entry book."""
+    bits = weight_bits(3 * 32 + 3, seed=1, special=0.3)
+    cfg = CodecConfig(scheme=scheme, group_size=32, mantissa_bits=3, keep_count=20)
+    far = tuple(range(240, 255))
+    for spec, verif in (((PRUNED,), ()), ((PRUNED,) + far[:14], far), ((PRUNED,), (3,))):
+        check(bits, cfg, books=(Codebook(spec) if scheme == "c1" else None, Codebook(verif)))
+
+
+def test_c1_book_without_pruned_mark_raises_like_numpy(weight_bits):
+    bits = weight_bits(100, seed=2)
+    cfg = CodecConfig(scheme="c1", group_size=32, keep_count=16)
+    with pytest.raises(ConfigError, match="pruned mark"):
+        encode_tensor(bits, cfg, books=(Codebook((120,)), Codebook(())), impl="native")
+
+
+@pytest.mark.parametrize("scheme", ["c1", "c2"])
+def test_caller_salience(weight_bits, scheme):
+    bits = weight_bits(4 * 64 + 9, seed=3)
+    sal = np.random.default_rng(4).integers(0, 3, len(bits)).astype(np.float64)
+    check(bits, CodecConfig(scheme=scheme, group_size=64, mantissa_bits=3, keep_count=17), salience=sal)
+
+
+@pytest.mark.parametrize("scheme", ["c1", "c2"])
+def test_magnitude_ties(scheme):
+    rng = np.random.default_rng(2)
+    pool = np.array([0x0000, 0x8000, 0x3F80, 0xBF80, 0x0001, 0x8001, 0x7F80, 0xFFC1], dtype=np.uint16)
+    for k in (1, 5, 13, 31):
+        check(rng.choice(pool, 32 * 5 + 7), CodecConfig(scheme=scheme, group_size=32, mantissa_bits=4, keep_count=k))
+
+
+@pytest.mark.parametrize("scheme", ["c1", "c2"])
+def test_kv_path_unseen_exponents_escape(weight_bits, scheme):
+    cfg = kv_config(64, scheme=scheme, mantissa_bits=3, keep_ratio=0.5)
+    prefill = weight_bits(64 * 20, seed=5, special=0.0).reshape(20, 64)
+    books = calibrate_kv_codebooks(prefill, cfg)
+    later = weight_bits(64 * 9, seed=6, special=0.2).reshape(9, 64)   # exponents the books never saw
+    ref = encode_kv(later, cfg, books)
+    same_encoding(ref, native.encode_tensor(later, cfg, None, books))
+    np.testing.assert_array_equal(native._decode(ref, True), later)
+
+
+def test_empty_tensor_goes_to_numpy():
+    enc = encode_tensor(np.zeros(0, np.uint16), CodecConfig(), impl="native")
+    assert decode_full(enc, impl="native").shape == (0,)
+
+
+@pytest.mark.parametrize("scheme", ["c1", "c2"])
+def test_malformed_streams_raise_the_reference_error(weight_bits, scheme):
+    """Random byte flips, truncations and extensions of each plane: the default (compiled) decoder raises
+    exactly what the numpy decoder raises, or returns exactly what it returns."""
+    bits = weight_bits(6 * 32 + 5, seed=8, special=0.1)
+    enc = encode_tensor(bits, CodecConfig(scheme=scheme, group_size=32, mantissa_bits=3, keep_count=20))
+    rng = np.random.default_rng(9)
+    for trial in range(150):
+        name = sorted(enc.planes)[trial % len(enc.planes)]
+        data = bytearray(enc.planes[name])
+        op = trial % 3
+        if op == 0 and data:
+            data[int(rng.integers(len(data)))] ^= 1 << int(rng.integers(8))
+        elif op == 1 and data:
+            data = data[:-1]
+        else:
+            data += b"\x00"
+        planes = dict(enc.planes, **{name: bytes(data)})
+        offsets = {p: np.array(o) for p, o in enc.offsets.items()}
+        if name in offsets and op:
+            offsets[name][-1] = len(data)
+        bad = EncodedTensor(enc.shape, enc.config, enc.spec_book, enc.verif_book, planes, offsets)
+        for fn in (decode_full, decode_draft):
+            try:
+                want = fn(bad, impl="numpy")
+            except FormatError as exc:
+                with pytest.raises(FormatError) as got:
+                    fn(bad)
+                assert str(got.value) == str(exc)
+            else:
+                np.testing.assert_array_equal(fn(bad), want)
+
+
+def test_decode_parallel_uses_the_compiled_path(weight_bits):
+    bits = weight_bits(64 * 40, seed=10)
+    enc = encode_tensor(bits, CodecConfig(keep_ratio=0.5, group_size=64))
+    np.testing.assert_array_equal(codec.decode_parallel(enc, workers=2), bits)
+
+
+# ------------------------------------------------------------------------------------------ dispatch
+
+def test_env_forces_numpy(monkeypatch, weight_bits):
+    def boom(*a, **k):
+        raise AssertionError("the compiled path was used")
+    monkeypatch.setattr(native, "encode_tensor", boom)
+    monkeypatch.setattr(native, "decode_full", boom)
+    monkeypatch.setenv(native.ENV_IMPL, "numpy")
+    bits = weight_bits(200)
+    assert np.array_equal(decode_full(encode_tensor(bits, CodecConfig())), bits)
+    monkeypatch.setenv(native.ENV_IMPL, "auto")
+    with pytest.raises(AssertionError, match="compiled path was used"):
+        encode_tensor(bits, CodecConfig())
+
+
+def test_bad_impl_names(monkeypatch, weight_bits):
+    with pytest.raises(ValueError, match="impl must be one of"):
+        encode_tensor(weight_bits(10), CodecConfig(), impl="fast")
+    monkeypatch.setenv(native.ENV_IMPL, "gpu")
+    with pytest.raises(ValueError, match=native.ENV_IMPL):
+        encode_tensor(weight_bits(10), CodecConfig())
+
+
+def test_unavailable_falls_back_with_one_warning_line(monkeypatch, capsys, weight_bits):
+    monkeypatch.setattr(native, "_lib", None)
+    monkeypatch.setattr(native, "_error", "no C compiler (cc) on PATH")
+    monkeypatch.setattr(native, "_warned", False)
+    monkeypatch.delenv(native.ENV_IMPL, raising=False)
+    bits = weight_bits(300)
+    for _ in range(3):
+        assert np.array_equal(decode_full(encode_tensor(bits, CodecConfig(keep_ratio=0.5))), bits)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "compiled codec unavailable" in err[0] and "numpy" in err[0]
+    with pytest.raises(RuntimeError, match="no C compiler"):
+        encode_tensor(bits, CodecConfig(), impl="native")
+
+
+def test_build_on_first_use_and_compiler_failure(monkeypatch, tmp_path):
+    monkeypatch.setenv(native.ENV_DIR, str(tmp_path / "cache"))
+    lib = native._build()
+    assert lib.c1_decode is not None and len(list((tmp_path / "cache").glob("codec-*.so"))) == 1
+    monkeypatch.setenv(native.ENV_DIR, str(tmp_path / "other"))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(OSError, match="no C compiler"):
+        native._build()
