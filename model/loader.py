@@ -20,8 +20,28 @@ from cassandra_rtl.errors import InputError
 from .tokenizer import ChatTokenizer, tokenizer_from_gguf_fields, tokenizer_from_hf_folder
 from .transformer import ModelArgs, Transformer
 
-SUPPORTED_HF_ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "llama"}
-SUPPORTED_GGUF_ARCHS = {"llama", "qwen2"}
+SUPPORTED_HF_ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "llama",
+                      "Qwen3ForCausalLM": "qwen3"}
+SUPPORTED_GGUF_ARCHS = {"llama", "qwen2", "qwen3"}
+LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+def _llama3_rope_scaling(rs: dict, where: str) -> dict | None:
+    """A validated Llama-3.x rope_scaling dict, None for none/default; InputError for any other type."""
+    kind = rs.get("rope_type") or rs.get("type")
+    if kind in (None, "default"):
+        return None
+    if kind != "llama3":
+        raise InputError(f"{where}: rope_scaling type {kind!r} is not supported (supported: default, llama3)")
+    out = {}
+    for key in LLAMA3_ROPE_KEYS:
+        v = rs.get(key)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+            raise InputError(f"{where}: rope_scaling llama3 needs a positive number {key!r}, got {v!r}")
+        out[key] = float(v)
+    if out["high_freq_factor"] <= out["low_freq_factor"]:
+        raise InputError(f"{where}: rope_scaling llama3 needs high_freq_factor > low_freq_factor")
+    return out
 
 
 @dataclass
@@ -101,6 +121,10 @@ def load_gguf(path: Path, max_seq_len: int = 2048) -> Checkpoint:
     n_heads = int(g("attention.head_count"))
     dim = int(g("embedding_length"))
     tensors = {t.name: t for t in r.tensors}
+    scaling = g("rope.scaling.type")
+    if scaling not in (None, "none"):
+        raise InputError(f"{path}: rope scaling type {scaling!r} is not supported (llama3-style scaling comes as "
+                         "a rope_freqs tensor, which is)")
     vocab = int(tensors["token_embd.weight"].shape[-1])
     args = ModelArgs(
         vocab_size=vocab,
@@ -115,6 +139,7 @@ def load_gguf(path: Path, max_seq_len: int = 2048) -> Checkpoint:
         max_seq_len=min(max_seq_len, int(g("context_length", max_seq_len))),
         tie_embeddings="output.weight" not in tensors,
         qkv_bias="blk.0.attn_q.bias" in tensors,
+        qk_norm="blk.0.attn_q_norm.weight" in tensors,
         arch=arch,
     )
     tok = tokenizer_from_gguf_fields(fields)
@@ -132,18 +157,27 @@ def load_gguf(path: Path, max_seq_len: int = 2048) -> Checkpoint:
     per_layer = {"attn_q.weight": "wq", "attn_k.weight": "wk", "attn_v.weight": "wv", "attn_output.weight": "wo",
                  "ffn_gate.weight": "w_gate", "ffn_up.weight": "w_up", "ffn_down.weight": "w_down",
                  "attn_norm.weight": "attn_norm", "ffn_norm.weight": "ffn_norm",
-                 "attn_q.bias": "bq", "attn_k.bias": "bk", "attn_v.bias": "bv"}
+                 "attn_q.bias": "bq", "attn_k.bias": "bk", "attn_v.bias": "bv",
+                 "attn_q_norm.weight": "q_norm", "attn_k_norm.weight": "k_norm"}
+    if "rope_freqs.weight" in tensors:
+        factors = deq("rope_freqs.weight").reshape(-1)
+        if factors.size != args.head_dim // 2 or not np.all(np.isfinite(factors)) or not np.all(factors > 0):
+            raise InputError(f"{path}: rope_freqs must hold head_dim/2 = {args.head_dim // 2} positive factors, "
+                             f"got {factors.size}")
+        args.rope_freq_factors = [float(f) for f in factors]
     bits: dict[str, np.ndarray] = {}
     for gname in tensors:
         if gname in names:
             ours = names[gname]
-        elif gname.startswith("blk."):
+        elif gname == "rope_freqs.weight":
+            continue
+        elif gname.startswith("blk.") and gname.count(".") >= 2 and gname.split(".", 2)[2] in per_layer:
             _, i, rest = gname.split(".", 2)
-            if rest not in per_layer:
-                continue
             ours = f"layers.{i}.{per_layer[rest]}"
         else:
-            continue
+            # Never approximate: a tensor the model does not use means an architecture it does not know.
+            raise InputError(f"{path}: tensor {gname!r} is not used by the supported {arch} architecture "
+                             "(unsupported variant)")
         a = deq(gname)
         if arch == "llama" and ours.endswith((".wq", ".bq")):
             a = _unpermute_qk(a.reshape(a.shape[0], -1), args.n_heads).reshape(a.shape)
@@ -154,39 +188,86 @@ def load_gguf(path: Path, max_seq_len: int = 2048) -> Checkpoint:
 
 
 # ------------------------------------------------------------------------------------------------ HF
+def _check_config_against_weights(cfg_path: Path, args: ModelArgs, bits: dict[str, np.ndarray]) -> None:
+    """config.json's sizes must be those of the weights (checked before a model of that size is allocated)."""
+    hd = args.head_dim
+    expect = {"tok_emb": (args.vocab_size, args.dim), "layers.0.wq": (args.n_heads * hd, args.dim),
+              "layers.0.wk": (args.n_kv_heads * hd, args.dim), "layers.0.w_gate": (args.hidden_dim, args.dim)}
+    for name, shape in expect.items():
+        have = bits.get(name)
+        if have is None:
+            raise InputError(f"{cfg_path.parent}: the weights lack {name}")
+        if tuple(have.shape) != shape:
+            raise InputError(f"{cfg_path}: the sizes (vocab_size, hidden_size, heads, head_dim, intermediate_size) "
+                             f"imply {name} of shape {shape}, the weights hold {tuple(have.shape)}")
+    layers = {int(k.split(".")[1]) for k in bits if k.startswith("layers.")}
+    if layers != set(range(args.n_layers)):
+        raise InputError(f"{cfg_path}: num_hidden_layers is {args.n_layers}, the weights hold {len(layers)} layers")
+
+
 def load_hf_folder(folder: Path, max_seq_len: int = 2048) -> Checkpoint:
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
         raise InputError(f"{folder}: no config.json (not a Hugging Face model folder)")
     try:
         cfg = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise InputError(f"{cfg_path}: invalid JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise InputError(f"{cfg_path}: expected a JSON object, got {type(cfg).__name__}")
+
+    def num(key, default=None, kind=int, minimum=1):
+        """cfg[key] as ``kind`` (a JSON number of that kind, >= minimum); a clear error otherwise."""
+        v = cfg.get(key)
+        if v is None:
+            if default is None:
+                raise InputError(f"{cfg_path}: {key} is missing")
+            return default
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (kind is float or float(v).is_integer())
+        if not ok or v < minimum or (kind is float and v != v):
+            raise InputError(f"{cfg_path}: {key} must be {'a number' if kind is float else 'an integer'} "
+                             f">= {minimum}, got {v!r}")
+        return kind(v)
+
     archs = cfg.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise InputError(f"{cfg_path}: architectures must be a list of names, got {archs!r}")
     arch = next((SUPPORTED_HF_ARCHS[a] for a in archs if a in SUPPORTED_HF_ARCHS), None)
     if arch is None:
         raise InputError(f"{folder}: unsupported architecture {archs or cfg.get('model_type')!r} "
                          f"(supported: {sorted(SUPPORTED_HF_ARCHS)})")
     rs = cfg.get("rope_scaling")
-    if rs and (rs.get("rope_type") or rs.get("type")) not in (None, "default"):
-        raise InputError(f"{folder}: rope_scaling {rs.get('rope_type') or rs.get('type')!r} is not supported")
-    n_heads = int(cfg["num_attention_heads"])
-    dim = int(cfg["hidden_size"])
+    if rs is not None and not isinstance(rs, dict):
+        raise InputError(f"{cfg_path}: rope_scaling must be an object or null, got {rs!r}")
+    rope_scaling = _llama3_rope_scaling(rs, str(cfg_path)) if rs else None
+    n_heads = num("num_attention_heads")
+    dim = num("hidden_size")
+    if dim % n_heads and cfg.get("head_dim") is None:
+        raise InputError(f"{cfg_path}: hidden_size {dim} is not a multiple of num_attention_heads {n_heads}")
+    eos = cfg.get("eos_token_id")
+    if not (eos is None or isinstance(eos, int) and not isinstance(eos, bool) and eos >= 0 or isinstance(eos, list)
+            and all(isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in eos)):
+        raise InputError(f"{cfg_path}: eos_token_id must be a token id or a list of them, got {eos!r}")
     args = ModelArgs(
-        vocab_size=int(cfg["vocab_size"]),
+        vocab_size=num("vocab_size"),
         dim=dim,
-        n_layers=int(cfg["num_hidden_layers"]),
+        n_layers=num("num_hidden_layers"),
         n_heads=n_heads,
-        n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
-        hidden_dim=int(cfg["intermediate_size"]),
-        head_dim=int(cfg.get("head_dim") or dim // n_heads),
-        norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-        rope_theta=float(cfg.get("rope_theta", 10000.0)),
-        max_seq_len=min(max_seq_len, int(cfg.get("max_position_embeddings", max_seq_len))),
+        n_kv_heads=num("num_key_value_heads", n_heads),
+        hidden_dim=num("intermediate_size"),
+        head_dim=num("head_dim", dim // n_heads),
+        norm_eps=num("rms_norm_eps", 1e-6, float, 0),
+        rope_theta=num("rope_theta", 10000.0, float, 0),
+        max_seq_len=min(max_seq_len, num("max_position_embeddings", max_seq_len)),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=(arch == "qwen2") or bool(cfg.get("attention_bias", False)),
+        qk_norm=(arch == "qwen3"),
+        rope_scaling=rope_scaling,
         arch=arch,
     )
+    if n_heads % args.n_kv_heads:
+        raise InputError(f"{cfg_path}: num_attention_heads {n_heads} is not a multiple of num_key_value_heads "
+                         f"{args.n_kv_heads}")
     from safetensors import safe_open
 
     files = sorted(folder.glob("*.safetensors"))
@@ -205,23 +286,26 @@ def load_hf_folder(folder: Path, max_seq_len: int = 2048) -> Checkpoint:
                  "self_attn.o_proj.weight": "wo", "mlp.gate_proj.weight": "w_gate", "mlp.up_proj.weight": "w_up",
                  "mlp.down_proj.weight": "w_down", "input_layernorm.weight": "attn_norm",
                  "post_attention_layernorm.weight": "ffn_norm", "self_attn.q_proj.bias": "bq",
-                 "self_attn.k_proj.bias": "bk", "self_attn.v_proj.bias": "bv"}
+                 "self_attn.k_proj.bias": "bk", "self_attn.v_proj.bias": "bv",
+                 "self_attn.q_norm.weight": "q_norm", "self_attn.k_norm.weight": "k_norm"}
     bits = {}
     for k, t in raw.items():
         if k in m:
             ours = m[k]
-        elif k.startswith("model.layers."):
+        elif k.startswith("model.layers.") and k.count(".") >= 3 and k.split(".", 3)[3] in per_layer:
             _, _, i, rest = k.split(".", 3)
-            if rest not in per_layer:
-                continue
             ours = f"layers.{i}.{per_layer[rest]}"
+        elif k.endswith("rotary_emb.inv_freq"):
+            continue                       # a cached buffer some exports carry; recomputed from the config
         else:
-            continue
+            raise InputError(f"{folder}: tensor {k!r} is not used by the supported {arch} architecture "
+                             "(unsupported variant)")
         if ours == "lm_head" and args.tie_embeddings:
             continue
         bits[ours] = bf16_to_bits(t.float()) if t.dtype != torch.bfloat16 else bf16_to_bits(t)
     if not args.tie_embeddings and "lm_head" not in bits:
         args.tie_embeddings = True
+    _check_config_against_weights(cfg_path, args, bits)
     tok = tokenizer_from_hf_folder(folder)
     args.eos_token_ids = sorted(tok.stop_ids)
     eos = cfg.get("eos_token_id")

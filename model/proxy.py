@@ -97,8 +97,12 @@ class ProxyModel:
         for li in range(a.n_layers):
             p = f"layers.{li}."
             h = self._norm(x, w[p + "attn_norm"], a.norm_eps)
-            q = self._rope(lin(h, p + "wq", "attn_in", li).view(T, nh, hd), T, P)
-            k = self._rope(lin(h, p + "wk", "attn_in", li).view(T, nkv, hd), T, P)
+            q = lin(h, p + "wq", "attn_in", li).view(T, nh, hd)
+            k = lin(h, p + "wk", "attn_in", li).view(T, nkv, hd)
+            if a.qk_norm:                          # Qwen3: per-head RMSNorm before RoPE
+                q = self._norm(q, w[p + "q_norm"], a.norm_eps)
+                k = self._norm(k, w[p + "k_norm"], a.norm_eps)
+            q, k = self._rope(q, T, P), self._rope(k, T, P)
             v = lin(h, p + "wv", "attn_in", li).view(T, nkv, hd)
             k, v = k.transpose(0, 1), v.transpose(0, 1)  # [nkv, T, hd]
             if past:

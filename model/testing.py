@@ -71,17 +71,24 @@ def write_hf_folder(path: str | Path, seed: int = 0, arch: str = "LlamaForCausal
     vocab = tk.get_vocab_size(with_added_tokens=True)
     ck = tiny_checkpoint(seed, vocab=vocab, max_seq_len=max_pos, **kw)
     a = ck.args
-    cfg = {"architectures": [arch], "model_type": "llama", "vocab_size": a.vocab_size, "hidden_size": a.dim,
+    model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
+                  "MistralForCausalLM": "mistral"}.get(arch, "llama")
+    cfg = {"architectures": [arch], "model_type": model_type, "vocab_size": a.vocab_size, "hidden_size": a.dim,
            "num_hidden_layers": a.n_layers, "num_attention_heads": a.n_heads, "num_key_value_heads": a.n_kv_heads,
            "intermediate_size": a.hidden_dim, "head_dim": a.head_dim, "rms_norm_eps": a.norm_eps,
            "rope_theta": a.rope_theta, "max_position_embeddings": max_pos, "tie_word_embeddings": a.tie_embeddings,
-           "eos_token_id": tk.token_to_id("<|im_end|>"), "torch_dtype": "bfloat16"}
+           "eos_token_id": tk.token_to_id("<|im_end|>"), "torch_dtype": "bfloat16",
+           "attention_bias": bool(a.qkv_bias)}
+    if a.rope_scaling:
+        cfg["rope_scaling"] = {"rope_type": "llama3", **a.rope_scaling}
     (path / "config.json").write_text(json.dumps(cfg, indent=1))
     hf = {"tok_emb": "model.embed_tokens.weight", "norm": "model.norm.weight", "lm_head": "lm_head.weight"}
     per = {"wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight", "wv": "self_attn.v_proj.weight",
            "wo": "self_attn.o_proj.weight", "w_gate": "mlp.gate_proj.weight", "w_up": "mlp.up_proj.weight",
            "w_down": "mlp.down_proj.weight", "attn_norm": "input_layernorm.weight",
-           "ffn_norm": "post_attention_layernorm.weight"}
+           "ffn_norm": "post_attention_layernorm.weight", "bq": "self_attn.q_proj.bias",
+           "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias", "q_norm": "self_attn.q_norm.weight",
+           "k_norm": "self_attn.k_norm.weight"}
     tensors = {}
     for name, b in ck.bits.items():
         if name in hf:
@@ -102,10 +109,31 @@ def _permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def llama3_rope_factors(a: ModelArgs) -> np.ndarray:
+    """llama.cpp's convert_hf_to_gguf ``rope_freqs`` for a Llama-3 ``rope_scaling`` (one divisor per frequency)."""
+    import math
+    rs = a.rope_scaling
+    factor, lo, hi, old = (float(rs[k]) for k in ("factor", "low_freq_factor", "high_freq_factor",
+                                                  "original_max_position_embeddings"))
+    freqs = 1.0 / (a.rope_theta ** (np.arange(0, a.head_dim, 2, dtype=np.float64) / a.head_dim))
+    out = []
+    for f in freqs:
+        wavelen = 2 * math.pi / f
+        if wavelen < old / hi:
+            out.append(1.0)
+        elif wavelen > old / lo:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - lo) / (hi - lo)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
 def write_gguf(path: str | Path, seed: int = 0, arch: str = "llama", **kw) -> Path:
-    """A tiny random model as a llama-architecture GGUF (F32 tensors, q/k permuted as llama.cpp does,
-    gpt2-style BPE tokenizer metadata and a chat template). Returns the path; the same weights as
-    ``tiny_checkpoint(seed, vocab=<tokenizer size>, **kw)``."""
+    """A tiny random model as a GGUF the way llama.cpp writes one (F32 tensors; for ``llama`` q/k rows
+    permuted to the interleaved RoPE layout; ``qwen2``/``qwen3`` unpermuted; a Llama-3 ``rope_scaling``
+    becomes a ``rope_freqs`` tensor), gpt2-style BPE tokenizer metadata and a chat template. Returns the
+    path; the same weights as ``tiny_checkpoint(seed, vocab=<tokenizer size>, **kw)``."""
     import gguf
 
     from .loader import bits_to_bf16
@@ -140,7 +168,10 @@ def write_gguf(path: str | Path, seed: int = 0, arch: str = "llama", **kw) -> Pa
     names = {"tok_emb": "token_embd.weight", "norm": "output_norm.weight", "lm_head": "output.weight"}
     per = {"wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight", "wo": "attn_output.weight",
            "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight", "w_down": "ffn_down.weight",
-           "attn_norm": "attn_norm.weight", "ffn_norm": "ffn_norm.weight"}
+           "attn_norm": "attn_norm.weight", "ffn_norm": "ffn_norm.weight", "bq": "attn_q.bias",
+           "bk": "attn_k.bias", "bv": "attn_v.bias", "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight"}
+    if a.rope_scaling:
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(a))
     for name, b in ck.bits.items():
         x = bits_to_bf16(b).float().numpy()
         if name in names:
@@ -148,9 +179,9 @@ def write_gguf(path: str | Path, seed: int = 0, arch: str = "llama", **kw) -> Pa
         else:
             _, i, n = name.split(".")
             g = f"blk.{i}.{per[n]}"
-            if n == "wq":
+            if arch == "llama" and n in ("wq", "bq"):
                 x = _permute_qk(x, a.n_heads)
-            elif n == "wk":
+            elif arch == "llama" and n in ("wk", "bk"):
                 x = _permute_qk(x, a.n_kv_heads)
         w.add_tensor(g, np.ascontiguousarray(x, dtype=np.float32))
     w.write_header_to_file()

@@ -47,9 +47,38 @@ class ChatTokenizer:
             raise InputError(f"cannot render the chat template: {e}") from None
 
 
+# The split regexes of the Hugging Face tokenizer.json files these GGUF pre-tokenizer names stand for
+# (llama.cpp's LLAMA3 and QWEN2 pre-types): words with an optional leading non-letter, numbers in runs
+# of at most 3 digits (Llama 3) or single digits (Qwen2/Qwen3), punctuation runs, newlines, spaces.
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+# Pre-tokenizer names handled exactly; any other name is refused, never approximated.
+SUPPORTED_GGUF_PRE = ("default", "gpt2", "smollm", "starcoder", "refact", "llama3", "llama-bpe", "qwen2")
+
+
+def gguf_pre_tokenizer(pre: str):
+    """The tokenizers pre-tokenizer for a GGUF ``tokenizer.ggml.pre`` name; InputError for unknown names."""
+    from tokenizers import Regex, pre_tokenizers
+
+    if pre in ("default", "gpt2"):
+        return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre in ("smollm", "starcoder", "refact"):
+        # SmolLM / StarCoder tokenizer.json: individual digits, then GPT-2's byte-level regex split.
+        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    if pre in ("llama3", "llama-bpe", "qwen2"):
+        split = _QWEN2_SPLIT if pre == "qwen2" else _LLAMA3_SPLIT
+        return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
+                                        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    raise InputError(f"unsupported GGUF pre-tokenizer {pre!r} (supported: {', '.join(SUPPORTED_GGUF_PRE)}); "
+                     "use the model's Hugging Face folder (tokenizer.json) instead")
+
+
 def tokenizer_from_gguf_fields(fields: dict) -> ChatTokenizer:
     """Byte-level BPE (tokenizer.ggml.model == 'gpt2') from GGUF metadata."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, AddedToken
+    from tokenizers import Tokenizer, decoders, models, AddedToken
 
     model = fields.get("tokenizer.ggml.model")
     if model != "gpt2":
@@ -60,12 +89,10 @@ def tokenizer_from_gguf_fields(fields: dict) -> ChatTokenizer:
     vocab = {t: i for i, t in enumerate(tokens)}
     tk = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
     pre = fields.get("tokenizer.ggml.pre", "default")
-    bl = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if pre in ("smollm", "starcoder", "refact", "qwen2", "llama3", "llama-bpe"):
-        # individual digits (SmolLM / StarCoder); close enough for the others we do not bundle
-        tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), bl])
-    else:
-        tk.pre_tokenizer = bl
+    tk.pre_tokenizer = gguf_pre_tokenizer(pre)
+    if pre == "qwen2":
+        from tokenizers import normalizers
+        tk.normalizer = normalizers.NFC()          # as Qwen2/Qwen3's tokenizer.json
     tk.decoder = decoders.ByteLevel()
     special = [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if int(ty) == 3]
     tk.add_special_tokens(special)

@@ -1,7 +1,9 @@
-"""A compact gpt-fast-style decoder-only transformer (Llama / SmolLM2 / Qwen2 family), bf16 on CPU.
+"""A compact gpt-fast-style decoder-only transformer (Llama / SmolLM2 / Qwen2 / Qwen3 family), bf16 on CPU.
 
-RMSNorm, rotary embeddings (HF "rotate-half" layout), grouped-query attention, SwiGLU MLP, tied or untied
-LM head, optional q/k/v biases (Qwen2), and a static KV cache indexed by absolute position.
+RMSNorm, rotary embeddings (HF "rotate-half" layout; Llama-3.x ``rope_scaling`` type llama3 and GGUF
+``rope_freqs`` per-frequency factors), grouped-query attention, SwiGLU MLP, tied or untied LM head,
+optional q/k/v biases (Qwen2), optional per-head q/k RMSNorm before RoPE (Qwen3), and a static KV cache
+indexed by absolute position.
 
 Batch invariance. Speculative decoding is only lossless if the target's logits for a position are the
 same bits whether the position is decoded alone (plain autoregressive decoding) or verified together
@@ -38,6 +40,13 @@ class ModelArgs:
     max_seq_len: int = 2048
     tie_embeddings: bool = True
     qkv_bias: bool = False
+    qk_norm: bool = False                    # Qwen3: RMSNorm over head_dim of q and k, before RoPE
+    # Llama-3.x rope_scaling (HF config): {"factor", "low_freq_factor", "high_freq_factor",
+    # "original_max_position_embeddings"}; None = plain RoPE.
+    rope_scaling: dict | None = None
+    # GGUF rope_freqs: one divisor per frequency (llama.cpp's freq_factors; a Llama-3.1 GGUF carries its
+    # llama3 scaling this way). None = all 1.
+    rope_freq_factors: list[float] | None = None
     bos_token_id: int | None = None
     eos_token_ids: list[int] = field(default_factory=list)
     arch: str = "llama"
@@ -67,6 +76,8 @@ class Attention(nn.Module):
     def __init__(self, a: ModelArgs):
         super().__init__()
         self.a = a
+        self.q_norm = RMSNorm(a.head_dim, a.norm_eps) if a.qk_norm else None
+        self.k_norm = RMSNorm(a.head_dim, a.norm_eps) if a.qk_norm else None
         self.wq = nn.Parameter(torch.zeros(a.n_heads * a.head_dim, a.dim, dtype=torch.bfloat16), requires_grad=False)
         self.wk = nn.Parameter(torch.zeros(a.n_kv_heads * a.head_dim, a.dim, dtype=torch.bfloat16), requires_grad=False)
         self.wv = nn.Parameter(torch.zeros(a.n_kv_heads * a.head_dim, a.dim, dtype=torch.bfloat16), requires_grad=False)
@@ -119,8 +130,28 @@ class KVCache:
         self.v[sl, :, start:stop] = other.v[sl, :, start:stop]
 
 
-def rope_tables(a: ModelArgs) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_inv_freq(a: ModelArgs) -> torch.Tensor:
+    """Inverse frequencies (float64), with Llama-3 scaling and GGUF frequency factors applied."""
     inv = 1.0 / (a.rope_theta ** (torch.arange(0, a.head_dim, 2, dtype=torch.float64) / a.head_dim))
+    if a.rope_scaling:
+        # HF transformers' _compute_llama3_parameters: long wavelengths divided by `factor`, short ones
+        # kept, a smooth blend between the two wavelength limits of the original context.
+        rs = a.rope_scaling
+        factor, lo, hi = float(rs["factor"]), float(rs["low_freq_factor"]), float(rs["high_freq_factor"])
+        old = float(rs["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > old / lo, inv / factor, inv)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
+        inv = torch.where(medium, blended, scaled)
+    if a.rope_freq_factors is not None:
+        inv = inv / torch.tensor(a.rope_freq_factors, dtype=torch.float64)
+    return inv
+
+
+def rope_tables(a: ModelArgs) -> tuple[torch.Tensor, torch.Tensor]:
+    inv = rope_inv_freq(a)
     t = torch.arange(a.max_seq_len, dtype=torch.float64)
     freqs = torch.outer(t, inv)
     emb = torch.cat([freqs, freqs], -1)
@@ -156,6 +187,9 @@ class Transformer(nn.Module):
                 p = getattr(blk.attn, n)
                 if p is not None:
                     out[f"layers.{i}.{n}"] = p
+            if blk.attn.q_norm is not None:
+                out[f"layers.{i}.q_norm"] = blk.attn.q_norm.weight
+                out[f"layers.{i}.k_norm"] = blk.attn.k_norm.weight
             for n in ("w_gate", "w_up", "w_down"):
                 out[f"layers.{i}.{n}"] = getattr(blk.mlp, n)
             out[f"layers.{i}.attn_norm"] = blk.attn_norm.weight
@@ -236,6 +270,8 @@ class Transformer(nn.Module):
         q = F.linear(h, at.wq, at.bq).view(T, nh, hd)
         k = F.linear(h, at.wk, at.bk).view(T, nkv, hd)
         v = F.linear(h, at.wv, at.bv).view(T, nkv, hd)
+        if at.q_norm is not None:
+            q, k = at.q_norm(q), at.k_norm(k)
         c = self.rope_cos[start_pos : start_pos + T][:, None, :]
         s = self.rope_sin[start_pos : start_pos + T][:, None, :]
         q = (q.float() * c + _rotate_half(q.float()) * s).to(torch.bfloat16)
