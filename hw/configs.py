@@ -90,25 +90,6 @@ _c2v2_factories()
 # ---- end of the C2 decoder v2 block ----
 
 
-# ---- C1 decoder v2 (hw/decoder_c1_v2.py, docs/HARDWARE.md 2b) -- owned by the C1 v2 work; keep separate ----
-# Same ports, payloads, registers and errors as decoder_c1_*; pipelined, no cross-plane one-cycle loop.
-# ``_v4``: full mode at L/2 values/cycle (verif_lanes, as decoder_c1_l8_v4), every plane word 8L bits.
-def _c1v2_factories():
-    from .decoder_c1_v2 import DecoderC1v2
-    for l, word, lv in ((4, 32, 4), (8, 64, 8), (8, 64, 4)):
-        name = f"decoder_c1v2_l{l}" + (f"_v{lv}" if lv < l else "")
-        extra = {"verif_lanes": lv, "verif_word": word} if lv < l else {}
-        _register(name, lambda l=l, w=word, lv=lv: DecoderC1v2(lanes=l, word=w, verif_lanes=lv),
-                  block="decoder_c1v2", lanes=l, word=word, **extra,
-                  values_per_cycle=l, values_per_cycle_full=lv, latency_cycles=5,
-                  description=f"Cassandra-1 decoder v2 (pipelined code planes), {l} bf16 values/cycle in draft "
-                              f"mode, {lv} in full mode, {word}-bit plane words")
-
-
-_c1v2_factories()
-# ---- end of the C1 decoder v2 block ----
-
-
 def _encoder_factories():
     """KV encoders (docs/HARDWARE.md 3 / 3a). Default: ``encoder_kv_c1_l2`` / ``encoder_kv_c2_l2``, sized to the
     KV rate (prefill tokens/s x values per token, well under one value per PE cycle for a Llama-3-8B-class
