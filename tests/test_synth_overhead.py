@@ -102,3 +102,20 @@ def test_no_pe_means_no_figure():
     del rep["blocks"]["pe_bf16_fp32"]
     ov = overhead.overhead(rep, OverheadParams(devices=DEV))
     assert ov["npu_overhead_percent"] == {"x": None} and "error" in ov["overhead"]
+
+
+def test_compare_ratios_across_flows(tmp_path):
+    from cassandra_rtl.synth import compare
+    asic = _fake_report()
+    fpga = {"flow": {"tool": "nextpnr"}, "blocks": {
+        "pe_bf16_fp32": {"status": "ok", "lut4": 1000, "fmax_mhz": 20.0},
+        "decoder_x_l16": {"status": "ok", "lut4": 8000, "fmax_mhz": 25.0}}}
+    for name, rep in (("asic", asic), ("fpga", fpga)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.json").write_text(json.dumps(rep))
+    res = compare.compare([compare.load_report(tmp_path / "asic"), compare.load_report(tmp_path / "fpga")])
+    a, f = res["flows"]["fake"], res["flows"]["ECP5 (nextpnr)"]
+    assert a["decoder_x_l16"]["area_vs_pe"] == 10.0 and a["decoder_x_l16"]["fmax_vs_pe"] == 2.0
+    assert f["decoder_x_l16"]["area_vs_pe"] == 8.0 and f["decoder_x_l16"]["fmax_vs_pe"] == 1.25
+    assert "decoder_x_l16" in compare.render(res)
+    assert compare.main([str(tmp_path / "missing")]) == 2
