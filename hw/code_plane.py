@@ -131,8 +131,10 @@ class CodePlane(wiring.Component):
         parsing Out(1)     chunks of the current tensor remain to be parsed
     """
 
-    def __init__(self, word: int = 64, seg: int | None = None, lanes: int | None = None,
-                 depth: int | None = None, pops: int = 9):
+    @staticmethod
+    def resolve(word: int = 64, seg: int | None = None, lanes: int | None = None, depth: int | None = None,
+                pops: int = 9) -> tuple[int, int, int, int, int]:
+        """The parameters with their defaults filled in; ConfigError (one line) when they are invalid."""
         if not isinstance(word, int) or word < 2 * BYTE or word & (word - 1):
             raise ConfigError(f"code plane word must be a power of two >= 16 bits, got {word!r}")
         seg = min(word, 32) if seg is None else seg
@@ -147,6 +149,11 @@ class CodePlane(wiring.Component):
         depth = min_depth if depth is None else depth
         if not isinstance(depth, int) or depth & (depth - 1) or depth < min_depth:
             raise ConfigError(f"code plane depth must be a power of two >= {min_depth}, got {depth!r}")
+        return word, seg, lanes, depth, pops
+
+    def __init__(self, word: int = 64, seg: int | None = None, lanes: int | None = None,
+                 depth: int | None = None, pops: int = 9):
+        word, seg, lanes, depth, pops = self.resolve(word, seg, lanes, depth, pops)
         self.word, self.seg, self.lanes, self.depth, self.pops = word, seg, lanes, depth, pops
         super().__init__({
             "inp": In(stream.Signature(word_layout(word))),

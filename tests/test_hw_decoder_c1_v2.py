@@ -1,0 +1,316 @@
+"""C1 decoder v2 (hw/decoder_c1_v2.py) and its code plane (hw/code_plane.py) against the golden codec.
+
+Same contract as v1 (tests/test_hw_decoder.py): every test decodes with the Amaranth simulator and
+compares every value bit for bit with ``decode_draft`` / ``decode_full`` (tests/hw_helpers.py), under
+random idles on every input and random backpressure; malformed streams must raise the sticky error and
+never hang. Knobs: HW_STALL (default 0.3).
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+
+from cassandra_rtl.errors import ConfigError
+from cassandra_rtl.golden.codebook import Codebook
+from cassandra_rtl.golden.codec import encode_tensor, superblock_chunks
+from cassandra_rtl.golden.config import K_MAX, PRUNED, CodecConfig
+from cassandra_rtl.hw.code_plane import CodePlane, Kind
+from cassandra_rtl.hw.decoder import Err, Reg
+from cassandra_rtl.hw.decoder_c1_v2 import DecoderC1v2
+from cassandra_rtl.hw.simutil import DecodeJob, Stalls, chunk_words, decoder_planes, decoder_program, run_decoder
+from hw_helpers import check, check_recovers, check_reset_mid_stream, weights
+
+STALL = float(os.environ.get("HW_STALL", "0.3"))
+
+
+# ------------------------------------------------------------------------------------------- code plane
+
+def parse_chunk(chunk: bytes, K: int, word: int):
+    """Reference parse of one chunk (docs/FORMAT.md 3.1 and 5): the entries the code plane must produce.
+    An END's flags are None when an escape payload runs past the chunk (pad_err set, long_run any)."""
+    bits = [(b >> i) & 1 for b in chunk for i in range(8)]
+    nw = max(1, -(-len(chunk) * 8 // word))
+    total = nw * word
+    bits += [0] * (total - len(bits))
+    out, pos, run, end = [], 0, 0, 0
+    while pos < total:
+        if not bits[pos]:
+            run, pos = run + 1, pos + 1
+            continue
+        r, run, pos = run, 0, pos + 1
+        if r == K:
+            if pos + 8 > total:
+                return out + [(Kind.END, None)]
+            out.append((Kind.ESC, sum(bits[pos + i] << i for i in range(8))))
+            pos += 8
+        else:
+            out.append((Kind.BAD, None) if r > K else (Kind.CODE, r))
+        end = pos
+    pad = int(end <= (nw - 1) * word and not (nw == 1 and end == 0))
+    return out + [(Kind.END, pad | (int(min(31, total - end) > K) << 1))]
+
+
+def run_code_plane(dut: CodePlane, chunks, K, seed, idle=0.3):
+    from amaranth.sim import Simulator
+
+    words = [w for c in chunks for w in chunk_words(c, dut.word)]
+    expect = [e for c in chunks for e in parse_chunk(c, K, dut.word)]
+    got = []
+    rng = random.Random(seed)
+
+    async def bench(ctx):
+        ctx.set(dut.k, K)
+        ctx.set(dut.enable, 1)
+        ctx.set(dut.chunks, len(chunks))
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        wi = 0
+        for _ in range(40 * len(expect) + 50 * len(words)):
+            send = wi < len(words) and rng.random() >= idle
+            ctx.set(dut.inp.valid, send)
+            if send:
+                ctx.set(dut.inp.payload.data, words[wi][0])
+                ctx.set(dut.inp.payload.last, words[wi][1])
+            n = min(ctx.get(dut.count), rng.randint(0, dut.pops))
+            for j in range(n):
+                e = ctx.get(dut.win[j])
+                got.append((Kind(e.kind), int(e.val)))
+            ctx.set(dut.pop, n)
+            accepted = send and ctx.get(dut.inp.ready)
+            await ctx.tick()
+            wi += int(accepted)
+            if len(got) >= len(expect) and not ctx.get(dut.parsing):
+                break
+        assert not ctx.get(dut.count), "entries after the last chunk's END"
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert len(got) == len(expect)
+    for i, (g, x) in enumerate(zip(got, expect)):
+        if x[1] is None:
+            assert g[0] == x[0] and (x[0] != Kind.END or g[1] & 1), (i, g, x)
+        else:
+            assert g == x, (i, g, x)
+
+
+def random_chunks(rng, K, n):
+    chunks = []
+    for _ in range(n):
+        kind = rng.random()
+        if kind < 0.15:
+            chunks.append(b"")
+        elif kind < 0.6:                      # codes of the book's ranks, some escapes
+            bits = []
+            for _ in range(rng.randint(1, 40)):
+                r = K if (K == 0 or rng.random() < 0.1) else rng.randrange(K)
+                bits += [0] * r + [1] + ([rng.randint(0, 1) for _ in range(8)] if r == K else [])
+            bits += [0] * (-len(bits) % 8)
+            chunks.append(bytes(sum(bits[8 * i + j] << j for j in range(8)) for i in range(len(bits) // 8)))
+        else:                                 # arbitrary bytes: bad codes, long runs, payloads past the end
+            chunks.append(bytes(rng.randrange(256) if rng.random() < 0.7 else 0 for _ in range(rng.randint(1, 24))))
+    return chunks
+
+
+@pytest.mark.parametrize("word,seg,lanes,K", [(64, 32, 16, 0), (32, 16, 16, 3),
+                                              pytest.param(64, 32, 32, 15, marks=pytest.mark.slow),
+                                              pytest.param(64, 16, 16, 1, marks=pytest.mark.slow)])
+def test_code_plane_matches_reference_parse(word, seg, lanes, K):
+    rng = random.Random(word + seg + lanes + K)
+    run_code_plane(CodePlane(word, seg, lanes, pops=9), random_chunks(rng, K, 7), K, seed=K)
+
+
+# ---------------------------------------------------------------------------------------------- decoder
+
+@pytest.mark.parametrize("lanes,full,m,keep", [(4, False, 3, 0.5), (8, True, 0, 0.3),
+                                               pytest.param(4, True, 3, 0.5, marks=pytest.mark.slow),
+                                               pytest.param(8, False, 7, 1.0, marks=pytest.mark.slow)])
+def test_v2_random_tensor(lanes, full, m, keep):
+    bits = weights(200 + lanes * 5, seed=lanes * 7 + m)          # partial last superblock
+    enc = encode_tensor(bits, CodecConfig(group_size=64, mantissa_bits=m, keep_ratio=keep))
+    jobs = [DecodeJob(enc, full)]
+    check(run_decoder(DecoderC1v2(lanes), jobs, Stalls(STALL, STALL, seed=lanes + m)), jobs)
+
+
+def test_v2_bf16_patterns_and_reprogramming():
+    """A spread of bf16 patterns (every exponent, specials, escapes everywhere), then other books and modes
+    back to back: per-tensor books, codebook reprogramming between tensors."""
+    rng = np.random.default_rng(5)
+    pats = np.arange(0, 65536, 61, dtype=np.uint16)
+    pats = np.concatenate([pats, np.array([0, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x7F81, 1, 0x807F], np.uint16)])
+    rng.shuffle(pats)
+    enc1 = encode_tensor(pats[:512], CodecConfig(group_size=128, mantissa_bits=2, keep_ratio=0.75))
+    enc2 = encode_tensor(weights(256, 9), CodecConfig(group_size=32, mantissa_bits=5, keep_count=32))
+    jobs = [DecodeJob(enc1, True), DecodeJob(enc2, False)]
+    check(run_decoder(DecoderC1v2(4, 32), jobs, Stalls(STALL, STALL, seed=3)), jobs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("full", [False, True])
+def test_v2_all_65536_patterns(full):
+    pats = np.arange(65536, dtype=np.uint16)
+    np.random.default_rng(1).shuffle(pats)
+    enc = encode_tensor(pats, CodecConfig(group_size=256, mantissa_bits=3, keep_ratio=0.5))
+    jobs = [DecodeJob(enc, full)]
+    check(run_decoder(DecoderC1v2(4, 32), jobs, Stalls(0.1, 0.1, seed=1), max_cycles=10**6), jobs)
+
+
+def test_v2_fewer_verification_lanes():
+    """verif_lanes < lanes: full-mode beats hold at most Lv values, draft beats L; alternating modes."""
+    bits = weights(308, seed=4 * 13 + 2)                          # partial last superblock
+    enc = encode_tensor(bits, CodecConfig(group_size=32, mantissa_bits=2, keep_ratio=0.3))
+    dut = DecoderC1v2(8, verif_lanes=4)
+    jobs = [DecodeJob(enc, True), DecodeJob(enc, False)]
+    res = run_decoder(dut, jobs, Stalls(STALL, STALL, seed=12))
+    check(res, jobs)
+    assert max(c for c, _, _ in res.meta[0]) == 4 and max(c for c, _, _ in res.meta[1]) == 8
+
+
+def _forced_books_tensor():
+    bits = weights(160, 11)
+    bits[::7] = (bits[::7] & 0x807F) | (np.arange(len(bits[::7])) % 40 + 100).astype(np.uint16) << 7
+    return bits
+
+
+def test_v2_escapes_and_long_codes():
+    """A full book of 15 with the most common exponent at rank 14 (15-bit codes) and escapes in both books,
+    then books of K = 0 (every code an escape: speculation without pruning; verification with pruning)."""
+    bits = _forced_books_tensor()
+    enc0 = encode_tensor(bits, CodecConfig(group_size=32, mantissa_bits=4, keep_count=20))
+    exps = np.unique((bits >> 7) & 0xFF)
+    common = np.bincount((bits >> 7) & 0xFF).argmax()
+    others = [int(e) for e in exps if e != common][:K_MAX - 2]
+    spec = Codebook(tuple(others + [PRUNED, int(common)]))
+    assert spec.K == K_MAX
+    jobs = [DecodeJob(encode_tensor(bits, enc0.config, books=(spec, Codebook(tuple(others[:K_MAX])))), True)]
+    cfg_all = CodecConfig(group_size=32, mantissa_bits=4, keep_count=32)
+    jobs.append(DecodeJob(encode_tensor(bits[:48], cfg_all, books=(Codebook(()), Codebook(()))), True))
+    jobs.append(DecodeJob(encode_tensor(bits[:80], enc0.config, books=(Codebook((PRUNED,)), Codebook(()))), True))
+    check(run_decoder(DecoderC1v2(4, 32), jobs, Stalls(STALL, STALL, seed=4)), jobs)
+
+
+@pytest.mark.slow
+def test_v2_boundary_keep_counts():
+    """k = 1 (all pruned but one) and k = G (nothing pruned, empty verification chunks)."""
+    bits = _forced_books_tensor()
+    jobs = [DecodeJob(encode_tensor(bits, CodecConfig(group_size=32, mantissa_bits=4, keep_count=keep)), True)
+            for keep in (1, 32)]
+    check(run_decoder(DecoderC1v2(4, 32), jobs, Stalls(STALL, STALL, seed=5)), jobs)
+
+
+def test_v2_superblock_boundaries_without_bubbles():
+    """G = 32 at L = 4 (a superblock every 8 beats), no stalls: one beat per cycle across the boundaries
+    and across two back-to-back tensors, so the run takes the beats plus the fixed pipeline latency and
+    the host's register writes (a bubble per superblock would add 1 cycle per superblock: 24 here)."""
+    enc = encode_tensor(weights(12 * 32, 3), CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5))
+    jobs = [DecodeJob(enc, False), DecodeJob(enc, False)]
+    res = run_decoder(DecoderC1v2(4, 32), jobs, Stalls())
+    check(res, jobs)
+    beats = sum(len(mt) for mt in res.meta)
+    overhead = res.cycles - beats
+    assert beats == 2 * 12 * 32 // 4
+    assert overhead < 2 * (len(decoder_program(enc, False)) + 12), overhead
+
+
+def _error_case(kind):
+    bits = weights(128, 21)
+    enc = encode_tensor(bits, CodecConfig(group_size=64, mantissa_bits=3, keep_ratio=0.5))
+    planes = decoder_planes(enc, True, 32)
+
+    def malformed(plane, words):
+        planes[plane] = words
+        return DecodeJob(enc, True, planes=planes)
+
+    def first_last(plane):
+        return [i for i, (_, last) in enumerate(planes[plane]) if last][0]
+
+    if kind in ("code", "verif_code"):        # a run of more than K zeros at the start of a code plane
+        plane = "spec_codes" if kind == "code" else "verif_codes"
+        w = list(planes[plane])
+        w[0] = (0, w[0][1])
+        return malformed(plane, w), Err.CODE
+    if kind in ("overrun", "overrun_rest", "overrun_codes"):   # a chunk of superblock 0 ends one word early
+        plane = {"overrun": "spec_signman", "overrun_rest": "verif_rest", "overrun_codes": "spec_codes"}[kind]
+        w = list(planes[plane])
+        i = first_last(plane)
+        w[i - 1] = (w[i - 1][0], 1)
+        del w[i]
+        return malformed(plane, w), Err.OVERRUN
+    if kind == "too_long":                    # verif.rest chunk 0 gets an extra zero word before its last
+        w = list(planes["verif_rest"])
+        w.insert(first_last("verif_rest"), (0, 0))
+        return malformed("verif_rest", w), Err.TOO_LONG
+    if kind == "too_long_codes":              # a code chunk gets a zero word after its last word (in a code
+        w = list(planes["spec_codes"])        # plane an inserted word would lengthen a zero run: CODE)
+        i = first_last("spec_codes")
+        w[i] = (w[i][0], 0)
+        w.insert(i + 1, (0, 1))
+        return malformed("spec_codes", w), Err.TOO_LONG
+    if kind == "keep":
+        prog = [(a, d + 1 if a == Reg.KEEP else d) for a, d in decoder_program(enc, False)]
+        return DecodeJob(enc, False, program=prog), Err.KEEP
+    if kind == "no_book":
+        prog = [(a, d) for a, d in decoder_program(enc, False) if a != Reg.SPEC_K]
+        return DecodeJob(enc, False, program=prog), Err.NO_BOOK
+    if kind == "config":
+        prog = [(a, 100 if a == Reg.GROUP else d) for a, d in decoder_program(enc, False)]
+        return DecodeJob(enc, False, program=prog), Err.CONFIG
+    raise KeyError(kind)
+
+
+QUICK_ERRORS = ["code", "overrun", "too_long_codes", "keep"]
+SLOW_ERRORS = ["verif_code", "overrun_rest", "overrun_codes", "too_long", "no_book", "config"]
+
+
+@pytest.mark.parametrize("kind", QUICK_ERRORS + [pytest.param(k, marks=pytest.mark.slow) for k in SLOW_ERRORS])
+def test_v2_malformed_raises_sticky_error(kind):
+    """The expected error bit (and no other) is raised and busy drops."""
+    bad, bit = _error_case(kind)
+    res = run_decoder(DecoderC1v2(4, 32), [bad], Stalls(STALL, STALL, seed=8), max_cycles=4000, expect_error=True)
+    assert res.error_code == 1 << bit, f"expected only error bit {bit}, got {res.error_code:#x}"
+    assert res.busy == 0
+
+
+@pytest.mark.parametrize("kind", ["code"] + [pytest.param(k, marks=pytest.mark.slow)
+                                             for k in QUICK_ERRORS[1:] + SLOW_ERRORS])
+def test_v2_error_drains_and_recovers_after_clear_error(kind):
+    """After the error the inputs drain (the rest of the bad tensor's words are accepted and dropped);
+    CLEAR_ERROR, then a good tensor decodes exactly (tests/hw_helpers.check_recovers)."""
+    bad, _ = _error_case(kind)
+    good = encode_tensor(weights(96, 2), CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5))
+    check_recovers(DecoderC1v2(4, 32), bad, good, pre_wait=200)
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+@pytest.mark.parametrize("kw", [{"lanes": 0}, {"lanes": 33}, {"lanes": 4, "word": 12}, {"lanes": 4, "word": 48},
+                                {"lanes": 1}, {"lanes": 4, "verif_lanes": 5}, {"lanes": 4, "seg": 24},
+                                {"lanes": 4, "seg": 64}, {"lanes": 4, "code_lanes": 0}])
+def test_v2_rejects_bad_parameters(kw):
+    with pytest.raises(ConfigError):
+        DecoderC1v2(**kw)
+
+
+def test_v2_reset_mid_stream_returns_to_idle():
+    enc = encode_tensor(weights(256, 31), CodecConfig(group_size=64, mantissa_bits=3, keep_ratio=0.5))
+    check_reset_mid_stream(DecoderC1v2(4, 32), enc, word=32, ticks=20)
+
+
+def test_v2_port_interface_is_v1s():
+    """Same ports and payload layouts as v1 (so every harness runs v2 by configuration name)."""
+    from cassandra_rtl.hw.decoder import DecoderC1
+    v1, v2 = DecoderC1(8), DecoderC1v2(8)
+    assert v1.signature == v2.signature
+    assert v1.port_words == v2.port_words
+
+
+def test_code_plane_on_golden_chunks():
+    """The speculation and verification code planes of a golden tensor (with escapes) parse as the golden
+    decoder reads them."""
+    enc = encode_tensor(_forced_books_tensor(), CodecConfig(group_size=32, mantissa_bits=4, keep_count=20))
+    for plane, book in (("spec.codes", enc.spec_book), ("verif.codes", enc.verif_book)):
+        run_code_plane(CodePlane(64, 32, pops=9), superblock_chunks(enc, plane), book.K, seed=1, idle=STALL)
