@@ -14,8 +14,8 @@ Defaults and why:
 * ``decoder_c1_l16``: 16 values/cycle, 128-bit plane words. Every plane needs at most 8 bits per
   value (a pruned value's rest field; signman at m = 7), so word = 8 * L sustains L values/cycle in
   every configuration of the format.
-* ``encoder_kv_c1_l8`` / ``encoder_kv_c1_l16``: the online KV encoder (hw/encoder.py), same widths.
-* ``encoder_kv_c2_l8`` / ``encoder_kv_c2_l16``: the online Cassandra-2 KV encoder (hw/encoder_c2.py), same widths.
+* ``encoder_kv_c1_l2`` / ``encoder_kv_c2_l2`` (the defaults) and ``*_l8``: the online KV encoders (hw/encoder.py,
+  hw/encoder_c2.py), 2 (8) values/cycle, 64-bit plane words; see ``_encoder_factories``.
 """
 from __future__ import annotations
 
@@ -110,33 +110,37 @@ _c1v2_factories()
 
 
 def _encoder_factories():
+    """KV encoders (docs/HARDWARE.md 3 / 3a). Default: ``encoder_kv_c1_l2`` / ``encoder_kv_c2_l2``, sized to the
+    KV rate (prefill tokens/s x values per token, well under one value per PE cycle for a Llama-3-8B-class
+    model, docs/HARDWARE.md section 3 "Rate"): 2 values/cycle in and out, one vector buffer in a
+    ``lib.memory.Memory``, a sequential radix-16 select, 64-bit plane words (the decoders' DMA width).
+    ``*_l8``: the same micro-architecture at 8 lanes (kept for the testbench and loopback
+    configurations that use it)."""
     try:
         from .encoder import EncoderKvC1
+        from .encoder_c2 import EncoderKvC2
     except ImportError:            # the encoder is optional while it is being developed
         return
-    for l, word in ((8, 64), (16, 128)):
+    G = 128
+    for l, word in ((2, 64), (8, 64)):
+        R = max(16, l)
+        # measured (docs/HARDWARE.md 3): G/L + ~2 cycles per vector at k = G; with pruning the select's
+        # three buffer passes add 3 (G/R + 4) + ~4 cycles (one buffer: select and emission alternate)
+        prune_cycles = G // l + 3 * (G // R + 4) + 4
         _register(f"encoder_kv_c1_l{l}", lambda l=l, w=word: EncoderKvC1(lanes=l, word=w),
-                  block="encoder_kv_c1", lanes=l, word=word, max_group=128,
-                  # measured (docs/HARDWARE.md section 3): G / max(G/L, 9) values/cycle when pruning (two
-                  # vector buffers: the 8-cycle radix-4 select overlaps the other vector's emission),
-                  # G / max(G/L, 8.5) at k = G; latency ~ 2G/L + 13
-                  values_per_cycle=l, values_per_cycle_pruning_g128=round(128 / max(128 / l, 9), 2),
-                  latency_cycles=2 * 128 // l + 13,
-                  description=f"online KV-cache encoder (C1), {l} bf16 values/cycle in, {word}-bit plane words")
-    try:
-        from .encoder_c2 import EncoderKvC2
-    except ImportError:
-        return
-    for l, word in ((8, 64), (16, 128)):
+                  block="encoder_kv_c1", lanes=l, word=word, max_group=G,
+                  values_per_cycle=round(G / (G // l + 2), 2), values_per_cycle_pruning_g128=round(G / prune_cycles, 2),
+                  latency_cycles=2 * G // l + 3 * (G // R + 4) + 8,
+                  description=f"online KV-cache encoder (C1), {l} bf16 values/cycle in, {word}-bit plane words, "
+                              "one vector buffer (lib.memory), sequential radix-16 select")
+        # C2 adds the header items (G/32 bitmap pieces when pruning + 1 X piece) and the map pass (G/R + 2)
+        c2_prune = prune_cycles + G // 32 + 1 + G // R + 2
         _register(f"encoder_kv_c2_l{l}", lambda l=l, w=word: EncoderKvC2(lanes=l, word=w),
-                  block="encoder_kv_c2", lanes=l, word=word, max_group=128,
-                  # measured (docs/HARDWARE.md 3a): G / max(G/L, G/32 + 8) values/cycle when pruning
-                  # (select + 32-wide bitmap pass overlap the other vector's emission), L at k = G (m <= 6);
-                  # latency ~ 2G/L + G/32 + 13
-                  values_per_cycle=l, values_per_cycle_pruning_g128=round(128 / max(128 / l, 128 // 32 + 8), 2),
-                  latency_cycles=2 * 128 // l + 128 // 32 + 13,
+                  block="encoder_kv_c2", lanes=l, word=word, max_group=G,
+                  values_per_cycle=round(G / (G // l + 3), 2), values_per_cycle_pruning_g128=round(G / c2_prune, 2),
+                  latency_cycles=2 * G // l + 3 * (G // R + 4) + G // 32 + G // R + 12,
                   description=f"online KV-cache encoder (C2, MX shared exponent), {l} bf16 values/cycle in, "
-                              f"{word}-bit plane words")
+                              f"{word}-bit plane words, one vector buffer (lib.memory), sequential radix-16 select")
 
 
 _encoder_factories()
