@@ -353,6 +353,10 @@ def _decode_codes_with_escapes(plane, ones, offsets, counts, book, name, chunks,
     payload_weights = 1 << np.arange(ESCAPE_PAYLOAD_BITS)
     never = np.iinfo(np.int64).max
     act = np.flatnonzero(counts[chunks] > 0)
+    if len(act) and not len(ones):      # every code holds a '1': codes are due but the plane has none
+        s = int(chunks[act[0]])
+        raise FormatError(f"{name}: superblock {s} needs {int(counts[s])} codes but the plane holds none "
+                          "(the planes disagree)")
     while len(act):
         rem = counts[chunks[act]] - done[act]
         take = np.minimum(rem, ESCAPE_LOOKAHEAD)

@@ -19,6 +19,7 @@ from .codebook import Codebook
 from .codec import (INDEXED, PLANES, EncodedTensor, fixed_plane_nbytes, has_index, index_from_bytes,
                     index_to_bytes, superblock_count)
 from .config import FORMAT_VERSION, PRUNED, CodecConfig
+from .io import atomic_output
 
 MAGIC = b"CASS"
 PREFIX = struct.Struct("<4sHHII")   # magic, major, minor, header length, header crc32
@@ -38,7 +39,8 @@ def _section_of(plane: str) -> str:
 
 
 def write_container(path, tensors, meta: dict | None = None) -> dict:
-    """Write ``tensors`` (iterable of (name, EncodedTensor) or a dict) to ``path``; returns the header."""
+    """Write ``tensors`` (iterable of (name, EncodedTensor) or a dict) to ``path``; returns the header.
+    The file appears complete or not at all (written to a temporary file in the same folder, then renamed)."""
     items = list(tensors.items()) if isinstance(tensors, dict) else list(tensors)
     bufs = {s: bytearray() for s in SECTIONS}
     entries = []
@@ -78,7 +80,7 @@ def write_container(path, tensors, meta: dict | None = None) -> dict:
         if need == start:
             break
         start = need
-    with open(path, "wb") as f:
+    with atomic_output(path) as f:             # a temporary file + rename: nothing partial on failure
         f.write(PREFIX.pack(MAGIC, FORMAT_VERSION[0], FORMAT_VERSION[1], len(blob), zlib.crc32(blob)))
         f.write(blob)
         f.write(bytes(start - PREFIX.size - len(blob)))

@@ -1,11 +1,16 @@
-"""`cassandra-rtl cosim IN.cass|IN.npy [--sim verilator|icarus] [--mode draft|full] [--max-values N] [--json]`:
-run a container's streams through the RTL decoder (the exported Verilog) and compare every value with the
-golden decode. Exit 0 when everything matches, 1 on any mismatch, 2 on bad input / missing simulator.
+"""`cassandra-rtl cosim IN.cass|IN.npy [--config NAME] [--sim verilator|icarus] [--mode draft|full] [--max-values N]
+[--json]`: run a container's streams through the RTL decoder (the exported Verilog) and compare every value
+with the golden decode. Exit 0 when everything matches, 1 on any mismatch or RTL failure, 2 on bad input /
+missing simulator (checked before any encoding or simulation).
+
+Decoders: a decoder_c1_* configuration takes the container's Cassandra-1 tensors, a decoder_c2_* its
+Cassandra-2 tensors (the default follows the container; tensors of the other scheme are skipped and
+counted). A run that would compare 0 values is refused.
 
 Engines: with Verilator the compiled bulk harness (tb/bulk, millions of values/s) is used; with Icarus
 (or ``--engine cocotb``) the tensors go through the cocotb testbench (per-cycle Python, slow: use
 --max-values). A ``.npy`` of raw uint16 bf16 bits is encoded on the fly with the golden codec
-(--group/--mbits/--keep) so the flow also works without a container.
+(--group/--mbits/--keep, in the scheme of --config) so the flow also works without a container.
 """
 from __future__ import annotations
 
@@ -14,9 +19,11 @@ import os
 import pickle
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
+from ..argtypes import float_range, int_range, positive_int
 from ..cli import CliError
 
 
@@ -40,36 +47,103 @@ def head(enc, n: int):
     return EncodedTensor((numel,), enc.config, enc.spec_book, enc.verif_book, planes, offsets)
 
 
-def load_tensors(path: str, mode: str, args) -> list[tuple[str, object]]:
-    from ..golden.codec import encode_tensor
-    from ..golden.config import CodecConfig
+def decoder_configs() -> dict[str, str]:
+    """Decoder configuration name -> the scheme it decodes (the bulk harness / testbench registry)."""
+    from ..tb.bulk import scheme_of
+    from ..tb.common.blocks import get_block
 
-    if path.endswith(".npy"):
-        bits = np.load(path, mmap_mode="r")
-        if bits.dtype != np.uint16:
-            raise CliError(f"{path}: expected raw bf16 bits as uint16, got {bits.dtype}")
-        flat = np.ascontiguousarray(bits.reshape(-1)[: args.max_values] if args.max_values else bits.reshape(-1))
-        cfg = CodecConfig(scheme="c1", group_size=args.group, mantissa_bits=args.mbits, keep_ratio=args.keep)
-        step = 1 << 20
-        return [(f"{os.path.basename(path)}[{i}:{i + step}]", encode_tensor(flat[i:i + step], cfg))
-                for i in range(0, len(flat), step)]
+    names = [n for b in ("decoder", "decoder_c2") for n in get_block(b).configs()]
+    return {n: scheme_of(n) for n in sorted(names)}
+
+
+DEFAULT_CONFIGS = {"c1": "decoder_c1_l8", "c2": "decoder_c2_l8"}
+SCHEME_NAMES = {"c1": "Cassandra-1", "c2": "Cassandra-2"}
+
+
+def check_config(config: str | None) -> None:
+    if config is None:
+        return
+    known = decoder_configs()
+    if config not in known:
+        from ..errors import ConfigError
+
+        kind = "is not a decoder configuration" if config.startswith(("encoder", "zero_counter")) else "is unknown"
+        raise ConfigError(f"--config {config} {kind}; decoder configurations: {', '.join(known)}")
+
+
+def load_tensors(path: str, mode: str, args, scheme: str | None = None) -> list[tuple[str, object]]:
+    """The tensors to co-simulate. A .npy is only validated here (header against the file size, dtype);
+    it is encoded later by ``encode_npy``, after the cheap checks."""
+    from ..golden.io import read_npy_header
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"no such input file: {path}" if not p.exists() else f"{path}: not a regular file")
+    if p.suffix == ".npy":
+        dtype, shape, _, _ = read_npy_header(p)
+        if dtype.kind != "u" or dtype.itemsize != 2:
+            raise CliError(f"{path}: expected raw bf16 bits as uint16, got {dtype}")
+        return [("npy", None)]
+    if p.suffix != ".cass":
+        raise CliError(f"{path}: expected a .cass container or a .npy of raw uint16 bf16 bits")
     from ..golden.container import read_container
 
-    c = read_container(path, verification=mode == "full")
+    c = read_container(p, verification=mode == "full")
     return list(c.tensors.items())
+
+
+def encode_npy(path: str, args, scheme: str) -> list[tuple[str, object]]:
+    from ..golden.codec import encode_tensor
+    from ..golden.config import CodecConfig
+    from ..golden.io import load_npy
+
+    bits = load_npy(path, mmap=True)
+    flat = bits.reshape(-1)
+    if args.max_values:
+        flat = flat[: args.max_values]
+    flat = np.ascontiguousarray(flat, dtype=np.uint16)
+    cfg = CodecConfig(scheme=scheme, group_size=args.group, mantissa_bits=args.mbits, keep_ratio=args.keep)
+    step = 1 << 20
+    return [(f"{os.path.basename(path)}[{i}:{i + step}]", encode_tensor(flat[i:i + step], cfg))
+            for i in range(0, len(flat), step)]
 
 
 def run(args) -> int:
     from ..golden.codec import decode_draft, decode_full
+    from ..golden.config import CodecConfig
     from ..tb.common.tools import ensure_simulator
 
-    ensure_simulator(args.sim)                  # ToolMissingError -> one-line message, exit 2
+    # cheap checks first: configuration, input file, codec options; then the simulator; then the slow work
+    check_config(args.config)
     tensors = load_tensors(args.input, args.mode, args)
-    skipped = [n for n, e in tensors if e.config.scheme != "c1"]
-    tensors = [(n, e) for n, e in tensors if e.config.scheme == "c1"]
-    if not tensors:
-        raise CliError("no Cassandra-1 tensor to co-simulate (the RTL decoder implements C1; "
-                       f"{len(skipped)} C2 tensors skipped)")
+    npy = tensors == [("npy", None)]
+    if npy:
+        scheme = decoder_configs()[args.config] if args.config else "c1"
+        CodecConfig(scheme=scheme, group_size=args.group, mantissa_bits=args.mbits, keep_ratio=args.keep)
+        config = args.config or DEFAULT_CONFIGS[scheme]
+    else:
+        schemes = {e.config.scheme for _, e in tensors}
+        if args.config:
+            config = args.config
+        else:                    # the decoder of the container's scheme (C1 when it holds both)
+            config = DEFAULT_CONFIGS["c1" if "c1" in schemes or not schemes else "c2"]
+        scheme = decoder_configs()[config]
+        if tensors and scheme not in schemes:
+            have = " and ".join(SCHEME_NAMES[s] for s in sorted(schemes))
+            raise CliError(f"{args.input}: holds only {have} tensors, but {config} decodes {SCHEME_NAMES[scheme]}; "
+                           f"use --config {DEFAULT_CONFIGS[sorted(schemes)[0]]}")
+    args.config = config
+    skipped = [] if npy else [n for n, e in tensors if e.config.scheme != scheme]
+    if not npy:
+        tensors = [(n, e) for n, e in tensors if e.config.scheme == scheme]
+    engine = args.engine
+    if engine == "auto":
+        engine = "bulk" if args.sim == "verilator" else "cocotb"
+    if engine == "bulk" and args.sim != "verilator":
+        raise CliError("the bulk engine is a compiled Verilator harness: use --sim verilator")
+    ensure_simulator(args.sim)                  # ToolMissingError -> one-line message, exit 2
+    if npy:
+        tensors = encode_npy(args.input, args, scheme)
     if args.max_values:
         picked, total = [], 0
         for n, e in tensors:
@@ -79,6 +153,9 @@ def run(args) -> int:
             picked.append((n, e))
             total += e.numel
         tensors = picked
+    tensors = [(n, e) for n, e in tensors if e.numel]
+    if not tensors:
+        raise CliError(f"{args.input}: nothing to co-simulate (0 values): a run that checks nothing cannot pass")
     engine = args.engine
     if engine == "auto":
         engine = "bulk" if args.sim == "verilator" else "cocotb"
@@ -87,13 +164,17 @@ def run(args) -> int:
     t0 = time.perf_counter()
     encs = [e for _, e in tensors]
     report = {"input": args.input, "mode": args.mode, "simulator": args.sim, "engine": engine, "config": args.config,
-              "tensors": len(encs), "skipped_c2_tensors": len(skipped)}
+              "scheme": scheme, "tensors": len(encs), f"skipped_{'c2' if scheme == 'c1' else 'c1'}_tensors": len(skipped)}
     mism_list = []
     if engine == "bulk":
         from ..tb import bulk
 
         st = bulk.BulkStats()
-        got = bulk.decode_many_with_rtl(encs, args.mode, config=args.config, jobs=args.jobs, stats=st)
+        try:
+            got = bulk.decode_many_with_rtl(encs, args.mode, config=args.config, jobs=args.jobs, stats=st)
+        except bulk.RtlError as exc:
+            print(f"cassandra-rtl cosim: RTL failure: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 1
         values = mismatches = 0
         for (name, enc), g in zip(tensors, got):
             ref = (decode_full(enc) if args.mode == "full" else decode_draft(enc)).reshape(-1)
@@ -109,12 +190,15 @@ def run(args) -> int:
     else:
         from ..tb.common import build
 
-        job_dir = build.config_dir("decoder", args.config) / args.sim / "jobs"
+        from ..tb.bulk import _block
+
+        block = _block(args.config)
+        job_dir = build.config_dir(block, args.config) / args.sim / "jobs"
         job_dir.mkdir(parents=True, exist_ok=True)
         job = job_dir / f"cosim-{os.getpid()}.pkl"
         with open(job, "wb") as fh:
             pickle.dump({"tensors": tensors, "mode": args.mode, "profile": "full"}, fh)
-        res = build.run("decoder", args.config, args.sim, testcase="job_file", env={"TB_JOB": str(job)},
+        res = build.run(block, args.config, args.sim, testcase="job_file", env={"TB_JOB": str(job)},
                         tag=f"cosim-{os.getpid()}", waves_on_failure=False)
         job.unlink(missing_ok=True)
         if not res.records or res.failed and not res.total("mismatches"):
@@ -134,7 +218,9 @@ def run(args) -> int:
         for m in mism_list[:5]:
             print(f"  mismatch: {m}")
         if skipped:
-            print(f"  ({len(skipped)} Cassandra-2 tensors skipped: the RTL decoder is C1 only)")
+            other = "c2" if scheme == "c1" else "c1"
+            print(f"  ({len(skipped)} {SCHEME_NAMES[other]} tensors skipped: {args.config} decodes "
+                  f"{SCHEME_NAMES[scheme]}; run again with --config {DEFAULT_CONFIGS[other]})")
     return 1 if report["mismatches"] else 0
 
 
@@ -143,13 +229,16 @@ def register(sub):
     p.add_argument("input", help=".cass container (or .npy of raw uint16 bf16 bits, encoded on the fly)")
     p.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
     p.add_argument("--mode", default="full", choices=["draft", "full"])
-    p.add_argument("--max-values", type=int, default=None, help="stop after about N values (whole superblocks)")
+    p.add_argument("--max-values", type=positive_int, default=None, help="stop after about N values (whole "
+                   "superblocks; N >= 1; default: every value)")
     p.add_argument("--json", action="store_true", help="print a JSON report")
-    p.add_argument("--config", default="decoder_c1_l8", help="decoder configuration (hw/configs.py)")
+    p.add_argument("--config", default=None, help="decoder configuration (hw/configs.py): a decoder_c1_* for "
+                   "Cassandra-1 tensors, a decoder_c2_* for Cassandra-2 (default: decoder_c1_l8, or decoder_c2_l8 "
+                   "for a container of C2 tensors only)")
     p.add_argument("--engine", default="auto", choices=["auto", "bulk", "cocotb"],
                    help="auto: bulk harness on Verilator, cocotb on Icarus")
-    p.add_argument("--jobs", type=int, default=2, help="bulk harness processes")
-    p.add_argument("--group", type=int, default=128, help=".npy input: superblock size")
-    p.add_argument("--mbits", type=int, default=3, help=".npy input: draft mantissa bits")
-    p.add_argument("--keep", type=float, default=0.75, help=".npy input: keep ratio")
+    p.add_argument("--jobs", type=positive_int, default=2, help="bulk harness processes (>= 1)")
+    p.add_argument("--group", type=int, default=128, choices=[32, 64, 128, 256], help=".npy input: superblock size")
+    p.add_argument("--mbits", type=int_range(0, 7), default=3, help=".npy input: draft mantissa bits")
+    p.add_argument("--keep", type=float_range(0, 1, lo_open=True), default=0.75, help=".npy input: keep ratio")
     p.set_defaults(func=run)

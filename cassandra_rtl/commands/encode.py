@@ -7,7 +7,8 @@ from pathlib import Path
 from ..golden.codec import encode_tensor
 from ..golden.config import CodecConfig
 from ..golden.container import write_container
-from ..golden.io import count_tensors, read_tensors
+from ..errors import InputError
+from ..golden.io import check_output_path, count_tensors, read_tensors
 from ..progress import progress
 
 # Defaults (docs/FORMAT.md, README): C1, G = 128, keep everything, 3 mantissa bits. Mantissa truncation
@@ -41,14 +42,22 @@ def config_for(name: str, ndim: int, base: CodecConfig) -> CodecConfig:
 
 
 def encode_file(inp, out, base: CodecConfig, quiet: bool = False) -> dict:
+    """Encode every tensor of ``inp`` into the container ``out`` (written atomically: on any error no
+    partial file is left and an existing ``out`` is unchanged)."""
+    check_output_path(out)                      # before the slow part: refuse a directory / device early
     total = count_tensors(inp)
     encoded = {}
     t0 = time.perf_counter()
     values = 0
     for name, bits in progress(read_tensors(inp), total=total, desc=f"encode {Path(inp).name}", unit="tensor",
-                               disable=quiet or None):
-        encoded[name] = encode_tensor(bits, config_for(name, bits.ndim, base))
+                               disable=quiet):
+        try:
+            encoded[name] = encode_tensor(bits, config_for(name, bits.ndim, base))
+        except InputError as exc:
+            raise InputError(f"{Path(inp).name}: tensor {name!r}: {exc}") from None
         values += bits.size
+    if not encoded:
+        raise InputError(f"{Path(inp).name}: holds no tensors")
     meta = {"producer": "cassandra-rtl encode", "source": Path(inp).name, "default_config": base.to_json()}
     write_container(out, encoded, meta)
     return {"tensors": len(encoded), "values": values, "seconds": time.perf_counter() - t0}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
+from ..argtypes import float_range, int_at_least, int_range, layer_list, non_negative_int, positive_int
 from ..errors import ConfigError, InputError
 
 
@@ -38,15 +39,24 @@ def _table(s: dict) -> str:
 def run(args) -> int:
     from ..model.drafters import default_cache_dir
     from ..model.loader import load
-    from ..model.runner import DraftOptions, build, set_threads, stderr_progress
+    from ..model.runner import DraftOptions, build, set_threads
     from ..model.sampling import SamplingParams
+    from ..progress import step_progress
 
     set_threads(args.threads)
+    if args.rtl_layers is not None and not args.rtl:
+        raise ConfigError("--rtl-layers selects the layers decoded through the RTL: use it with --rtl")
+    if args.draft == "cassandra":                # codec options checked now, not after loading the model
+        from ..golden.config import CodecConfig
+
+        CodecConfig(scheme=args.scheme, group_size=args.group_size,
+                    keep_ratio=1.0 if args.keep_ratio is None else args.keep_ratio,
+                    mantissa_bits=3 if args.mantissa_bits is None else args.mantissa_bits)
     # draft selection (issue 7): a tuned per-tensor allocation from `cassandra-rtl tune` (JSON or .cass meta)
     alloc = None
     uniform_given = any(v is not None for v in (args.keep_ratio, args.mantissa_bits, args.kv_mantissa_bits))
     if (args.draft == "cassandra" and args.draft_config is None and args.model is None and not uniform_given
-            and args.rtl_layers in (None, "all")):
+            and args.rtl_layers is None):
         # The bundled model's default draft is the tuned allocation of issue 7 (docs/DRAFT_SELECTION.md).
         args.draft_config = "bundled"
         if not args.json:
@@ -62,8 +72,6 @@ def run(args) -> int:
         alloc = Allocation.load(args.draft_config)
     if args.gamma is None:
         args.gamma = alloc.gamma if alloc is not None else 4
-    if args.max_new_tokens < 1:
-        raise ConfigError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     sp = SamplingParams(temperature=args.temperature, top_p=args.top_p)
     skip = None
     if args.skip_layers:
@@ -71,12 +79,9 @@ def run(args) -> int:
             skip = [int(x) for x in args.skip_layers.split(",") if x.strip()]
         except ValueError:
             raise ConfigError(f"--skip-layers expects comma-separated integers, got {args.skip_layers!r}") from None
-    rtl_layers = None
-    if args.rtl_layers not in (None, "all"):
-        try:
-            rtl_layers = [int(x) for x in args.rtl_layers.split(",") if x.strip()]
-        except ValueError:
-            raise ConfigError(f"--rtl-layers expects 'all' or comma-separated integers, got {args.rtl_layers!r}") from None
+    rtl_layers = args.rtl_layers
+    if alloc is not None and args.rtl and rtl_layers is not None:
+        raise ConfigError("--draft-config with --rtl decodes every layer through the RTL (omit --rtl-layers)")
     opts = DraftOptions(gamma=args.gamma, adaptive=args.adaptive, keep_ratio=args.keep_ratio,
                         mantissa_bits=args.mantissa_bits, group_size=args.group_size, scheme=args.scheme,
                         kv_keep_ratio=args.kv_keep_ratio, kv_mantissa_bits=args.kv_mantissa_bits,
@@ -84,6 +89,13 @@ def run(args) -> int:
                         cache_dir=None if args.no_cache else default_cache_dir())
     quiet = args.json
     ck = load(args.model, max_seq_len=args.max_seq_len)
+    n_layers = ck.args.n_layers
+    for opt, layers in (("--rtl-layers", rtl_layers), ("--skip-layers", skip)):
+        bad = [i for i in layers or () if not 0 <= i < n_layers]
+        if bad:
+            raise ConfigError(f"{opt}: layer {bad[0]} does not exist ({ck.source} has layers 0..{n_layers - 1})")
+    if args.n_skip >= n_layers:
+        raise ConfigError(f"--n-skip {args.n_skip}: the model has only {n_layers} layers")
     tok = ck.tokenizer
     if tok is None:
         raise ConfigError("this checkpoint has no tokenizer")
@@ -92,13 +104,11 @@ def run(args) -> int:
     if len(ids) >= ck.args.max_seq_len:
         raise InputError(f"prompt of {len(ids)} tokens does not fit the context of {ck.args.max_seq_len} "
                          f"(at most {ck.args.max_seq_len - 1})")
-    prog = None if quiet or not sys.stderr.isatty() else stderr_progress("build")
+    prog = None if quiet else step_progress("build")   # a line every few seconds also when not on a terminal
     if alloc is not None:
         from ..model.allocation import build_engine
         from ..model.runner import rtl_decoder, rtl_kv_decoder
 
-        if args.rtl and rtl_layers is not None:
-            raise ConfigError("--draft-config with --rtl decodes every layer through the RTL (omit --rtl-layers)")
         eng, drafter, _ = build_engine(ck, alloc, progress=prog, decode=rtl_decoder() if args.rtl else None,
                                        kv_decode=rtl_kv_decoder() if args.rtl else None)
     else:
@@ -144,37 +154,37 @@ def register(sub):
                        description=__doc__)
     p.add_argument("--prompt", required=True, help="user message (wrapped in the chat template unless --raw)")
     p.add_argument("--model", default=None, help="a .gguf file or a Hugging Face folder (default: bundled SmolLM2)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=positive_int, default=64)
     p.add_argument("--draft", default="cassandra", choices=["cassandra", "layerskip", "ngram", "none", "int8"],
                    help="draft source; 'none' = plain bf16 decoding, 'int8' = INT8 weight-only plain decoding")
-    p.add_argument("--gamma", type=int, default=None, help="draft length (initial length with --adaptive; "
+    p.add_argument("--gamma", type=positive_int, default=None, help="draft length (initial length with --adaptive; "
                    "default 4, or the gamma recorded in --draft-config)")
     p.add_argument("--adaptive", action="store_true", help="adapt gamma: +2 after a fully accepted draft, -1 else")
-    p.add_argument("--keep-ratio", type=float, default=None, help="Cassandra: fraction of weights the draft keeps "
+    p.add_argument("--keep-ratio", type=float_range(0, 1, lo_open=True), default=None, help="Cassandra: fraction of weights the draft keeps "
                    "(uniform draft; default 1.0, and the tuned allocation for the bundled model when no "
                    "uniform option is given)")
-    p.add_argument("--mantissa-bits", type=int, default=None, help="Cassandra: mantissa bits the draft keeps "
+    p.add_argument("--mantissa-bits", type=int_range(0, 7), default=None, help="Cassandra: mantissa bits the draft keeps "
                    "(0..7; uniform draft, default 3)")
-    p.add_argument("--group-size", type=int, default=128, help="Cassandra: weight superblock size")
+    p.add_argument("--group-size", type=int, default=128, choices=[32, 64, 128, 256], help="Cassandra: weight superblock size")
     p.add_argument("--scheme", default="c1", choices=["c1", "c2"], help="Cassandra: format scheme")
-    p.add_argument("--kv-keep-ratio", type=float, default=1.0, help="Cassandra: KV view keep ratio")
-    p.add_argument("--kv-mantissa-bits", type=int, default=None, help="Cassandra: KV view mantissa bits "
+    p.add_argument("--kv-keep-ratio", type=float_range(0, 1, lo_open=True), default=1.0, help="Cassandra: KV view keep ratio")
+    p.add_argument("--kv-mantissa-bits", type=int_range(0, 7), default=None, help="Cassandra: KV view mantissa bits "
                    "(default: --mantissa-bits)")
     p.add_argument("--draft-config", default=None, help="Cassandra: a tuned per-tensor draft allocation from "
                    "`cassandra-rtl tune` (JSON, or a .cass container holding it in its meta); overrides "
                    "--keep-ratio/--mantissa-bits/--scheme/--group-size/--kv-*")
     p.add_argument("--skip-layers", default=None, help="layer-skip: comma-separated layers (default: searched)")
-    p.add_argument("--n-skip", type=int, default=0, help="layer-skip: layers to skip when searching "
+    p.add_argument("--n-skip", type=non_negative_int, default=0, help="layer-skip: layers to skip when searching "
                    "(0 = let the search choose by expected speedup)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--temperature", type=float_range(0, 100), default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float_range(0, 1, lo_open=True), default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-seq-len", type=int, default=2048, help="static KV cache length")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--max-seq-len", type=int_at_least(2), default=2048, help="static KV cache length")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (>= 1)")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template")
     p.add_argument("--compare", action="store_true", help="also run plain greedy decoding and check identity")
     p.add_argument("--rtl", action="store_true", help="decode the draft's streams through the RTL in simulation")
-    p.add_argument("--rtl-layers", default="all", help="with --rtl: 'all' or comma-separated layer indices "
+    p.add_argument("--rtl-layers", type=layer_list, default=None, help="with --rtl: 'all' or comma-separated layer indices "
                    "whose weight streams go through the RTL (the rest use the golden decoder)")
     p.add_argument("--no-cache", action="store_true", help="do not keep the encoded draft in "
                    "~/.cache/cassandra-rtl (a .cass container per model and config)")

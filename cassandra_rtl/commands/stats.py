@@ -1,4 +1,5 @@
-"""`cassandra-rtl stats IN.cass [--json]`: bits per value per stream/plane and exponent code vs entropy."""
+"""`cassandra-rtl stats IN.cass [--json] [--per-tensor]`: bits per value per stream/plane and exponent code vs
+entropy. Progress goes to stderr (a bar on a terminal, a line every few seconds otherwise)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ def container_stats(path, quiet=False) -> dict:
     c = read_container(path)
     per = {}
     for name, enc in progress(c.tensors.items(), total=len(c.tensors), desc="stats", unit="tensor",
-                              disable=quiet or None):
+                              disable=quiet):
         per[name] = tensor_stats(enc)
     summary = aggregate(list(per.values()))
     summary["per_tensor"] = {n: public(s) for n, s in per.items()}
@@ -37,15 +38,28 @@ def format_table(s: dict) -> str:
     return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 
 
+def format_per_tensor(per: dict) -> str:
+    rows = [("tensor", "values", "scheme", "G", "m", "k", "total", "draft", "verif")]
+    for name, t in per.items():
+        c, b = t["config"], t["bits_per_value"]
+        rows.append((name, f"{t['values']:,}", c["scheme"], str(c["group_size"]), str(c["mantissa_bits"]),
+                     str(c["keep_count"]), f"{b['total']:.3f}", f"{b['speculation']:.3f}", f"{b['verification']:.3f}"))
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(v.ljust(w[i]) if i == 0 else v.rjust(w[i]) for i, v in enumerate(r)) for r in rows)
+
+
 def run(args) -> int:
-    s = container_stats(args.input, quiet=args.json)
+    s = container_stats(args.input, quiet=args.quiet)
+    per = s.pop("per_tensor")
     if args.json:
-        if not args.per_tensor:
-            s.pop("per_tensor")
+        if args.per_tensor:
+            s["per_tensor"] = per
         print(json.dumps(s, indent=2))
     else:
-        s.pop("per_tensor")
         print(format_table(s))
+        if args.per_tensor:
+            print("\nbits/value per tensor:")
+            print(format_per_tensor(per))
     return 0
 
 
@@ -53,5 +67,6 @@ def register(sub):
     p = sub.add_parser("stats", help="bits per value and exponent statistics of a .cass container")
     p.add_argument("input")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--per-tensor", action="store_true", help="with --json: include every tensor")
+    p.add_argument("--per-tensor", action="store_true", help="also every tensor (a table, or per_tensor in --json)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=run)
