@@ -24,6 +24,7 @@ help:
 	@echo "make fpga      - ECP5-85k place and route (nextpnr) of every block to build/fpga/ (FPGA_ARGS=...)"
 	@echo "make report    - regenerate docs/report/"
 	@echo "make bench     - golden codec throughput and bits/value"
+	@echo "make bench-peers - Cassandra vs ZipNN and DFloat11 (bits/value, MB/s per thread) to build/bench/"
 
 setup: $(STAMP)
 
@@ -89,6 +90,13 @@ report: setup
 
 bench: setup
 	$(PY) bench/golden_bench.py
+
+# The peers are optional and installed --no-deps beside the pinned torch (a plain install pulls a CUDA torch);
+# the bench skips a peer that could not be installed. PEERS_ARGS, e.g. "--layers all --no-numpy".
+.PHONY: bench-peers
+bench-peers: setup
+	@$(PIP) install -q --no-deps zipnn==0.5.4 dfloat11==0.5.0 dahuffman==0.4.2 || echo "[bench-peers] could not install the peers; they will be skipped"
+	$(PY) bench/peers.py --out build/bench $(PEERS_ARGS)
 
 clean:
 	rm -rf build
