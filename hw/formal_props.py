@@ -1,0 +1,505 @@
+"""Formal property harnesses (Amaranth ``Assert`` / ``Assume`` / ``Cover``) for `make formal` (hw/formal.py).
+
+Each harness is a Component wrapping one DUT; hw/formal.py converts it to RTLIL and hands it to
+SymbiYosys. Nothing here depends on a decoder's internals: the decoder harnesses see only the port
+interface of docs/HARDWARE.md section 2 (streams, ``busy``, ``error``, ``error_code``, the ``cfg``
+register map), so they run unchanged on any decoder with that interface (C1: ``spec_codes`` +
+``spec_signman``; C2: ``spec_mx``; both: ``verif_codes``, ``verif_rest``, ``cfg``, ``out``).
+
+Harnesses
+* ``ZeroCounterCheck(W, L, registered)`` -- the zero counter equals its specification (two independent
+  specifications, see ``spec_zero_counter`` and ``ZeroCounterCheck``).
+* ``DecoderProtocol(config)`` -- every input free (the environment only obeys the stream rules):
+  handshake rules, value accounting and the error protocol, as assertions checked by BMC from reset.
+* ``DecoderLiveness(config)`` -- a legal tensor is streamed at full rate with the output always ready:
+  no error, every word consumed, values accounted for, and a beat within N cycles.
+
+``mutant=`` builds a deliberately broken DUT or specification; the runner requires it to FAIL, which
+shows that the property can fail and that the failing states are reachable within the depth.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Assert, Assume, Cat, Const, Cover, Module, Mux, ResetSignal, Signal, Value
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In
+from amaranth.utils import bits_for
+
+from ..errors import ConfigError
+
+# Register map and error bits of docs/HARDWARE.md section 2 (the interface contract, restated here so the
+# harness does not import the design it checks).
+CTRL, MODE, MBITS, KEEP, GROUP, NUMEL, SPEC_K, VERIF_K = range(8)
+SPEC_SYM = 0x10
+ERR_NO_BOOK, ERR_CONFIG = 4, 5
+GROUPS = (32, 64, 128, 256)
+
+
+# ------------------------------------------------------------------------------------------ zero counter
+
+def spec_zero_counter(m: Module, data, W: int, L: int):
+    """valid, rank[], end[], consumed of the first L ones of ``data`` by find-first-set-and-clear."""
+    bw = bits_for(W)
+    rem = data
+    valid, rank, end = [], [], []
+    prev_end = Const(0, bw)
+    consumed = Const(0, bw)
+    for i in range(L):
+        r = Signal(W, name=f"spec_rem{i}")
+        m.d.comb += r.eq(rem)
+        found = r != 0
+        idx = Const(0, bw)
+        for j in reversed(range(W)):
+            idx = Mux(r[j], j, idx)
+        e = Signal(bw, name=f"spec_end{i}")
+        k = Signal(bw, name=f"spec_rank{i}")
+        m.d.comb += [e.eq(Mux(found, idx + 1, 0)), k.eq(Mux(found, idx - prev_end, 0))]
+        valid.append(found)
+        end.append(e)
+        rank.append(k)
+        consumed = Mux(found, e, consumed)
+        prev_end = e
+        rem = r & (r - 1)
+    return Cat(*valid), Cat(*rank), Cat(*end), consumed
+
+
+class ZeroCounterCheck(wiring.Component):
+    """The zero counter equals its specification for every window (and, registered, every cycle).
+
+    ``spec="chain"``: equality with ``spec_zero_counter`` (L chained find-first-set-and-clear steps,
+    a different algorithm from the RTL's parallel prefix count).
+    ``spec="char"``: the outputs satisfy the defining relations of FORMAT.md section 7, lane by lane:
+    lane i valid => bit end[i]-1 is a one, the rank[i] bits below it (from end[i-1] on) are zero and
+    end[i] = end[i-1] + rank[i] + 1; lane i invalid => rank = end = 0 and, for the first invalid lane,
+    no one at or above end[i-1]; valid is a thermometer; consumed = end of the last valid lane. These
+    relations have exactly one solution (induction over the lanes), so they specify the block without
+    an algorithm: only shifts and bit tests, no counting. The solver handles them much better at W >= 64.
+    Registered: the specification is evaluated on the previous cycle's window (a register in the
+    harness), so the property says "outputs = spec(data one cycle earlier)" in every cycle after reset.
+
+    ``mutant=True``: a wrong specification (consumed one short when the window's top bit is the last
+    counted one); the check must fail.
+    """
+
+    def __init__(self, window: int, lanes: int, registered: bool, spec: str = "char", mutant: bool = False):
+        if spec not in ("chain", "char"):
+            raise ConfigError(f"zero counter spec must be chain or char, got {spec!r}")
+        self.W, self.L, self.registered, self.spec, self.mutant = window, lanes, registered, spec, mutant
+        super().__init__({"data": In(window)})
+
+    def elaborate(self, platform):
+        from .zero_counter import ZeroCounter
+
+        m = Module()
+        W, L = self.W, self.L
+        m.submodules.dut = dut = ZeroCounter(W, L, registered=self.registered)
+        m.d.comb += dut.data.eq(self.data)
+        data = self.data
+        if self.registered:
+            q = Signal(W, name="data_q")            # the window the registered outputs belong to
+            m.d.sync += q.eq(self.data)
+            data = q
+        bw = bits_for(W)
+        if self.spec == "chain":
+            v, r, e, c = spec_zero_counter(m, data, W, L)
+            if self.mutant:
+                c = Mux(c == W, c - 1, c)
+            ok = ((dut.valid == v) & (dut.rank.as_value() == r) & (dut.end.as_value() == e)
+                  & (dut.consumed == c))
+            m.d.comb += Assert(ok, "zero counter == chained find-first-set specification")
+            return m
+        ep = Const(0, bw)
+        for i in range(L):
+            v, r, e = dut.valid[i], dut.rank[i], dut.end[i]
+            prev_v = dut.valid[i - 1] if i else Const(1, 1)
+            s = Signal(W, name=f"char_s{i}")
+            m.d.comb += s.eq(data >> ep)                       # the window from lane i-1's end on
+            zeros_below = (s & ~(Const((1 << W) - 1, W) << r)) == 0
+            end_ok = (e == ep + r + 1) & (ep + r + 1 <= W)
+            m.d.comb += Assert(~v | (prev_v & zeros_below & s.bit_select(r, 1) & end_ok),
+                               f"lane {i} valid: its one follows lane {i - 1}'s after rank zeros")
+            m.d.comb += Assert(v | ((r == 0) & (e == 0) & (~prev_v | (s == 0))),
+                               f"lane {i} invalid: zero outputs, no one left")
+            last = v & (~dut.valid[i + 1] if i + 1 < L else Const(1, 1))
+            c = dut.consumed
+            if self.mutant:
+                c = Mux((c == W) & last, c - 1, c)
+            m.d.comb += Assert(~last | (c == e), f"consumed = end of lane {i} when it is the last valid")
+            ep = e
+        m.d.comb += Assert(dut.valid[0] | (dut.consumed == 0), "consumed = 0 without a one")
+        return m
+
+
+# --------------------------------------------------------------------------------------------- decoders
+
+def decoder_scheme(dut) -> str:
+    names = set(dut.signature.members)
+    if "spec_codes" in names and "spec_signman" in names:
+        return "c1"
+    if "spec_mx" in names:
+        return "c2"
+    raise ConfigError("not a decoder interface: needs spec_codes + spec_signman (C1) or spec_mx (C2)")
+
+
+def _lanes(dut) -> int:
+    return dut.signature.members["out"].signature.members["payload"].shape["lanes"].shape.length
+
+
+def _in_streams(dut) -> list[str]:
+    out = []
+    for name, mem in dut.signature.members.items():
+        if mem.is_signature and mem.flow == In and isinstance(mem.signature, stream.Signature):
+            out.append(name)
+    return out
+
+
+class _Past:
+    """One-cycle-delayed copies of harness values (Amaranth 0.5 has no Past()); ``rst`` = the previous
+    cycle was a reset (or the initial state), so every past-based check is guarded by ``~p.rst``."""
+
+    def __init__(self, m):
+        self.m = m
+        self.rst = Signal(name="past_rst", init=1)
+        m.d.sync += self.rst.eq(ResetSignal())
+
+    def __call__(self, value, name):
+        s = Signal(Value.cast(value).shape(), name=f"past_{name}")
+        self.m.d.sync += s.eq(value)
+        return s
+
+
+def _stream_rule(m, p: _Past, s, name, kind):
+    """valid is held until ready and the payload is stable while valid & ~ready (Amaranth lib.stream)."""
+    held = p(s.valid & ~s.ready, f"{name}_stall")
+    payload = p(s.payload.as_value(), f"{name}_payload")
+    cond = ~held | p.rst | (s.valid & (s.payload.as_value() == payload))
+    m.d.comb += kind(cond, f"{name}: valid held until ready, payload stable")
+
+
+class _Shadow:
+    """The register file as docs/HARDWARE.md defines it, from the observed ``cfg`` writes: reset values
+    MODE = draft, MBITS = 0, KEEP = 1, GROUP = 128, NUMEL = 0, no book loaded. ``good`` = START would
+    start a tensor (no CONFIG / NO_BOOK error)."""
+
+    def __init__(self, m, cfg, scheme):
+        self.full = Signal(name="sh_full")
+        self.mbits = Signal(32, name="sh_mbits")
+        self.keep = Signal(32, name="sh_keep", init=1)
+        self.group = Signal(32, name="sh_group", init=128)
+        self.numel = Signal(32, name="sh_numel")
+        self.spec_loaded = Signal(name="sh_spec_loaded")
+        self.verif_loaded = Signal(name="sh_verif_loaded")
+        xfer = cfg.valid & cfg.ready
+        addr, data = cfg.payload.addr, cfg.payload.data
+        for a, reg, val in ((MODE, self.full, data[0]), (MBITS, self.mbits, data), (KEEP, self.keep, data),
+                            (GROUP, self.group, data), (NUMEL, self.numel, data),
+                            (SPEC_K, self.spec_loaded, 1), (VERIF_K, self.verif_loaded, 1)):
+            with m.If(xfer & (addr == a)):
+                m.d.sync += reg.eq(val)
+        g_ok = Const(0, 1)
+        for g in GROUPS:
+            g_ok = g_ok | (self.group == g)
+        self.cfg_ok = Signal(name="sh_cfg_ok")
+        self.book_ok = Signal(name="sh_book_ok")
+        self.good = Signal(name="sh_good")
+        books = (self.spec_loaded if scheme == "c1" else Const(1, 1)) & (~self.full | self.verif_loaded)
+        m.d.comb += [
+            self.cfg_ok.eq((self.mbits <= 7) & g_ok & (self.keep >= 1) & (self.keep <= self.group)
+                           & (self.numel != 0)),
+            self.book_ok.eq(books),
+            self.good.eq(self.cfg_ok & self.book_ok),
+        ]
+        self.start = Signal(name="start_xfer")
+        self.clear = Signal(name="clear_xfer")
+        m.d.comb += [self.start.eq(xfer & (addr == CTRL) & data[0]), self.clear.eq(xfer & (addr == CTRL) & data[1])]
+
+
+class _Accounting:
+    """Values in == values out: every accepted START queues (NUMEL, GROUP); every output transfer must fit
+    the head tensor: count <= values left in its superblock, ``sb_end`` exactly when the superblock is
+    full, ``last`` exactly when NUMEL values have been delivered (which pops the tensor). An error
+    abandons the tensors (the queue is flushed); the one beat that may still be pending then is not
+    accounted. At most two tensors are in flight (one finishing its last beat, one started)."""
+
+    def __init__(self, m, out, L, start_acc, err, numel, group, assert_=Assert):
+        q = [{"v": Signal(name=f"acc_q{i}_v"), "n": Signal(32, name=f"acc_q{i}_numel"),
+              "g": Signal(9, name=f"acc_q{i}_group")} for i in range(2)]
+        done = Signal(32, name="acc_delivered")          # values of the head tensor delivered so far
+        sb_left = Signal(9, name="acc_sb_left")          # values left in the head tensor's superblock
+        orphan = Signal(name="acc_orphan")               # the pending beat belongs to an abandoned tensor
+        xfer = out.valid & out.ready
+        cnt = out.payload.count
+        head = q[0]
+        left = Signal(32, name="acc_left")
+        m.d.comb += left.eq(head["n"] - done)
+        checked = Signal(name="acc_checked")
+        m.d.comb += checked.eq(xfer & head["v"] & ~orphan)
+        m.d.comb += [
+            assert_(~out.valid | head["v"] | orphan, "out: no beat without a started tensor"),
+            assert_(~start_acc | ~(q[0]["v"] & q[1]["v"]), "at most two tensors in flight"),
+            assert_(~checked | ((cnt <= sb_left) & (cnt <= left)), "out: count <= values left (no duplicate)"),
+            assert_(~checked | (out.payload.sb_end == (cnt == sb_left)), "out: sb_end exactly at superblock end"),
+            assert_(~checked | (out.payload.last == (cnt == left)), "out: last exactly at NUMEL values (none lost)"),
+        ]
+        nxt_left = left - cnt
+        nxt_sb = Mux(nxt_left >= head["g"], head["g"], nxt_left)
+
+        def first_sb(n, g):
+            return Mux(n >= g, g, n)
+
+        m.d.sync += orphan.eq(out.valid & ~out.ready & (orphan | err))
+        with m.If(err):
+            m.d.sync += [q[0]["v"].eq(0), q[1]["v"].eq(0)]
+        with m.Else():
+            pop = checked & out.payload.last
+            # after a pop the head is q1 (or the tensor pushed now)
+            with m.If(pop):
+                m.d.sync += [q[0]["v"].eq(q[1]["v"] | start_acc), q[1]["v"].eq(0), done.eq(0)]
+                with m.If(q[1]["v"]):
+                    m.d.sync += [q[0]["n"].eq(q[1]["n"]), q[0]["g"].eq(q[1]["g"]),
+                                 sb_left.eq(first_sb(q[1]["n"], q[1]["g"]))]
+                    with m.If(start_acc):
+                        m.d.sync += [q[1]["v"].eq(1), q[1]["n"].eq(numel), q[1]["g"].eq(group)]
+                with m.Else():
+                    m.d.sync += [q[0]["n"].eq(numel), q[0]["g"].eq(group), sb_left.eq(first_sb(numel, group))]
+            with m.Else():
+                with m.If(checked):
+                    m.d.sync += [done.eq(done + cnt), sb_left.eq(Mux(cnt == sb_left, nxt_sb, sb_left - cnt))]
+                with m.If(start_acc):
+                    with m.If(~q[0]["v"]):
+                        m.d.sync += [q[0]["v"].eq(1), q[0]["n"].eq(numel), q[0]["g"].eq(group), done.eq(0),
+                                     sb_left.eq(first_sb(numel, group))]
+                    with m.Else():
+                        m.d.sync += [q[1]["v"].eq(1), q[1]["n"].eq(numel), q[1]["g"].eq(group)]
+        self.head_valid = head["v"]
+
+
+MUTANTS_PROTOCOL = ("sticky", "drain", "hold")
+
+
+class DecoderProtocol(wiring.Component):
+    """Every input of the decoder free (BMC from reset), the environment only obeying the stream rules
+    on its streams (assumed); reset free as well. Asserted, every cycle:
+
+    * handshake: ``out`` valid held until ready and payload stable while valid & ~ready;
+      on a valid beat 1 <= count <= L and lanes >= count are 0;
+    * accounting (``_Accounting``): no value lost or duplicated, ``sb_end`` / ``last`` exact;
+    * error protocol: ``error == (error_code != 0)``; error sticky (drops only after a CLEAR_ERROR
+      write or reset); ``busy`` low while error; no new output beat while error (only a beat already
+      pending may complete); every input stream drained (``ready = 1``, ``cfg`` too) while error;
+      CLEAR_ERROR with error set clears it; START while error is ignored;
+    * START: with a good register set (shadow model ``_Shadow``) busy rises and no error; with a bad one
+      the CONFIG bit (bad MBITS/KEEP/GROUP/NUMEL) or else the NO_BOOK bit is set, busy stays low.
+      Together with CLEAR this is "recovery": after CLEAR_ERROR a START is accepted again.
+
+    ``mutant``: "sticky" (error shown only every other cycle), "drain" (inputs not ready while error),
+    "hold" (out.valid dropped while stalled every other cycle) -- each must fail.
+    """
+
+    def __init__(self, dut: wiring.Component, mutant: str | None = None):
+        if mutant is not None and mutant not in MUTANTS_PROTOCOL:
+            raise ConfigError(f"protocol mutant must be one of {', '.join(MUTANTS_PROTOCOL)}, got {mutant!r}")
+        self.dut, self.mutant = dut, mutant
+        self.scheme = decoder_scheme(dut)
+        self.L = _lanes(dut)
+        self.inputs = _in_streams(dut)
+        super().__init__(dict(dut.signature.members))
+
+    def elaborate(self, platform):
+        m = Module()
+        dut = self.dut
+        m.submodules.dut = dut
+        toggle = Signal(name="mut_toggle")
+        m.d.sync += toggle.eq(~toggle)
+        err_dut = dut.error
+        for name in self.inputs:
+            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(dut, name))
+        if self.mutant == "drain":
+            for name in self.inputs:              # override the ready the environment sees
+                m.d.comb += getattr(self, name).ready.eq(getattr(dut, name).ready & ~err_dut)
+        out, dout = self.out, dut.out
+        m.d.comb += [out.payload.eq(dout.payload), dout.ready.eq(out.ready), out.valid.eq(dout.valid)]
+        if self.mutant == "hold":
+            m.d.comb += out.valid.eq(dout.valid & ~(toggle & ~out.ready))
+        m.d.comb += [self.busy.eq(dut.busy), self.error_code.eq(dut.error_code), self.error.eq(dut.error)]
+        if self.mutant == "sticky":       # error (and its code) dropped every other cycle
+            m.d.comb += [self.error.eq(dut.error & toggle), self.error_code.eq(dut.error_code & toggle.replicate(8))]
+
+        p = _Past(m)
+        err, busy = self.error, self.busy
+        for name in self.inputs:
+            _stream_rule(m, p, getattr(self, name), name, Assume)
+        _stream_rule(m, p, out, "out", Assert)
+        L = self.L
+        cnt = out.payload.count
+        m.d.comb += Assert(~out.valid | ((cnt >= 1) & (cnt <= L)), "out: 1 <= count <= L")
+        for i in range(L):
+            m.d.comb += Assert(~out.valid | (cnt > i) | (out.payload.lanes[i] == 0), f"out: lane {i} zero if unused")
+
+        sh = _Shadow(m, self.cfg, self.scheme)
+        past_err = p(err, "err")
+        past_clear = p(sh.clear, "clear")
+        past_start = p(sh.start, "start")
+        past_busy = p(busy, "busy")
+        past_good = p(sh.good, "good")
+        past_cfg_ok = p(sh.cfg_ok, "cfg_ok")
+        past_out_stall = p(out.valid & ~out.ready, "out_stall")
+        new_beat = out.valid & (p.rst | ~past_out_stall)
+        live = ~p.rst
+        m.d.comb += [
+            Assert(err == (self.error_code != 0), "error == (error_code != 0)"),
+            Assert(~live | ~past_err | err | past_clear, "error sticky until CLEAR_ERROR or reset"),
+            Assert(~err | ~busy, "busy low while error"),
+            Assert(~err | ~new_beat, "no new output beat while error"),
+            Assert(~live | ~(past_err & past_clear) | ~err, "CLEAR_ERROR clears the error"),
+            Assert(~live | ~(past_err & past_start) | (~busy & err) | past_clear, "START ignored while error"),
+            Assert(~live | ~(past_start & ~past_err & ~past_busy & past_good) | (busy & ~err),
+                   "START with good registers starts a tensor"),
+            Assert(~live | ~(past_start & ~past_err & ~past_busy & ~past_good)
+                   | (~busy & Mux(past_cfg_ok, self.error_code[ERR_NO_BOOK], self.error_code[ERR_CONFIG])),
+                   "START with bad registers: CONFIG, else NO_BOOK"),
+        ]
+        for name in self.inputs:
+            m.d.comb += Assert(~err | getattr(self, name).ready, f"{name} drained while error")
+        start_acc = sh.start & ~err & ~busy & sh.good
+        _Accounting(m, out, L, start_acc, err, sh.numel, sh.group[:9])
+        # reachability (cover mode): a beat, an error, an error cleared and a tensor started after it
+        seen_err = Signal(name="cov_seen_err")
+        recovered = Signal(name="cov_recovered")
+        with m.If(err):
+            m.d.sync += seen_err.eq(1)
+        with m.If(seen_err & ~err & busy):
+            m.d.sync += recovered.eq(1)
+        m.d.comb += [Cover(out.valid & out.ready & out.payload.last, "cover: a tensor's last beat"),
+                     Cover(err & out.valid, "cover: a beat pending while error"),
+                     Cover(recovered, "cover: error, CLEAR_ERROR, a new tensor started")]
+        return m
+
+
+# ---------------------------------------------------------------------------------------------- liveness
+
+LIVENESS_GROUP = 32
+LIVENESS_MAX_NUMEL = 40        # one full superblock and a partial one
+
+
+class DecoderLiveness(wiring.Component):
+    """A legal draft-mode tensor at full rate: the harness programs the registers (MODE = draft and
+    MBITS = 0 from reset, KEEP = GROUP = 32, NUMEL = n free in 1..40, the C1 speculation book {sym} with
+    sym free, START) one write per cycle, streams every plane's chunks back to back (words valid from cycle 0,
+    data bits free where the format leaves them free: signs, elements, X bytes; C1 codes are all rank 0
+    = ``sym``), and keeps ``out.ready = 1``, no reset. Asserted:
+
+    * no error (the stimulus is legal); accounting as in ``DecoderProtocol`` (n values, exact
+      ``sb_end`` / ``last``); when ``last`` is delivered every word of every plane has been accepted;
+    * the values: mantissa 0 (m = 0); C1 also exponent = sym;
+    * liveness bound: the first beat at most ``first`` cycles after the cycle that wrote START, then a
+      beat in every cycle until ``last`` (gap 0) -- the bound N of the issue is ``first``.
+    ``mutant="bound"`` asserts ``first - 1``: must fail, so the bound is exact.
+    """
+
+    def __init__(self, dut: wiring.Component, first: int = 3, mutant: str | None = None):
+        if mutant not in (None, "bound"):
+            raise ConfigError(f"liveness mutant must be 'bound', got {mutant!r}")
+        self.dut, self.first, self.mutant = dut, first, mutant
+        self.scheme = decoder_scheme(dut)
+        self.L = _lanes(dut)
+        planes = ("spec_codes", "spec_signman") if self.scheme == "c1" else ("spec_mx",)
+        self.planes = planes
+        self.words = {p: dut.signature.members[p].signature.members["payload"].shape["data"].width
+                      for p in planes}
+        sig = {"n": In(bits_for(LIVENESS_MAX_NUMEL)), "sym": In(8)}
+        sig.update({f"{p}_free": In(self.words[p]) for p in planes})
+        super().__init__(sig)
+
+    def _chunk_bits(self, plane, ns):
+        if plane == "spec_codes":          # n_s rank-0 codes, one bit each
+            return ns
+        if plane == "spec_signman":        # n_s sign fields (m = 0, all kept)
+            return ns
+        return 8 * ((ns + 31) >> 5) + 2 * ns   # spec_mx, k = G: X bytes, then (sign, elem) fields
+
+    def elaborate(self, platform):
+        m = Module()
+        dut = self.dut
+        m.submodules.dut = dut
+        p = _Past(m)
+        m.d.comb += Assume(~ResetSignal())
+        m.d.comb += Assume((self.n >= 1) & (self.n <= LIVENESS_MAX_NUMEL))
+        m.d.comb += Assume(p.rst | ((self.n == p(self.n, "n")) & (self.sym == p(self.sym, "sym"))))
+
+        # register program, one write per cycle
+        # MODE (draft) and MBITS (0) keep their reset values
+        prog = [(KEEP, LIVENESS_GROUP), (GROUP, LIVENESS_GROUP), (NUMEL, self.n), (SPEC_SYM, self.sym),
+                (SPEC_K, 1), (CTRL, 1)]
+        pc = Signal(range(len(prog) + 1), name="prog_pc")
+        cfg = dut.cfg
+        m.d.comb += cfg.valid.eq(pc < len(prog))
+        with m.Switch(pc):
+            for i, (a, d) in enumerate(prog):
+                with m.Case(i):
+                    m.d.comb += [cfg.payload.addr.eq(a), cfg.payload.data.eq(d)]
+        with m.If(cfg.valid & cfg.ready):
+            m.d.sync += pc.eq(pc + 1)
+        start_x = cfg.valid & cfg.ready & (pc == len(prog) - 1)
+
+        G = LIVENESS_GROUP
+        nsb = Signal(range(LIVENESS_MAX_NUMEL // G + 2), name="nsb")
+        m.d.comb += nsb.eq((self.n + G - 1) // G)
+        all_in = Const(1, 1)
+        for plane in self.planes:
+            s = getattr(dut, plane)
+            IW = self.words[plane]
+            sb = Signal(range(LIVENESS_MAX_NUMEL // G + 2), name=f"{plane}_sb")
+            j = Signal(8, name=f"{plane}_word")
+            ns = Signal(range(G + 1), name=f"{plane}_ns")
+            m.d.comb += ns.eq(Mux(self.n - sb * G >= G, G, self.n - sb * G))
+            used = Signal(16, name=f"{plane}_used")
+            m.d.comb += used.eq(self._chunk_bits(plane, ns))
+            nwords = Signal(8, name=f"{plane}_nwords")
+            m.d.comb += nwords.eq(Mux(used == 0, 1, (used + IW - 1) // IW))
+            lo = Signal(16, name=f"{plane}_lo")
+            m.d.comb += lo.eq(j * IW)
+            mask = Signal(IW, name=f"{plane}_mask")    # bits of this word inside the chunk's content
+            for b in range(IW):
+                m.d.comb += mask[b].eq(lo + b < used)
+            content = Const((1 << IW) - 1, IW) if plane == "spec_codes" else getattr(self, f"{plane}_free")
+            m.d.comb += [s.valid.eq(sb < nsb), s.payload.data.eq(content & mask),
+                         s.payload.last.eq(j == nwords - 1)]
+            with m.If(s.valid & s.ready):
+                with m.If(j == nwords - 1):
+                    m.d.sync += [j.eq(0), sb.eq(sb + 1)]
+                with m.Else():
+                    m.d.sync += j.eq(j + 1)
+            _stream_rule(m, p, s, plane, Assume)         # free data bits stable while stalled
+            all_in = all_in & (sb == nsb)
+        m.d.comb += dut.out.ready.eq(1)
+        out = dut.out
+        m.d.comb += Assert(~dut.error, "legal stimulus: no error")
+        _Accounting(m, out, self.L, start_x, dut.error, self.n, Const(G, 9))
+        m.d.comb += Assert(~(out.valid & out.payload.last) | all_in, "last beat: every word accepted")
+        for i in range(self.L):
+            lane = out.payload.lanes[i]
+            ok = lane[:7] == 0
+            if self.scheme == "c1":
+                ok = ok & (lane[7:15] == self.sym)
+            m.d.comb += Assert(~out.valid | (out.payload.count <= i) | ok, f"lane {i} value")
+
+        # liveness bound
+        started = Signal(name="started")          # START written, last beat not yet delivered
+        got_beat = Signal(name="got_beat")
+        wait = Signal(8, name="wait")             # cycles since the START write without a beat
+        with m.If(start_x):
+            m.d.sync += [started.eq(1), wait.eq(0), got_beat.eq(0)]
+        with m.Elif(started):
+            m.d.sync += wait.eq(Mux(out.valid, 0, wait + 1))
+            with m.If(out.valid):
+                m.d.sync += got_beat.eq(1)
+            with m.If(out.valid & out.payload.last):
+                m.d.sync += started.eq(0)
+        bound = self.first - 1 if self.mutant == "bound" else self.first
+        # wait = cycles since the START write cycle - 1: the beat must be valid by wait = bound - 1
+        m.d.comb += [
+            Assert(~started | got_beat | out.valid | (wait < bound - 1), f"first beat within {bound} cycles of START"),
+            Assert(~started | ~got_beat | out.valid, "then a beat every cycle until last"),
+        ]
+        m.d.comb += Cover(out.valid & out.payload.last & (self.n == LIVENESS_MAX_NUMEL), "cover: a 40-value tensor")
+        return m
