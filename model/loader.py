@@ -67,8 +67,11 @@ def bits_to_bf16(b: np.ndarray) -> torch.Tensor:
 
 
 def f32_to_bits(a: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 bit patterns, round-to-nearest-even (torch's conversion)."""
-    return bf16_to_bits(torch.from_numpy(np.array(a, dtype=np.float32, copy=True)))
+    """float32 -> bf16 bit patterns, round-to-nearest-even: the golden reader's rounding
+    (golden.io.float_to_bf16_bits), so the model path and ``cassandra-rtl encode`` produce the same bits
+    from one file. Equal to torch's conversion except that a NaN keeps its payload (quietened)."""
+    from cassandra_rtl.golden.io import float_to_bf16_bits
+    return float_to_bf16_bits(np.asarray(a, dtype=np.float32))
 
 
 def bundled_model_path() -> Path:
@@ -104,23 +107,19 @@ def _unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
 def load_gguf(path: Path, max_seq_len: int = 2048) -> Checkpoint:
     import gguf
 
-    try:
-        r = gguf.GGUFReader(str(path))
-    except Exception as e:  # noqa: BLE001
-        raise InputError(f"{path}: not a readable GGUF file ({e})") from None
-    fields = {}
-    for k, f in r.fields.items():
-        try:
-            fields[k] = f.contents()
-        except Exception:  # noqa: BLE001 - skip exotic fields
-            pass
+    from .gguf_reader import GGUFFile
+
+    r = GGUFFile(path)                 # metadata in one pass, tensors memory-mapped (InputError if corrupt)
+    fields = r.fields
     arch = fields.get("general.architecture")
     if arch not in SUPPORTED_GGUF_ARCHS:
         raise InputError(f"{path}: unsupported architecture {arch!r} (supported: {sorted(SUPPORTED_GGUF_ARCHS)})")
     g = lambda key, d=None: fields.get(f"{arch}.{key}", d)  # noqa: E731
     n_heads = int(g("attention.head_count"))
     dim = int(g("embedding_length"))
-    tensors = {t.name: t for t in r.tensors}
+    tensors = r.tensors
+    if "token_embd.weight" not in tensors:
+        raise InputError(f"{path}: no token_embd.weight tensor")
     scaling = g("rope.scaling.type")
     if scaling not in (None, "none"):
         raise InputError(f"{path}: rope scaling type {scaling!r} is not supported (llama3-style scaling comes as "
@@ -149,7 +148,7 @@ def load_gguf(path: Path, max_seq_len: int = 2048) -> Checkpoint:
 
     def deq(name: str) -> np.ndarray:
         t = tensors[name]
-        a = gguf.dequantize(t.data, t.tensor_type)
+        a = gguf.dequantize(r.data(name), t.tensor_type)
         shape = tuple(int(s) for s in reversed(t.shape))  # ggml lists dims innermost first
         return np.asarray(a, dtype=np.float32).reshape(shape)
 
