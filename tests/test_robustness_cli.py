@@ -531,3 +531,18 @@ def test_os_errors_are_one_line(tmp_path, run, small_npy):
 def test_usage_errors_are_one_line(run):
     one_line_error(run("encode"), "required")
     one_line_error(run("nope"), "invalid choice")
+
+
+# --------------------------------------------------------- tune: outputs and ranges before the search
+
+@pytest.mark.parametrize("argv,word", [(["--out", "/dev/full"], "not a regular file"),
+                                       (["--out", "{tmp}"], "directory"),
+                                       (["--container", "{tmp}/no/x.cass"], "does not exist"),
+                                       (["--out", "{tmp}/a.json", "--threads", "0"], "--threads"),
+                                       (["--out", "{tmp}/a.json", "--new-tokens", "0"], "--new-tokens"),
+                                       (["--out", "{tmp}/a.json", "--options", "c1:x:3"], "--options")])
+def test_tune_checks_before_the_search(tmp_path, run, monkeypatch, argv, word):
+    import cassandra_rtl.model.loader as loader
+
+    monkeypatch.setattr(loader, "load", lambda *a, **k: pytest.fail("the model was loaded before the check"))
+    one_line_error(run("tune", *[a.format(tmp=tmp_path) for a in argv]), word)

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..argtypes import int_at_least, non_negative_int, positive_int
 from ..errors import ConfigError, InputError
 
 
@@ -57,11 +58,18 @@ def run(args) -> int:
     from ..model.salience import CALIBRATION_PROMPTS
     from ..model.tune import EVAL_PROMPTS, run_search, write_container_with
 
+    from ..golden.io import check_output_path
+
     set_threads(args.threads)
     if not args.out and not args.container:
         raise ConfigError("give --out DRAFT.json and/or --container OUT.cass")
+    for out in (args.out, args.container):      # refused now, not after minutes of search
+        if out:
+            check_output_path(out)
     calib = _prompts(args.calib_prompts) or CALIBRATION_PROMPTS
     evalp = _prompts(args.eval_prompts) or EVAL_PROMPTS
+    validate = _prompts(args.validate_prompts)
+    opts = _options(args.options)
     if args.quick:
         evalp = evalp[:3]
         calib = calib[:4]
@@ -77,13 +85,13 @@ def run(args) -> int:
     ck = load(args.model, max_seq_len=args.max_seq_len)
     say(f"model {ck.source}: {ck.args.n_layers} layers, dim {ck.args.dim}")
     alloc, report = run_search(ck, salience_kind=args.salience, calib_prompts=calib, eval_prompts=evalp,
-                               n_new=args.new_tokens, options=_options(args.options), bands=args.bands,
+                               n_new=args.new_tokens, options=opts, bands=args.bands,
                                ctx=args.ctx, max_steps=args.max_steps, cache_dir=args.cache,
                                quick=args.quick, progress=prog, say=say, log_path=args.log)
     if args.validate_top:
         from ..model.tune import pick_by_validation
 
-        alloc = pick_by_validation(ck, alloc, report, args.validate_top, _prompts(args.validate_prompts),
+        alloc = pick_by_validation(ck, alloc, report, args.validate_top, validate,
                                    args.validate_tokens, progress=prog, say=say)
         report["best"] = {**report["best"], "validated": alloc.estimate["validated"]}
     if args.out:
@@ -111,21 +119,22 @@ def register(sub):
     p.add_argument("--salience", default="wanda", choices=["wanda", "magnitude"])
     p.add_argument("--calib-prompts", default=None, help="calibration prompts: text file (one per line) or JSON list")
     p.add_argument("--eval-prompts", default=None, help="held-apart evaluation prompts (same forms)")
-    p.add_argument("--new-tokens", type=int, default=32, help="target continuation length per prompt")
+    p.add_argument("--new-tokens", type=positive_int, default=32, help="target continuation length per prompt")
     p.add_argument("--options", default=None, help="candidate per-group options scheme:keep:mantissa,...")
-    p.add_argument("--bands", type=int, default=3, help="layer bands per tensor type in the search")
-    p.add_argument("--ctx", type=int, default=128, help="context length assumed by the cost model")
-    p.add_argument("--max-steps", type=int, default=40, help="greedy descent steps")
-    p.add_argument("--validate-top", type=int, default=0, help="re-rank the N best proxy candidates by real "
+    p.add_argument("--bands", type=positive_int, default=3, help="layer bands per tensor type in the search")
+    p.add_argument("--ctx", type=positive_int, default=128, help="context length assumed by the cost model")
+    p.add_argument("--max-steps", type=non_negative_int, default=40, help="greedy descent steps")
+    p.add_argument("--validate-top", type=non_negative_int, default=0, help="re-rank the N best proxy candidates by real "
                    "speculative decoding and keep the best measured (slow: minutes per candidate on SmolLM2)")
     p.add_argument("--validate-prompts", default=None, help="prompts for --validate-top (default: the benchmark "
                    "prompts of model/bench.py; same file forms as --calib-prompts)")
-    p.add_argument("--validate-tokens", type=int, default=48, help="new tokens per prompt for --validate-top")
+    p.add_argument("--validate-tokens", type=positive_int, default=48, help="new tokens per prompt for --validate-top")
     p.add_argument("--cache", default="build/tune", help="cache directory for calibration / evaluation data")
     p.add_argument("--log", default=None, help="append every evaluated candidate as a JSON line here")
-    p.add_argument("--max-seq-len", type=int, default=512)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--quick", action="store_true", help="few prompts, few options (smoke test)")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--max-seq-len", type=int_at_least(2), default=512)
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (>= 1)")
+    p.add_argument("--quick", action="store_true", help="4 calibration and 3 evaluation prompts, the quick "
+                   "search (still minutes on SmolLM2: ~8 min on 2 cores)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
