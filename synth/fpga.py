@@ -621,9 +621,9 @@ def render_markdown(report: dict) -> str:
         f"PE ({PE_BLOCK}) Fmax: {_f(pe, '{:.2f}')} MHz; \"x PE\" = block Fmax / PE Fmax. "
         f"Command: `{fl['command']}`.",
         "",
-        "| block | kind | status | LUT4 | of which carry (CCU2C x2) | FF | DP16KD | other cells | Fmax MHz | x PE "
-        "| seeds (best) | synth s | P&R s (max) |",
-        "|---|---|---|---:|---:|---:|---:|---|---:|---:|---|---:|---:|",
+        "| block | kind | status | LUT4 | of which carry (CCU2C x2) | TRELLIS_COMB (P&R) | FF | DP16KD | other cells "
+        "| Fmax MHz | x PE | seeds (best) | synth s | P&R s (max) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|",
     ]
     for name, b in report["blocks"].items():
         st = b.get("status")
@@ -637,7 +637,7 @@ def render_markdown(report: dict) -> str:
             seeds += f" ({b['best_seed']})"
         lines.append(
             f"| {name} | {b.get('kind', '?')} | {st} | {_f(b.get('lut4'))} | "
-            f"{_f(None if b.get('ccu2c') is None else 2 * b['ccu2c'])} | {_f(b.get('ff'))} | "
+            f"{_f(None if b.get('ccu2c') is None else 2 * b['ccu2c'])} | {_f(b.get('trellis_comb'))} | {_f(b.get('ff'))} | "
             f"{_f(b.get('dp16kd'))} | {other} | {_f(b.get('fmax_mhz'), '{:.2f}')} | "
             f"{_f(b.get('fmax_ratio_to_pe'), '{:.2f}')} | {seeds} | {_f(b.get('synth_seconds'), '{:.0f}')} | "
             f"{_f(b.get('pnr_seconds_max'), '{:.0f}')} |")
@@ -649,8 +649,9 @@ def render_markdown(report: dict) -> str:
         for n, c in crit.items():
             lines.append(f"| {n} | `{c['from']}` | `{c['to']}` | {c['logic_cells']} | {c['logic_ns']:.1f} | "
                          f"{c['routing_ns']:.1f} | {', '.join(c['sources']) or '—'} |")
-    lines += ["", "LUT4 = logic LUT4 + 2 per CCU2C carry cell (nextpnr's \"Total LUT4s\"); FF = TRELLIS_FF of the "
-              "block itself. Every block sits in a harness that registers each input and output (those "
+    lines += ["", "LUT4 = logic LUT4 + 2 per CCU2C carry cell (nextpnr's \"Total LUT4s\"); TRELLIS_COMB = slice "
+              "LUT sites nextpnr used (harness included, plus LUTs used only to reach a flip-flop); FF = TRELLIS_FF "
+              "of the block itself. Every block sits in a harness that registers each input and output (those "
               "registers, `harness_ff` in report.json, are not counted above), so port-to-register and "
               "register-to-port logic is timed too; out of context there is no IO or clock-tree delay. "
               "See docs/SYNTHESIS.md, \"FPGA (ECP5, nextpnr)\".", ""]
