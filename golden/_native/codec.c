@@ -67,7 +67,8 @@ static inline void put_code(wr_t *w, const int32_t *rank, int K, int sym, int on
     int r = rank[sym];
     uint64_t v = (r < K) ? (1ull << r) : ((1ull << K) | ((uint64_t)(sym & 0xFF) << (K + 1)));
     int n = (r < K) ? r + 1 : K + 1 + ESC_BITS;
-    put(w, on ? v : 0, on ? n : 0);
+    uint64_t om = 0ull - (uint64_t)(on != 0);                    /* mask arithmetic: `on` is data-dependent */
+    put(w, v & om, n & (int)om);
 }
 
 /* Decode `count` codes from the chunk [start, end) bits; returns the bits used, or -1. The codes are taken
@@ -161,9 +162,9 @@ static inline int imax(int a, int b) { return a > b ? a : b; }
 /* C2 element (FORMAT.md §4): mantissa bits the draft keeps (c) and the element field */
 static inline int c2_elem(int e, int mant, int X, int m) {
     int c = m - (imax(X, 1) - imax(e, 1));
-    if (c < 0) return 0;
+    int neg = c >> 31;                          /* all ones if c < 0: branch-free (c < 0 is data-dependent) */
     int sig = ((e > 0) << 7) | mant;
-    return sig >> (7 - c);
+    return (sig >> (7 - (c & ~neg))) & ~neg;
 }
 
 /* ---------------------------------------------------------------------------------------- C1 encode */
@@ -200,10 +201,11 @@ void c1_pack(const uint16_t *bits, const uint8_t *kept, int64_t N, int64_t G, in
         vcodes_off[s] = wv.byte;
         for (int64_t i = s0; i < s0 + n; i++) {
             int b = bits[i], sign = b >> 15, e = (b >> 7) & 0xFF, f = b & 0x7F, kp = kept[i];
-            put_code(&wc, spec_rank, spec_K, kp ? e : PRUNED, 1);
-            put(&ws, kp ? (((uint64_t)sign << m) | (uint64_t)(f >> (7 - m))) : 0, kp ? 1 + m : 0);
+            int km = -kp;                                            /* mask arithmetic, not branches */
+            put_code(&wc, spec_rank, spec_K, (e & km) | (PRUNED & ~km), 1);
+            put(&ws, (((uint64_t)sign << m) | (uint64_t)(f >> (7 - m))) & (uint64_t)(int64_t)km, (1 + m) & km);
             put_code(&wv, verif_rank, verif_K, e, !kp);
-            put(&wr, kp ? (uint64_t)(f & lowmask) : (uint64_t)((sign << 7) | f), kp ? 7 - m : 8);
+            put(&wr, (uint64_t)(((f & lowmask) & km) | (((sign << 7) | f) & ~km)), ((7 - m) & km) | (8 & ~km));
         }
         flush_chunk(&wc); flush_chunk(&ws); flush_chunk(&wv); flush_chunk(&wr);
     }
@@ -241,19 +243,26 @@ void c2_pack(const uint16_t *bits, const uint8_t *kept, const uint8_t *X, int64_
         int64_t n = (N - s0 < G) ? N - s0 : G;
         vcodes_off[s] = wv.byte;
         rest_off[s] = wr.byte;
-        if (prunes)
-            for (int64_t i = s0; i < s0 + n; i++) put(&wm, kept[i], 1);
+        if (prunes) {                                              /* keep bitmap, 16 flags per put */
+            int64_t i = s0;
+            for (; i + 16 <= s0 + n; i += 16) {
+                uint64_t v = 0;
+                for (int j = 0; j < 16; j++) v |= (uint64_t)kept[i + j] << j;
+                put(&wm, v, 16);
+            }
+            for (; i < s0 + n; i++) put(&wm, kept[i], 1);
+        }
         for (int64_t b0 = s0; b0 < s0 + n; b0 += MX_BLOCK) put(&wm, X[b0 / MX_BLOCK], 8);
         for (int64_t i = s0; i < s0 + n; i++) {
             int b = bits[i], sign = b >> 15, e = (b >> 7) & 0xFF, f = b & 0x7F;
             int x = X[i / MX_BLOCK];
             int c = m - (imax(x, 1) - imax(e, 1));
             int elem = c2_elem(e, f, x, m);
-            int kp = kept[i], dz = !kp | (elem == 0);
-            put(&wm, kp ? (((uint64_t)sign << (m + 1)) | (uint64_t)elem) : 0, kp ? m + 2 : 0);
+            int kp = kept[i], dz = !kp | (elem == 0), km = -kp, dm = -dz;   /* masks, not branches */
+            put(&wm, (((uint64_t)sign << (m + 1)) | (uint64_t)elem) & (uint64_t)(int64_t)km, (m + 2) & km);
             put_code(&wv, verif_rank, verif_K, x - e, dz);
-            int cc = c < 0 ? 0 : c;
-            put(&wr, dz ? (uint64_t)((sign << 7) | f) : (uint64_t)(f & ((1 << (7 - cc)) - 1)), dz ? 8 : 7 - cc);
+            int cc = c & ~(c >> 31);                                    /* max(c, 0) */
+            put(&wr, (uint64_t)((((sign << 7) | f) & dm) | ((f & ((1 << (7 - cc)) - 1)) & ~dm)), (8 & dm) | ((7 - cc) & ~dm));
         }
         flush_chunk(&wm); flush_chunk(&wv); flush_chunk(&wr);
     }
@@ -306,19 +315,20 @@ int c1_decode(int64_t N, int64_t G, int m, int64_t k, int full,
         const uint32_t smask = (1u << (1 + m)) - 1, mmask = (1u << m) - 1;
         for (int64_t i = 0; i < n; i++) {
             int kp = sym[i] != PRUNED;
+            uint32_t km = 0u - (uint32_t)kp;                        /* mask arithmetic: kp is data-dependent */
             uint32_t fs = (uint32_t)peek(signman, signman_len, pos) & smask;
-            pos += kp ? 1 + m : 0;
+            pos += (1 + m) & km;
             uint32_t vk = ((fs >> m) << 15) | (((uint32_t)sym[i] & 0xFF) << 7) | ((fs & mmask) << (7 - m));
             uint32_t v;
             if (full) {
-                int w = kp ? 7 - m : 8;
+                int w = (int)(((uint32_t)(7 - m) & km) | (8u & ~km));
                 uint32_t r = (uint32_t)peek(rest, rest_len, rpos) & ((1u << w) - 1);
                 rpos += w;
                 uint32_t vp = ((r >> 7) << 15) | ((uint32_t)pe[j] << 7) | (r & 0x7F);
                 j += !kp;
-                v = kp ? (vk | r) : vp;
+                v = ((vk | r) & km) | (vp & ~km);
             } else {
-                v = kp ? vk : 0;
+                v = vk & km;
             }
             out[s0 + i] = (uint16_t)v;
         }
@@ -367,16 +377,18 @@ int c2_decode(int64_t N, int64_t G, int m, int64_t k, int full,
         const uint32_t fmask = (1u << (m + 2)) - 1, emask = (1u << (m + 1)) - 1, mmask = (1u << m) - 1;
         for (int64_t i = 0; i < n; i++) {
             int x = Xs[i / MX_BLOCK], xeff = imax(x, 1), kp = kept[i];
-            uint32_t f = (uint32_t)peek(mx, mx_len, pos) & fmask;
-            pos += kp ? m + 2 : 0;
-            uint32_t sign = kp ? f >> (m + 1) : 0;
-            uint32_t el = kp ? f & emask : 0;
+            uint32_t km = 0u - (uint32_t)kp;                        /* mask arithmetic, not branches */
+            uint32_t f = (uint32_t)peek(mx, mx_len, pos) & fmask & km;
+            pos += (m + 2) & km;
+            uint32_t sign = f >> (m + 1);
+            uint32_t el = f & emask;
             int lz = (m + 1) - (32 - __builtin_clz(el | 1u));        /* el = 0: lz unused */
             int E = xeff - lz;
             int sh = 6 - m + xeff;
             uint32_t vn = (sign << 15) | ((uint32_t)(E & 0xFF) << 7) | (((el << lz) & mmask) << (7 - m));
             uint32_t vs = (sign << 15) | (el << (sh < 16 ? sh : 16));
-            uint32_t v = el ? (E >= 1 ? vn : vs) : (sign << 15);
+            uint32_t nzm = 0u - (uint32_t)(el != 0), nm = 0u - (uint32_t)(E >= 1);
+            uint32_t v = (((vn & nm) | (vs & ~nm)) & nzm) | ((sign << 15) & ~nzm);
             int mn = lz < xeff - 1 ? lz : xeff - 1;
             restw[i] = (uint8_t)(7 - (m - mn));                     /* 7 - c, c = m - min(lz, xeff - 1) */
             elem[i] = (uint8_t)(el != 0);
@@ -390,14 +402,15 @@ int c2_decode(int64_t N, int64_t G, int m, int64_t k, int full,
         int bad = 0;
         for (int64_t i = 0; i < n; i++) {
             int x = Xs[i / MX_BLOCK], dz = !elem[i];
+            uint32_t dzm = 0u - (uint32_t)dz;                       /* mask arithmetic: dz is data-dependent */
             int e = x - delta[j];
             j += dz;
-            int w = dz ? 8 : restw[i];
+            int w = (int)((8u & dzm) | (restw[i] & ~dzm));
             uint32_t r = (uint32_t)peek(rest, rest_len, rpos) & ((1u << w) - 1);
             rpos += w;
             bad |= dz & (e < 0);
             uint32_t vdz = ((r >> 7) << 15) | ((uint32_t)(e & 0xFF) << 7) | (r & 0x7F);
-            out[s0 + i] = (uint16_t)(dz ? vdz : (out[s0 + i] | r));
+            out[s0 + i] = (uint16_t)((vdz & dzm) | ((out[s0 + i] | r) & ~dzm));
         }
         if (bad) return 7;
         if (!chunk_ok(rest, rest_len, rest_off[s], rest_off[s + 1], rpos - rest_off[s] * 8)) return 6;
