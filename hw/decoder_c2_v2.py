@@ -20,17 +20,17 @@ is known the bits of every beat are known too. So the v2 draft path has no cross
          L divides 32), draft value per lane (FORMAT section 4); in full mode also the draft-zero flags,
          their prefix counts and the rest-field offsets (prefix sum of widths).
   VERIFY -> OUT (registered): full mode takes the beat's rest bits from verif.rest (registered take) and
-         its delta codes from the delta queue, fed by the verif.codes plane, which runs on its own; the
-         exact values are assembled into the output register.
+         its delta codes from the code ring of hw/code_plane.py, which parses verif.codes on its own,
+         ahead of the beats; the exact values are assembled into the output register.
 
 Loops that must close in one cycle (logic depth, unit gates, estimated):
   * TakeRing F pointer: avail (from nwords, off) >= I.take -> fire -> off/head/nwords update (~20);
   * ISSUE: bitmap position / superblock counters -> next beat's registers, enabled by fire (~30, the
     data path through popcount and the offset multiplies ends in a register, it is not a loop);
   * verif.rest reader (v1 BitReader): avail >= S3.rest_take -> commit -> pointer (~30);
-  * verif.codes plane (own loop, not coupled to the other planes): window -> zero counter over ``Lc``
-    lanes -> codes pushed (limited by the queue's registered room) -> take (the one variable-length loop
-    left; C1 v2's hw/code_plane.py replaces it once available).
+  * verif.codes: hw/code_plane.py (shared with the C1 decoder v2) parses a fixed 16 bits per cycle into
+    a ring of codes; its loops are the segment position (~8) and the zero-run carry / replay (~15);
+    the beat pops its codes (pointer add).
 Errors are raised from registered state or at the stage that would otherwise act on bad data; a beat
 that errs is not issued, so no wrong value is ever emitted.
 """
@@ -39,14 +39,16 @@ from __future__ import annotations
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import bits_for, exact_log2
+from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from ..errors import ConfigError
-from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, \
-    MAX_CODE_BITS, MX_BLOCK
-from .bitreader import BitReader, thermometer, word_layout
+from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, MX_BLOCK
+from .bitreader import thermometer, word_layout
+from .slim_bitreader import SlimBitReader
 from .decoder import BF16_BITS, CFG_DATA_BITS, ERROR_BITS, FIELD_MAX, DecoderC1, Err, cfg_layout, out_layout
 from .decoder_c2 import DecoderC2, prefix_sums
+from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane
+from .code_plane import Kind as CpKind
 from .take_ring import TakeRing
 from .zero_counter import prefix_counts
 
@@ -56,8 +58,6 @@ X_REGION = X_BITS * G_MAX // MX_BLOCK            # 64: the X bytes of a superblo
 MXF = BF16_MANTISSA_BITS + 2                     # widest (m+2)-bit spec.mx field: 9
 MAX_LANES = 32                                   # a beat lies inside one MX block: L divides 32
 
-# delta queue entry kinds (verif.codes plane -> VERIFY)
-K_DELTA, K_END, K_END_LONG, K_BAD = 0, 1, 2, 3
 
 
 def _pow2(v) -> bool:
@@ -74,16 +74,20 @@ class DecoderC2v2(DecoderC1):
         verif_lanes  Lv, full-mode values per beat: a power of two <= L (default L / 2, at least 1: full
                      mode reads ~3x the bits per value of the draft, so at one memory bandwidth it needs
                      fewer values per cycle)
-        code_lanes   Lc, delta codes the verif.codes plane decodes per cycle (default Lv)
-        window       code window of the verif.codes zero counter (default max(24, 8 * Lc))
+        code_seg     S, bits of verif.codes the code plane parses per cycle (hw/code_plane.py; default 16)
+        code_lanes   Lc, codes one code-plane pass delivers (default min(S, max(6, Lv + 2)); a segment with
+                     more codes is re-parsed from the next code, one bubble in the code plane only)
+        code_depth   entries of the code ring (default: the power of two >= 2 (Lc + 1) + 2 (Lv + 1), so the
+                     plane's room check never holds it back while a beat waits; 32 at L = 8)
         bitmap_words depth of the bitmap word FIFO (default G_MAX / IW + 1: the next superblock's bitmap
                      is taken in while the current one is decoded, so superblocks follow without a bubble)
-        delta_depth  entries of the delta queue (default 2 * (max(Lv, Lc) + 1))
+        verif_slots  word slots of each verification plane's reader (default 2: they are read at most
+                     8 * Lv and window + 8 bits per cycle, far below a word; hw/slim_bitreader.py)
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
-                 code_lanes: int | None = None, window: int | None = None, bitmap_words: int | None = None,
-                 delta_depth: int | None = None):
+                 code_seg: int = 16, code_lanes: int | None = None, code_depth: int | None = None,
+                 bitmap_words: int | None = None, verif_slots: int = 2):
         if not _pow2(lanes) or lanes > MAX_LANES:
             raise ConfigError(f"lanes must be a power of two 1..{MAX_LANES} (a beat lies in one MX block), "
                               f"got {lanes!r}")
@@ -94,20 +98,18 @@ class DecoderC2v2(DecoderC1):
         verif_lanes = max(1, lanes // 2) if verif_lanes is None else verif_lanes
         if not _pow2(verif_lanes) or verif_lanes > lanes:
             raise ConfigError(f"verif_lanes must be a power of two 1..lanes ({lanes}), got {verif_lanes!r}")
-        code_lanes = verif_lanes if code_lanes is None else code_lanes
-        if not isinstance(code_lanes, int) or not 1 <= code_lanes <= 16:
-            raise ConfigError(f"code_lanes must be 1..16, got {code_lanes!r}")
-        window = max(MAX_CODE_BITS, 8 * code_lanes) if window is None else window
-        if not isinstance(window, int) or not MAX_CODE_BITS <= window <= 256:
-            raise ConfigError(f"code window must be {MAX_CODE_BITS}..256 bits, got {window!r}")
+        code_lanes = min(code_seg, max(6, verif_lanes + 2)) if code_lanes is None else code_lanes
+        if code_depth is None:          # room for two passes and two beats' pops: the plane never waits
+            code_depth = 1 << ceil_log2(2 * (code_lanes + 1) + 2 * (verif_lanes + 1))
+        code_depth = CodePlane.resolve(word, code_seg, code_lanes, code_depth, verif_lanes + 1)[3]  # or ConfigError
         bitmap_words = G_MAX // word + 1 if bitmap_words is None else bitmap_words
         if not isinstance(bitmap_words, int) or not 1 <= bitmap_words <= 16:
             raise ConfigError(f"bitmap_words must be 1..16, got {bitmap_words!r}")
-        delta_depth = 2 * (max(verif_lanes, code_lanes) + 1) if delta_depth is None else delta_depth
-        if not isinstance(delta_depth, int) or not max(verif_lanes, code_lanes) + 1 <= delta_depth <= 64:
-            raise ConfigError(f"delta_depth must be {max(verif_lanes, code_lanes) + 1}..64, got {delta_depth!r}")
-        self.lanes, self.word, self.verif_lanes, self.code_lanes = lanes, word, verif_lanes, code_lanes
-        self.window, self.bitmap_words, self.delta_depth = window, bitmap_words, delta_depth
+        if verif_slots not in (2, 4, 8) or FIELD_MAX * verif_lanes > word:
+            raise ConfigError(f"verif_slots must be 2, 4 or 8 (and 8 * verif_lanes <= word), got {verif_slots!r}")
+        self.lanes, self.word, self.verif_lanes = lanes, word, verif_lanes
+        self.code_seg, self.code_lanes, self.code_depth = code_seg, code_lanes, code_depth
+        self.bitmap_words, self.verif_slots = bitmap_words, verif_slots
         # F window: the X region + L widest fields (at most the two-word view)
         self.fwin = min(2 * word, X_REGION + MXF * lanes)
         plane = stream.Signature(word_layout(word))
@@ -149,56 +151,6 @@ class DecoderC2v2(DecoderC1):
         ]
         return lay
 
-    # ---------------------------------------------------------------------------------- verif.codes plane
-    def _delta_plane(self, m, V, r, room):
-        """verif.codes -> delta queue entries: up to Lc codes per cycle (through the first escape), the
-        chunk's END marker once the rest of the chunk is zero padding, a BAD marker when the next code can
-        never complete. Returns the entries, their count, the reader's take / skip and ``stop`` (BAD)."""
-        Lc, W = self.code_lanes, self.window
-        K = r["verif_k"]
-        cl = self._code_lanes(m, V, K, r["verif_tab"], "dc", lanes=Lc, window=W)
-        zc = cl["zc"]
-        lead = [Const(1, 1)]                     # leading complete lanes that fit the queue's room
-        for j in range(Lc):
-            s = Signal(name=f"dc_lead{j}")
-            m.d.comb += s.eq(lead[-1] & cl["ok"][j] & (room > j))
-            lead.append(s)
-        cnt = Signal(range(Lc + 1), name="dc_cnt")
-        m.d.comb += cnt.eq(sum(lead[1:]))
-        take = Signal(range(W + ESCAPE_PAYLOAD_BITS + 1), name="dc_take")
-        m.d.comb += take.eq(Array([Const(0, len(take))] + cl["end_bits"])[cnt])
-        # Chunk done: its last word is in and nothing but zero padding follows the take (V.skip_err = 0).
-        done = Signal(name="dc_done")
-        m.d.comb += done.eq(V.end_seen & ~V.skip_err & (room > cnt))
-        tail = Signal(len(V.avail), name="dc_tail")                          # padding bits of the chunk
-        m.d.comb += tail.eq(V.avail - take)
-        # Lane cnt can never complete: a zero run longer than K (followed by a one, or in a word that is
-        # not the chunk's last), or an escape whose payload the chunk end cuts.
-        start = Signal(range(W + 1), name="dc_start")
-        m.d.comb += start.eq(Array([Const(0, len(start))] + [zc.end[j] for j in range(Lc)])[cnt])
-        lane_valid = Array([zc.valid[j] for j in range(Lc)] + [Const(1, 1)])[cnt]
-        lane_bad = Array([cl["bad"][j] for j in range(Lc)] + [Const(0, 1)])[cnt]
-        lane_after = Array([cl["after_esc"][j] for j in range(Lc)] + [Const(1, 1)])[cnt]
-        long_run = Signal(name="dc_long_run")
-        m.d.comb += long_run.eq(~lane_valid & ((cl["avail"] - start) > K))
-        cut = Signal(name="dc_cut")
-        m.d.comb += cut.eq(lane_valid & ~lane_bad & V.end_seen & (V.avail <= W))
-        stop = Signal(name="dc_stop_now")
-        m.d.comb += stop.eq((cnt < Lc) & (room > cnt) & ~done & ~lane_after & (lane_bad | long_run | cut))
-        marker = Signal(2, name="dc_marker")
-        m.d.comb += marker.eq(Mux(stop, K_BAD, Mux(tail > K, K_END_LONG, K_END)))
-        entries = []
-        for j in range(Lc + 1):
-            kind = Signal(2, name=f"dc_kind{j}")
-            val = Signal(X_BITS, name=f"dc_val{j}")
-            m.d.comb += kind.eq(Mux(j < cnt, K_DELTA, marker))
-            if j < Lc:
-                m.d.comb += val.eq(cl["sym"][j][:X_BITS])
-            entries.append((kind, val))
-        npush = Signal(range(Lc + 2), name="dc_npush")
-        m.d.comb += npush.eq(cnt + (done | stop))
-        return {"entries": entries, "npush": npush, "take": take, "skip": done, "stop": stop, "done": done}
-
     # ------------------------------------------------------------------------------------------ elaborate
     def elaborate(self, platform):
         m = Module()
@@ -225,6 +177,7 @@ class DecoderC2v2(DecoderC1):
         mul_b = Signal(bits_for(G_MAX), name="mul_b")                 # n_last >> 2i
         mul_acc = Signal(2 * bits_for(G_MAX) + 2, name="mul_acc")    # k * n_last
         ks_last = Signal(range(G_MAX + 1), name="ks_last")
+        nsb = Signal(CFG_DATA_BITS, name="nsb")                        # superblocks of the tensor
         lay_full = self._layout(m, r, r["g"], r["k"], prune, "lf")
         lay_last = self._layout(m, r, n_last, ks_last, prune, "ll")
         g_mask = Signal(bits_for(G_MAX), name="g_mask")
@@ -234,6 +187,10 @@ class DecoderC2v2(DecoderC1):
             with m.Switch(setup):
                 with m.Case(1):
                     m.d.sync += [n_last.eq(((r["numel"] - 1) & g_mask) + 1), mul_acc.eq(0), mul_a.eq(r["k"])]
+                    with m.Switch(r["g"]):
+                        for g in ALLOWED_GROUP_SIZES:
+                            with m.Case(g):
+                                m.d.sync += nsb.eq((r["numel"] + g - 1) >> exact_log2(g))
                 with m.Case(2):
                     m.d.sync += mul_b.eq(n_last)
                 with m.Case(3, 4, 5, 6, 7):
@@ -415,17 +372,18 @@ class DecoderC2v2(DecoderC1):
             DecoderC2._draft_lane(self, m, r, ln, i)
             lanes.append(ln)
         in_beat = thermometer(S2["n"], L)
-        dz = Signal(L, name="dz")
-        m.d.comb += dz.eq(Cat(*[~ln["nz"] for ln in lanes]) & in_beat)
-        pz = prefix_counts(m, dz, L, "pz")
-        widths = [Mux(in_beat[i], ln["rest_w"], 0) for i, ln in enumerate(lanes)]
-        ro = prefix_sums(m, widths, bits_for(FIELD_MAX * L), "ro")
+        dz = Signal(Lv, name="dz")                                    # draft-zero lanes (full mode: < Lv)
+        m.d.comb += dz.eq(Cat(*[~ln["nz"] for ln in lanes[:Lv]]) & in_beat[:Lv])
+        pz = prefix_counts(m, dz, Lv, "pz")
+        widths = [Mux(in_beat[i], lanes[i]["rest_w"], 0) for i in range(Lv)]
+        ro = prefix_sums(m, widths, bits_for(FIELD_MAX * Lv), "ro")
 
         S3 = {"v": Signal(name="S3_valid"),
               "draft": [Signal(BF16_BITS, name=f"S3_draft{i}") for i in range(L)],
-              "dz": Signal(L, name="S3_dz"), "pz": [Signal(range(L + 1), name=f"S3_pz{i}") for i in range(L + 1)],
-              "ro": [Signal(bits_for(FIELD_MAX * L), name=f"S3_ro{i}") for i in range(L + 1)],
-              "rw": [Signal(4, name=f"S3_rw{i}") for i in range(L)],
+              # full-mode bookkeeping of the first Lv lanes only (a full-mode beat holds at most Lv values)
+              "dz": Signal(Lv, name="S3_dz"), "pz": [Signal(range(Lv + 1), name=f"S3_pz{i}") for i in range(Lv + 1)],
+              "ro": [Signal(bits_for(FIELD_MAX * Lv), name=f"S3_ro{i}") for i in range(Lv + 1)],
+              "rw": [Signal(4, name=f"S3_rw{i}") for i in range(Lv)],
               "x": Signal(X_BITS, name="S3_x"), "n": Signal(range(L + 1), name="S3_n"),
               "final": Signal(name="S3_final"), "last": Signal(name="S3_last")}
         s3_free = Signal(name="s3_free")
@@ -438,85 +396,62 @@ class DecoderC2v2(DecoderC1):
                 m.d.sync += [S3["dz"].eq(dz), S3["x"].eq(xb_beat), S3["n"].eq(S2["n"]),
                              S3["final"].eq(S2["final"]), S3["last"].eq(S2["last"])]
                 m.d.sync += [S3["draft"][i].eq(ln["draft"]) for i, ln in enumerate(lanes)]
-                m.d.sync += [S3["rw"][i].eq(ln["rest_w"]) for i, ln in enumerate(lanes)]
-                m.d.sync += [S3["pz"][i].eq(pz[i]) for i in range(L + 1)]
-                m.d.sync += [S3["ro"][i].eq(ro[i]) for i in range(L + 1)]
+                m.d.sync += [S3["rw"][i].eq(lanes[i]["rest_w"]) for i in range(Lv)]
+                m.d.sync += [S3["pz"][i].eq(pz[i]) for i in range(Lv + 1)]
+                m.d.sync += [S3["ro"][i].eq(ro[i]) for i in range(Lv + 1)]
 
         # ---- VERIFY -> OUT: full mode takes the rest bits and the delta codes of the beat
-        R = BitReader(IW, FIELD_MAX * Lv)
-        V = BitReader(IW, self.window)
-        m.submodules.verif_rest_rd, m.submodules.verif_codes_rd = R, V
+        R = SlimBitReader(IW, FIELD_MAX * Lv, slots=self.verif_slots)
+        m.submodules.verif_rest_rd = R
         wiring.connect(m, wiring.flipped(self.verif_rest), R.inp)
-        wiring.connect(m, wiring.flipped(self.verif_codes), V.inp)
-        for rd in (R, V):
-            m.d.comb += [rd.enable.eq(started & full), rd.drain.eq(drain), rd.flush.eq(flush)]
-
-        # delta queue
-        D = self.delta_depth
-        q_kind = Array(Signal(2, name=f"dq_kind{i}") for i in range(D))
-        q_val = Array(Signal(X_BITS, name=f"dq_val{i}") for i in range(D))
-        q_head = Signal(range(D), name="dq_head")
-        q_count = Signal(range(D + 1), name="dq_count")
-        room = Signal(range(D + 1), name="dq_room")
-        m.d.comb += room.eq(D - q_count)
-        dp = self._delta_plane(m, V, r, room)
-        dc_stop = Signal(name="dc_stopped")           # a BAD marker was pushed: the plane waits for the error
-        dc_rem = Signal(CFG_DATA_BITS, name="dc_rem")  # values whose verif.codes chunk is not yet done
-        dc_run = Signal(name="dc_run")
-        m.d.comb += dc_run.eq(started & full & ~dc_stop & (dc_rem != 0))
-        npush = Signal(range(self.code_lanes + 2), name="dq_npush")
-        m.d.comb += npush.eq(Mux(dc_run, dp["npush"], 0))
-        m.d.comb += [V.take.eq(dp["take"]), V.skip.eq(dp["skip"]), V.commit.eq(dc_run)]
-        with m.If(dc_run & dp["stop"]):
-            m.d.sync += dc_stop.eq(1)
-        with m.If(dc_run & dp["done"]):
-            m.d.sync += dc_rem.eq(dc_rem - Mux(dc_rem <= r["g"], dc_rem, r["g"]))
-        with m.If(flush | drain):
-            m.d.sync += [dc_stop.eq(0), dc_rem.eq(0)]
-
-        def mod_d(v):
-            return Mux(v >= D, v - D, v)
-
-        for j, (kind, val) in enumerate(dp["entries"]):
-            slot = Signal(range(D), name=f"dq_wslot{j}")
-            m.d.comb += slot.eq(mod_d(mod_d(q_head + q_count) + j))
-            with m.If(j < npush):
-                m.d.sync += [q_kind[slot].eq(kind), q_val[slot].eq(val)]
+        m.d.comb += [R.enable.eq(started & full), R.drain.eq(drain), R.flush.eq(flush)]
+        # verif.codes: the shared fixed-rate code plane (hw/code_plane.py) parses the tensor's chunks ahead
+        # of the beats into a ring of codes / escapes / END markers; a beat pops its nd codes (+ END).
+        CP = CodePlane(word=IW, seg=self.code_seg, lanes=self.code_lanes, depth=self.code_depth, pops=Lv + 1)
+        m.submodules.verif_codes_plane = CP
+        wiring.connect(m, wiring.flipped(self.verif_codes), CP.inp)
+        cp_init = Signal(name="cp_init")                # the code plane has not been started for the tensor
+        m.d.comb += [CP.k.eq(r["verif_k"]), CP.chunks.eq(nsb), CP.start.eq(cp_init & started & full),
+                     CP.enable.eq(started & full), CP.drain.eq(drain), CP.flush.eq(flush)]
+        with m.If(started):
+            m.d.sync += cp_init.eq(0)
 
         # the beat's needs: nd deltas (+ the END marker on a superblock's final beat), rest bits
         nd = Signal(range(L + 1), name="v_nd")
-        m.d.comb += nd.eq(S3["pz"][L])
-        q_at = []
-        for j in range(Lv + 1):
-            e = Signal(range(D), name=f"dq_rslot{j}")
-            m.d.comb += e.eq(mod_d(q_head + j))
-            q_at.append((q_kind[e], q_val[e]))
+        m.d.comb += nd.eq(S3["pz"][Lv])
         need = Signal(range(Lv + 2), name="v_need")
         m.d.comb += need.eq(nd + S3["final"])
-        # The entries the beat reads: its nd deltas, then (final beat) the chunk's END marker. A marker among
-        # the first nd: OVERRUN (END) or CODE (END_LONG: a zero run longer than K; BAD); on a final beat,
-        # a delta or BAD in place of the END marker: TOO_LONG. The queue can be judged as soon as a marker
-        # shows up among the entries present (the plane stops after BAD, so waiting could hang).
+        q_at = []
+        for j in range(Lv + 1):
+            ent = CP.win[j]
+            dl = Signal(X_BITS, name=f"cp_delta{j}")
+            m.d.comb += dl.eq(Mux(ent.kind == CpKind.ESC, ent.val, r["verif_tab"][ent.val[:4]]))
+            q_at.append((ent.kind, dl, ent.val))
+        # A marker among the first nd entries: END -> OVERRUN (CODE if the zero run before the chunk end is
+        # longer than K), BAD -> CODE; on a final beat, anything but a clean END in place nd -> TOO_LONG.
+        # The beat is judged as soon as a marker shows up among the entries present.
         q_have = Signal(name="v_q_have")
         q_err_ov = Signal(name="v_q_overrun")
         q_err_code = Signal(name="v_q_code")
         q_err_tl = Signal(name="v_q_too_long")
-        clean = Const(1, 1)                      # entries before j are present deltas
+        clean = Const(1, 1)                      # entries before j are present codes / escapes
         ov_terms, code_terms, tl_terms, seen_terms = [], [], [], []
         for j in range(Lv + 1):
-            kind = q_at[j][0]
-            present = q_count > j
-            first_marker = clean & present & (kind != K_DELTA)
-            ov_terms.append((j < nd) & first_marker & (kind == K_END))
-            code_terms.append((j < nd) & first_marker & (kind != K_END))
-            tl_terms.append((j == nd) & S3["final"] & clean & present & ((kind == K_DELTA) | (kind == K_BAD)))
-            seen_terms.append((j < need) & first_marker)
-            clean = clean & present & (kind == K_DELTA)
+            kind, _, val = q_at[j]
+            present = CP.count > j
+            is_code = (kind == CpKind.CODE) | (kind == CpKind.ESC)
+            marker = clean & present & ~is_code
+            is_end = kind == CpKind.END
+            ov_terms.append((j < nd) & marker & is_end & ~(val & END_LONG_RUN).any())
+            code_terms.append((j < nd) & marker & (~is_end | (val & END_LONG_RUN).any()))
+            tl_terms.append((j == nd) & S3["final"] & clean & present & (~is_end | (val & END_PAD_ERR).any()))
+            seen_terms.append((j < need) & marker)
+            clean = clean & present & is_code
         m.d.comb += [q_err_ov.eq(Cat(*ov_terms).any()), q_err_code.eq(Cat(*code_terms).any()),
                      q_err_tl.eq(Cat(*tl_terms).any()),
-                     q_have.eq((q_count >= need) | Cat(*seen_terms).any())]
+                     q_have.eq((CP.count >= need) | Cat(*seen_terms).any())]
         rest_take = Signal(range(FIELD_MAX * L + 1), name="v_rest_take")
-        m.d.comb += rest_take.eq(S3["ro"][L])
+        m.d.comb += rest_take.eq(S3["ro"][Lv])
         rest_have = Signal(name="v_rest_have")
         m.d.comb += rest_have.eq(R.avail >= rest_take)
         rest_ov = Signal(name="v_rest_overrun")
@@ -531,7 +466,7 @@ class DecoderC2v2(DecoderC1):
                 rf = Signal(FIELD_MAX, name=f"rest_f{i}")
                 m.d.comb += rf.eq((R.win >> S3["ro"][i]) & ~(Const(0xFF, FIELD_MAX) << S3["rw"][i]))
                 dlt = Signal(X_BITS, name=f"delta{i}")
-                m.d.comb += dlt.eq(Array(v for _, v in q_at[:Lv])[S3["pz"][i]])
+                m.d.comb += dlt.eq(Array(d for _, d, _ in q_at[:Lv])[S3["pz"][i]])
                 e = Signal(BF16_EXPONENT_BITS, name=f"vexp{i}")
                 m.d.comb += e.eq(S3["x"] - dlt)
                 isdz = S3["dz"][i]
@@ -562,12 +497,7 @@ class DecoderC2v2(DecoderC1):
         m.d.comb += fire_v.eq(S3["v"] & adv & v_ready & ~v_err.any())
         m.d.comb += s3_free.eq(~S3["v"] | fire_v)
         m.d.comb += R.commit.eq(fire_v & full)
-        pops = Signal(range(Lv + 2), name="dq_pops")
-        m.d.comb += pops.eq(Mux(fire_v & full, need, 0))
-        with m.If(flush | drain):
-            m.d.sync += [q_head.eq(0), q_count.eq(0)]
-        with m.Else():
-            m.d.sync += [q_head.eq(mod_d(q_head + pops)), q_count.eq(q_count + npush - pops)]
+        m.d.comb += CP.pop.eq(Mux(fire_v & full, need, 0))
 
         with m.If(adv):
             m.d.sync += self.out.valid.eq(fire_v)
@@ -584,8 +514,8 @@ class DecoderC2v2(DecoderC1):
             m.d.comb += [raise_err[Err.CONFIG].eq(cfg_bad), raise_err[Err.NO_BOOK].eq(~cfg_bad & no_book)]
             with m.If(~cfg_bad & ~no_book):
                 m.d.sync += [busy.eq(1), setup.eq(1), lay_ok.eq(0), in_on.eq(1), in_j.eq(0),
-                             in_rem.eq(r["numel"]), is_on.eq(1), sb_init.eq(1), dc_rem.eq(r["numel"]),
-                             f_init.eq(1)]
+                             in_rem.eq(r["numel"]), is_on.eq(1), sb_init.eq(1), f_init.eq(1),
+                             cp_init.eq(1)]
         with m.If(busy):
             m.d.comb += [
                 raise_err[Err.OVERRUN].eq(in_err_ov | v_err[Err.OVERRUN]),

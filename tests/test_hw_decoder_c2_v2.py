@@ -60,10 +60,11 @@ def test_c2v2_kv_kind_same_stream():
     run(DecoderC2v2(4), [DecodeJob(enc, True), DecodeJob(enc, False)], seed=17)
 
 
-@pytest.mark.parametrize("kw", [{"bitmap_words": 1}, {"code_lanes": 1, "delta_depth": 3},
-                                {"verif_lanes": 4, "code_lanes": 2}, {"window": 24, "code_lanes": 3}])
+@pytest.mark.parametrize("kw", [{"bitmap_words": 1}, {"code_lanes": 1},
+                                {"verif_lanes": 4, "code_lanes": 2}, {"verif_slots": 4, "code_seg": 32}])
 def test_c2v2_small_buffers_and_lane_counts(kw):
-    """Minimal bitmap FIFO / delta queue and other lane counts: slower, never wrong, never stuck."""
+    """Minimal bitmap FIFO, one code per code-plane pass, full-rate full mode (Lv = L) with few code
+    lanes, other reader sizes: slower or not, never wrong, never stuck."""
     bits = weights(400, 23)
     jobs = [DecodeJob(c2(bits, 64, 3, 0.5), True), DecodeJob(c2(bits, 128, 2, 1.0), True),
             DecodeJob(c2(bits, 64, 4, 0.3), False)]
@@ -195,9 +196,9 @@ def test_c2v2_malformed_raises_sticky_error_and_recovers(kind):
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 @pytest.mark.parametrize("kw", [{"lanes": 0}, {"lanes": 3}, {"lanes": 64}, {"lanes": 4, "word": 48},
                                 {"lanes": 8, "word": 64}, {"lanes": 4, "verif_lanes": 8},
-                                {"lanes": 4, "verif_lanes": 3}, {"lanes": 4, "window": 16},
+                                {"lanes": 4, "verif_lanes": 3}, {"lanes": 4, "code_seg": 8},
                                 {"lanes": 4, "code_lanes": 0}, {"lanes": 4, "bitmap_words": 0},
-                                {"lanes": 4, "delta_depth": 2}])
+                                {"lanes": 4, "verif_slots": 3}])
 def test_c2v2_rejects_bad_parameters(kw):
     with pytest.raises(ConfigError):
         DecoderC2v2(**kw)
