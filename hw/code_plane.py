@@ -114,7 +114,7 @@ class CodePlane(wiring.Component):
         word    IW, bits per input word (a power of two >= 16)
         seg     S, bits parsed per cycle (a power of two, 16..IW; default min(IW, 32))
         lanes   Lc, codes one pass can deliver (default S: a pass never truncates for lack of lanes)
-        depth   D, ring entries (a power of two >= 2 * (Lc + 1); default the smallest)
+        depth   D, ring entries (a power of two >= max(2 Lc, Lc + 1 + P); default the smallest)
         pops    P, entries visible to the consumer per cycle (``win``)
 
     Ports
@@ -145,7 +145,7 @@ class CodePlane(wiring.Component):
             raise ConfigError(f"code plane lanes must be 1..segment ({seg}), got {lanes!r}")
         if not isinstance(pops, int) or not 1 <= pops <= 64:
             raise ConfigError(f"code plane pops must be 1..64, got {pops!r}")
-        min_depth = 1 << ceil_log2(max(2 * (lanes + 1), pops + lanes + 1))
+        min_depth = 1 << ceil_log2(max(2 * lanes, pops + lanes + 1))
         depth = min_depth if depth is None else depth
         if not isinstance(depth, int) or depth & (depth - 1) or depth < min_depth:
             raise ConfigError(f"code plane depth must be a power of two >= {min_depth}, got {depth!r}")
@@ -197,8 +197,8 @@ class CodePlane(wiring.Component):
         ring = [Signal(entry_layout, name=f"ent{i}") for i in range(D)]
         wp = Signal(exact_log2(D) + 1)
         rp = Signal(exact_log2(D) + 1)
-        fill = Signal(bits_for(D))
-        m.d.comb += [fill.eq(wp - rp), self.count.eq(fill)]
+        fill = Signal(bits_for(D))                      # = wp - rp, kept as a register (no subtractor in
+        m.d.comb += self.count.eq(fill)                 # the consumer's loop)
         win = rotate_window(m, [r.as_value() for r in ring], rp[:exact_log2(D)], P, "rd")
         for j in range(P):
             m.d.comb += self.win[j].eq(win[j])
@@ -252,13 +252,17 @@ class CodePlane(wiring.Component):
             cnt = Mux(zc.valid[j], j + 1, cnt)
         m.d.comb += a_cnt.eq(cnt)
 
-        # fire: the word is buffered (and the next one for the lookahead), the ring has room for this pass
-        # and the one in B, and A is not past the end of a chunk B has not finished.
+        # B accepts its pass (writes it into the ring) when the ring has room for the most it can write
+        # (its codes + END; a registered bound, so no rank logic in this path); otherwise it holds.
+        b_accept = Signal()
+        m.d.comb += b_accept.eq(b_valid & ((fill + b_count + 1) <= D))
+        # fire: B is free, the word is buffered (and the next one for the lookahead), and A is not past the
+        # end of a chunk B has not finished.
         word_in = a_off < nwords
         look_in = ~seg_last_in_word | a_wlast | ((a_off + 1) < nwords)
-        room = (fill + Mux(b_valid, b_count + 1, 0) + Lc + 1) <= D
         a_fire = Signal()
-        m.d.comb += a_fire.eq((chunks_left != 0) & ~(b_valid & b_chunk_last) & word_in & look_in & room & ~empty)
+        m.d.comb += a_fire.eq((chunks_left != 0) & (~b_valid | (b_accept & ~b_chunk_last)) & word_in & look_in
+                              & ~empty)
 
         # ------------------------------------------------------------------ B registers (from A)
         b_end = [Signal(bw, name=f"b_end{j}") for j in range(Lc)]
@@ -274,7 +278,7 @@ class CodePlane(wiring.Component):
         r_start = Signal(range(S))
         with m.If(empty):
             m.d.sync += b_valid.eq(0)
-        with m.Else():
+        with m.Elif(a_fire | b_accept):
             m.d.sync += b_valid.eq(a_fire & ~replay)
         with m.If(a_fire):
             m.d.sync += [b_lane.eq(zc.valid[:Lc]), b_count.eq(a_cnt), b_ext.eq(Cat(masked, a_look)),
@@ -327,13 +331,13 @@ class CodePlane(wiring.Component):
         straddle = Signal()                              # the payload runs into the next segment
         overrun = Signal()                               # ... but the chunk ends with this segment
         m.d.comb += [
-            same_seg.eq(b_valid & ((esc_any & (q < S)) | (~esc_any & b_more))),
-            straddle.eq(b_valid & esc_any & (q > S) & ~b_chunk_last),
-            overrun.eq(b_valid & esc_any & (q > S) & b_chunk_last),
+            same_seg.eq(b_accept & ((esc_any & (q < S)) | (~esc_any & b_more))),
+            straddle.eq(b_accept & esc_any & (q > S) & ~b_chunk_last),
+            overrun.eq(b_accept & esc_any & (q > S) & b_chunk_last),
             replay.eq(same_seg | straddle),
         ]
         done = Signal()                                   # the segment is finished
-        m.d.comb += done.eq(b_valid & ~same_seg)
+        m.d.comb += done.eq(b_accept & ~same_seg)
         m.d.comb += [r_pos.eq(Mux(straddle, b_pos + 1, b_pos)),
                      r_start.eq(Mux(straddle, q - S, Mux(esc_any, q, b_consumed)))]
         n_codes = Signal(range(Lc + 1))
@@ -360,7 +364,7 @@ class CodePlane(wiring.Component):
                 m.d.comb += e.eq(end_entry)
             items.append(e.as_value())
         n_write = Signal(range(Lc + 2))
-        m.d.comb += n_write.eq(Mux(b_valid, n_codes + end_now, 0))
+        m.d.comb += n_write.eq(Mux(b_accept, n_codes + end_now, 0))
         placed = rotate_into(m, items, wp[:exact_log2(D)], D, "wr")
         wmask = rotate_into(m, [(n_write > j) for j in range(Lc + 1)], wp[:exact_log2(D)], D, "we")
         with m.If(~empty):
@@ -372,11 +376,11 @@ class CodePlane(wiring.Component):
         m.d.comb += freed.eq(done & b_lastw)
         with m.If(empty):
             m.d.sync += [carry.eq(0), wcontent.eq(0), chunk_first.eq(1), chunks_left.eq(0),
-                         head.eq(0), nwords.eq(0), wp.eq(0), rp.eq(0)]
+                         head.eq(0), nwords.eq(0), wp.eq(0), rp.eq(0), fill.eq(0)]
         with m.Else():
             m.d.sync += [head.eq(head + freed), nwords.eq(nwords - freed + append),
-                         wp.eq(wp + n_write), rp.eq(rp + self.pop)]
-            with m.If(b_valid):
+                         wp.eq(wp + n_write), rp.eq(rp + self.pop), fill.eq(fill + n_write - self.pop)]
+            with m.If(b_accept):
                 with m.If(end_now):
                     m.d.sync += [carry.eq(0), wcontent.eq(0), chunk_first.eq(1), chunks_left.eq(chunks_left - 1)]
                 with m.Elif(freed):

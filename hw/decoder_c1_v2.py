@@ -73,11 +73,13 @@ class DecoderC1v2(DecoderC1):
         Lv = self.verif_lanes
         self.seg = default_segment(lanes, word) if seg is None else seg
         self.verif_seg = default_segment(Lv, word) if verif_seg is None else verif_seg
-        self.code_lanes = code_lanes
-        self.verif_code_lanes = verif_code_lanes
+        # codes per pass: 3 per value lane. A segment with more codes takes two passes and a replay bubble
+        # (3 cycles), which still delivers >= L codes a cycle; the zero counter and the ring writer shrink.
+        self.code_lanes = min(self.seg, 3 * lanes) if code_lanes is None else code_lanes
+        self.verif_code_lanes = min(self.verif_seg, 3 * Lv) if verif_code_lanes is None else verif_code_lanes
         # validate the code plane parameters here (one clear message), not at elaboration
-        CodePlane.resolve(word, self.seg, code_lanes, pops=lanes + 1)
-        CodePlane.resolve(word, self.verif_seg, verif_code_lanes, pops=Lv + 1)
+        CodePlane.resolve(word, self.seg, self.code_lanes, pops=lanes + 1)
+        CodePlane.resolve(word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1)
 
     def elaborate(self, platform):
         m = Module()
@@ -206,12 +208,16 @@ class DecoderC1v2(DecoderC1):
         m.d.comb += adv1.eq(~b_valid | f_fire)
         i_go = Signal()          # a good beat leaves I
         i_stop = Signal()        # an error beat leaves I
-        m.d.comb += [i_go.eq(issuing & adv1 & have & codes_ok & ~i_err.any()),
-                     i_stop.eq(issuing & adv1 & i_err.any())]
-        m.d.comb += S.pop.eq(Mux(i_go, need + fin, 0))
+        # The pop does not wait for the tail / KEEP checks (they need the kept count): a beat that carries an
+        # error is raised in F and everything is flushed, so what it popped does not matter.
+        early = Signal()
+        m.d.comb += early.eq(e_code | e_over)
+        m.d.comb += [i_go.eq(issuing & adv1 & ((have & codes_ok) | early)),
+                     i_stop.eq(i_go & i_err.any())]
+        m.d.comb += S.pop.eq(Mux(issuing & adv1 & have & codes_ok, need + fin, 0))     # <= count
         with m.If(adv1):
-            m.d.sync += b_valid.eq(i_go | i_stop)
-        with m.If(i_go | i_stop):
+            m.d.sync += b_valid.eq(i_go)
+        with m.If(i_go):
             m.d.sync += [b_err.eq(i_err), b_n.eq(need), b_fin.eq(fin), b_last.eq(fin & (sbs_left == 1)),
                          b_kept.eq(kept), b_sm_take.eq(kc * fm), b_pc.eq(pc),
                          b_rest_take.eq(kc * fr + pc * FIELD_MAX)]
