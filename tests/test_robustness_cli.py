@@ -111,26 +111,36 @@ def test_encode_broken_gguf(tmp_path, run, case):
     assert not (tmp_path / "o.cass").exists()
 
 
-def test_gguf_truncations_and_flips(tmp_path, run):
-    """The class behind row 1: a valid tiny GGUF cut at many lengths or with a byte flipped - every case
-    is a clean read or a one-line error, and an accepted flip decodes to what gguf itself reads."""
+def gguf_fuzz(tmp_path, run, n_cuts, n_flips, seed):
+    """The class behind row 1: a valid tiny GGUF cut at many lengths or with bytes flipped - every case
+    is a clean read or a one-line error, and nothing is left behind."""
     good = tiny_gguf(tmp_path / "good.gguf").read_bytes()
     p = tmp_path / "m.gguf"
-    rng = random.Random(5)
-    cuts = sorted(set(list(range(0, 200, 7)) + [rng.randrange(len(good)) for _ in range(40)]))
-    for n in cuts:
-        p.write_bytes(good[:n])
+    rng = random.Random(seed)
+    cuts = sorted(set(list(range(0, 200, 7)) + [rng.randrange(len(good)) for _ in range(n_cuts)]))
+    flips = []
+    for _ in range(n_flips):
+        data = bytearray(good)
+        for _ in range(rng.choice([1, 1, 2, 4])):
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        flips.append(bytes(data))
+    for data in [good[:n] for n in cuts] + flips:
+        p.write_bytes(data)
         r = run("encode", p, "-o", tmp_path / "o.cass", "-q")
         if r.returncode:
             one_line_error(r)
-        assert "Traceback" not in r.stderr, (n, r.stderr)
-    for _ in range(60):
-        data = bytearray(good)
-        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
-        p.write_bytes(bytes(data))
-        r = run("encode", p, "-o", tmp_path / "o.cass", "-q")
         assert "Traceback" not in r.stderr, r.stderr
     assert leftovers(tmp_path, keep={"good.gguf", "m.gguf", "o.cass"}) == []
+    return len(cuts) + len(flips)
+
+
+def test_gguf_truncations_and_flips(tmp_path, run):
+    assert gguf_fuzz(tmp_path, run, 40, 60, seed=5) > 100
+
+
+@pytest.mark.slow
+def test_gguf_fuzz_long(tmp_path, run):
+    gguf_fuzz(tmp_path, run, 500, 2000, seed=55)
 
 
 # -------------------------------------------------------------------- row 2: .npy with a huge header shape
@@ -147,32 +157,44 @@ def test_encode_npy_header_declares_more_than_the_file(tmp_path, run, shape):
     one_line_error(run("encode", p, "-o", tmp_path / "o.cass"), "h.npy")
 
 
-def test_npy_reader_fuzz(tmp_path, run, weight_bits):
-    """Truncations and header byte flips of a real .npy: an error line or the exact array."""
+def npy_fuzz(tmp_path, run, weight_bits, n_flips, seed):
+    """Truncations and header byte edits of a real .npy: an error line, or exactly what numpy reads."""
     good = tmp_path / "good.npy"
     arr = weight_bits(2 * 64, seed=3).reshape(2, 64)
     np.save(good, arr)
     raw = good.read_bytes()
     p = tmp_path / "f.npy"
-    rng = random.Random(7)
+    rng = random.Random(seed)
     cases = [raw[:n] for n in range(0, 140, 3)]
-    for _ in range(80):
+    for _ in range(n_flips):
         b = bytearray(raw)
-        b[rng.randrange(128)] = rng.randrange(256)
+        for _ in range(rng.choice([1, 1, 2])):
+            b[rng.randrange(128)] = rng.randrange(256)
         cases.append(bytes(b))
     for data in cases:
         p.write_bytes(data)
         r = run("encode", p, "-o", tmp_path / "o.cass", "-q")
         if r.returncode:
             one_line_error(r)
-        else:
-            d = run("decode", tmp_path / "o.cass", "-o", tmp_path / "d.npy")
-            assert d.returncode == 0, d.stderr
-            got = np.load(tmp_path / "d.npy")
-            ref = np.load(p, allow_pickle=False)      # what numpy itself reads from the mutated file
-            assert got.shape == ref.shape
-            if ref.dtype == np.uint16:
-                np.testing.assert_array_equal(got, ref)
+            continue
+        d = run("decode", tmp_path / "o.cass", "-o", tmp_path / "d.npy")
+        assert d.returncode == 0, d.stderr
+        got = np.load(tmp_path / "d.npy")
+        ref = np.load(p, allow_pickle=False)          # what numpy itself reads from the mutated file
+        assert got.shape == ref.shape
+        if ref.dtype == np.uint16:
+            np.testing.assert_array_equal(got, ref)
+    assert leftovers(tmp_path, keep={"good.npy", "f.npy", "o.cass", "d.npy"}) == []
+    return len(cases)
+
+
+def test_npy_reader_fuzz(tmp_path, run, weight_bits):
+    assert npy_fuzz(tmp_path, run, weight_bits, 80, seed=7) > 100
+
+
+@pytest.mark.slow
+def test_npy_reader_fuzz_long(tmp_path, run, weight_bits):
+    npy_fuzz(tmp_path, run, weight_bits, 3000, seed=77)
 
 
 # -------------------------------------------------------------- row 3: safetensors with odd header values
