@@ -479,18 +479,27 @@ class EncoderKvC1(KvEncoderBase):
         return self._geometry_ok(r) & ((r["k"] == r["g"]) | has_p)
 
     def _lane_fields(self, m, r, vals, kept):
-        """Per lane: (value, width) of its spec code, signman, verif code and rest fields."""
+        """Per lane: (value, width) of its spec code, signman, verif code and rest fields.
+
+        A lane needs one book lookup of its exponent: in the speculation book when kept, in the
+        verification book when pruned (its speculation symbol is then PRUNED, whose code is the same for
+        every lane: one lookup against a constant, shared). So each lane has ONE CAM, over the book its
+        keep flag selects."""
         m_reg = r["m"]
         fr = Signal(range(BF16_MANTISSA_BITS + 1))
         m.d.comb += fr.eq(BF16_MANTISSA_BITS - m_reg)
+        pv, pw = self._code(m, Const(PRUNED, SYMBOL_BITS), r["spec_tab"], r["spec_k"], "pruned")
         spec_f, sm_f, ver_f, rest_f = [], [], [], []
         for i, v in enumerate(vals):
             s, e, f = bf16_fields(v)
-            sym = Signal(SYMBOL_BITS, name=f"sym{i}")
-            m.d.comb += sym.eq(Mux(kept[i], e, PRUNED))
-            spec_f.append(self._code(m, sym, r["spec_tab"], r["spec_k"], f"sc{i}"))
-            vv, vw = self._code(m, e, r["verif_tab"], r["verif_k"], f"vc{i}")
-            ver_f.append((Mux(kept[i], 0, vv), Mux(kept[i], 0, vw)))   # bits above a field's width stay 0
+            tab = [Signal(SYMBOL_BITS, name=f"book{i}_{j}") for j in range(K_MAX)]
+            for j in range(K_MAX):
+                m.d.comb += tab[j].eq(Mux(kept[i], r["spec_tab"][j], r["verif_tab"][j]))
+            kk = Signal(range(K_MAX + 1), name=f"book{i}_k")
+            m.d.comb += kk.eq(Mux(kept[i], r["spec_k"], r["verif_k"]))
+            cv, cw = self._code(m, e, tab, kk, f"c{i}")
+            spec_f.append((Mux(kept[i], cv, pv), Mux(kept[i], cw, pw)))
+            ver_f.append((Mux(kept[i], 0, cv), Mux(kept[i], 0, cw)))   # bits above a field's width stay 0
             smv = Signal(FIELD_MAX, name=f"smv{i}")
             m.d.comb += smv.eq(Cat(f, s) >> fr)           # (s << m) | (f >> (7 - m))
             sm_f.append((Mux(kept[i], smv, 0), Mux(kept[i], m_reg + 1, 0)))

@@ -168,25 +168,29 @@ class EncoderKvC2(KvEncoderBase):
         # ---- stage 1 (registered): a header piece, or the beat's L values, keep flags and X
         xbits = Cat(*[Mux(j < nblocks, xs[j], 0) for j in range(nblk)])    # X bytes of the vector's blocks
         n_xpieces = -(-len(xbits) // HDR_PIECE)
+        # Header pieces are formed in stage 2 from the item index registered in stage 1 (kmask and xs do
+        # not change during a vector's emission: the next vector's MAP pass and X hand-over come after it).
+        s1_valid, s1_last, s1_hdr = Signal(name="s1_valid"), Signal(name="s1_last"), Signal(name="s1_hdr")
+        s1_item = Signal(range(2 * nblk + 1), name="s1_hdr_item")
         hidx = Signal(range(nblk + 1), name="hdr_index")
         xidx = Signal(range(nblk + 1), name="hdr_x_index")
-        m.d.comb += [hidx.eq(p.item), xidx.eq(p.item - nbm)]
+        m.d.comb += [hidx.eq(s1_item), xidx.eq(s1_item - nbm)]
         is_bm = Signal(name="hdr_is_bitmap")
-        m.d.comb += is_bm.eq(p.item < nbm)
+        m.d.comb += is_bm.eq(s1_item < nbm)
         bm_piece = Array(kmask[HDR_PIECE * j: HDR_PIECE * (j + 1)] for j in range(nblk))[hidx]
         x_piece = Array(xbits[HDR_PIECE * j: HDR_PIECE * (j + 1)] for j in range(n_xpieces))[xidx]
         x_left = Signal(range(len(xbits) + 1), name="hdr_x_left")        # X bits from this piece on
         m.d.comb += x_left.eq((nblocks << exact_log2(BF16_EXPONENT_BITS)) - (xidx << exact_log2(HDR_PIECE)))
-        s1_valid, s1_last, s1_hdr = Signal(name="s1_valid"), Signal(name="s1_last"), Signal(name="s1_hdr")
-        s1_hbits, s1_hn = Signal(HDR_PIECE, name="s1_hdr_bits"), Signal(range(HDR_PIECE + 1), name="s1_hdr_n")
+        hbits, hn = Signal(HDR_PIECE, name="hdr_bits"), Signal(range(HDR_PIECE + 1), name="hdr_n")
+        m.d.comb += [hbits.eq(Mux(is_bm, bm_piece, x_piece)),
+                     hn.eq(Mux(is_bm, HDR_PIECE, Mux(x_left > HDR_PIECE, HDR_PIECE, x_left)))]
         s1_vals = [Signal(BF16_BITS, name=f"s1_val{i}") for i in range(L)]
         s1_kept, s1_x = Signal(L, name="s1_kept"), Signal(BF16_EXPONENT_BITS, name="s1_x")
         with m.If(p.move):
             m.d.sync += s1_valid.eq(p.fire)
         with m.If(p.fire):
             m.d.sync += [s1_last.eq(p.last_item), s1_hdr.eq(p.is_hdr),
-                         s1_hbits.eq(Mux(is_bm, bm_piece, x_piece)),
-                         s1_hn.eq(Mux(is_bm, HDR_PIECE, Mux(x_left > HDR_PIECE, HDR_PIECE, x_left))),
+                         s1_item.eq(p.item),
                          *[s1_vals[i].eq(p.lane_vals[i]) for i in range(L)],
                          s1_kept.eq(kmask.bit_select(p.beat * L, L) | Mux(p.prunes, 0, (1 << L) - 1)),
                          s1_x.eq(Array(xs)[(p.beat * L) >> exact_log2(MX_BLOCK)])]
@@ -198,8 +202,8 @@ class EncoderKvC2(KvEncoderBase):
             bits_, n_, width_ = self._pack(m, f, q)
             if q == "spec_mx":
                 width_ = max(width_, HDR_PIECE)
-                bits_ = Mux(s1_hdr, s1_hbits, bits_)
-                n_ = Mux(s1_hdr, s1_hn, n_)
+                bits_ = Mux(s1_hdr, hbits, bits_)
+                n_ = Mux(s1_hdr, hn, n_)
             else:
                 bits_, n_ = Mux(s1_hdr, 0, bits_), Mux(s1_hdr, 0, n_)
             w = self._writer(m, q, width_)
