@@ -191,11 +191,8 @@ def _safetensors(path: Path) -> Iterator[tuple[str, np.ndarray]]:
 GGUF_MAGIC = b"GGUF"
 
 
-def _open_gguf(path: Path):
-    """gguf.GGUFReader on a file whose fixed header was checked first (gguf raises plain ValueError /
-    IndexError / struct errors, or mmap errors on an empty file)."""
-    import gguf
-
+def _gguf_counts(path: Path) -> tuple[int, int]:
+    """(tensors, metadata entries) from a GGUF's fixed 24-byte header, checked against the file size."""
     size = path.stat().st_size
     with open(path, "rb") as f:
         head = f.read(24)
@@ -203,11 +200,21 @@ def _open_gguf(path: Path):
         raise InputError(f"{path.name}: not a readable GGUF file (only {size} bytes; the header alone needs 24)")
     if head[:4] != GGUF_MAGIC:
         raise InputError(f"{path.name}: not a readable GGUF file (bad magic {head[:4]!r})")
-    n_tensors, n_kv = struct.unpack_from("<QQ", head, 8)
+    big = struct.unpack_from("<I", head, 4)[0] & 0xFFFF == 0     # a big-endian GGUF (gguf-py reads those too)
+    n_tensors, n_kv = struct.unpack_from(">QQ" if big else "<QQ", head, 8)
     # every tensor info needs >= 24 bytes (name length, dims, type, offset), every key/value >= 12
     if 24 * n_tensors + 12 * n_kv > size:
         raise InputError(f"{path.name}: GGUF header declares {n_tensors} tensors and {n_kv} metadata entries, "
                          f"more than a {size}-byte file can hold")
+    return n_tensors, n_kv
+
+
+def _open_gguf(path: Path):
+    """gguf.GGUFReader on a file whose fixed header was checked first (gguf raises plain ValueError /
+    IndexError / struct errors, or mmap errors on an empty file)."""
+    import gguf
+
+    _gguf_counts(path)
     try:
         return gguf.GGUFReader(str(path))
     except Exception as exc:  # noqa: BLE001 - gguf raises ValueError/IndexError/struct errors on bad files
@@ -242,7 +249,7 @@ def read_tensors(path) -> Iterator[tuple[str, np.ndarray]]:
 def count_tensors(path) -> int | None:
     path = Path(path)
     if path.suffix == ".gguf":
-        return len(_open_gguf(path).tensors)
+        return _gguf_counts(path)[0]             # the header's count: no second parse of the whole file
     return None
 
 

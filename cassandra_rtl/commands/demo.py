@@ -20,6 +20,7 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     gguf_path = bundled_model_path()
     cass = out / "smollm2.cass"
+    print(f"== the bundled model: {gguf_path} (`cassandra-rtl where-model` prints this path)")
     if not cass.exists() or cass.stat().st_mtime < gguf_path.stat().st_mtime or args.force:
         print(f"== 1. encoding {gguf_path.name} -> {cass} (defaults: {DEFAULTS})")
         info = encode_file(gguf_path, cass, CodecConfig(**DEFAULTS))
