@@ -124,6 +124,9 @@ static int offsets_ok(const int64_t *off, int64_t nsb, int64_t len) {
  * the threshold T = the largest key with count(key >= T) >= k, found by a binary search over the 15-bit
  * key whose counting loop the compiler vectorises; then keep every key > T and the first (lowest-index)
  * keys == T up to k. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+__attribute__((target_clones("avx2", "default")))         /* 16 lanes where the CPU has AVX2; picked at load */
+#endif
 static int count_ge(const int16_t *key, int n, int t) {
     int c = 0;
     for (int i = 0; i < n; i++) c += key[i] >= t;
@@ -371,6 +374,61 @@ int c2_decode(int64_t N, int64_t G, int m, int64_t k, int full,
         }
         for (int64_t b = 0; b < nmx; b++) Xs[b] = (int)(peek(mx, mx_len, pos + 8 * b) & 0xFF);
         pos += 8 * nmx;
+        if (full) {
+            /* Full decode in one pass: the draft of each value, then (draft-zero values only, by mask
+             * arithmetic) the next verif.codes code from a register refilled below 24 bits, and its
+             * verif.rest field. Same results and checks as decoding the planes one after the other. */
+            int64_t cpos = vcodes_off[s] * 8, cend = vcodes_off[s + 1] * 8, c0 = cpos;
+            uint64_t cbuf = peek(vcodes, vcodes_len, cpos);
+            int cavail = 64 - (int)(cpos & 7);
+            int64_t rpos = rest_off[s] * 8, r0 = rpos;
+            const uint64_t guard = 1ull << (verif_K + 1);
+            const uint32_t fmask = (1u << (m + 2)) - 1, emask = (1u << (m + 1)) - 1, mmask = (1u << m) - 1;
+            int bad = 0;
+            for (int64_t b = 0; b < nmx; b++) {
+                int x = Xs[b], xeff = imax(x, 1), sh = 6 - m + xeff;
+                sh = sh < 16 ? sh : 16;
+                int64_t i1 = (b + 1) * MX_BLOCK < n ? (b + 1) * MX_BLOCK : n;
+                for (int64_t i = b * MX_BLOCK; i < i1; i++) {
+                    uint32_t km = 0u - (uint32_t)kept[i];
+                    uint32_t f = (uint32_t)peek(mx, mx_len, pos) & fmask & km;
+                    pos += (m + 2) & km;
+                    uint32_t sign = f >> (m + 1), el = f & emask;
+                    int lz = (m + 1) - (32 - __builtin_clz(el | 1u));
+                    int E = xeff - lz;
+                    uint32_t vn = (sign << 15) | ((uint32_t)(E & 0xFF) << 7) | (((el << lz) & mmask) << (7 - m));
+                    uint32_t vs = (sign << 15) | (el << sh);
+                    uint32_t nm = 0u - (uint32_t)(E >= 1);
+                    uint32_t v = (vn & nm) | (vs & ~nm);                 /* draft of a non-zero element */
+                    int dz = el == 0;
+                    uint32_t dzm = 0u - (uint32_t)dz;
+                    if (cavail < 24) {
+                        cbuf = peek(vcodes, vcodes_len, cpos);
+                        cavail = 64 - (int)(cpos & 7);
+                    }
+                    int r = __builtin_ctzll(cbuf | guard);
+                    int esc = r == verif_K;
+                    bad |= dz & (r > verif_K);
+                    int dval = esc ? (int)((cbuf >> (verif_K + 1)) & 0xFF) : verif_table[r < verif_K ? r : 0];
+                    int nb = (esc ? verif_K + 1 + ESC_BITS : r + 1) & (int)dzm;
+                    cbuf >>= nb;
+                    cavail -= nb;
+                    cpos += nb;
+                    int e = x - dval;
+                    bad |= dz & (e < 0);
+                    int mn = lz < xeff - 1 ? lz : xeff - 1;
+                    int w = (int)((8u & dzm) | ((uint32_t)(7 - (m - mn)) & ~dzm));
+                    uint32_t rr = (uint32_t)peek(rest, rest_len, rpos) & ((1u << w) - 1);
+                    rpos += w;
+                    uint32_t vdz = ((rr >> 7) << 15) | ((uint32_t)(e & 0xFF) << 7) | (rr & 0x7F);
+                    out[s0 + i] = (uint16_t)((vdz & dzm) | ((v | rr) & ~dzm));
+                }
+            }
+            if (bad) return 7;
+            if (cpos > cend || !chunk_ok(vcodes, vcodes_len, vcodes_off[s], vcodes_off[s + 1], cpos - c0)) return 5;
+            if (!chunk_ok(rest, rest_len, rest_off[s], rest_off[s + 1], rpos - r0)) return 6;
+            continue;
+        }
         /* draft of every value without value-dependent branches (kept / zero / normal / subnormal are all
          * data-dependent at keep < 1): candidates are formed and selected */
         int64_t ndz = 0;
