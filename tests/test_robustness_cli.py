@@ -569,3 +569,48 @@ def test_tune_checks_before_the_search(tmp_path, run, monkeypatch, argv, word):
 
     monkeypatch.setattr(loader, "load", lambda *a, **k: pytest.fail("the model was loaded before the check"))
     one_line_error(run("tune", *[a.format(tmp=tmp_path) for a in argv]), word)
+
+
+@pytest.mark.parametrize("schemes,want", [(("c2",), "decoder_c2_l8"), (("c1",), "decoder_c1_l8"),
+                                          (("c1", "c2"), "decoder_c1_l8")])
+def test_cosim_default_decoder_follows_the_container(tmp_path, run, monkeypatch, weight_bits, schemes, want):
+    """Row 12 without a simulator: the configuration handed to the bulk harness (stubbed by the golden
+    decode) is the container's scheme's decoder; the other scheme's tensors are counted as skipped."""
+    from cassandra_rtl.golden.codec import decode_full, encode_tensor
+    from cassandra_rtl.golden.config import CodecConfig
+    from cassandra_rtl.golden.container import write_container
+    from cassandra_rtl.tb import bulk
+    from cassandra_rtl.tb.common import tools
+
+    tensors = {f"t{s}": encode_tensor(weight_bits(300, seed=i), CodecConfig(scheme=s)) for i, s in enumerate(schemes)}
+    write_container(tmp_path / "m.cass", tensors)
+    seen = {}
+
+    def fake(encs, mode, config, jobs, stats):
+        seen["config"] = config
+        return [decode_full(e) for e in encs]
+    monkeypatch.setattr(tools, "ensure_simulator", lambda sim: sim)
+    monkeypatch.setattr(bulk, "decode_many_with_rtl", fake)
+    r = run("cosim", tmp_path / "m.cass", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert seen["config"] == want and rep["config"] == want and rep["values"] == 300
+    other = "c1" if want == "decoder_c2_l8" else "c2"
+    assert rep[f"skipped_{other}_tensors"] == len(schemes) - 1
+
+
+@pytest.mark.sim
+@pytest.mark.slow
+def test_cosim_c2_container_uses_the_c2_decoder_by_default(tmp_path, run, small_npy):
+    """Row 12: a C2-only container is co-simulated on decoder_c2_l8 (it used to end in 'the RTL decoder
+    implements C1' and exit 2)."""
+    from cassandra_rtl.tb import bulk
+
+    if not bulk.available():
+        pytest.skip("Verilator not available")
+    assert run("encode", small_npy, "-o", tmp_path / "c2.cass", "--scheme", "c2", "--keep-ratio", "0.5",
+               "-q").returncode == 0
+    r = run("cosim", tmp_path / "c2.cass", "--json", "--jobs", "1")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert (rep["config"], rep["scheme"], rep["values"], rep["mismatches"]) == ("decoder_c2_l8", "c2", 3 * 128, 0)
