@@ -9,7 +9,7 @@ then pops codes from a ring at its own rate. Nothing downstream feeds back into 
 ring's fill level (registered).
 
 Stages
-  W  word ring: ``NW = 4`` slots of ``IW`` bits (+ the chunk ``last`` flag); ``inp.ready`` = a slot is free
+  W  word ring: ``NW`` slots of ``IW`` bits (+ the chunk ``last`` flag); ``inp.ready`` = a slot is free
      (registered state only).
   A  pass select (loop A, ~8 levels: position register <- position + 1 or the replay position of B): the
      segment at the pass position, bits below the pass's start offset masked, and the 8 bits after it
@@ -116,6 +116,9 @@ class CodePlane(wiring.Component):
         lanes   Lc, codes one pass can deliver (default S: a pass never truncates for lack of lanes)
         depth   D, ring entries (a power of two >= max(2 Lc, Lc + 1 + P); default the smallest)
         pops    P, entries visible to the consumer per cycle (``win``)
+        word_slots  NW, input word slots (2, 4 or 8; default 4). A pass needs its word and, for the word's
+                last segment, the next one (escape lookahead); with 2 slots a word arriving in the cycle after
+                one is freed costs a pass cycle, so 2 suits planes parsed over >= 4 passes per word
 
     Ports
         inp     In(stream {data: IW, last: 1})   plane words, chunk framing as docs/HARDWARE.md "Input words"
@@ -133,7 +136,7 @@ class CodePlane(wiring.Component):
 
     @staticmethod
     def resolve(word: int = 64, seg: int | None = None, lanes: int | None = None, depth: int | None = None,
-                pops: int = 9) -> tuple[int, int, int, int, int]:
+                pops: int = 9, word_slots: int = WORD_SLOTS) -> tuple[int, int, int, int, int]:
         """The parameters with their defaults filled in; ConfigError (one line) when they are invalid."""
         if not isinstance(word, int) or word < 2 * BYTE or word & (word - 1):
             raise ConfigError(f"code plane word must be a power of two >= 16 bits, got {word!r}")
@@ -149,11 +152,14 @@ class CodePlane(wiring.Component):
         depth = min_depth if depth is None else depth
         if not isinstance(depth, int) or depth & (depth - 1) or depth < min_depth:
             raise ConfigError(f"code plane depth must be a power of two >= {min_depth}, got {depth!r}")
+        if word_slots not in (2, 4, 8):
+            raise ConfigError(f"code plane word slots must be 2, 4 or 8, got {word_slots!r}")
         return word, seg, lanes, depth, pops
 
     def __init__(self, word: int = 64, seg: int | None = None, lanes: int | None = None,
-                 depth: int | None = None, pops: int = 9):
-        word, seg, lanes, depth, pops = self.resolve(word, seg, lanes, depth, pops)
+                 depth: int | None = None, pops: int = 9, word_slots: int = WORD_SLOTS):
+        word, seg, lanes, depth, pops = self.resolve(word, seg, lanes, depth, pops, word_slots)
+        self.word_slots = word_slots
         self.word, self.seg, self.lanes, self.depth, self.pops = word, seg, lanes, depth, pops
         super().__init__({
             "inp": In(stream.Signature(word_layout(word))),
@@ -169,7 +175,8 @@ class CodePlane(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         IW, S, Lc, D, P = self.word, self.seg, self.lanes, self.depth, self.pops
-        NW = WORD_SLOTS
+        NW = self.word_slots
+        nwb = exact_log2(NW)
         SPW = IW // S                                   # segments per word
         sbits = exact_log2(SPW)
         pbits = exact_log2(NW * SPW)                    # segment position in the word ring
@@ -187,7 +194,7 @@ class CodePlane(wiring.Component):
         m.d.comb += self.inp.ready.eq(self.drain | (self.enable & (nwords < NW)))
         append = Signal()
         m.d.comb += append.eq(self.inp.valid & self.inp.ready & ~self.drain)
-        wslot = (head + nwords)[:2]
+        wslot = (head + nwords)[:nwb]
         with m.If(append):
             for i in range(NW):
                 with m.If(wslot == i):
@@ -212,10 +219,10 @@ class CodePlane(wiring.Component):
         b_chunk_last = Signal()
         b_count = Signal(range(Lc + 1))                 # codes the pass in B found (<= Lc)
 
-        a_slot = Signal(2)
+        a_slot = Signal(nwb)
         a_sidx = Signal(max(1, sbits))
         m.d.comb += [a_slot.eq(apos[sbits:] if SPW > 1 else apos), a_sidx.eq(apos[:sbits] if SPW > 1 else 0)]
-        a_off = Signal(2)                               # word slots from the head to A's word
+        a_off = Signal(nwb)                             # word slots from the head to A's word
         m.d.comb += a_off.eq(a_slot - head)
         a_word = Signal(IW)
         a_next = Signal(IW)

@@ -78,8 +78,10 @@ class DecoderC1v2(DecoderC1):
         self.code_lanes = min(self.seg, 3 * lanes) if code_lanes is None else code_lanes
         self.verif_code_lanes = min(self.verif_seg, 3 * Lv) if verif_code_lanes is None else verif_code_lanes
         # validate the code plane parameters here (one clear message), not at elaboration
+        # the verification plane of a decoder with Lv < L parses each word over >= 4 passes: 2 word slots
+        self.verif_word_slots = 2 if word // self.verif_seg >= 4 else 4
         CodePlane.resolve(word, self.seg, self.code_lanes, pops=lanes + 1)
-        CodePlane.resolve(word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1)
+        CodePlane.resolve(word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots)
 
     def elaborate(self, platform):
         m = Module()
@@ -89,7 +91,7 @@ class DecoderC1v2(DecoderC1):
 
         # ------------------------------------------------------------------ planes
         S = CodePlane(IW, self.seg, self.code_lanes, pops=L + 1)
-        V = CodePlane(IW, self.verif_seg, self.verif_code_lanes, pops=Lv + 1)
+        V = CodePlane(IW, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots)
         M = BitReader(IW, FIELD_MAX * L)
         R = BitReader(IW, FIELD_MAX * Lv)
         m.submodules.spec_codes_cp = S
