@@ -197,9 +197,18 @@ def _tensor(entry, sections: dict) -> tuple[str, EncodedTensor]:
 
 
 def read_container(path, verification: bool = True) -> Container:
+    """Read and check a container; every FormatError names the file."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no such container: {path}")
+        raise FileNotFoundError(f"{path}: is not a regular file (a directory?)" if path.exists() else
+                                f"no such container: {path}")
+    try:
+        return _read_container(path, verification)
+    except FormatError as exc:
+        raise FormatError(f"{path.name}: {exc}") from None
+
+
+def _read_container(path: Path, verification: bool) -> Container:
     size = path.stat().st_size
     with open(path, "rb") as f:
         header = read_header(f, size)

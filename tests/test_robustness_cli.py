@@ -614,3 +614,18 @@ def test_cosim_c2_container_uses_the_c2_decoder_by_default(tmp_path, run, small_
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert (rep["config"], rep["scheme"], rep["values"], rep["mismatches"]) == ("decoder_c2_l8", "c2", 3 * 128, 0)
+
+
+# ------------------------------------------------------------ messages name the file; input != output
+
+def test_encode_refuses_to_overwrite_its_input(tmp_path, run, small_npy):
+    before = small_npy.read_bytes()
+    one_line_error(run("encode", small_npy, "-o", small_npy), "input file")
+    assert small_npy.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", ["decode", "stats"])
+def test_container_errors_name_the_file(tmp_path, run, small_npy, command):
+    args = ["-o", tmp_path / "d.npy"] if command == "decode" else []
+    one_line_error(run(command, small_npy, *args), "w.npy", "bad magic")
+    one_line_error(run(command, tmp_path, *args), str(tmp_path), "not a regular file")

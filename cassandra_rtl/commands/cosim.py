@@ -25,6 +25,7 @@ import numpy as np
 
 from ..argtypes import float_range, int_range, positive_int
 from ..cli import CliError
+from ..errors import FormatError
 
 
 def head(enc, n: int):
@@ -177,7 +178,10 @@ def run(args) -> int:
             return 1
         values = mismatches = 0
         for (name, enc), g in zip(tensors, got):
-            ref = (decode_full(enc) if args.mode == "full" else decode_draft(enc)).reshape(-1)
+            try:
+                ref = (decode_full(enc) if args.mode == "full" else decode_draft(enc)).reshape(-1)
+            except FormatError as exc:
+                raise FormatError(f"{Path(args.input).name}: tensor {name!r}: {exc}") from None
             g = g.reshape(-1)
             bad = np.flatnonzero(g != ref)
             values += len(ref)

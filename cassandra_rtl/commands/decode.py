@@ -6,9 +6,12 @@ disk) leaves no partial file and an existing OUT unchanged.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from ..cli import CliError
+from ..errors import FormatError
 from ..golden.codec import decode_draft, decode_full
 from ..golden.container import read_container
 from ..golden.io import atomic_output, check_output_path
@@ -28,7 +31,10 @@ def run(args) -> int:
         if name not in c.tensors:
             raise CliError(f"no tensor {name!r} in {args.input}")
     enc = c.tensors[name]
-    bits = decode_draft(enc) if args.draft else decode_full(enc)
+    try:
+        bits = decode_draft(enc) if args.draft else decode_full(enc)
+    except FormatError as exc:
+        raise FormatError(f"{Path(args.input).name}: tensor {name!r}: {exc}") from None
     with atomic_output(args.output) as f:
         np.save(f, bits)
     print(f"wrote {args.output}: {name} {list(bits.shape)} uint16 ({'draft' if args.draft else 'full'} bf16 bits, "

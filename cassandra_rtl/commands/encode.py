@@ -45,6 +45,8 @@ def encode_file(inp, out, base: CodecConfig, quiet: bool = False) -> dict:
     """Encode every tensor of ``inp`` into the container ``out`` (written atomically: on any error no
     partial file is left and an existing ``out`` is unchanged)."""
     check_output_path(out)                      # before the slow part: refuse a directory / device early
+    if Path(out).exists() and Path(inp).exists() and Path(out).samefile(inp):
+        raise InputError(f"{out}: is the input file; give another output path")
     total = count_tensors(inp)
     encoded = {}
     t0 = time.perf_counter()

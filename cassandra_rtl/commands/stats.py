@@ -3,7 +3,9 @@ entropy. Progress goes to stderr (a bar on a terminal, a line every few seconds 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+from ..errors import FormatError
 from ..golden.container import read_container
 from ..golden.stats import aggregate, public, tensor_stats
 from ..progress import progress
@@ -14,7 +16,10 @@ def container_stats(path, quiet=False) -> dict:
     per = {}
     for name, enc in progress(c.tensors.items(), total=len(c.tensors), desc="stats", unit="tensor",
                               disable=quiet):
-        per[name] = tensor_stats(enc)
+        try:
+            per[name] = tensor_stats(enc)
+        except FormatError as exc:
+            raise FormatError(f"{Path(path).name}: tensor {name!r}: {exc}") from None
     summary = aggregate(list(per.values()))
     summary["per_tensor"] = {n: public(s) for n, s in per.items()}
     return summary
