@@ -107,6 +107,8 @@ def read_header(f, file_size: int) -> dict:
         header = json.loads(blob)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FormatError(f"header is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise FormatError("header JSON is nested too deeply") from None
     if not isinstance(header, dict) or header.get("format") != "cassandra":
         raise FormatError("header does not describe a Cassandra container")
     version = header.get("version")

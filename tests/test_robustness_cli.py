@@ -629,3 +629,25 @@ def test_container_errors_name_the_file(tmp_path, run, small_npy, command):
     args = ["-o", tmp_path / "d.npy"] if command == "decode" else []
     one_line_error(run(command, small_npy, *args), "w.npy", "bad magic")
     one_line_error(run(command, tmp_path, *args), str(tmp_path), "not a regular file")
+
+
+def test_deeply_nested_header_json(tmp_path, run):
+    import zlib
+
+    blob = b"[" * 100000 + b"]" * 100000
+    p = tmp_path / "deep.cass"
+    p.write_bytes(struct.pack("<4sHHII", b"CASS", 1, 0, len(blob), zlib.crc32(blob)) + blob)
+    one_line_error(run("stats", p), "deep.cass", "nested")
+    st = st_file(tmp_path / "deep.safetensors", None)
+    st.write_bytes(struct.pack("<Q", len(blob)) + blob)
+    one_line_error(run("encode", st, "-o", tmp_path / "o.cass"), "deep.safetensors")
+
+
+@pytest.mark.parametrize("name,data", [("p.txt", b"\xff\xfe\x00bad"), ("p.json", b"[" * 100000),
+                                       ("p.json", b'{"a": 1}'), ("p.txt", b"\n\n")])
+def test_tune_prompt_files(tmp_path, run, monkeypatch, name, data):
+    import cassandra_rtl.model.loader as loader
+
+    monkeypatch.setattr(loader, "load", lambda *a, **k: pytest.fail("the model was loaded before the check"))
+    (tmp_path / name).write_bytes(data)
+    one_line_error(run("tune", "--out", tmp_path / "a.json", "--calib-prompts", tmp_path / name), name)

@@ -22,11 +22,14 @@ def _prompts(path):
     p = Path(path)
     if not p.exists():
         raise InputError(f"prompt file not found: {p}")
-    text = p.read_text()
+    try:
+        text = p.read_text()
+    except UnicodeDecodeError:
+        raise InputError(f"{p}: not a UTF-8 text file") from None
     if p.suffix == ".json":
         try:
             items = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise InputError(f"{p}: not valid JSON ({exc})") from None
         if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
             raise InputError(f"{p}: expected a JSON list of strings")
