@@ -253,6 +253,7 @@ def plot(results: dict, path: Path) -> None:
                 ax.scatter(row["bits_per_value"], y, marker="*", s=140, color="tab:red", label="ZipNN")
             elif row["method"] == "dfloat11":
                 ax.axvline(row["bits_per_value"], color="tab:green", ls="--", label="DFloat11 size (no CPU decoder)")
+        ax.axhline(300, color="k", ls=":", lw=1, label="decode target 300 MB/s")
         handles, labels = ax.get_legend_handles_labels()
         uniq = dict(zip(labels, handles))
         ax.legend(uniq.values(), uniq.keys(), fontsize=8)
