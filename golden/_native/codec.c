@@ -353,6 +353,9 @@ int c2_decode(int64_t N, int64_t G, int m, int64_t k, int full,
     int64_t mx_full = ((prunes ? G : 0) + 8 * ((G + MX_BLOCK - 1) / MX_BLOCK) + kf * (m + 2) + 7) >> 3;
     int32_t delta[256];
     uint8_t kept[256], elem[256], restw[256];
+    uint16_t t_draft[256];
+    uint8_t t_w[256];
+    int t_xeff = -1;                            /* the tables below hold this xeff's entries */
     int Xs[256 / MX_BLOCK];
     int64_t s = 0;
     for (int64_t s0 = 0; s0 < N; s0 += G, s++) {
@@ -386,20 +389,29 @@ int c2_decode(int64_t N, int64_t G, int m, int64_t k, int full,
             const uint32_t fmask = (1u << (m + 2)) - 1, emask = (1u << (m + 1)) - 1, mmask = (1u << m) - 1;
             int bad = 0;
             for (int64_t b = 0; b < nmx; b++) {
-                int x = Xs[b], xeff = imax(x, 1), sh = 6 - m + xeff;
-                sh = sh < 16 ? sh : 16;
+                int x = Xs[b], xeff = imax(x, 1);
+                if (xeff != t_xeff) {           /* element -> (draft bits without sign, rest width), per X */
+                    int sh = 6 - m + xeff;
+                    sh = sh < 16 ? sh : 16;
+                    for (uint32_t el = 1; el <= emask; el++) {
+                        int lz = (m + 1) - (32 - __builtin_clz(el));
+                        int E = xeff - lz;
+                        uint32_t vn = ((uint32_t)(E & 0xFF) << 7) | (((el << lz) & mmask) << (7 - m));
+                        t_draft[el] = (uint16_t)(E >= 1 ? vn : (el << sh));
+                        int mn = lz < xeff - 1 ? lz : xeff - 1;
+                        t_w[el] = (uint8_t)(7 - (m - mn));          /* 7 - c, c = m - min(lz, xeff - 1) */
+                    }
+                    t_draft[0] = 0;
+                    t_w[0] = 8;
+                    t_xeff = xeff;
+                }
                 int64_t i1 = (b + 1) * MX_BLOCK < n ? (b + 1) * MX_BLOCK : n;
                 for (int64_t i = b * MX_BLOCK; i < i1; i++) {
                     uint32_t km = 0u - (uint32_t)kept[i];
                     uint32_t f = (uint32_t)peek(mx, mx_len, pos) & fmask & km;
                     pos += (m + 2) & km;
                     uint32_t sign = f >> (m + 1), el = f & emask;
-                    int lz = (m + 1) - (32 - __builtin_clz(el | 1u));
-                    int E = xeff - lz;
-                    uint32_t vn = (sign << 15) | ((uint32_t)(E & 0xFF) << 7) | (((el << lz) & mmask) << (7 - m));
-                    uint32_t vs = (sign << 15) | (el << sh);
-                    uint32_t nm = 0u - (uint32_t)(E >= 1);
-                    uint32_t v = (vn & nm) | (vs & ~nm);                 /* draft of a non-zero element */
+                    uint32_t v = (sign << 15) | t_draft[el];              /* draft of a non-zero element */
                     int dz = el == 0;
                     uint32_t dzm = 0u - (uint32_t)dz;
                     if (cavail < 24) {
@@ -416,8 +428,7 @@ int c2_decode(int64_t N, int64_t G, int m, int64_t k, int full,
                     cpos += nb;
                     int e = x - dval;
                     bad |= dz & (e < 0);
-                    int mn = lz < xeff - 1 ? lz : xeff - 1;
-                    int w = (int)((8u & dzm) | ((uint32_t)(7 - (m - mn)) & ~dzm));
+                    int w = t_w[el];                                      /* 8 for el = 0 (draft-zero) */
                     uint32_t rr = (uint32_t)peek(rest, rest_len, rpos) & ((1u << w) - 1);
                     rpos += w;
                     uint32_t vdz = ((rr >> 7) << 15) | ((uint32_t)(e & 0xFF) << 7) | (rr & 0x7F);
