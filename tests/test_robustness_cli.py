@@ -444,7 +444,8 @@ def test_float_to_bf16_keeps_the_shape():
 # --------------------------------------------------------- row 11: cosim --max-values / --jobs ranges
 
 @pytest.mark.parametrize("opt,val", [("--max-values", "-1"), ("--max-values", "0"), ("--jobs", "0"),
-                                     ("--jobs", "-1"), ("--mbits", "8"), ("--keep", "0"), ("--group", "100")])
+                                     ("--jobs", "-1"), ("--jobs", str(10 ** 30)), ("--mbits", "8"), ("--keep", "0"),
+                                     ("--group", "100")])
 def test_cosim_argument_ranges(run, small_cass, opt, val):
     one_line_error(run("cosim", small_cass, opt, val), opt)
 
@@ -457,7 +458,8 @@ def test_cosim_refuses_a_run_that_checks_nothing(tmp_path, run):
 
 # --------------------------------------------------------------------- row 13/14: generate argument ranges
 
-@pytest.mark.parametrize("opt,val", [("--gamma", "0"), ("--gamma", "-3"), ("--threads", "0"), ("--threads", "-2"),
+@pytest.mark.parametrize("opt,val", [("--gamma", "0"), ("--gamma", "-3"), ("--gamma", "65"), ("--threads", "0"),
+                                     ("--threads", "-2"), ("--threads", str(10 ** 30)), ("--seed", "-1"),
                                      ("--max-new-tokens", "0"), ("--top-p", "0"), ("--temperature", "-1"),
                                      ("--mantissa-bits", "9"), ("--keep-ratio", "1.5"), ("--rtl-layers", "a,b"),
                                      ("--rtl-layers", "-1"), ("--n-skip", "-1"), ("--max-seq-len", "1")])

@@ -241,7 +241,7 @@ def register(sub):
                    "for a container of C2 tensors only)")
     p.add_argument("--engine", default="auto", choices=["auto", "bulk", "cocotb"],
                    help="auto: bulk harness on Verilator, cocotb on Icarus")
-    p.add_argument("--jobs", type=positive_int, default=2, help="bulk harness processes (>= 1)")
+    p.add_argument("--jobs", type=int_range(1, 64), default=2, help="bulk harness processes (1..64)")
     p.add_argument("--group", type=int, default=128, choices=[32, 64, 128, 256], help=".npy input: superblock size")
     p.add_argument("--mbits", type=int_range(0, 7), default=3, help=".npy input: draft mantissa bits")
     p.add_argument("--keep", type=float_range(0, 1, lo_open=True), default=0.75, help=".npy input: keep ratio")

@@ -157,7 +157,7 @@ def register(sub):
     p.add_argument("--max-new-tokens", type=positive_int, default=64)
     p.add_argument("--draft", default="cassandra", choices=["cassandra", "layerskip", "ngram", "none", "int8"],
                    help="draft source; 'none' = plain bf16 decoding, 'int8' = INT8 weight-only plain decoding")
-    p.add_argument("--gamma", type=positive_int, default=None, help="draft length (initial length with --adaptive; "
+    p.add_argument("--gamma", type=int_range(1, 64), default=None, help="draft length (initial length with --adaptive; "
                    "default 4, or the gamma recorded in --draft-config)")
     p.add_argument("--adaptive", action="store_true", help="adapt gamma: +2 after a fully accepted draft, -1 else")
     p.add_argument("--keep-ratio", type=float_range(0, 1, lo_open=True), default=None, help="Cassandra: fraction of weights the draft keeps "
@@ -178,9 +178,9 @@ def register(sub):
                    "(0 = let the search choose by expected speedup)")
     p.add_argument("--temperature", type=float_range(0, 100), default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float_range(0, 1, lo_open=True), default=1.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int_range(0, 2**63 - 1), default=0)
     p.add_argument("--max-seq-len", type=int_at_least(2), default=2048, help="static KV cache length")
-    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (>= 1)")
+    p.add_argument("--threads", type=int_range(1, 1024), default=None, help="torch CPU threads (1..1024)")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template")
     p.add_argument("--compare", action="store_true", help="also run plain greedy decoding and check identity")
     p.add_argument("--rtl", action="store_true", help="decode the draft's streams through the RTL in simulation")

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..argtypes import int_at_least, non_negative_int, positive_int
+from ..argtypes import int_at_least, int_range, non_negative_int, positive_int
 from ..errors import ConfigError, InputError
 
 
@@ -135,7 +135,7 @@ def register(sub):
     p.add_argument("--cache", default="build/tune", help="cache directory for calibration / evaluation data")
     p.add_argument("--log", default=None, help="append every evaluated candidate as a JSON line here")
     p.add_argument("--max-seq-len", type=int_at_least(2), default=512)
-    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (>= 1)")
+    p.add_argument("--threads", type=int_range(1, 1024), default=None, help="torch CPU threads (1..1024)")
     p.add_argument("--quick", action="store_true", help="4 calibration and 3 evaluation prompts, the quick "
                    "search (still minutes on SmolLM2: ~8 min on 2 cores)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
