@@ -450,10 +450,20 @@ def test_cosim_argument_ranges(run, small_cass, opt, val):
     one_line_error(run("cosim", small_cass, opt, val), opt)
 
 
-def test_cosim_refuses_a_run_that_checks_nothing(tmp_path, run):
+def test_cosim_refuses_a_run_that_checks_nothing(tmp_path, run, monkeypatch):
+    """Before the simulator is even looked for: a 0-value .npy, or a container whose tensors of the chosen
+    decoder's scheme hold no value."""
+    from cassandra_rtl.golden.codec import encode_tensor
+    from cassandra_rtl.golden.config import CodecConfig
+    from cassandra_rtl.golden.container import write_container
+    from cassandra_rtl.tb.common import tools
+
+    monkeypatch.setattr(tools, "ensure_simulator", lambda sim: pytest.fail("looked for a simulator first"))
     p = tmp_path / "e.npy"
     np.save(p, np.zeros(0, np.uint16))
     one_line_error(run("cosim", p), "0 values")
+    write_container(tmp_path / "e.cass", {"t": encode_tensor(np.zeros(0, np.uint16), CodecConfig())})
+    one_line_error(run("cosim", tmp_path / "e.cass"), "0 values")
 
 
 # --------------------------------------------------------------------- row 13/14: generate argument ranges

@@ -72,7 +72,7 @@ def check_config(config: str | None) -> None:
         raise ConfigError(f"--config {config} {kind}; decoder configurations: {', '.join(known)}")
 
 
-def load_tensors(path: str, mode: str, args, scheme: str | None = None) -> list[tuple[str, object]]:
+def load_tensors(path: str, mode: str) -> list[tuple[str, object]]:
     """The tensors to co-simulate. A .npy is only validated here (header against the file size, dtype);
     it is encoded later by ``encode_npy``, after the cheap checks."""
     from ..golden.io import read_npy_header
@@ -112,11 +112,12 @@ def encode_npy(path: str, args, scheme: str) -> list[tuple[str, object]]:
 def run(args) -> int:
     from ..golden.codec import decode_draft, decode_full
     from ..golden.config import CodecConfig
+    from ..golden.io import read_npy_header
     from ..tb.common.tools import ensure_simulator
 
     # cheap checks first: configuration, input file, codec options; then the simulator; then the slow work
     check_config(args.config)
-    tensors = load_tensors(args.input, args.mode, args)
+    tensors = load_tensors(args.input, args.mode)
     npy = tensors == [("npy", None)]
     if npy:
         scheme = decoder_configs()[args.config] if args.config else "c1"
@@ -137,6 +138,9 @@ def run(args) -> int:
     skipped = [] if npy else [n for n, e in tensors if e.config.scheme != scheme]
     if not npy:
         tensors = [(n, e) for n, e in tensors if e.config.scheme == scheme]
+    values = int(np.prod(read_npy_header(args.input)[1])) if npy else sum(e.numel for _, e in tensors)
+    if not values:
+        raise CliError(f"{args.input}: nothing to co-simulate (0 values): a run that checks nothing cannot pass")
     engine = args.engine
     if engine == "auto":
         engine = "bulk" if args.sim == "verilator" else "cocotb"
@@ -155,13 +159,6 @@ def run(args) -> int:
             total += e.numel
         tensors = picked
     tensors = [(n, e) for n, e in tensors if e.numel]
-    if not tensors:
-        raise CliError(f"{args.input}: nothing to co-simulate (0 values): a run that checks nothing cannot pass")
-    engine = args.engine
-    if engine == "auto":
-        engine = "bulk" if args.sim == "verilator" else "cocotb"
-    if engine == "bulk" and args.sim != "verilator":
-        raise CliError("the bulk engine is a compiled Verilator harness: use --sim verilator")
     t0 = time.perf_counter()
     encs = [e for _, e in tensors]
     report = {"input": args.input, "mode": args.mode, "simulator": args.sim, "engine": engine, "config": args.config,
