@@ -197,19 +197,29 @@ void c1_pack(const uint16_t *bits, const uint8_t *kept, int64_t N, int64_t G, in
              int64_t *codes_off, int64_t *vcodes_off, int64_t *out_len) {
     wr_t wc = {codes, 0, 0, 0}, ws = {signman, 0, 0, 0}, wv = {vcodes, 0, 0, 0}, wr = {rest, 0, 0, 0};
     const int lowmask = (1 << (7 - m)) - 1;
+    int sym[256], sm[256], pe[256], rv[256], rw[256];
     int64_t s = 0;
     for (int64_t s0 = 0; s0 < N; s0 += G, s++) {
-        int64_t n = (N - s0 < G) ? N - s0 : G;
+        int n = (int)((N - s0 < G) ? N - s0 : G), nk = 0, np_ = 0;
         codes_off[s] = wc.byte;
         vcodes_off[s] = wv.byte;
-        for (int64_t i = s0; i < s0 + n; i++) {
-            int b = bits[i], sign = b >> 15, e = (b >> 7) & 0xFF, f = b & 0x7F, kp = kept[i];
-            int km = -kp;                                            /* mask arithmetic, not branches */
-            put_code(&wc, spec_rank, spec_K, (e & km) | (PRUNED & ~km), 1);
-            put(&ws, (((uint64_t)sign << m) | (uint64_t)(f >> (7 - m))) & (uint64_t)(int64_t)km, (1 + m) & km);
-            put_code(&wv, verif_rank, verif_K, e, !kp);
-            put(&wr, (uint64_t)(((f & lowmask) & km) | (((sign << 7) | f) & ~km)), ((7 - m) & km) | (8 & ~km));
+        /* fields of the superblock first (kept / pruned ones compacted, by mask arithmetic), then one
+         * plane at a time: one live bit writer per loop keeps its state in registers */
+        for (int i = 0; i < n; i++) {
+            int b = bits[s0 + i], sign = b >> 15, e = (b >> 7) & 0xFF, f = b & 0x7F, kp = kept[s0 + i];
+            int km = -kp;
+            sym[i] = (e & km) | (PRUNED & ~km);
+            sm[nk] = (sign << m) | (f >> (7 - m));
+            nk += kp;
+            pe[np_] = e;
+            np_ += !kp;
+            rv[i] = ((f & lowmask) & km) | (((sign << 7) | f) & ~km);
+            rw[i] = ((7 - m) & km) | (8 & ~km);
         }
+        for (int i = 0; i < n; i++) put_code(&wc, spec_rank, spec_K, sym[i], 1);
+        for (int i = 0; i < nk; i++) put(&ws, (uint64_t)sm[i], 1 + m);
+        for (int i = 0; i < np_; i++) put_code(&wv, verif_rank, verif_K, pe[i], 1);
+        for (int i = 0; i < n; i++) put(&wr, (uint64_t)rv[i], rw[i]);
         flush_chunk(&wc); flush_chunk(&ws); flush_chunk(&wv); flush_chunk(&wr);
     }
     codes_off[s] = wc.byte;
@@ -241,6 +251,7 @@ void c2_pack(const uint16_t *bits, const uint8_t *kept, const uint8_t *X, int64_
              int prunes, const int32_t *verif_rank, int verif_K, uint8_t *mx, uint8_t *vcodes, uint8_t *rest,
              int64_t *vcodes_off, int64_t *rest_off, int64_t *out_len) {
     wr_t wm = {mx, 0, 0, 0}, wv = {vcodes, 0, 0, 0}, wr = {rest, 0, 0, 0};
+    int fv[256], ds[256], rv[256], rw[256];
     int64_t s = 0;
     for (int64_t s0 = 0; s0 < N; s0 += G, s++) {
         int64_t n = (N - s0 < G) ? N - s0 : G;
@@ -256,17 +267,26 @@ void c2_pack(const uint16_t *bits, const uint8_t *kept, const uint8_t *X, int64_
             for (; i < s0 + n; i++) put(&wm, kept[i], 1);
         }
         for (int64_t b0 = s0; b0 < s0 + n; b0 += MX_BLOCK) put(&wm, X[b0 / MX_BLOCK], 8);
-        for (int64_t i = s0; i < s0 + n; i++) {
-            int b = bits[i], sign = b >> 15, e = (b >> 7) & 0xFF, f = b & 0x7F;
-            int x = X[i / MX_BLOCK];
+        /* fields first (kept elements and draft-zero deltas compacted, by mask arithmetic), then one
+         * plane at a time with one live bit writer per loop */
+        int nk = 0, nd = 0;
+        for (int i = 0; i < (int)n; i++) {
+            int b = bits[s0 + i], sign = b >> 15, e = (b >> 7) & 0xFF, f = b & 0x7F;
+            int x = X[(s0 + i) / MX_BLOCK];
             int c = m - (imax(x, 1) - imax(e, 1));
             int elem = c2_elem(e, f, x, m);
-            int kp = kept[i], dz = !kp | (elem == 0), km = -kp, dm = -dz;   /* masks, not branches */
-            put(&wm, (((uint64_t)sign << (m + 1)) | (uint64_t)elem) & (uint64_t)(int64_t)km, (m + 2) & km);
-            put_code(&wv, verif_rank, verif_K, x - e, dz);
+            int kp = kept[s0 + i], dz = !kp | (elem == 0), dm = -dz;
+            fv[nk] = (sign << (m + 1)) | elem;
+            nk += kp;
+            ds[nd] = x - e;
+            nd += dz;
             int cc = c & ~(c >> 31);                                    /* max(c, 0) */
-            put(&wr, (uint64_t)((((sign << 7) | f) & dm) | ((f & ((1 << (7 - cc)) - 1)) & ~dm)), (8 & dm) | ((7 - cc) & ~dm));
+            rv[i] = (((sign << 7) | f) & dm) | ((f & ((1 << (7 - cc)) - 1)) & ~dm);
+            rw[i] = (8 & dm) | ((7 - cc) & ~dm);
         }
+        for (int i = 0; i < nk; i++) put(&wm, (uint64_t)fv[i], m + 2);
+        for (int i = 0; i < nd; i++) put_code(&wv, verif_rank, verif_K, ds[i], 1);
+        for (int i = 0; i < (int)n; i++) put(&wr, (uint64_t)rv[i], rw[i]);
         flush_chunk(&wm); flush_chunk(&wv); flush_chunk(&wr);
     }
     vcodes_off[s] = wv.byte;
