@@ -308,6 +308,7 @@ int c1_decode(int64_t N, int64_t G, int m, int64_t k, int full,
     if (full && vcodes_off && !offsets_ok(vcodes_off, nsb, vcodes_len)) return 1;
     if (full && !vcodes_off && vcodes_len != 0) return 1;
     int32_t sym[256], pe[256];
+    uint32_t smf[257];
     int64_t sm_full = (kept_in(k, G, G) * (1 + m) + 7) >> 3;                  /* bytes per full chunk */
     int64_t rest_full = (kept_in(k, G, G) * (7 - m) + (G - kept_in(k, G, G)) * 8 + 7) >> 3;
     int64_t s = 0;
@@ -334,13 +335,16 @@ int c1_decode(int64_t N, int64_t G, int m, int64_t k, int full,
             return 6;
         /* value loop without a kept/pruned branch (it would mispredict at keep < 1): both candidates are
          * formed, positions advance by flag-selected widths */
-        int64_t j = 0;
+        int64_t j = 0, jk = 0;
         const uint32_t smask = (1u << (1 + m)) - 1, mmask = (1u << m) - 1;
+        for (int64_t t = 0; t < ks; t++)            /* signman fields: independent loads, no carried chain */
+            smf[t] = (uint32_t)peek(signman, signman_len, pos + t * (1 + m)) & smask;
+        smf[ks] = 0;
         for (int64_t i = 0; i < n; i++) {
             int kp = sym[i] != PRUNED;
             uint32_t km = 0u - (uint32_t)kp;                        /* mask arithmetic: kp is data-dependent */
-            uint32_t fs = (uint32_t)peek(signman, signman_len, pos) & smask;
-            pos += (1 + m) & km;
+            uint32_t fs = smf[jk];
+            jk += kp;
             uint32_t vk = ((fs >> m) << 15) | (((uint32_t)sym[i] & 0xFF) << 7) | ((fs & mmask) << (7 - m));
             uint32_t v;
             if (full) {
