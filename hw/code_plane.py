@@ -262,19 +262,21 @@ class CodePlane(wiring.Component):
         # B accepts its pass (writes it into the ring) when the ring has room for the most it can write
         # (its codes + END; a registered bound, so no rank logic in this path); otherwise it holds.
         b_accept = Signal()
+        b_more = Signal()                                # the pass in B stopped at the lane limit
         m.d.comb += b_accept.eq(b_valid & ((fill + b_count + 1) <= D))
         # fire: B is free, the word is buffered (and the next one for the lookahead), and A is not past the
         # end of a chunk B has not finished.
         word_in = a_off < nwords
         look_in = ~seg_last_in_word | a_wlast | ((a_off + 1) < nwords)
         a_fire = Signal()
-        m.d.comb += a_fire.eq((chunks_left != 0) & (~b_valid | (b_accept & ~b_chunk_last)) & word_in & look_in
-                              & ~empty)
+        # (a pass that stopped at the lane limit is continued by A itself, also at a chunk's last segment)
+        m.d.comb += a_fire.eq((chunks_left != 0) & (~b_valid | (b_accept & (~b_chunk_last | b_more))) & word_in
+                              & look_in & ~empty)
+        a_more = zc.valid[Lc] if truncating else Const(0, 1)   # more than Lc codes from astart on
 
         # ------------------------------------------------------------------ B registers (from A)
         b_end = [Signal(bw, name=f"b_end{j}") for j in range(Lc)]
         b_lane = Signal(Lc)
-        b_more = Signal()                                # more than Lc codes in the segment
         b_consumed = Signal(bw)                          # end of the last code found (0 if none)
         b_ext = Signal(S + ESCAPE_PAYLOAD_BITS)
         b_start = Signal(range(S))
@@ -302,6 +304,8 @@ class CodePlane(wiring.Component):
             m.d.sync += [apos.eq(0), astart.eq(0)]
         with m.Elif(replay):
             m.d.sync += [apos.eq(r_pos), astart.eq(r_start)]
+        with m.Elif(a_fire & a_more):                  # loop A: continue the segment after its Lc-th code
+            m.d.sync += astart.eq(zc.end[Lc - 1])
         with m.Elif(a_fire):
             m.d.sync += [apos.eq(apos + 1), astart.eq(0)]
 
@@ -335,18 +339,23 @@ class CodePlane(wiring.Component):
         m.d.comb += q.eq(esc_end + ESCAPE_PAYLOAD_BITS)
         # outcome of the pass
         same_seg = Signal()                              # A re-parses this segment from r_start
+        partial = Signal()                               # stopped at the lane limit (A continues it)
         straddle = Signal()                              # the payload runs into the next segment
         overrun = Signal()                               # ... but the chunk ends with this segment
         m.d.comb += [
-            same_seg.eq(b_accept & ((esc_any & (q < S)) | (~esc_any & b_more))),
+            same_seg.eq(b_accept & esc_any & (q < S)),
+            partial.eq(b_accept & ~esc_any & b_more),
             straddle.eq(b_accept & esc_any & (q > S) & ~b_chunk_last),
             overrun.eq(b_accept & esc_any & (q > S) & b_chunk_last),
-            replay.eq(same_seg | straddle),
+            # an escape always redirects A when A may already be parsing the wrong bits: the same segment
+            # after the payload, the next segment after a straddling payload, or (a lane-limited pass whose
+            # escape payload runs to the segment's end) the next segment from bit 0
+            replay.eq(same_seg | straddle | (b_accept & esc_any & b_more)),
         ]
         done = Signal()                                   # the segment is finished
-        m.d.comb += done.eq(b_accept & ~same_seg)
-        m.d.comb += [r_pos.eq(Mux(straddle, b_pos + 1, b_pos)),
-                     r_start.eq(Mux(straddle, q - S, Mux(esc_any, q, b_consumed)))]
+        m.d.comb += done.eq(b_accept & ~same_seg & ~partial)
+        m.d.comb += [r_pos.eq(Mux(same_seg, b_pos, b_pos + 1)),
+                     r_start.eq(Mux(same_seg, q, Mux(straddle, q - S, 0)))]
         n_codes = Signal(range(Lc + 1))
         m.d.comb += n_codes.eq(Mux(esc_any, Mux(overrun, esc_idx, esc_idx + 1), b_count))
         content = Signal()
@@ -394,7 +403,7 @@ class CodePlane(wiring.Component):
                     m.d.sync += [carry.eq(carry_next), wcontent.eq(0), chunk_first.eq(0)]
                 with m.Elif(done):
                     m.d.sync += [carry.eq(carry_next), wcontent.eq(content)]
-                with m.Else():                           # same-segment replay after an escape / lane limit
+                with m.Else():                           # same segment again: after an escape / lane limit
                     m.d.sync += [carry.eq(0), wcontent.eq(content)]
             with m.If(self.start):
                 m.d.sync += chunks_left.eq(self.chunks)

@@ -73,10 +73,10 @@ class DecoderC1v2(DecoderC1):
         Lv = self.verif_lanes
         self.seg = default_segment(lanes, word) if seg is None else seg
         self.verif_seg = default_segment(Lv, word) if verif_seg is None else verif_seg
-        # codes per pass: 3 per value lane. A segment with more codes takes two passes and a replay bubble
-        # (3 cycles), which still delivers >= L codes a cycle; the zero counter and the ring writer shrink.
-        self.code_lanes = min(self.seg, 3 * lanes) if code_lanes is None else code_lanes
-        self.verif_code_lanes = min(self.verif_seg, 3 * Lv) if verif_code_lanes is None else verif_code_lanes
+        # codes per pass: 2 per value lane. A segment with more codes takes a second pass right after the
+        # first (no bubble: stage A sees the lane limit itself); the zero counter, ring and writer shrink.
+        self.code_lanes = min(self.seg, 2 * lanes) if code_lanes is None else code_lanes
+        self.verif_code_lanes = min(self.verif_seg, 2 * Lv) if verif_code_lanes is None else verif_code_lanes
         # validate the code plane parameters here (one clear message), not at elaboration
         # the verification plane of a decoder with Lv < L parses each word over >= 4 passes: 2 word slots
         self.verif_word_slots = 2 if word // self.verif_seg >= 4 else 4
