@@ -1,7 +1,11 @@
 """Benchmark drafts on a model: `python -m cassandra_rtl.model.bench [--configs ...] [--out FILE]`.
 
 For every prompt, plain greedy decoding is the reference; every speculative config must reproduce it
-token for token (reported as `lossless`). Prints one JSON line per (config, prompt) to --out and a table.
+token for token (reported as `lossless`). Prompts: the held-out set (model/prompts_heldout.py: chat, code,
+math, translation, summarisation, reasoning — never used by calibration or the draft search) by default,
+or the old built-in set (`--prompt-set bench`). Every (config, prompt) JSON line carries the performance
+model v2 (metrics.evaluate) and its inputs, including the passes, so `--table` recomputes every figure for
+other devices, overheads or decoder caps without decoding again.
 """
 from __future__ import annotations
 
@@ -10,8 +14,8 @@ import json
 import sys
 import time
 
-from .loader import load
-from .metrics import accumulate_run
+from .metrics import (CPU_NOTE, VERIFY_MODES, RunInputs, evaluate, hardware_presets, model_summary,
+                      spread)
 from .runner import DraftOptions, build, set_threads
 
 PROMPTS = (
@@ -38,115 +42,210 @@ CONFIGS = {
     "c_k1.0_m3_adaptive": ("cassandra", {"keep_ratio": 1.0, "mantissa_bits": 3, "kv_mantissa_bits": 3,
                                          "adaptive": True}),
     **{f"c_k1.0_m{m}_g{g}": ("cassandra", {"keep_ratio": 1.0, "mantissa_bits": m, "kv_mantissa_bits": 3, "gamma": g})
-       for m in (1, 2, 3) for g in (2, 3, 6)},
+       for m in (1, 2, 3) for g in (1, 2, 3, 6)},
+    # the tuned allocation of the bundled model (model/allocations/, docs/DRAFT_SELECTION.md) at several gammas
+    **{f"tuned_g{g}": ("tuned", {"gamma": g}) for g in (1, 2, 3, 4)},
+    "tuned_adaptive": ("tuned", {"gamma": 2, "adaptive": True}),
 }
 
 
-def markdown(rows: list[dict]) -> str:
-    """A markdown table of summary rows (as printed / written by main)."""
-    lines = ["| config | lossless (greedy) | token match | acceptance | alpha | per position | tokens/step | "
-             "draft MB | MB read/token | modeled speedup 4090 / Orin / NPU | of which speculation (Orin) | CPU tok/s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+def prompt_set(name: str) -> list[str]:
+    if name == "bench":
+        return list(PROMPTS)
+    if name == "heldout":
+        from .prompts_heldout import prompts
+
+        return prompts()
+    from cassandra_rtl.errors import ConfigError
+
+    raise ConfigError(f"unknown prompt set {name!r} (heldout or bench)")
+
+
+def _engine(ck, draft, o, cache):
+    """(engine, drafter); the tuned allocation is encoded once and shared by its gamma variants."""
+    if draft == "tuned":
+        if "tuned" not in cache:
+            from .allocation import Allocation, build_engine
+
+            eng, d, _ = build_engine(ck, Allocation.load("bundled"))
+            cache["tuned"] = (eng, d)
+        return cache["tuned"]
+    eng, d, _ = build(ck, draft, o)
+    return eng, d
+
+
+def presets_from(a):
+    ov = None
+    if a.overhead_us:
+        parts = [x for x in a.overhead_us.split(",") if x]
+        if len(parts) == 1 and "=" not in parts[0]:
+            ov = float(parts[0])
+        else:
+            ov = {k: float(v) for k, v in (x.split("=") for x in parts)}
+    return hardware_presets(ov, a.synth_report, a.decoder)
+
+
+def aggregate(name: str, runs: list[dict], presets) -> dict:
+    """A summary row over per-prompt JSON lines (as written to --out) of one config, recomputing the model."""
+    inputs = [RunInputs.from_json(r["model_inputs"]) for r in runs if isinstance(r["model_inputs"]["passes"], list)]
+    ev = evaluate(inputs, presets) if inputs else None
+    per_prompt = [evaluate(i, presets) for i in inputs]
+    dr = sum(r["drafted"] for r in runs)
+    ac = sum(r["accepted"] for r in runs)
+    pd = [sum(r["drafted_at"][j] for r in runs if j < len(r["drafted_at"])) for j in
+          range(max([len(r["drafted_at"]) for r in runs] + [0]))]
+    pa = [sum(r["accepted_at"][j] for r in runs if j < len(r["accepted_at"])) for j in range(len(pd))]
+    steps = sum(r["verify_steps"] for r in runs)
+    gen = sum(r["generated"] for r in runs)
+    ref_s = sum(r["reference_decode_s"] for r in runs)
+    run_s = sum(r["decode_s"] for r in runs)
+    row = {
+        "config": name, "prompts": len(runs), "lossless": f"{sum(bool(r['lossless']) for r in runs)}/{len(runs)}",
+        "token_match": sum(r["token_match"] for r in runs) / max(1, len(runs)),
+        "acceptance": ac / dr if dr else None, "alpha": sum(pa) / sum(pd) if sum(pd) else None,
+        "per_position": [x / y if y else 0.0 for x, y in zip(pa, pd)],
+        "tokens_per_step": sum(r["tokens_per_step"] * r["verify_steps"] for r in runs if r["tokens_per_step"])
+        / steps if steps else None,
+        "gamma": runs[0].get("gamma"), "adaptive": runs[0].get("adaptive"),
+        "MB_per_token": sum(r["bytes_per_token"] * r["generated"] for r in runs) / max(1, gen) / 1e6,
+        "draft_weight_bytes": runs[0].get("draft_weight_bytes"),
+        "bf16_weight_bytes": runs[0].get("bf16_weight_bytes"),
+        "cpu_tok_s": (gen - len(runs)) / run_s if run_s else None,
+        "cpu_speedup": ref_s / run_s if run_s else None,
+        "cpu_speedup_per_prompt": spread([r["reference_decode_s"] / r["decode_s"] for r in runs if r["decode_s"]]),
+        "cpu_note": CPU_NOTE,
+    }
+    if ev:
+        row["performance_model"] = ev
+        row["per_prompt"] = {k: {m: {w: spread([p["by_device"][k][m][w] for p in per_prompt])
+                                     for w in ("speedup", "format_speedup", "speculation_speedup")}
+                                 for m in VERIFY_MODES} for k in presets}
+    return row
+
+
+def _x(v):
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def markdown(rows: list[dict], mode: str = "batch-invariant") -> str:
+    """Markdown tables of summary rows: pooled figures, and per device the per-prompt spread of the corrected
+    modeled speedup with its format x speculation split (verify ``mode``), both modes' pooled totals."""
+    f = lambda v, fmt="{:.3f}": "-" if v is None else fmt.format(v)  # noqa: E731
+    out = ["| config | lossless | acceptance | alpha | tokens/step | gamma | draft % of bf16 | MB read/token | "
+           "CPU tok/s | CPU speedup (measured) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        f = lambda v, fmt="{:.3f}": "-" if v is None else fmt.format(v)  # noqa: E731
-        sp = r["speedup"]
-        dmb = r.get("draft_weight_bytes")
-        spec_only = (r.get("speedup_vs_target_ar") or {}).get("orin")
-        if spec_only is None and r.get("target_weight_bytes"):  # rows from before that field: weights-only estimate
-            spec_only = sp["orin"] * r["target_weight_bytes"] / r["bf16_weight_bytes"]
-        elif spec_only is None:
-            spec_only = sp["orin"] if r["config"] not in ("int8",) else 1.0
-        lines.append(
-            f"| {r['config']} | {r['lossless']} | {r['token_match']:.2f} | {f(r['acceptance'])} | {f(r.get('alpha'))} | "
-            f"{' '.join(f'{x:.2f}' for x in r['per_position']) or '-'} | {f(r['tokens_per_step'], '{:.2f}')} | "
-            f"{f(dmb / 1e6 if dmb else None, '{:.1f}')} | {r['MB_per_token']:.1f} | "
-            f"{sp['rtx4090']:.2f}x / {sp['orin']:.2f}x / {sp['npu']:.2f}x | {spec_only:.2f}x | {f(r['cpu_tok_s'], '{:.2f}')} |")
-    return "\n".join(lines)
+        frac = (r["draft_weight_bytes"] / r["bf16_weight_bytes"] * 100) if r.get("draft_weight_bytes") else None
+        g = f"{r['gamma']}{' adaptive' if r.get('adaptive') else ''}" if r.get("acceptance") is not None else "-"
+        out.append(f"| {r['config']} | {r['lossless']} | {f(r['acceptance'])} | {f(r['alpha'])} | "
+                   f"{f(r['tokens_per_step'], '{:.2f}')} | {g} | {f(frac, '{:.1f}')} | {r['MB_per_token']:.1f} | "
+                   f"{f(r['cpu_tok_s'], '{:.2f}')} | {_x(r.get('cpu_speedup'))} |")
+    devs = list((rows[0].get("performance_model") or {}).get("by_device", {})) if rows else []
+    for k in devs:
+        d0 = rows[0]["performance_model"]["devices"][k]
+        dv = rows[0]["performance_model"]["by_device"][k]
+        out += ["", f"**{d0['name']}** ({d0['bandwidth'] / 1e9:g} GB/s, {d0['flops'] / 1e12:g} TFLOPS, "
+                    f"{dv['overhead_us']:g} us/pass, decoder: {dv['decoder']}); verify {mode}; per prompt min / "
+                    f"median / max", "",
+                "| config | speedup pooled | per prompt | = format | x speculation (pooled) | speculation per prompt | "
+                "row-exact pooled | batch-invariant pooled |", "|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            pm = r.get("performance_model")
+            if not pm:
+                continue
+            b = pm["by_device"][k]
+            pp = r["per_prompt"][k][mode]
+            sp, ss = pp["speedup"], pp["speculation_speedup"]
+            out.append(f"| {r['config']} | **{_x(b[mode]['speedup'])}** | {_x(sp['min'])} / {_x(sp['median'])} / "
+                       f"{_x(sp['max'])} | {_x(b[mode]['format_speedup'])} | {_x(b[mode]['speculation_speedup'])} | "
+                       f"{_x(ss['min'])} / {_x(ss['median'])} / {_x(ss['max'])} | {_x(b['row-exact']['speedup'])} | "
+                       f"{_x(b['batch-invariant']['speedup'])} |")
+    return "\n".join(out)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None)
-    ap.add_argument("--configs", default="all", help="comma-separated names from: " + ", ".join(CONFIGS))
-    ap.add_argument("--prompts", type=int, default=len(PROMPTS), help="use the first N built-in prompts")
+    ap.add_argument("--configs", default="none,c_k1.0_m3_g2,tuned_g2",
+                    help="comma-separated names (or 'all') from: " + ", ".join(CONFIGS))
+    ap.add_argument("--prompt-set", default="heldout", choices=["heldout", "bench"])
+    ap.add_argument("--prompts", type=int, default=None, help="use the first N prompts of the set")
     ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--gamma", type=int, default=4, help="gamma of configs that do not set their own")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=None, help="append JSON lines here")
+    ap.add_argument("--out", default=None, help="append JSON lines here (per prompt, with the model's inputs)")
     ap.add_argument("--cache", default=None, help="keep encoded drafts (.cass) in this folder between configs/runs")
-    ap.add_argument("--table", nargs="+", default=None, help="only render a markdown table from these JSONL files")
+    ap.add_argument("--table", nargs="+", default=None,
+                    help="only render tables from these JSONL files (the model is recomputed with the flags below)")
+    ap.add_argument("--overhead-us", default=None,
+                    help="per-pass fixed overhead in us: one value, or rtx4090=50,orin=100,npu=10 (default: presets)")
+    ap.add_argument("--synth-report", default=None, help="synthesis report JSON: decoder cap from overhead.by_device")
+    ap.add_argument("--decoder", default=None, help="decoder cap INSTANCES:VALUES_PER_CYCLE:MHZ (instead of a report)")
+    ap.add_argument("--mode", default="batch-invariant", choices=list(VERIFY_MODES),
+                    help="verify-cost mode of the per-device tables (both are always in the JSON)")
+    ap.add_argument("--json", action="store_true", help="print the summary rows as JSON instead of tables")
     a = ap.parse_args(argv)
+    presets = presets_from(a)
     if a.table:
-        rows = []
+        runs: dict[str, list[dict]] = {}
         for fn in a.table:
             with open(fn) as fh:
-                rows += [json.loads(x)["summary"] for x in fh if '"summary"' in x]
-        print(markdown(rows))
+                for line in fh:
+                    if '"model_inputs"' in line:
+                        r = json.loads(line)
+                        runs.setdefault(r["config"], []).append(r)
+        rows = [aggregate(n, rs, presets) for n, rs in runs.items()]
+        print(json.dumps(rows) if a.json else markdown(rows, a.mode))
         return 0
+    from .loader import load
+
     set_threads(a.threads)
     names = list(CONFIGS) if a.configs == "all" else a.configs.split(",")
+    bad = [n for n in names if n not in CONFIGS]
+    if bad:
+        from cassandra_rtl.errors import ConfigError
+
+        raise ConfigError(f"unknown config(s) {', '.join(bad)}; known: {', '.join(CONFIGS)}")
     ck = load(a.model)
     tok = ck.tokenizer
-    prompts = [tok.encode(tok.apply_chat(p)) for p in PROMPTS[: a.prompts]]
+    texts = prompt_set(a.prompt_set)[: a.prompts]
+    prompts = [tok.encode(tok.apply_chat(p)) for p in texts]
     ref_eng, _, _ = build(ck, "none", DraftOptions())
-    refs = [ref_eng.generate(p, a.max_new_tokens).tokens for p in prompts]
+    refs = []
+    for i, p in enumerate(prompts):
+        r = ref_eng.generate(p, a.max_new_tokens)
+        refs.append((r.tokens, r.stats.decode_s))
+        print(f"[bench] reference {i + 1}/{len(prompts)}: {len(r.tokens)} tokens, {r.stats.decode_s:.1f} s",
+              file=sys.stderr, flush=True)
     out = open(a.out, "a") if a.out else None
-    rows = []
+    rows, cache = [], {}
     for name in names:
         draft, kw = CONFIGS[name]
         t0 = time.perf_counter()
         o = DraftOptions(**{"gamma": a.gamma, "cache_dir": a.cache, **kw})
-        eng, d, _ = build(ck, draft, o)
+        eng, d = _engine(ck, draft, o, cache)
         build_s = time.perf_counter() - t0
-        agg = {"drafted": 0, "accepted": 0, "steps": 0, "step_tokens": 0, "gen": 0, "bytes": 0, "base": 0,
-               "time": {}, "btime": {}, "ttime": {}, "lossless": 0, "match": 0, "decode_s": 0.0,
-               "pos_drafted": [], "pos_accepted": []}
-        for i, (p, ref) in enumerate(zip(prompts, refs)):
+        per = []
+        for i, (p, (ref, ref_s)) in enumerate(zip(prompts, refs)):
             r = eng.generate(p, a.max_new_tokens, drafter=d, gamma=o.gamma, adaptive=o.adaptive)
             s = r.summary()
-            s.update(config=name, prompt=PROMPTS[i], lossless=r.tokens == ref, build_s=build_s)
+            s.update(model_summary(r, eng, d, presets, with_passes=True))
+            s.update(config=name, prompt=texts[i], prompt_set=a.prompt_set, lossless=r.tokens == ref,
+                     token_match=sum(x == y for x, y in zip(r.tokens, ref)) / max(1, len(ref)),
+                     reference_decode_s=ref_s, build_s=build_s, gamma=o.gamma, adaptive=o.adaptive)
+            per.append(s)
             if out:
                 out.write(json.dumps(s) + "\n")
                 out.flush()
-            st = r.stats
-            accumulate_run(agg, r, ref)
-            agg["decode_s"] += st.decode_s
-            agg["match"] += sum(x == y for x, y in zip(r.tokens, ref))
-        row = {
-            "config": name,
-            "lossless": f"{agg['lossless']}/{len(prompts)}",
-            "token_match": agg["match"] / max(1, sum(len(r) for r in refs)),
-            "acceptance": agg["accepted"] / agg["drafted"] if agg["drafted"] else None,
-            "alpha": sum(agg["pos_accepted"]) / sum(agg["pos_drafted"]) if sum(agg["pos_drafted"]) else None,
-            "per_position": [x / y if y else 0 for x, y in zip(agg["pos_accepted"], agg["pos_drafted"])],
-            "tokens_per_step": agg["step_tokens"] / agg["steps"] if agg["steps"] else None,
-            "MB_per_token": agg["bytes"] / agg["gen"] / 1e6,
-            "bf16_MB_per_token": agg["base"] / agg["gen"] / 1e6,
-            "speedup": {k: agg["btime"][k] / agg["time"][k] for k in agg["time"]},
-            # speculation alone: over autoregressive decoding that reads the target's own representation
-            # (for Cassandra: the format's spec + verif streams, a lossless compression of bf16)
-            "speedup_vs_target_ar": {k: agg["ttime"][k] / agg["time"][k] for k in agg["time"]},
-            "cpu_tok_s": (agg["gen"] - len(prompts)) / agg["decode_s"] if agg["decode_s"] else None,
-            "build_s": build_s,
-            "gamma": o.gamma,
-            "adaptive": o.adaptive,
-            **(d.describe() if d is not None else {}),
-        }
+            sp = s["performance_model"]["by_device"]["orin"]["batch-invariant"]["speedup"]
+            print(f"[bench] {name} {i + 1}/{len(prompts)}: acceptance {s['acceptance_rate'] or 0:.3f}, "
+                  f"orin {sp:.2f}x, lossless {s['lossless']}", file=sys.stderr, flush=True)
+        row = aggregate(name, per, presets)
         rows.append(row)
-        print(json.dumps(row), flush=True)
         if out:
-            out.write(json.dumps({"summary": row}) + "\n")
+            out.write(json.dumps({"summary": {k: v for k, v in row.items() if k != "performance_model"}}) + "\n")
             out.flush()
-    print()
-    print(f"{'config':<22}{'lossless':>9}{'match':>7}{'accept':>8}{'alpha':>7}{'tok/step':>9}{'MB/tok':>8}"
-          f"{'4090':>7}{'Orin':>7}{'NPU':>7}{'cpu t/s':>8}")
-    for r in rows:
-        acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.3f}"
-        tps = "-" if r["tokens_per_step"] is None else f"{r['tokens_per_step']:.2f}"
-        sp = r["speedup"]
-        al = "-" if r["alpha"] is None else f"{r['alpha']:.3f}"
-        print(f"{r['config']:<22}{r['lossless']:>9}{r['token_match']:>7.2f}{acc:>8}{al:>7}{tps:>9}{r['MB_per_token']:>8.1f}"
-              f"{sp['rtx4090']:>7.2f}{sp['orin']:>7.2f}{sp['npu']:>7.2f}{r['cpu_tok_s'] or 0:>8.2f}")
+    print(json.dumps(rows) if a.json else markdown(rows, a.mode))
+    print("\n" + CPU_NOTE, file=sys.stderr)
     return 0
 
 

@@ -1,5 +1,6 @@
 """The Leviathan/Chen acceptance rule alone: with known p and q on a small vocabulary, the emitted token
 must be distributed exactly as p (chi-square goodness of fit, conservative threshold)."""
+import functools
 import math
 
 import pytest
@@ -110,3 +111,204 @@ def test_bad_sampling_params():
         SamplingParams(temperature=-1)
     with pytest.raises(ConfigError):
         SamplingParams(temperature=1, top_p=0)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Engine-level distribution test with power (issue 14, item 5).
+#
+# The whole engine path (prefill sample, draft, row-exact verify, acceptance, residual, bonus, rollback, the
+# next step) on a tiny target with a 2-token vocabulary; the law of the first three generated tokens is
+# compared with the exact target law (enumerated) by chi-square. The draft is *hostile* on purpose: at every
+# context it proposes from the target's own distribution with the less likely token's mass cut to 1 %, so
+# every rejection must emit that token — the case a wrong residual gets wrong. Three wrong rules, written
+# here and patched into the engine (never in the engine itself), must fail on every seed while the
+# engine's rule passes:
+#   resample_p : on rejection sample from p instead of normalize(max(p - q, 0));
+#   half_q     : residual normalize(max(p - q/2, 0));
+#   unclipped  : the ratio p/q is used unclipped.  Literally ``u < p/q`` with u ~ U[0, 1) *is* the correct
+#                rule (u < 1 <= p/q accepts anyway), so the unclipped ratio is used the only way it changes
+#                the rule: normalised by its maximum over the vocabulary instead of clipped at 1
+#                (accept with (p/q)(x) / max_y (p/q)(y)).
+# ------------------------------------------------------------------------------------------------------
+POWER_V = 2
+POWER_PROMPT = [1, 0, 0, 1, 1, 0, 1]
+POWER_SP = SamplingParams(temperature=16.0)  # flattens the tiny model: the less likely token has p ~ 0.2-0.35
+POWER_TOKENS = 3
+
+
+@functools.lru_cache(maxsize=1)
+def _power_target():
+    from cassandra_rtl.model.testing import tiny_checkpoint
+
+    ck = tiny_checkpoint(seed=5, std=0.3, vocab=POWER_V, n_layers=1, dim=32, hidden_dim=64, n_heads=2,
+                         n_kv_heads=1, head_dim=16)
+    return ck.build()
+
+
+def _exact_law(m, prompt, sp, n_tokens):
+    probs = {(): 1.0}
+    for _ in range(n_tokens):
+        nxt = {}
+        for seq, pr in probs.items():
+            lg = m(torch.tensor(prompt + list(seq)), 0, m.new_cache(), exact=False)[-1]
+            p = probs_from_logits(lg, sp)
+            for t in range(p.numel()):
+                nxt[seq + (t,)] = pr * float(p[t])
+        probs = nxt
+    return probs
+
+
+def _hostile_drafter(m):
+    from cassandra_rtl.model.engine import Drafter
+    from cassandra_rtl.model.sampling import sample
+
+    class Hostile(Drafter):
+        name = "hostile"
+
+        def __init__(self):
+            self.q = {}
+
+        def propose(self, ids, pos, gamma, sp, gen):
+            seq, out, qs = list(ids), [], []
+            for _ in range(gamma):
+                key = tuple(seq)
+                if key not in self.q:
+                    lg = m(torch.tensor(seq), 0, m.new_cache(), exact=False)[-1]
+                    q = probs_from_logits(lg, sp).clone()
+                    q[int(q.argmin())] *= 0.01
+                    self.q[key] = q / q.sum()
+                q = self.q[key]
+                t = sample(q, gen)
+                out.append(t)
+                qs.append(q)
+                seq.append(t)
+            return out, torch.stack(qs)
+
+    return Hostile()
+
+
+def _rule(accept, residual):
+    from cassandra_rtl.model.sampling import sample
+
+    def rule(p, q, draft, gen):
+        for i, x in enumerate(draft):
+            if float(torch.rand((), generator=gen, dtype=torch.float64)) < accept(p[i], q[i], x):
+                continue
+            r = residual(p[i], q[i])
+            s = float(r.sum())
+            if s <= 0.0:
+                r, s = p[i], float(p[i].sum())
+            return i, sample(r / s, gen)
+        return len(draft), sample(p[len(draft)], gen)
+
+    return rule
+
+
+def _clipped(p, q, x):
+    return min(1.0, float(p[x] / q[x]))
+
+
+def _max_normalised(p, q, x):
+    r = torch.where(q > 0, p / q, torch.zeros_like(p))
+    return float(r[x] / r.max())
+
+
+WRONG_RULES = {
+    "resample_p": _rule(_clipped, lambda p, q: p.clone()),
+    "half_q": _rule(_clipped, lambda p, q: torch.clamp(p - q / 2, min=0.0)),
+    "unclipped": _rule(_max_normalised, lambda p, q: torch.clamp(p - q, min=0.0)),
+}
+
+
+def engine_law_stat(rule: str, seed: int, n: int, monkeypatch=None):
+    """(chi-square, threshold, df, acceptance) of ``n`` engine runs with ``rule`` ("correct" = the engine's
+    own) against the exact law of the first POWER_TOKENS tokens."""
+    import cassandra_rtl.model.engine as engine_mod
+    from cassandra_rtl.model.engine import Engine
+
+    torch.set_num_threads(1)
+    m = _power_target()
+    exact = _exact_law(m, POWER_PROMPT, POWER_SP, POWER_TOKENS)
+    eng, d = Engine(m), _hostile_drafter(m)
+    saved = engine_mod.speculative_accept
+    if rule != "correct":
+        engine_mod.speculative_accept = WRONG_RULES[rule]
+    try:
+        counts, acc, dr = {}, 0, 0
+        for s in range(n):
+            r = eng.generate(POWER_PROMPT, POWER_TOKENS + 1, drafter=d, gamma=2, sp=POWER_SP,
+                             seed=seed * 1_000_003 + s)
+            key = tuple(r.tokens[:POWER_TOKENS])
+            counts[key] = counts.get(key, 0) + 1
+            acc += r.stats.accepted
+            dr += r.stats.drafted
+    finally:
+        engine_mod.speculative_accept = saved
+    keys = sorted(exact, key=lambda k: -exact[k])
+    big = [k for k in keys if exact[k] * n >= 5]
+    obs = [counts.get(k, 0) for k in big] + [n - sum(counts.get(k, 0) for k in big)]
+    exp = [exact[k] for k in big] + [max(0.0, 1.0 - sum(exact[k] for k in big))]
+    stat, df = chi2(obs, exp, n)
+    return stat, chi2_threshold(df), df, acc / max(1, dr)
+
+
+# runs per (rule, seed): enough that the weakest wrong rule (half_q, ~0.15 chi-square units per run) lands
+# ~2.5x above the threshold; the strong ones need fewer (quick set < 30 s on a loaded 2-core machine)
+QUICK_RUNS = {"correct": 600, "half_q": 600, "resample_p": 200, "unclipped": 60}
+
+
+@pytest.mark.parametrize("rule", ["correct", *WRONG_RULES])
+def test_engine_sampling_law_has_power(rule):
+    """Quick: the engine's rule passes, each wrong rule (patched into the engine by this test) fails, seed 0."""
+    stat, thr, df, acc = engine_law_stat(rule, 0, QUICK_RUNS[rule])
+    assert df >= 5 and 0.3 < acc or rule == "unclipped"
+    if rule == "correct":
+        assert 0.3 < acc < 0.9  # the hostile draft is rejected often: the residual decides the law
+        assert stat < thr, (stat, thr)
+    else:
+        assert stat >= thr, f"{rule} not caught: chi2 {stat:.1f} < {thr:.1f}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule", ["correct", *WRONG_RULES])
+def test_engine_sampling_law_power_many_seeds(rule):
+    """Slow: 1,000 runs on each of seeds 1..5; wrong rules caught on every seed, the correct rule on none."""
+    caught = [engine_law_stat(rule, seed, 1000)[:2] for seed in range(1, 6)]
+    hits = sum(s >= t for s, t in caught)
+    assert hits == (0 if rule == "correct" else 5), caught
+
+
+if __name__ == "__main__":  # power study: python tests/test_model_sampler.py N SEEDS (N = 0: the quick sizes)
+    import sys
+    import time
+
+    n_, seeds_ = int(sys.argv[1]), int(sys.argv[2])
+    for rule_ in ["correct", *WRONG_RULES]:
+        for seed_ in range(seeds_):
+            t0 = time.time()
+            st, th, df_, ac = engine_law_stat(rule_, seed_, n_ or QUICK_RUNS[rule_])
+            print(f"{rule_:<11} n {n_ or QUICK_RUNS[rule_]} seed {seed_}: chi2 {st:8.1f} threshold {th:5.1f} df {df_} acceptance {ac:.2f} "
+                  f"{'FAIL' if st >= th else 'pass'} ({time.time() - t0:.1f} s)", flush=True)
+
+
+def test_sampling_check_passes_correct_and_catches_a_wrong_rule():
+    """model/sampling_check.py (what `--compare` runs when sampling): PIT + KS on the engine's output."""
+    import cassandra_rtl.model.engine as engine_mod
+    from cassandra_rtl.model.engine import Engine
+    from cassandra_rtl.model.sampling_check import ks_uniform, sampling_check
+
+    assert ks_uniform([(i + 0.5) / 100 for i in range(100)])[1] > 0.99
+    assert ks_uniform([0.01 * (i % 10) for i in range(100)])[1] < 1e-3
+    m = _power_target()
+    eng, d = Engine(m), _hostile_drafter(m)
+    ok = sampling_check(eng, d, POWER_PROMPT, POWER_SP, max_new_tokens=8, gamma=3, runs=60)
+    assert ok["ok"] and ok["values"] == 480 and 0.3 < ok["acceptance"] < 0.9, ok
+    saved = engine_mod.speculative_accept
+    engine_mod.speculative_accept = WRONG_RULES["resample_p"]
+    try:
+        bad = sampling_check(eng, d, POWER_PROMPT, POWER_SP, max_new_tokens=8, gamma=3, runs=60)
+    finally:
+        engine_mod.speculative_accept = saved
+    assert not bad["ok"], bad
+    with pytest.raises(ValueError):
+        sampling_check(eng, d, POWER_PROMPT, SamplingParams(), runs=1)
