@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 
@@ -29,6 +30,7 @@ class LineProgress:
         self.every = interval() if every is None else every
         self.stream = stream or sys.stderr
         self.t0 = self.last = time.monotonic()
+        self._lock = threading.Lock()
 
     def _line(self, force=False):
         now = time.monotonic()
@@ -41,10 +43,28 @@ class LineProgress:
         self.n += n
         self._line()
 
+    def _heartbeat(self, stop: threading.Event):
+        """A line also while one item takes long (a GGUF being parsed, a big tensor being encoded)."""
+        while not stop.wait(min(max(self.every, 0.05), 3600)):
+            with self._lock:
+                if time.monotonic() - self.last >= self.every:
+                    self._line(force=True)
+
     def __iter__(self):
-        for item in self.iterable:
-            yield item
-            self.update()
+        stop = threading.Event()
+        beat = None
+        if self.every != float("inf"):
+            beat = threading.Thread(target=self._heartbeat, args=(stop,), daemon=True)
+            beat.start()
+        try:
+            for item in self.iterable:
+                yield item
+                with self._lock:
+                    self.update()
+        finally:
+            stop.set()
+            if beat is not None:
+                beat.join()
         if self.n and time.monotonic() - self.t0 >= self.every:
             self._line(force=True)                  # a long run ends with its final count
 

@@ -663,3 +663,16 @@ def test_tune_prompt_files(tmp_path, run, monkeypatch, name, data):
     monkeypatch.setattr(loader, "load", lambda *a, **k: pytest.fail("the model was loaded before the check"))
     (tmp_path / name).write_bytes(data)
     one_line_error(run("tune", "--out", tmp_path / "a.json", "--calib-prompts", tmp_path / name), name)
+
+
+def test_progress_heartbeat_while_one_item_takes_long(capsys):
+    from cassandra_rtl.progress import LineProgress
+
+    def slow():
+        time.sleep(0.5)                              # e.g. a GGUF parsed before the first tensor
+        yield 1
+
+    assert list(LineProgress(slow(), total=1, desc="enc", unit="tensor", every=0.1)) == [1]
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert any(ln.startswith("[enc] 0/1 tensor") for ln in lines), lines      # before the first item
+    assert lines[-1].startswith("[enc] 1/1 tensor"), lines
