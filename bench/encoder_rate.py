@@ -6,7 +6,10 @@ against golden ``encode_tensor``. Steady state = marginal cycles per vector betw
 run; latency = first input beat -> last output word of a single vector.
 
     python bench/encoder_rate.py --scheme c2
-    python bench/encoder_rate.py --scheme c1 --configs 8,64,3,32 16,128,3,64
+    python bench/encoder_rate.py --scheme c1 --configs 2,128,3,64 8,128,3,64
+
+Defaults: the default configurations' shape (L = 2, max_group = 128, 64-bit words) at head_dim 128 and 64,
+with and without pruning, and m = 7.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from cassandra_rtl.golden.config import CodecConfig
 from cassandra_rtl.golden.kv import calibrate_kv_codebooks
 from cassandra_rtl.hw.simutil import encoder_program, expected_plane_words, run_encoder
 
-DEFAULT = ["8,64,3,32", "8,64,3,64", "8,128,3,64", "8,128,7,128", "16,128,3,64", "16,128,3,128", "16,64,3,32"]
+DEFAULT = ["2,128,3,64", "2,128,3,128", "2,64,3,32", "2,64,3,64", "2,128,7,128"]
 
 
 def vectors(n: int, G: int, seed: int = 1) -> np.ndarray:

@@ -111,36 +111,30 @@ _c1v2_factories()
 
 def _encoder_factories():
     """KV encoders (docs/HARDWARE.md 3 / 3a). Default: ``encoder_kv_c1_l2`` / ``encoder_kv_c2_l2``, sized to the
-    KV rate (prefill tokens/s x values per token, well under one value per PE cycle for a Llama-3-8B-class
-    model, docs/HARDWARE.md section 3 "Rate"): 2 values/cycle in and out, one vector buffer in a
-    ``lib.memory.Memory``, a sequential radix-16 select, 64-bit plane words (the decoders' DMA width).
-    ``*_l8``: the same micro-architecture at 8 lanes (kept for the testbench and loopback
-    configurations that use it)."""
+    KV rate (prefill tokens/s x values per token: 0.48-1.86 values per PE cycle for Llama-3-8B at 100 % prefill
+    on the devices of synth/overhead.py, docs/HARDWARE.md section 3 "Rate"): 2 lanes in and out, one vector
+    buffer in a ``lib.memory.Memory``, a sequential radix-16 select, 64-bit plane words (the decoders' DMA
+    width). ``*_l8``: the same micro-architecture at 8 lanes (kept for the testbench and loopback
+    configurations that name it). values_per_cycle is the worst case (pruning, G = 128), measured with
+    ``python bench/encoder_rate.py``; values_per_cycle_no_pruning at k = G; latency: one G = 128 vector with
+    pruning, first beat in -> last word out."""
     try:
         from .encoder import EncoderKvC1
         from .encoder_c2 import EncoderKvC2
     except ImportError:            # the encoder is optional while it is being developed
         return
-    G = 128
+    measured = {  # (scheme, L): (values/cycle pruning G=128, values/cycle k=G G=128, latency cycles)
+        ("c1", 2): (1.06, 1.97, 188), ("c1", 8): (1.75, 7.42, 93),
+        ("c2", 2): (0.90, 1.94, 211), ("c2", 8): (1.35, 7.11, 115),
+    }
     for l, word in ((2, 64), (8, 64)):
-        R = max(16, l)
-        # measured (docs/HARDWARE.md 3): G/L + ~2 cycles per vector at k = G; with pruning the select's
-        # three buffer passes add 3 (G/R + 4) + ~4 cycles (one buffer: select and emission alternate)
-        prune_cycles = G // l + 3 * (G // R + 4) + 4
-        _register(f"encoder_kv_c1_l{l}", lambda l=l, w=word: EncoderKvC1(lanes=l, word=w),
-                  block="encoder_kv_c1", lanes=l, word=word, max_group=G,
-                  values_per_cycle=round(G / (G // l + 2), 2), values_per_cycle_pruning_g128=round(G / prune_cycles, 2),
-                  latency_cycles=2 * G // l + 3 * (G // R + 4) + 8,
-                  description=f"online KV-cache encoder (C1), {l} bf16 values/cycle in, {word}-bit plane words, "
-                              "one vector buffer (lib.memory), sequential radix-16 select")
-        # C2 adds the header items (G/32 bitmap pieces when pruning + 1 X piece) and the map pass (G/R + 2)
-        c2_prune = prune_cycles + G // 32 + 1 + G // R + 2
-        _register(f"encoder_kv_c2_l{l}", lambda l=l, w=word: EncoderKvC2(lanes=l, word=w),
-                  block="encoder_kv_c2", lanes=l, word=word, max_group=G,
-                  values_per_cycle=round(G / (G // l + 3), 2), values_per_cycle_pruning_g128=round(G / c2_prune, 2),
-                  latency_cycles=2 * G // l + 3 * (G // R + 4) + G // 32 + G // R + 12,
-                  description=f"online KV-cache encoder (C2, MX shared exponent), {l} bf16 values/cycle in, "
-                              f"{word}-bit plane words, one vector buffer (lib.memory), sequential radix-16 select")
+        for scheme, cls, what in (("c1", EncoderKvC1, "C1"), ("c2", EncoderKvC2, "C2, MX shared exponent")):
+            vpc, vpc_all, lat = measured[(scheme, l)]
+            _register(f"encoder_kv_{scheme}_l{l}", lambda c=cls, l=l, w=word: c(lanes=l, word=w),
+                      block=f"encoder_kv_{scheme}", lanes=l, word=word, max_group=128,
+                      values_per_cycle=vpc, values_per_cycle_no_pruning=vpc_all, latency_cycles=lat,
+                      description=f"online KV-cache encoder ({what}), {l} bf16 values/cycle in, {word}-bit plane "
+                                  "words, one vector buffer (lib.memory), sequential radix-16 select")
 
 
 _encoder_factories()

@@ -40,7 +40,9 @@ def encode_kv(bits, G, m, k, books=None):
     return cfg, books, encode_tensor(bits, cfg, books=books)
 
 
-@pytest.mark.parametrize("lanes,G,m,k", [(4, 32, 3, 12), (8, 64, 7, 64), (8, 64, 0, 1),
+@pytest.mark.parametrize("lanes,G,m,k", [(2, 128, 3, 40),        # the default configuration's shape
+                                         (4, 32, 3, 12), (8, 64, 7, 64), (8, 64, 0, 1),
+                                         pytest.param(2, 64, 7, 64, marks=pytest.mark.slow),
                                          pytest.param(16, 64, 2, 40, marks=pytest.mark.slow)])
 def test_encoder_matches_golden(lanes, G, m, k):
     bits = kv_vectors(4, G, seed=lanes + G + k)
@@ -119,3 +121,33 @@ def test_encoder_error_keeps_completed_vectors():
     assert res.error_code == 1 << FRAME_ERR
     for port, words in expected_plane_words(enc, 32).items():
         assert res.planes[port] == words, port
+
+
+def test_encoder_default_config_matches_golden():
+    """The registered default (encoder_kv_c1_l2: L = 2, 64-bit words, max_group 128) at head_dim 64 with
+    pruning: the select passes, the load behind the emission and reprogramming between batches."""
+    from cassandra_rtl.hw.configs import build
+    dut = build("encoder_kv_c1_l2")
+    a, b = kv_vectors(3, 64, seed=41), kv_vectors(2, 128, seed=42)
+    cfg_a, books_a, enc_a = encode_kv(a, 64, 2, 20)
+    cfg_b, books_b, enc_b = encode_kv(b, 128, 5, 128)
+    res = run_encoder(dut, a, encoder_program(cfg_a, books_a), Stalls(STALL, STALL, seed=9),
+                      after=(encoder_program(cfg_b, books_b), b), wait_for_host=True)
+    assert res.error_code == 0
+    ea, eb = expected_plane_words(enc_a, 64), expected_plane_words(enc_b, 64)
+    for port in ea:
+        assert res.planes[port] == ea[port] + eb[port], port
+
+
+@pytest.mark.slow
+def test_encoder_all_patterns():
+    """All 65,536 bf16 patterns in 64-value vectors (L = 2, pruning and not)."""
+    pats = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).reshape(-1, 64)
+    for m, k, sl in ((3, 50, slice(0, None, 2)), (6, 64, slice(1, None, 2))):
+        bits = pats[sl]
+        cfg, books, enc = encode_kv(bits, 64, m, k)
+        dut = EncoderKvC1(2, 64, max_group=64)
+        res = run_encoder(dut, bits, encoder_program(cfg, books), max_cycles=2_000_000)
+        assert res.error_code == 0
+        for port, words in expected_plane_words(enc, 64).items():
+            assert res.planes[port] == words, port

@@ -81,6 +81,7 @@ def check_matches(lanes, G, m, k, n=3, seed=0, verif=None, bits=None, word=None,
 
 
 @pytest.mark.parametrize("lanes,G,m,k", [
+    (2, 128, 3, 40),       # the default configuration's shape (encoder_kv_c2_l2): 4 bitmap pieces + X
     (4, 32, 3, 12),        # prunes, bitmap
     (8, 64, 7, 64),        # k = G: no bitmap, m = 7 (spec.mx writer at 9 bits/value)
     (8, 64, 0, 1),         # k = 1, m = 0
