@@ -676,3 +676,22 @@ def test_progress_heartbeat_while_one_item_takes_long(capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert any(ln.startswith("[enc] 0/1 tensor") for ln in lines), lines      # before the first item
     assert lines[-1].startswith("[enc] 1/1 tensor"), lines
+
+
+def test_encode_gguf_with_a_duplicate_tensor_name(tmp_path, run):
+    gguf = pytest.importorskip("gguf")
+    p = tmp_path / "dup.gguf"
+    w = gguf.GGUFWriter(str(p), "llama")
+    w.add_tensor("a", np.ones((2, 64), np.float32))
+    w.add_tensor("b", np.zeros((2, 64), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    raw = p.read_bytes()
+    i = raw.index(b"\x01\x00\x00\x00\x00\x00\x00\x00b")    # the second name (u64 length 1, 'b') -> 'a'
+    p.write_bytes(raw[:i + 8] + b"a" + raw[i + 9:])
+    r = run("encode", p, "-o", tmp_path / "o.cass")
+    if r.returncode == 0:                                  # gguf-py itself may refuse duplicates first
+        pytest.fail("a GGUF with two tensors named 'a' was encoded as one")
+    one_line_error(r, "dup.gguf")

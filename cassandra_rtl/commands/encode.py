@@ -53,6 +53,8 @@ def encode_file(inp, out, base: CodecConfig, quiet: bool = False) -> dict:
     values = 0
     for name, bits in progress(read_tensors(inp), total=total, desc=f"encode {Path(inp).name}", unit="tensor",
                                disable=quiet):
+        if name in encoded:
+            raise InputError(f"{Path(inp).name}: tensor name {name!r} appears twice")
         try:
             encoded[name] = encode_tensor(bits, config_for(name, bits.ndim, base))
         except InputError as exc:
