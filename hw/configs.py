@@ -73,6 +73,7 @@ for _l, _word in ((8, 128), (16, 256)):
 
 
 # ---- C2 decoder v2 (hw/decoder_c2_v2.py, docs/HARDWARE.md 2c) -- owned by the C2 v2 work; keep separate ----
+# block "decoder_c2": the same interface family as v1 (tb/bulk picks the C2 framing by that name).
 # Same ports, payloads and registers as decoder_c2_*; decoupled pipeline, no cross-plane one-cycle loop;
 # verif.codes through hw/code_plane.py (16 bits per cycle). Full mode at L/2 values/cycle (verif_lanes),
 # like decoder_c1_*_v*: it reads ~3x the bits per value of the draft (SmolLM2, m = 3, keep 0.5: 3.75 vs 11.5).
@@ -80,7 +81,7 @@ def _c2v2_factories():
     from .decoder_c2_v2 import DecoderC2v2
     for l, word in ((8, 128), (16, 256)):
         _register(f"decoder_c2v2_l{l}", lambda l=l, w=word: DecoderC2v2(lanes=l, word=w),
-                  block="decoder_c2v2", lanes=l, word=word, verif_lanes=l // 2, code_seg=16,
+                  block="decoder_c2", variant="v2", lanes=l, word=word, verif_lanes=l // 2, code_seg=16,
                   values_per_cycle=l, values_per_cycle_full=l // 2, latency_cycles=5,
                   description=f"Cassandra-2 decoder v2 (decoupled pipeline), {l} bf16 values/cycle in draft mode, "
                               f"{l // 2} in full mode, {word}-bit plane words")

@@ -43,8 +43,7 @@ from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, MX_BLOCK
-from .bitreader import thermometer, word_layout
-from .slim_bitreader import SlimBitReader
+from .bitreader import BitReader, thermometer, word_layout
 from .decoder import BF16_BITS, CFG_DATA_BITS, ERROR_BITS, FIELD_MAX, DecoderC1, Err, cfg_layout, out_layout
 from .decoder_c2 import DecoderC2, prefix_sums
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane
@@ -75,19 +74,17 @@ class DecoderC2v2(DecoderC1):
                      mode reads ~3x the bits per value of the draft, so at one memory bandwidth it needs
                      fewer values per cycle)
         code_seg     S, bits of verif.codes the code plane parses per cycle (hw/code_plane.py; default 16)
-        code_lanes   Lc, codes one code-plane pass delivers (default min(S, max(6, Lv + 2)); a segment with
+        code_lanes   Lc, codes one code-plane pass delivers (default min(S, max(7, Lv + 3)); a segment with
                      more codes is re-parsed from the next code, one bubble in the code plane only)
         code_depth   entries of the code ring (default: the power of two >= 2 (Lc + 1) + 2 (Lv + 1), so the
                      plane's room check never holds it back while a beat waits; 32 at L = 8)
         bitmap_words depth of the bitmap word FIFO (default G_MAX / IW + 1: the next superblock's bitmap
                      is taken in while the current one is decoded, so superblocks follow without a bubble)
-        verif_slots  word slots of each verification plane's reader (default 2: they are read at most
-                     8 * Lv and window + 8 bits per cycle, far below a word; hw/slim_bitreader.py)
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
                  code_seg: int = 16, code_lanes: int | None = None, code_depth: int | None = None,
-                 bitmap_words: int | None = None, verif_slots: int = 2):
+                 bitmap_words: int | None = None):
         if not _pow2(lanes) or lanes > MAX_LANES:
             raise ConfigError(f"lanes must be a power of two 1..{MAX_LANES} (a beat lies in one MX block), "
                               f"got {lanes!r}")
@@ -98,18 +95,16 @@ class DecoderC2v2(DecoderC1):
         verif_lanes = max(1, lanes // 2) if verif_lanes is None else verif_lanes
         if not _pow2(verif_lanes) or verif_lanes > lanes:
             raise ConfigError(f"verif_lanes must be a power of two 1..lanes ({lanes}), got {verif_lanes!r}")
-        code_lanes = min(code_seg, max(6, verif_lanes + 2)) if code_lanes is None else code_lanes
+        code_lanes = min(code_seg, max(7, verif_lanes + 3)) if code_lanes is None else code_lanes
         if code_depth is None:          # room for two passes and two beats' pops: the plane never waits
             code_depth = 1 << ceil_log2(2 * (code_lanes + 1) + 2 * (verif_lanes + 1))
         code_depth = CodePlane.resolve(word, code_seg, code_lanes, code_depth, verif_lanes + 1)[3]  # or ConfigError
         bitmap_words = G_MAX // word + 1 if bitmap_words is None else bitmap_words
         if not isinstance(bitmap_words, int) or not 1 <= bitmap_words <= 16:
             raise ConfigError(f"bitmap_words must be 1..16, got {bitmap_words!r}")
-        if verif_slots not in (2, 4, 8) or FIELD_MAX * verif_lanes > word:
-            raise ConfigError(f"verif_slots must be 2, 4 or 8 (and 8 * verif_lanes <= word), got {verif_slots!r}")
         self.lanes, self.word, self.verif_lanes = lanes, word, verif_lanes
         self.code_seg, self.code_lanes, self.code_depth = code_seg, code_lanes, code_depth
-        self.bitmap_words, self.verif_slots = bitmap_words, verif_slots
+        self.bitmap_words = bitmap_words
         # F window: the X region + L widest fields (at most the two-word view)
         self.fwin = min(2 * word, X_REGION + MXF * lanes)
         plane = stream.Signature(word_layout(word))
@@ -401,7 +396,7 @@ class DecoderC2v2(DecoderC1):
                 m.d.sync += [S3["ro"][i].eq(ro[i]) for i in range(Lv + 1)]
 
         # ---- VERIFY -> OUT: full mode takes the rest bits and the delta codes of the beat
-        R = SlimBitReader(IW, FIELD_MAX * Lv, slots=self.verif_slots)
+        R = BitReader(IW, FIELD_MAX * Lv)
         m.submodules.verif_rest_rd = R
         wiring.connect(m, wiring.flipped(self.verif_rest), R.inp)
         m.d.comb += [R.enable.eq(started & full), R.drain.eq(drain), R.flush.eq(flush)]

@@ -61,7 +61,7 @@ def test_c2v2_kv_kind_same_stream():
 
 
 @pytest.mark.parametrize("kw", [{"bitmap_words": 1}, {"code_lanes": 1},
-                                {"verif_lanes": 4, "code_lanes": 2}, {"verif_slots": 4, "code_seg": 32}])
+                                {"verif_lanes": 4, "code_lanes": 2}, {"code_seg": 32, "code_depth": 64}])
 def test_c2v2_small_buffers_and_lane_counts(kw):
     """Minimal bitmap FIFO, one code per code-plane pass, full-rate full mode (Lv = L) with few code
     lanes, other reader sizes: slower or not, never wrong, never stuck."""
@@ -198,7 +198,7 @@ def test_c2v2_malformed_raises_sticky_error_and_recovers(kind):
                                 {"lanes": 8, "word": 64}, {"lanes": 4, "verif_lanes": 8},
                                 {"lanes": 4, "verif_lanes": 3}, {"lanes": 4, "code_seg": 8},
                                 {"lanes": 4, "code_lanes": 0}, {"lanes": 4, "bitmap_words": 0},
-                                {"lanes": 4, "verif_slots": 3}])
+                                {"lanes": 4, "code_depth": 24}])
 def test_c2v2_rejects_bad_parameters(kw):
     with pytest.raises(ConfigError):
         DecoderC2v2(**kw)
