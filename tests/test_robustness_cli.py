@@ -236,6 +236,62 @@ def test_safetensors_reader_fuzz(tmp_path, run):
                 np.testing.assert_array_equal(np.load(tmp_path / "d.npy").reshape(-1), np.arange(64))
 
 
+def safetensors_fuzz(tmp_path, run, n, seed):
+    """Byte edits anywhere in a valid two-tensor file (header JSON included) and truncations: an error
+    line, or a read of exactly what the (possibly edited) header describes."""
+    torch = pytest.importorskip("torch")
+    safetensors = pytest.importorskip("safetensors.torch")
+    rng = random.Random(seed)
+    a = np.arange(2 * 32, dtype="<u2")
+    b = np.linspace(-1, 1, 16).astype("<f4")
+    header = {"a": {"dtype": "BF16", "shape": [2, 32], "data_offsets": [0, 128]},
+              "b": {"dtype": "F32", "shape": [16], "data_offsets": [128, 192]}}
+    good = st_file(tmp_path / "good.safetensors", header, a.tobytes() + b.tobytes()).read_bytes()
+    p = tmp_path / "m.safetensors"
+    cases = [good[:k] for k in range(0, len(good), 9)]
+    for _ in range(n):
+        d = bytearray(good)
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            d[rng.randrange(len(d))] = rng.choice([rng.randrange(256), ord("-"), ord("."), ord("9"), ord('"')])
+        cases.append(bytes(d))
+    accepted = 0
+    for data in cases:
+        p.write_bytes(data)
+        r = run("encode", p, "-o", tmp_path / "o.cass", "-q")
+        if r.returncode:
+            one_line_error(r, "m.safetensors")
+            continue
+        accepted += 1
+        assert r.stderr == "", r.stderr
+        try:                                           # the safetensors library as an independent reader
+            ref = safetensors.load_file(str(p))
+        except Exception:  # noqa: BLE001 - stricter than the format needs (alignment, contiguity, ...)
+            continue
+        from cassandra_rtl.golden.container import read_container
+        from cassandra_rtl.golden.codec import decode_full
+        from cassandra_rtl.model.loader import bf16_to_bits
+
+        got = {n: decode_full(e) for n, e in read_container(tmp_path / "o.cass").tensors.items()}
+        assert sorted(got) == sorted(ref)
+        for name, t in ref.items():
+            want = bf16_to_bits(t.float() if t.dtype != torch.bfloat16 else t)
+            nan = np.isnan(t.float().numpy())               # NaN payloads may differ; NaN must stay NaN
+            assert np.all((got[name][nan] & 0x7F80) == 0x7F80) and np.all(got[name][nan] & 0x7F)
+            np.testing.assert_array_equal(got[name][~nan], want[~nan])
+    assert leftovers(tmp_path, keep={"good.safetensors", "m.safetensors", "o.cass"}) == []
+    return len(cases), accepted
+
+
+def test_safetensors_byte_fuzz(tmp_path, run):
+    n, accepted = safetensors_fuzz(tmp_path, run, 100, seed=9)
+    assert n > 100 and accepted > 0                    # data-byte edits are valid files
+
+
+@pytest.mark.slow
+def test_safetensors_byte_fuzz_long(tmp_path, run):
+    safetensors_fuzz(tmp_path, run, 4000, seed=99)
+
+
 # -------------------------------------------------- row 4: a full disk (atomic outputs, nothing left behind)
 
 def _enospc_after(monkeypatch, nbytes: int):
