@@ -162,7 +162,8 @@ def run(args) -> int:
     t0 = time.perf_counter()
     encs = [e for _, e in tensors]
     report = {"input": args.input, "mode": args.mode, "simulator": args.sim, "engine": engine, "config": args.config,
-              "scheme": scheme, "tensors": len(encs), f"skipped_{'c2' if scheme == 'c1' else 'c1'}_tensors": len(skipped)}
+              "scheme": scheme, "tensors": len(encs),
+              f"skipped_{'c2' if scheme == 'c1' else 'c1'}_tensors": len(skipped)}
     mism_list = []
     if engine == "bulk":
         from ..tb import bulk

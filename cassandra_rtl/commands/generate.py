@@ -157,17 +157,19 @@ def register(sub):
     p.add_argument("--max-new-tokens", type=positive_int, default=64)
     p.add_argument("--draft", default="cassandra", choices=["cassandra", "layerskip", "ngram", "none", "int8"],
                    help="draft source; 'none' = plain bf16 decoding, 'int8' = INT8 weight-only plain decoding")
-    p.add_argument("--gamma", type=int_range(1, 64), default=None, help="draft length (initial length with --adaptive; "
-                   "default 4, or the gamma recorded in --draft-config)")
+    p.add_argument("--gamma", type=int_range(1, 64), default=None,
+                   help="draft length, 1..64 (initial length with --adaptive; default 4, or the gamma recorded in --draft-config)")
     p.add_argument("--adaptive", action="store_true", help="adapt gamma: +2 after a fully accepted draft, -1 else")
-    p.add_argument("--keep-ratio", type=float_range(0, 1, lo_open=True), default=None, help="Cassandra: fraction of weights the draft keeps "
-                   "(uniform draft; default 1.0, and the tuned allocation for the bundled model when no "
+    p.add_argument("--keep-ratio", type=float_range(0, 1, lo_open=True), default=None,
+                   help="Cassandra: fraction of weights the draft keeps (uniform draft; default 1.0, and the tuned allocation for the bundled model when no "
                    "uniform option is given)")
-    p.add_argument("--mantissa-bits", type=int_range(0, 7), default=None, help="Cassandra: mantissa bits the draft keeps "
-                   "(0..7; uniform draft, default 3)")
-    p.add_argument("--group-size", type=int, default=128, choices=[32, 64, 128, 256], help="Cassandra: weight superblock size")
+    p.add_argument("--mantissa-bits", type=int_range(0, 7), default=None,
+                   help="Cassandra: mantissa bits the draft keeps (0..7; uniform draft, default 3)")
+    p.add_argument("--group-size", type=int, default=128, choices=[32, 64, 128, 256],
+                   help="Cassandra: weight superblock size")
     p.add_argument("--scheme", default="c1", choices=["c1", "c2"], help="Cassandra: format scheme")
-    p.add_argument("--kv-keep-ratio", type=float_range(0, 1, lo_open=True), default=1.0, help="Cassandra: KV view keep ratio")
+    p.add_argument("--kv-keep-ratio", type=float_range(0, 1, lo_open=True), default=1.0,
+                   help="Cassandra: KV view keep ratio")
     p.add_argument("--kv-mantissa-bits", type=int_range(0, 7), default=None, help="Cassandra: KV view mantissa bits "
                    "(default: --mantissa-bits)")
     p.add_argument("--draft-config", default=None, help="Cassandra: a tuned per-tensor draft allocation from "
@@ -184,8 +186,8 @@ def register(sub):
     p.add_argument("--raw", action="store_true", help="do not apply the chat template")
     p.add_argument("--compare", action="store_true", help="also run plain greedy decoding and check identity")
     p.add_argument("--rtl", action="store_true", help="decode the draft's streams through the RTL in simulation")
-    p.add_argument("--rtl-layers", type=layer_list, default=None, help="with --rtl: 'all' or comma-separated layer indices "
-                   "whose weight streams go through the RTL (the rest use the golden decoder)")
+    p.add_argument("--rtl-layers", type=layer_list, default=None,
+                   help="with --rtl: 'all' or comma-separated layer indices whose weight streams go through the RTL (the rest use the golden decoder)")
     p.add_argument("--no-cache", action="store_true", help="do not keep the encoded draft in "
                    "~/.cache/cassandra-rtl (a .cass container per model and config)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text + table")

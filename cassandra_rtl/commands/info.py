@@ -1,6 +1,6 @@
-"""`cassandra-rtl info [--json]` / `cassandra-rtl where-model`: where the bundled model is, package versions, and which simulators and
-tools are installed (with the command that installs a missing one). Fast: nothing is imported that
-starts a tool."""
+"""`cassandra-rtl info [--json]` / `cassandra-rtl where-model`: where the bundled model is, package
+versions, and which simulators and tools are installed (with the command that installs a missing one).
+Fast: nothing is imported that starts a tool."""
 from __future__ import annotations
 
 import importlib.metadata

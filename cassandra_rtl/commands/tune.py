@@ -127,7 +127,8 @@ def register(sub):
     p.add_argument("--bands", type=positive_int, default=3, help="layer bands per tensor type in the search")
     p.add_argument("--ctx", type=positive_int, default=128, help="context length assumed by the cost model")
     p.add_argument("--max-steps", type=non_negative_int, default=40, help="greedy descent steps")
-    p.add_argument("--validate-top", type=non_negative_int, default=0, help="re-rank the N best proxy candidates by real "
+    p.add_argument("--validate-top", type=non_negative_int, default=0,
+                   help="re-rank the N best proxy candidates by real "
                    "speculative decoding and keep the best measured (slow: minutes per candidate on SmolLM2)")
     p.add_argument("--validate-prompts", default=None, help="prompts for --validate-top (default: the benchmark "
                    "prompts of model/bench.py; same file forms as --calib-prompts)")
