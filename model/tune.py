@@ -575,11 +575,18 @@ def validate(ck, alloc, prompts=None, n_new: int = 48, gamma: int | None = None,
         ids = chat_ids(ck, p)
         ref = plain.generate(ids, n_new).tokens
         r = eng.generate(ids, n_new, drafter=d, gamma=g)
-        accumulate_run(agg, r, ref)
+        accumulate_run(agg, r, ref, eng, d)
         agg["draft_bytes"] += r.ledger.bytes("draft")
         if progress:
             progress(i + 1, len(prompts), f"validate: acceptance so far {agg['accepted'] / max(1, agg['drafted']):.3f}")
-    return {"prompts": len(prompts), "new_tokens": n_new, "gamma": g,
+    from .metrics import evaluate, spread
+
+    ev = evaluate(agg["inputs"])
+    per = [evaluate(i) for i in agg["inputs"]]
+    return {"performance_model": ev,
+            "per_prompt": {k: {m: spread([p["by_device"][k][m]["speedup"] for p in per]) for m in ev["modes"]}
+                           for k in ev["by_device"]},
+            "prompts": len(prompts), "new_tokens": n_new, "gamma": g,
             "lossless": f"{agg['lossless']}/{len(prompts)}",
             "acceptance": agg["accepted"] / agg["drafted"] if agg["drafted"] else None,
             "alpha": sum(agg["pos_accepted"]) / sum(agg["pos_drafted"]) if sum(agg["pos_drafted"]) else None,
@@ -605,7 +612,10 @@ def main(argv=None) -> int:
     ap.add_argument("configs", nargs="+", help="validate: draft config JSON files, or uniform:scheme:keep:m[:kvm]; "
                     "plot: SEARCH_LOG.jsonl [VALIDATE.jsonl] (writes --png)")
     ap.add_argument("--png", default="docs/figures/draft_selection_frontier.png")
-    ap.add_argument("--prompts", type=int, default=6)
+    ap.add_argument("--prompts", type=int, default=None, help="the first N prompts of the set (default: all)")
+    ap.add_argument("--prompt-set", default="bench", choices=["bench", "heldout"],
+                    help="validation prompts: bench.PROMPTS (used for the last pick of the bundled draft) or the "
+                         "held-out set of model/prompts_heldout.py (never used by calibration, search or that pick)")
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--gamma", type=int, default=None)
     ap.add_argument("--out", default=None, help="append one JSON line per config")
@@ -617,7 +627,7 @@ def main(argv=None) -> int:
         return 0
     torch.set_num_threads(a.threads)
     from .allocation import Allocation, uniform
-    from .bench import PROMPTS
+    from .bench import prompt_set
 
     ck = load(None)
     for spec in a.configs:
@@ -629,9 +639,9 @@ def main(argv=None) -> int:
         else:
             al = Allocation.load(spec)
         t0 = time.perf_counter()
-        r = validate(ck, al, PROMPTS[: a.prompts], a.new_tokens, a.gamma,
+        r = validate(ck, al, prompt_set(a.prompt_set)[: a.prompts], a.new_tokens, a.gamma,
                      progress=lambda i, n, w: print(f"  [{spec}] {i}/{n} {w}", file=sys.stderr, flush=True))
-        r.update(config=spec, seconds=time.perf_counter() - t0)
+        r.update(config=spec, prompt_set=a.prompt_set, seconds=time.perf_counter() - t0)
         print(json.dumps(r), flush=True)
         if a.out:
             with open(a.out, "a") as f:
