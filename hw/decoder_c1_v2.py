@@ -59,13 +59,14 @@ class DecoderC1v2(DecoderC1):
         word              IW, bits per input word on every plane (a power of two >= 16; default 8*L)
         verif_lanes       Lv <= L, values per beat in full mode (default L)
         seg, code_lanes   the speculation code plane: bits parsed per cycle (default 4*L, >= 16) and codes
-                          per pass (default = seg)
+                          per pass (default 2*L)
+        code_depth        its ring entries (default: twice the smallest the code plane allows)
         verif_seg, verif_code_lanes   the same for the verification code plane (default from Lv)
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
                  seg: int | None = None, code_lanes: int | None = None, verif_seg: int | None = None,
-                 verif_code_lanes: int | None = None):
+                 verif_code_lanes: int | None = None, code_depth: int | None = None):
         word = 8 * lanes if isinstance(lanes, int) and word is None else word
         super().__init__(lanes=lanes, word=word, verif_lanes=verif_lanes, verif_word=word)
         if word < 16:
@@ -80,7 +81,13 @@ class DecoderC1v2(DecoderC1):
         # validate the code plane parameters here (one clear message), not at elaboration
         # the verification plane of a decoder with Lv < L parses each word over >= 4 passes: 2 word slots
         self.verif_word_slots = 2 if word // self.verif_seg >= 4 else 4
-        CodePlane.resolve(word, self.seg, self.code_lanes, pops=lanes + 1)
+        # The speculation ring at twice the smallest depth: B holds a pass while the ring lacks room for it
+        # (a registered bound), and at the smallest depth those holds cost the cycles the plane needs at chunk
+        # ends (measured, decoder_c1v2_l8_v4 draft keep 1.0: 7.63 values/cycle at 32 entries, 7.93 at 64).
+        if code_depth is None:
+            code_depth = 2 * CodePlane.resolve(word, self.seg, self.code_lanes, pops=lanes + 1)[3]
+        self.code_depth = code_depth
+        CodePlane.resolve(word, self.seg, self.code_lanes, depth=code_depth, pops=lanes + 1)
         CodePlane.resolve(word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots)
 
     def elaborate(self, platform):
@@ -90,7 +97,7 @@ class DecoderC1v2(DecoderC1):
         full, mm = r["full"], r["m"]
 
         # ------------------------------------------------------------------ planes
-        S = CodePlane(IW, self.seg, self.code_lanes, pops=L + 1)
+        S = CodePlane(IW, self.seg, self.code_lanes, depth=self.code_depth, pops=L + 1)
         V = CodePlane(IW, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots)
         M = BitReader(IW, FIELD_MAX * L)
         R = BitReader(IW, FIELD_MAX * Lv)
