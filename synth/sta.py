@@ -19,7 +19,7 @@ import pathlib
 
 from ..errors import ToolMissingError
 
-STA_VERSION = 1                   # bump when the constraints or the parsing change meaning
+STA_VERSION = 2                   # bump when the constraints or the parsing change meaning
 PROBE_PERIOD_NS = 100.0           # any value works (min period = probe - slack); negative slack is fine
 OUTPUT_LOAD_PF = 0.005
 INSTALL_HINT = "OpenSTA (`sta`) is not installed: run `apt-get install -y opensta` (Debian/Ubuntu)"

@@ -89,3 +89,36 @@ Endpoint: b (rising edge-triggered flip-flop clocked by clk)
     assert r["logic_depth"] == 2 and r["setup_ps"] == pytest.approx(100.0)
     with pytest.raises(ValueError):
         sta.parse_report("No paths found.")
+
+
+@need_pdk
+def test_fanout_repair_keeps_connectivity():
+    """One flop output driving 40 gates: buffered into a tree of <= 16 loads per net, every sink still
+    reached from the original driver through buffers only."""
+    from cassandra_rtl.synth import fanout
+    lib = load_library(PDK)
+    cells = {"ff": {"type": "sky130_fd_sc_hd__dfxtp_1", "connections": {"CLK": [2], "D": [3], "Q": [4]}}}
+    for i in range(40):
+        cells[f"g{i}"] = {"type": "sky130_fd_sc_hd__inv_1", "connections": {"A": [4], "Y": [100 + i]}}
+    ports = {"clk": {"direction": "input", "bits": [2]}, "d": {"direction": "input", "bits": [3]},
+             "y": {"direction": "output", "bits": [100 + i for i in range(40)]}}
+    net = {"modules": {"t": {"ports": ports, "cells": cells}}}
+    rep = fanout.repair(net, "t", lib, max_fanout=16)
+    assert rep.nets_repaired == 1 and rep.worst_fanout_before == 40 and rep.buffers == 3
+    cells = rep.cells
+    fan = {}
+    for c in cells.values():
+        for pin, bits in c["connections"].items():
+            if pin in ("A", "D", "CLK"):
+                fan[bits[0]] = fan.get(bits[0], 0) + 1
+    assert max(fan.values()) <= 16
+    drivers = {c["connections"][o][0]: c for c in cells.values() for o in ("X", "Q", "Y") if o in c["connections"]}
+    for i in range(40):
+        bit = cells[f"g{i}"]["connections"]["A"][0]
+        hops = 0
+        while bit != 4:
+            d = drivers[bit]
+            assert d["type"] == fanout.pick_buffer(lib)[0]
+            bit, hops = d["connections"]["A"][0], hops + 1
+        assert hops == 1
+    assert "module t" in rep.verilog and rep.verilog.count("sky130_fd_sc_hd__buf_4") == 3
