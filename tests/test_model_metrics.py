@@ -160,3 +160,31 @@ def test_spread_and_heldout_prompts():
     assert (s["min"], s["median"], s["max"], s["n"]) == (1.0, 2.5, 4.0, 4) and math.isclose(s["mean"], 2.5)
     assert check_disjoint() == []
     assert {c for c, _ in HELDOUT} == set(CATEGORIES)
+
+
+def test_bench_writes_inputs_and_table_recomputes(tmp_path, capsys):
+    """model/bench.py end to end on a tiny HF folder: per-prompt lines carry the passes; --table recomputes
+    the same figures, and other assumptions (--overhead-us, --decoder) change them as the model says."""
+    from cassandra_rtl.model import bench
+    from cassandra_rtl.model.testing import write_hf_folder
+
+    d = write_hf_folder(tmp_path / "m", max_pos=160)
+    out = tmp_path / "b.jsonl"
+    assert bench.main(["--model", str(d), "--configs", "none,c_k1.0_m3_g2", "--prompt-set", "bench", "--prompts", "2",
+                       "--max-new-tokens", "8", "--out", str(out), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [r["config"] for r in rows] == ["none", "c_k1.0_m3_g2"] and rows[1]["lossless"] == "2/2"
+    lines = [json.loads(x) for x in out.read_text().splitlines() if '"model_inputs"' in x]
+    assert len(lines) == 4 and all(isinstance(x["model_inputs"]["passes"], list) for x in lines)
+    assert bench.main(["--table", str(out), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    for a, b in zip(rows, again):
+        assert a["performance_model"] == b["performance_model"] and a["per_prompt"] == b["per_prompt"]
+    r = again[1]["performance_model"]["by_device"]["orin"]["batch-invariant"]
+    assert r["speedup"] == pytest.approx(r["format_speedup"] * r["speculation_speedup"])
+    assert again[0]["performance_model"]["by_device"]["orin"]["batch-invariant"]["speedup"] == pytest.approx(1.0)
+    assert bench.main(["--table", str(out), "--json", "--decoder", "1:1:1"]) == 0
+    capped = json.loads(capsys.readouterr().out)[1]["performance_model"]["by_device"]["orin"]
+    assert capped["batch-invariant"]["parts"]["bound"] == {"decoder": capped["batch-invariant"]["parts"]["bound"]
+                                                           ["decoder"]}
+    assert capped["batch-invariant"]["speedup"] < 0.01 < r["speedup"]
