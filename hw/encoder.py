@@ -424,8 +424,11 @@ class KvEncoderBase(wiring.Component):
         p.is_hdr = Signal(name="item_is_header")
         p.beat = Signal(range(p.beats + 1), name="emit_beat")
         p.last_item = Signal(name="emit_last_item")
-        m.d.comb += [p.fire.eq(p.emit_active & p.move), p.is_hdr.eq(p.item < n_hdr),
-                     p.beat.eq(p.item - n_hdr), p.last_item.eq(p.item + 1 == p.n_items),
+        if n_header is None:                              # no header items (C1)
+            m.d.comb += [p.is_hdr.eq(0), p.beat.eq(p.item)]
+        else:
+            m.d.comb += [p.is_hdr.eq(p.item < n_hdr), p.beat.eq(p.item - n_hdr)]
+        m.d.comb += [p.fire.eq(p.emit_active & p.move), p.last_item.eq(p.item + 1 == p.n_items),
                      p.emit_can_start.eq(~p.emit_active | (p.fire & p.last_item))]
         p.row_beat = Signal(range(p.bpr), name="emit_row_beat")   # beat within its buffer row
         m.d.comb += p.row_beat.eq(p.beat & (p.bpr - 1))
