@@ -114,9 +114,18 @@ def load_gguf(path: Path, max_seq_len: int = 2048) -> Checkpoint:
     arch = fields.get("general.architecture")
     if arch not in SUPPORTED_GGUF_ARCHS:
         raise InputError(f"{path}: unsupported architecture {arch!r} (supported: {sorted(SUPPORTED_GGUF_ARCHS)})")
-    g = lambda key, d=None: fields.get(f"{arch}.{key}", d)  # noqa: E731
-    n_heads = int(g("attention.head_count"))
-    dim = int(g("embedding_length"))
+    def g(key, d=None, kind=None):
+        """Metadata ``<arch>.<key>``; with ``kind`` (int/float) a positive number, else one clear error."""
+        v = fields.get(f"{arch}.{key}", d)
+        if kind is None:
+            return v
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0 or (kind is int and v != int(v)):
+            raise InputError(f"{path}: GGUF field {arch}.{key} must be a positive "
+                             f"{'integer' if kind is int else 'number'}, got {v!r}")
+        return kind(v)
+
+    n_heads = g("attention.head_count", kind=int)
+    dim = g("embedding_length", kind=int)
     tensors = r.tensors
     if "token_embd.weight" not in tensors:
         raise InputError(f"{path}: no token_embd.weight tensor")
@@ -128,14 +137,14 @@ def load_gguf(path: Path, max_seq_len: int = 2048) -> Checkpoint:
     args = ModelArgs(
         vocab_size=vocab,
         dim=dim,
-        n_layers=int(g("block_count")),
+        n_layers=g("block_count", kind=int),
         n_heads=n_heads,
-        n_kv_heads=int(g("attention.head_count_kv", n_heads)),
-        hidden_dim=int(g("feed_forward_length")),
-        head_dim=int(g("rope.dimension_count", dim // n_heads)),
-        norm_eps=float(g("attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_theta=float(g("rope.freq_base", 10000.0)),
-        max_seq_len=min(max_seq_len, int(g("context_length", max_seq_len))),
+        n_kv_heads=g("attention.head_count_kv", n_heads, kind=int),
+        hidden_dim=g("feed_forward_length", kind=int),
+        head_dim=g("rope.dimension_count", max(1, dim // n_heads), kind=int),
+        norm_eps=g("attention.layer_norm_rms_epsilon", 1e-5, kind=float),
+        rope_theta=g("rope.freq_base", 10000.0, kind=float),
+        max_seq_len=min(max_seq_len, g("context_length", max_seq_len, kind=int)),
         tie_embeddings="output.weight" not in tensors,
         qkv_bias="blk.0.attn_q.bias" in tensors,
         qk_norm="blk.0.attn_q_norm.weight" in tensors,

@@ -83,9 +83,15 @@ def tokenizer_from_gguf_fields(fields: dict) -> ChatTokenizer:
     model = fields.get("tokenizer.ggml.model")
     if model != "gpt2":
         raise InputError(f"unsupported GGUF tokenizer model {model!r} (only gpt2-style byte-level BPE)")
-    tokens = fields["tokenizer.ggml.tokens"]
-    merges = [tuple(m.split(" ", 1)) for m in fields["tokenizer.ggml.merges"]]
+    tokens, merges = fields.get("tokenizer.ggml.tokens"), fields.get("tokenizer.ggml.merges")
+    if not (isinstance(tokens, list) and tokens and all(isinstance(x, str) for x in tokens)):
+        raise InputError("GGUF tokenizer.ggml.tokens is missing or not a list of strings")
+    if not (isinstance(merges, list) and all(isinstance(x, str) for x in merges)):
+        raise InputError("GGUF tokenizer.ggml.merges is missing or not a list of strings")
+    merges = [tuple(m.split(" ", 1)) for m in merges]
     types = fields.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    if not (isinstance(types, list) and len(types) == len(tokens) and all(isinstance(x, int) for x in types)):
+        raise InputError("GGUF tokenizer.ggml.token_type must list one integer type per token")
     vocab = {t: i for i, t in enumerate(tokens)}
     tk = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
     pre = fields.get("tokenizer.ggml.pre", "default")
@@ -98,6 +104,9 @@ def tokenizer_from_gguf_fields(fields: dict) -> ChatTokenizer:
     tk.add_special_tokens(special)
     bos = fields.get("tokenizer.ggml.bos_token_id")
     eos = fields.get("tokenizer.ggml.eos_token_id")
+    for key, v in (("bos", bos), ("eos", eos)):
+        if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < len(tokens)):
+            raise InputError(f"GGUF tokenizer.ggml.{key}_token_id {v!r} is not a token id (vocabulary {len(tokens)})")
     stop = set()
     if eos is not None:
         stop.add(int(eos))
@@ -126,10 +135,18 @@ def tokenizer_from_hf_folder(folder: Path) -> ChatTokenizer:
     cfg = {}
     tc = folder / "tokenizer_config.json"
     if tc.is_file():
-        cfg = json.loads(tc.read_text())
+        try:
+            cfg = json.loads(tc.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            raise InputError(f"{tc}: invalid JSON ({e})") from None
+        if not isinstance(cfg, dict):
+            raise InputError(f"{tc}: expected a JSON object, got {type(cfg).__name__}")
 
     def _tokstr(v):
-        return v.get("content") if isinstance(v, dict) else v
+        v = v.get("content") if isinstance(v, dict) else v
+        if v is not None and not isinstance(v, str):
+            raise InputError(f"{tc}: special tokens must be strings, got {v!r}")
+        return v
 
     bos, eos = _tokstr(cfg.get("bos_token")), _tokstr(cfg.get("eos_token"))
     stop = set()
@@ -139,5 +156,10 @@ def tokenizer_from_hf_folder(folder: Path) -> ChatTokenizer:
             stop.add(vocab[name])
     tpl = cfg.get("chat_template")
     if isinstance(tpl, list):  # [{name, template}, ...]
-        tpl = next((t["template"] for t in tpl if t.get("name") == "default"), tpl[0]["template"])
+        named = [t for t in tpl if isinstance(t, dict) and isinstance(t.get("template"), str)]
+        if not named:
+            raise InputError(f"{tc}: chat_template list holds no {{name, template}} entry")
+        tpl = next((t["template"] for t in named if t.get("name") == "default"), named[0]["template"])
+    if tpl is not None and not isinstance(tpl, str):
+        raise InputError(f"{tc}: chat_template must be a string or a list of {{name, template}}, got {tpl!r}")
     return ChatTokenizer(tk, chat_template=tpl, bos_token=bos, eos_token=eos, stop_ids=stop)

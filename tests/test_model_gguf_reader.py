@@ -53,3 +53,26 @@ def test_truncated_tensor_data(tmp_path):
     p.write_bytes(data[: len(data) - 100])
     with pytest.raises(InputError, match="past the end"):
         GGUFFile(p)
+
+
+def test_broken_tokenizer_metadata_is_one_error(tmp_path):
+    """A GGUF whose tokenizer fields are missing/wrong, or an HF tokenizer_config.json that is not an
+    object: one InputError naming the field, never a KeyError/TypeError/IndexError."""
+    from cassandra_rtl.model.loader import load
+    from cassandra_rtl.model.testing import write_hf_folder
+    from cassandra_rtl.model.tokenizer import tokenizer_from_gguf_fields
+    good = GGUFFile(write_gguf(tmp_path / "t.gguf")).fields
+    for key, value in (("tokenizer.ggml.tokens", None), ("tokenizer.ggml.merges", 7),
+                       ("tokenizer.ggml.eos_token_id", 10**9), ("tokenizer.ggml.token_type", [1, 2])):
+        fields = dict(good)
+        if value is None:
+            del fields[key]
+        else:
+            fields[key] = value
+        with pytest.raises(InputError, match=key.split(".")[-1].replace("eos_token_id", "eos_token_id")):
+            tokenizer_from_gguf_fields(fields)
+    d = write_hf_folder(tmp_path / "hf")
+    for text in ("", "[]", "null", '{"chat_template": 7}', '{"chat_template": []}', '{"eos_token": 3}'):
+        (d / "tokenizer_config.json").write_text(text)
+        with pytest.raises(InputError, match="tokenizer_config.json"):
+            load(d)
