@@ -11,7 +11,7 @@ export PATH := $(abspath $(VENV)/bin):$(PATH)
 SIM ?= verilator
 JOBS ?= 2
 
-.PHONY: opensta iverilog setup demo test test-slow sim sim-full verilog synth formal report bench clean help
+.PHONY: opensta iverilog setup demo test test-slow sim sim-full verilog synth formal report report-hw bench clean help
 
 help:
 	@echo "make demo      - encode the bundled SmolLM2, print stats, run speculative decoding"
@@ -23,6 +23,7 @@ help:
 	@echo "make formal    - bounded/inductive proofs with Yosys sat"
 	@echo "make fpga      - ECP5-85k place and route (nextpnr) of every block to build/fpga/ (FPGA_ARGS=...)"
 	@echo "make report    - regenerate docs/report/"
+	@echo "make report-hw - docs/report/hardware.md from the synth / fpga / formal reports"
 	@echo "make bench     - golden codec throughput and bits/value"
 	@echo "make bench-peers - Cassandra vs ZipNN and DFloat11 (bits/value, MB/s per thread) to build/bench/"
 
@@ -87,6 +88,10 @@ fpga: setup
 
 report: setup
 	$(PY) eval/report.py --out docs/report
+
+# The hardware figures alone, from the flows' reports (make synth [LIBERTY=...], make fpga, make formal).
+report-hw: setup
+	$(PY) eval/report_hardware.py --out docs/report
 
 bench: setup
 	$(PY) bench/golden_bench.py

@@ -1,0 +1,183 @@
+"""The hardware report: `python eval/report_hardware.py --out docs/report` (`make report-hw`).
+
+Writes OUT/hardware.md and OUT/hardware_v2.png from the flows' own reports (nothing is re-run here):
+  * build/synth/report.json                 generic library (make synth)
+  * build/synth-<library>/report.json       real libraries, e.g. SKY130 + OpenSTA (make synth LIBERTY=...)
+  * build/fpga/report.json                  ECP5 place and route (make fpga)
+  * build/formal/report.json                SymbiYosys proofs (make formal)
+Every table names the report it came from, so each figure can be regenerated with that flow's command.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import glob
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+# v1 block -> its replacement this round (same role, same interface)
+SUCCESSORS = {
+    "decoder_c1_l4": "decoder_c1v2_l4", "decoder_c1_l8": "decoder_c1v2_l8", "decoder_c1_l8_v4": "decoder_c1v2_l8_v4",
+    "decoder_c2_l8": "decoder_c2v2_l8", "decoder_c2_l16": "decoder_c2v2_l16",
+    "encoder_kv_c1_l8": "encoder_kv_c1_l2", "encoder_kv_c2_l8": "encoder_kv_c2_l2",
+}
+
+
+def _load(path) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _vpc(b: dict, full: bool = False) -> float | None:
+    m = b.get("meta") or {}
+    v = m.get("values_per_cycle") or m.get("lanes")
+    return (m.get("values_per_cycle_full") or v) if full else v
+
+
+def old_vs_new(generic: dict, real: dict | None, fpga: dict | None, v1_generic: dict | None = None) -> list[str]:
+    """Per replaced block: GE per value/cycle and clock relative to the PE, v1 vs this round, per flow."""
+    def row(rep, name, key="ge"):
+        if not rep:
+            return None
+        b = rep["blocks"].get(name) or {}
+        if b.get("status") != "ok":
+            return None
+        pe = rep["blocks"].get("pe_bf16_fp32") or {}
+        if "lut4" in b:
+            f, fpe = b.get("fmax_mhz"), pe.get("fmax_mhz")
+            return {"area": b["lut4"], "f": f, "fx": f / fpe if f and fpe else None, "vpc": None}
+        f = (b.get("timing") or {}).get("est_fmax_mhz")
+        fpe = (pe.get("timing") or {}).get("est_fmax_mhz")
+        return {"area": b["area_ge"], "f": f, "fx": f / fpe if f and fpe else None, "vpc": _vpc(b)}
+
+    lines = ["| v1 block -> this round | generic GE / (value/cycle) | generic clock x PE | "
+             "sky130 clock x PE | ECP5 LUT4 | ECP5 clock x PE |", "|---|---:|---:|---:|---:|---:|"]
+    v1src = v1_generic or generic
+    for old, new in SUCCESSORS.items():
+        cells = []
+        for which, rep in (("old", v1src), ("new", generic)):
+            r = row(rep, old if which == "old" else new)
+            cells.append(r)
+        if not any(cells):
+            continue
+        o, n = cells
+
+        def pair(fmt, a, b):
+            return f"{fmt(a) if a is not None else '—'} -> {fmt(b) if b is not None else '—'}"
+        ge = pair(lambda r: f"{r['area'] / r['vpc']:,.0f}" if r["vpc"] else f"{r['area']:,.0f}", o, n)
+        fx = pair(lambda r: f"{r['fx']:.2f}" if r["fx"] else "—", o, n)
+        so, sn = row(real, old), row(real, new)
+        sx = pair(lambda r: f"{r['fx']:.2f}" if r["fx"] else "—", so, sn)
+        fo, fn = row(fpga, old), row(fpga, new)
+        lut = pair(lambda r: f"{r['area']:,.0f}", fo, fn)
+        ffx = pair(lambda r: f"{r['fx']:.2f}" if r["fx"] else "—", fo, fn)
+        lines.append(f"| {old} -> {new} | {ge} | {fx} | {sx} | {lut} | {ffx} |")
+    return lines
+
+
+def formal_lines(rep: dict | None) -> list[str]:
+    if not rep:
+        return ["Formal: **not run** (build/formal/report.json not found; `make formal`)."]
+    lines = [f"From build/formal/report.json ({rep.get('meta', {}).get('date', '?')}; "
+             f"`{rep.get('meta', {}).get('command', 'make formal')}`):", "",
+             "| property | mode | depth | solver | result | expected | s |", "|---|---|---:|---|---|---|---:|"]
+    for p in rep.get("properties", []):
+        lines.append(f"| {p.get('property')} | {p.get('mode')} | {p.get('depth', '—')} | {p.get('solver', '—')} | "
+                     f"{p.get('result')} | {p.get('expect', '—')} | {p.get('seconds', 0):.0f} |")
+    return lines
+
+
+def plot(generic: dict, out: Path, v1_generic: dict | None = None) -> str | None:
+    """GE per value/cycle vs clock / PE clock, every decoder and encoder (v1 grey, this round coloured)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pe = (generic["blocks"].get("pe_bf16_fp32") or {}).get("timing", {}).get("est_fmax_mhz")
+    if not pe:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 5.0))
+    seen = {}
+    for label, rep, colour in (("v1", v1_generic, "#999999"), ("this round", generic, "#c44e52")):
+        if not rep:
+            continue
+        for n, b in rep["blocks"].items():
+            if b.get("status") != "ok" or b.get("kind") not in ("decoder", "encoder") or n in seen:
+                continue
+            v2 = "v2" in n or n.endswith("_l2")
+            if (label == "v1") == v2:
+                continue
+            seen[n] = True
+            f = (b.get("timing") or {}).get("est_fmax_mhz")
+            vpc = _vpc(b)
+            if not (f and vpc):
+                continue
+            x, y = f / pe, b["area_ge"] / vpc
+            ax.scatter([x], [y], color=colour, marker="o" if b["kind"] == "decoder" else "s", s=30)
+            ax.annotate(n, (x, y), fontsize=6.5, xytext=(3, 3), textcoords="offset points")
+    ax.axvline(1.3, color="orange", ls="--", lw=1, label="target: 1.3x the PE clock")
+    ax.axhline(4000, color="#4c72b0", ls=":", lw=1, label="C1 decoder target: 4.0 k GE per value/cycle")
+    ax.set_yscale("log")
+    ax.set_xlabel("clock / PE clock (generic flow)")
+    ax.set_ylabel("GE per value/cycle (log)")
+    ax.set_title("Decoders (o) and KV encoders (s): v1 grey, this round red", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fname = "hardware_v2.png"
+    fig.savefig(out / fname, dpi=130)
+    plt.close(fig)
+    return fname
+
+
+def main(argv=None) -> int:
+    sys.path.insert(0, str(ROOT))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="docs/report")
+    ap.add_argument("--synth", default="build/synth/report.json")
+    ap.add_argument("--real", default=None, help="real-library report (default: the first build/synth-*/report.json)")
+    ap.add_argument("--v1-synth", default=None, help="a generic report holding the v1 blocks, if --synth lacks them")
+    ap.add_argument("--fpga", default="build/fpga/report.json")
+    ap.add_argument("--formal", default="build/formal/report.json")
+    a = ap.parse_args(argv)
+    from cassandra_rtl.synth import compare, overhead
+
+    generic = _load(a.synth)
+    if not generic:
+        print(f"report_hardware: error: {a.synth} not found (run `make synth`)", file=sys.stderr)
+        return 2
+    real_path = a.real or next(iter(sorted(glob.glob("build/synth-*/report.json"))), None)
+    real = _load(real_path) if real_path else None
+    fpga, formal, v1 = _load(a.fpga), _load(a.formal), _load(a.v1_synth) if a.v1_synth else None
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    labelled = [(compare.load_report(p)[0], r) for p, r in
+                [(a.synth, generic)] + ([(real_path, real)] if real else []) + ([(a.fpga, fpga)] if fpga else [])]
+    table = compare.render(compare.compare(labelled))
+    fig = plot(generic, out, v1)
+    w = [f"# Hardware report (generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
+         "Generated by `python eval/report_hardware.py --out docs/report` (`make report-hw`) from the flows' reports: "
+         + ", ".join(f"`{p}`" for p in [a.synth, real_path, a.fpga, a.formal] if p and Path(p).exists()) + ". "
+         "Pre-layout figures; compare ratios to the PE, not absolute numbers across flows (docs/SYNTHESIS.md).", "",
+         "## Every block, every flow (area and clock relative to the PE of the same flow)", "", table,
+         "## v1 -> this round", ""]
+    w += old_vs_new(generic, real, fpga, v1)
+    if fig:
+        w += ["", f"![area per value/cycle vs clock]({fig})"]
+    w += [""] + overhead.render_markdown(generic)[1:]
+    if real and "overhead" in real:
+        w += ["", f"Same model on `{real['flow'].get('library')}` (its own PE and blocks):"] + \
+             overhead.render_markdown(real)[3:]
+    w += ["", "## Formal proofs", ""] + formal_lines(formal) + [""]
+    (out / "hardware.md").write_text("\n".join(w) + "\n")
+    print(f"wrote {out / 'hardware.md'}" + (f" and {out / fig}" if fig else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
