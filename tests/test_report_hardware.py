@@ -1,0 +1,40 @@
+"""eval/report_hardware.py on small fake flow reports: tables, v1 -> v2 rows, the overhead section, errors."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("report_hardware", ROOT / "eval" / "report_hardware.py")
+rh = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rh)
+
+
+def _block(kind, ge, mhz, vpc=None):
+    return {"status": "ok", "kind": kind, "area_ge": ge, "timing": {"est_fmax_mhz": mhz},
+            "meta": {"values_per_cycle": vpc, "lanes": vpc} if vpc else {"flops_per_cycle": 2}}
+
+
+def test_hardware_report_from_fake_flows(tmp_path):
+    generic = {"flow": {"library": "cassandra_generic"}, "blocks": {
+        "pe_bf16_fp32": _block("pe", 3000.0, 400.0),
+        "decoder_c1_l8": _block("decoder", 60000.0, 140.0, 8),
+        "decoder_c1v2_l8": _block("decoder", 30000.0, 560.0, 8),
+        "encoder_kv_c1_l2": _block("encoder", 40000.0, 600.0, 2)}}
+    from cassandra_rtl.synth import overhead
+    generic.update(overhead.overhead(generic))
+    (tmp_path / "g.json").write_text(json.dumps(generic))
+    out = tmp_path / "rep"
+    assert rh.main(["--out", str(out), "--synth", str(tmp_path / "g.json"), "--fpga", str(tmp_path / "none.json"),
+                    "--formal", str(tmp_path / "none.json"), "--real", str(tmp_path / "none.json")]) == 0
+    md = (out / "hardware.md").read_text()
+    # v1 7,500 GE per value/cycle at 0.35x the PE -> 3,750 at 1.40x
+    assert "decoder_c1_l8 -> decoder_c1v2_l8 | 7,500 -> 3,750 | 0.35 -> 1.40" in md
+    assert "Overhead on real devices" in md and "decoder_c1v2_l8" in md and "Formal: **not run**" in md
+    assert (out / "hardware_v2.png").stat().st_size > 1000
+
+
+def test_missing_synth_report_is_an_error(tmp_path, capsys):
+    assert rh.main(["--out", str(tmp_path), "--synth", str(tmp_path / "absent.json")]) == 2
+    assert "make synth" in capsys.readouterr().err
