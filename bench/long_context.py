@@ -81,7 +81,8 @@ def run(a) -> int:
     for ctx in contexts:
         ids = prompt_ids(tok, doc_ids, ctx)
         for view, drafter, e in views:
-            e.stop_ids = set()  # decode the full budget: the workload is the length, not the answer
+            e.stop_ids = set()  # decode the full budget (tokens after an end-of-turn are still the target's greedy
+            #                     continuation; first_stop_at records where the answer itself ended)
             done = [0]
             t1 = time.perf_counter()
 
@@ -105,18 +106,105 @@ def run(a) -> int:
                 f"KV {100 * kv_share:.0f}% of bytes; speedup "
                 + ", ".join(f"{k} {v['batch-invariant']['speedup']:.2f}x" for k, v in pm.items())
                 + (f"; lossless {s['lossless']}" if "lossless" in s else ""))
+            stops = set(tok.stop_ids)
+            s["first_stop_at"] = next((i for i, t in enumerate(r.tokens) if t in stops), None)
+            s["text_head"] = tok.decode(r.tokens[:120])
             if out:
-                s.pop("tokens", None)
                 out.write(json.dumps(s) + "\n")
                 out.flush()
     return 0
 
 
-def load_rows(files) -> list[dict]:
+def run_proxy(a) -> int:
+    """Teacher-forced agreement on the document itself (not on generated text): at each context C the target
+    (float32 proxy of model/proxy.py, the tuner's) runs the first C + W document tokens; the draft (the tuned
+    allocation's weights, exact emulation of decode_draft) runs the last W tokens after the *KV view* of the
+    target's K/V of the first C positions (or the exact K/V), and agreement = draft top-1 == target top-1 on
+    those W positions (the tuner's acceptance proxy, docs/DRAFT_SELECTION.md). The W positions attend to the
+    draft's own K/V inside the window (a W/C approximation)."""
+    import numpy as np
+    import torch
+
+    from cassandra_rtl.model.allocation import Allocation
+    from cassandra_rtl.model.loader import bf16_to_bits, bits_to_bf16, load
+    from cassandra_rtl.model.proxy import ProxyModel
+    from cassandra_rtl.model.salience import draft_bits, kept_mask, norms_from_json
+    from cassandra_rtl.model.tune import Tuner
+
+    torch.set_num_threads(a.threads)
+    contexts = [int(x) for x in a.contexts.split(",")]
+    W = a.window
+    ck = load(a.model, max_seq_len=max(contexts) + W + 8)
+    tok = ck.tokenizer
+    text, digest = document()
+    doc = tok.encode(text)
+    say = lambda s: print(f"[long_context proxy] {s}", file=sys.stderr, flush=True)  # noqa: E731
+    al = Allocation.load(a.draft_config)
+    norms = norms_from_json(al.salience["norms"]) if "norms" in al.salience else None
+    t = Tuner(ck, al.salience.get("kind", "magnitude"), norms, None)
+    target = ProxyModel(ck.args, ck.bits)
+    draft = ProxyModel.__new__(ProxyModel)
+    draft.a, draft.cos, draft.sin = target.a, target.cos, target.sin
+    draft.w = dict(target.w)
+    for n in t.names:
+        draft.w[n] = t.draft_f32(n, al.cfg_for(n))
+    kv_cfg = al.kv_cfg(ck.args.head_dim)
+    out = open(a.out, "a") if a.out else None
+    for C in contexts:
+        t0 = time.perf_counter()
+        seq = doc[: C + W]
+        past = None
+        for i in range(0, C, 1024):  # the target over the context in chunks (bounded attention memory)
+            _, past = target.forward(seq[i:min(C, i + 1024)], head_rows=slice(0, 0), return_kv=True, past=past)
+        logits, _ = target.forward(seq[C:C + W], past=past)
+        # rows: predictions of tokens C+1 .. C+W from positions C .. C+W-1 (position C-1's prediction skipped)
+        top = logits.argmax(-1)
+        row = {"context": C, "window": W, "document_digest": digest, "draft_config": a.draft_config,
+               "kv_config": kv_cfg.to_json() if hasattr(kv_cfg, "to_json") else str(kv_cfg)}
+        for view in ("kv_view", "kv_exact"):
+            if view == "kv_view":
+                vpast = []
+                for k, v in past:
+                    pair = []
+                    for x in (k, v):
+                        b = bf16_to_bits(x).reshape(-1, x.shape[-1])
+                        d = draft_bits(b, kv_cfg, kept_mask(b, kv_cfg, None))
+                        pair.append(bits_to_bf16(np.asarray(d).reshape(b.shape)).float().reshape(x.shape))
+                    vpast.append(tuple(pair))
+            else:
+                vpast = [(bits_to_bf16(bf16_to_bits(k)).float(), bits_to_bf16(bf16_to_bits(v)).float())
+                         for k, v in past]
+            dl, _ = draft.forward(seq[C:C + W], past=vpast)
+            agree = float((dl.argmax(-1) == top).float().mean())
+            lp, lq = torch.log_softmax(logits, -1), torch.log_softmax(dl, -1)
+            kl = float((lp.exp() * (lp - lq)).sum(-1).mean())
+            row[view] = {"agreement": agree, "kl": kl}
+        row["seconds"] = time.perf_counter() - t0
+        say(f"ctx {C}: agreement kv_view {row['kv_view']['agreement']:.3f} (KL {row['kv_view']['kl']:.3f}), "
+            f"kv_exact {row['kv_exact']['agreement']:.3f} (KL {row['kv_exact']['kl']:.3f}), {row['seconds']:.0f} s")
+        if out:
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+    return 0
+
+
+def load_rows(files, kind: str = "decode") -> list[dict]:
+    """Rows of --out files: ``decode`` (generation runs) or ``proxy`` (teacher-forced agreement) ones."""
     rows = []
     for fn in files:
         rows += [json.loads(x) for x in Path(fn).read_text().splitlines() if x.strip()]
-    return sorted(rows, key=lambda r: (r["view"], r["context"]))
+    if kind == "proxy":
+        return sorted((r for r in rows if "window" in r), key=lambda r: r["context"])
+    return sorted((r for r in rows if "view" in r), key=lambda r: (r["view"], r["context"]))
+
+
+def proxy_table(rows) -> str:
+    lines = ["| context | window | agreement, KV view | KL, KV view | agreement, exact K/V | KL, exact K/V |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['context']} | {r['window']} | {r['kv_view']['agreement']:.3f} | {r['kv_view']['kl']:.3f} | "
+                     f"{r['kv_exact']['agreement']:.3f} | {r['kv_exact']['kl']:.3f} |")
+    return "\n".join(lines)
 
 
 def table(rows) -> str:
@@ -136,7 +224,7 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
-def plot(rows, png) -> None:
+def plot(rows, png, proxy=()) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,10 +237,14 @@ def plot(rows, png) -> None:
             ax.plot([r["context"] for r in rs], [r["acceptance_rate"] for r in rs], mk,
                     label={"kv_view": "draft weights + KV view (k 1.0, m 3)",
                            "kv_exact": "draft weights, exact K/V"}[view])
+    for view, mk in (("kv_view", "^-"), ("kv_exact", "v--")):
+        if proxy:
+            ax.plot([r["context"] for r in proxy], [r[view]["agreement"] for r in proxy], mk, color="grey",
+                    label=f"teacher-forced agreement on the document, {'KV view' if view == 'kv_view' else 'exact K/V'}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context length (tokens)")
-    ax.set_ylabel("acceptance (accepted / drafted)")
-    ax.set_ylim(0, 1)
+    ax.set_ylabel("acceptance (decode) / top-1 agreement (teacher-forced)")
+    ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     rs = [r for r in rows if r["view"] == "kv_view"]
@@ -187,15 +279,21 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--table", nargs="+", default=None, help="only print the table (and --plot) of these JSONL files")
     ap.add_argument("--plot", default=None, help="write the figure here (with --table)")
+    ap.add_argument("--proxy", action="store_true",
+                    help="teacher-forced draft/target agreement on the document itself instead of decoding")
+    ap.add_argument("--window", type=int, default=64, help="--proxy: positions scored after each context")
     a = ap.parse_args(argv)
     if a.table:
-        rows = load_rows(a.table)
-        print(table(rows))
+        rows, proxy = load_rows(a.table), load_rows(a.table, "proxy")
+        if rows:
+            print(table(rows))
+        if proxy:
+            print("\n" + proxy_table(proxy))
         if a.plot:
-            plot(rows, a.plot)
+            plot(rows, a.plot, proxy)
             print(f"wrote {a.plot}", file=sys.stderr)
         return 0
-    return run(a)
+    return run_proxy(a) if a.proxy else run(a)
 
 
 if __name__ == "__main__":

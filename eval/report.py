@@ -458,6 +458,7 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
           "prefill) and the held-out prompt set: `python -m cassandra_rtl.model.bench` (docs/MODEL.md). INT8 is "
           "lossy (token match vs bf16 in §2's table); the speculative methods are lossless.\n")
         w(heldout_section())
+        w(long_context_section())
     else:
         w("Not run (no sweep results).\n")
 
@@ -581,6 +582,30 @@ def heldout_section(path: str = "build/heldout/heldout.jsonl") -> str:
     return (f"\n### Held-out prompts ({n} prompts: chat, code, math, translation, summarisation, reasoning)\n\n"
             f"*Command* `python -m cassandra_rtl.model.bench --table {path}` (per-prompt JSON lines with the "
             "model's inputs; the tables are recomputed from them).\n\n" + bench.markdown(rows) + "\n")
+
+
+def long_context_section(path: str = "build/long_context/lc.jsonl",
+                         png: str = "docs/figures/long_context.png") -> str:
+    """Acceptance and modeled speedup vs context length (bench/long_context.py), if it was run."""
+    p = ROOT / path
+    if not p.exists():
+        return (f"Long context: not run here (`python bench/long_context.py --kv-exact --out {path}`; "
+                "docs/MODEL.md).\n")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("long_context", ROOT / "bench" / "long_context.py")
+    lc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lc)
+    files = [p] + ([ROOT / "build/long_context/proxy.jsonl"] if (ROOT / "build/long_context/proxy.jsonl").exists() else [])
+    rows, proxy = lc.load_rows(files), lc.load_rows(files, "proxy")
+    fig = ""
+    if (ROOT / png).exists():
+        fig = f"![long context]({os.path.relpath(ROOT / png, ROOT / 'docs' / 'report')})\n\n"
+    return ("\n### Long context (reasoning-style decode after long prompts)\n\n" + fig +
+            f"*Command* `python bench/long_context.py --table {path} --plot {png}` (greedy, tuned draft, "
+            "batch-invariant speedup with the format x speculation split, and row-exact).\n\n" + lc.table(rows) + "\n"
+            + ("\nTeacher-forced draft/target top-1 agreement on the document itself (`--proxy`):\n\n"
+               + lc.proxy_table(proxy) + "\n" if proxy else ""))
 
 
 def findings_acceptance(S) -> str:
