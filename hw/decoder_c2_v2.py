@@ -300,7 +300,7 @@ class DecoderC2v2(DecoderC1):
 
         I = {"v": Signal(name="I_valid"), "take": Signal(len(take), name="I_take"),
              "kept": Signal(L, name="I_kept"), "n": Signal(range(L + 1), name="I_n"),
-             "off": [Signal(range(self.fwin + 1), name=f"I_off{i}") for i in range(L)],
+             "kp": [Signal(range(L + 1), name=f"I_kp{i}") for i in range(L)], "xb": Signal(4, name="I_xb"),
              "xload": Signal(name="I_xload"), "blk": Signal(3, name="I_blk"), "final": Signal(name="I_final"),
              "last": Signal(name="I_last"), "pseudo": Signal(name="I_pseudo"),
              "next_off": Signal(wb, name="I_next_off")}
@@ -320,7 +320,7 @@ class DecoderC2v2(DecoderC1):
                          I["xload"].eq(xpend), I["blk"].eq(vpos[5:8]), I["final"].eq(final),
                          I["last"].eq(final & sb_last), I["pseudo"].eq(pseudo),
                          I["next_off"].eq(Mux(nxt_last, lay_last["f_off"], lay_full["f_off"]))]
-            m.d.sync += [I["off"][i].eq(xbase + kp[i] * fw) for i in range(L)]
+            m.d.sync += [I["kp"][i].eq(kp[i]) for i in range(L)] + [I["xb"].eq(xbase >> 3)]
             m.d.sync += xpend.eq(0)
             with m.If(final):
                 m.d.sync += load_superblock(after)
@@ -335,7 +335,7 @@ class DecoderC2v2(DecoderC1):
         # ---- FETCH (stage S2): fires when F holds the beat's bits
         S2 = {"v": Signal(name="S2_valid"), "win": Signal(self.fwin, name="S2_win"),
               "kept": Signal(L, name="S2_kept"), "n": Signal(range(L + 1), name="S2_n"),
-              "off": [Signal(range(self.fwin + 1), name=f"S2_off{i}") for i in range(L)],
+              "kp": [Signal(range(L + 1), name=f"S2_kp{i}") for i in range(L)], "xb": Signal(4, name="S2_xb"),
               "xload": Signal(name="S2_xload"), "blk": Signal(3, name="S2_blk"), "final": Signal(name="S2_final"),
               "last": Signal(name="S2_last"), "pseudo": Signal(name="S2_pseudo")}
         s2_free = Signal(name="s2_free")
@@ -351,7 +351,7 @@ class DecoderC2v2(DecoderC1):
         with m.If(fire1):
             m.d.sync += [S2["win"].eq(F.win)] + [S2[k].eq(I[k]) for k in
                                                  ("kept", "n", "xload", "blk", "final", "last", "pseudo")]
-            m.d.sync += [S2["off"][i].eq(I["off"][i]) for i in range(L)]
+            m.d.sync += [S2["kp"][i].eq(I["kp"][i]) for i in range(L)] + [S2["xb"].eq(I["xb"])]
 
         # ---- DRAFT (S2 -> S3): fields, X of the beat's block, draft values; full-mode verif bookkeeping
         xreg = Signal(X_REGION, name="xreg")
@@ -359,12 +359,27 @@ class DecoderC2v2(DecoderC1):
         m.d.comb += xsrc.eq(Mux(S2["xload"], S2["win"][:X_REGION], xreg))
         xb_beat = Signal(X_BITS, name="x_beat")
         m.d.comb += xb_beat.eq(xsrc.word_select(S2["blk"], X_BITS))
-        fmask = Signal(MXF, name="fmask")
-        m.d.comb += fmask.eq(~(Const((1 << MXF) - 1, MXF) << fw))
+        # Fields: the window behind the beat's X bytes (xb = 0 except on a superblock's first beat: one of 9
+        # byte shifts), cut into L packed (m+2)-bit fields by per-m constant slices; lane i takes packed
+        # field kp_i (kp_i <= i), a small mux instead of a shifter per lane.
+        fwin = Signal(MXF * L, name="fwin")
+        with m.Switch(S2["xb"]):
+            for b in range(X_REGION // X_BITS + 1):
+                with m.Case(b):
+                    m.d.comb += fwin.eq(S2["win"][X_BITS * b:])
+        packed = []
+        for j in range(L):
+            pf = Signal(MXF, name=f"packed{j}")
+            with m.Switch(r["m"]):
+                for mm in range(BF16_MANTISSA_BITS + 1):
+                    with m.Case(mm):
+                        w = mm + 2
+                        m.d.comb += pf.eq(fwin[j * w:(j + 1) * w])
+            packed.append(pf)
         lanes = []
         for i in range(L):
             f = Signal(MXF, name=f"fld{i}")
-            m.d.comb += f.eq((S2["win"] >> S2["off"][i])[:MXF] & fmask)
+            m.d.comb += f.eq(Array(packed[:i + 1])[S2["kp"][i]] if i else packed[0])
             ln = {"field": f, "x": xb_beat, "kept": S2["kept"][i], "fr": fr}
             DecoderC2._draft_lane(self, m, r, ln, i)
             lanes.append(ln)
