@@ -31,8 +31,8 @@ Loops that must close in one cycle (logic depth, unit gates, estimated):
   * verif.codes: hw/code_plane.py (shared with the C1 decoder v2) parses a fixed 16 bits per cycle into
     a ring of codes; its loops are the segment position (~8) and the zero-run carry / replay (~15);
     the beat pops its codes (pointer add).
-Measured (generic flow, decoder_c2v2_l8): critical path 39 levels, 1.99 ns (~504 MHz, 1.39x the PE), a
-feed-forward path from the bitmap FIFO head through kept flags, prefix count and offsets into stage I.
+Measured (generic flow, decoder_c2v2_l8): critical path 37 levels, 1.96 ns (~511 MHz, 1.41x the PE), a
+feed-forward path from the bitmap FIFO head through the kept flags and prefix count into stage I.
 Errors are raised from registered state or at the stage that would otherwise act on bad data; a beat
 that errs is not issued, so no wrong value is ever emitted.
 """
