@@ -146,8 +146,8 @@ def test_v2_bf16_patterns_and_reprogramming():
     pats = np.arange(0, 65536, 61, dtype=np.uint16)
     pats = np.concatenate([pats, np.array([0, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x7F81, 1, 0x807F], np.uint16)])
     rng.shuffle(pats)
-    enc1 = encode_tensor(pats[:512], CodecConfig(group_size=128, mantissa_bits=2, keep_ratio=0.75))
-    enc2 = encode_tensor(weights(256, 9), CodecConfig(group_size=32, mantissa_bits=5, keep_count=32))
+    enc1 = encode_tensor(pats[:384], CodecConfig(group_size=128, mantissa_bits=2, keep_ratio=0.75))
+    enc2 = encode_tensor(weights(160, 9), CodecConfig(group_size=32, mantissa_bits=5, keep_count=32))
     jobs = [DecodeJob(enc1, True), DecodeJob(enc2, False)]
     check(run_decoder(DecoderC1v2(4, 32), jobs, Stalls(STALL, STALL, seed=3)), jobs)
 
@@ -164,7 +164,7 @@ def test_v2_all_65536_patterns(full):
 
 def test_v2_fewer_verification_lanes():
     """verif_lanes < lanes: full-mode beats hold at most Lv values, draft beats L; alternating modes."""
-    bits = weights(308, seed=4 * 13 + 2)                          # partial last superblock
+    bits = weights(212, seed=4 * 13 + 2)                          # partial last superblock
     enc = encode_tensor(bits, CodecConfig(group_size=32, mantissa_bits=2, keep_ratio=0.3))
     dut = DecoderC1v2(8, verif_lanes=4)
     jobs = [DecodeJob(enc, True), DecodeJob(enc, False)]
