@@ -43,6 +43,7 @@ def encode_kv(bits, G, m, k, books=None):
 @pytest.mark.parametrize("lanes,G,m,k", [(2, 128, 3, 40),        # the default configuration's shape
                                          (4, 32, 3, 12), (8, 64, 7, 64), (8, 64, 0, 1),
                                          pytest.param(2, 64, 7, 64, marks=pytest.mark.slow),
+                                         pytest.param(2, 256, 3, 100, marks=pytest.mark.slow),   # 32 rows
                                          pytest.param(16, 64, 2, 40, marks=pytest.mark.slow)])
 def test_encoder_matches_golden(lanes, G, m, k):
     bits = kv_vectors(4, G, seed=lanes + G + k)
