@@ -628,6 +628,9 @@ def write_report(results: list[dict], out: Path, meta: dict, merge: bool = True)
              "| property | mode | depth | solver | result | expected | seconds |", "|---|---|---|---|---|---|---|"]
     for r in results:
         res = r["result"] + ("" if r["ok"] else " **(unexpected)**")
+        steps = re.search(r"BMC steps 0\.\.(\d+) passed", r.get("note", ""))
+        if steps:
+            res += f" (steps 0..{steps.group(1)} pass: depth {int(steps.group(1)) + 1} proved)"
         lines.append(f"| {r['property']} | {r['mode']} | {r['depth']} | {r.get('solver', '')} | {res} | "
                      f"{r['expect']} | {r['seconds']} |")
         if r.get("failed") and r["result"] == "FAIL":
