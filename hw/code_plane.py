@@ -34,8 +34,8 @@ Parsing runs only for the ``chunks`` chunks given with ``start`` (one tensor): t
 taken as it is during that time (a decoder writes it only between tensors); words after the tensor's last
 chunk stay buffered for the next tensor. ``flush`` empties everything, ``drain`` accepts and drops words.
 
-A pass that ends a chunk (its last segment) is followed by one idle cycle of stage A, so A never parses
-past a chunk end before B has seen it (one cycle per superblock).
+A pass that ends the tensor's last chunk is followed by one idle cycle of stage A, so A never parses past
+the tensor's end before B has seen it.
 """
 from __future__ import annotations
 
@@ -269,9 +269,11 @@ class CodePlane(wiring.Component):
         word_in = a_off < nwords
         look_in = ~seg_last_in_word | a_wlast | ((a_off + 1) < nwords)
         a_fire = Signal()
-        # (a pass that stopped at the lane limit is continued by A itself, also at a chunk's last segment)
-        m.d.comb += a_fire.eq((chunks_left != 0) & (~b_valid | (b_accept & (~b_chunk_last | b_more))) & word_in
-                              & look_in & ~empty)
+        # (a pass that stopped at the lane limit is continued by A itself, also at a chunk's last segment; past
+        # a chunk end A waits for B only at the tensor's last chunk: the next words may be the next tensor's)
+        more_chunks = chunks_left[1:] != 0
+        m.d.comb += a_fire.eq((chunks_left != 0) & (~b_valid | (b_accept & (~b_chunk_last | b_more | more_chunks)))
+                              & word_in & look_in & ~empty)
         a_more = zc.valid[Lc] if truncating else Const(0, 1)   # more than Lc codes from astart on
 
         # ------------------------------------------------------------------ B registers (from A)
