@@ -4,7 +4,7 @@ books=(spec, verif))`` emits (docs/FORMAT.md sections 2, 3; docs/HARDWARE.md sec
 
 Sized for the KV rate (docs/HARDWARE.md section 3, "Rate"): the KV cache is written at the prefill rate,
 well under one value per PE cycle for a Llama-3-8B-class model, so the encoder has ONE vector buffer in a
-``lib.memory.Memory`` (rows of R = max(16, L) values; a flow maps it to an SRAM / latch array or, as this
+``lib.memory.Memory`` (rows of R = max(8, L) values; a flow maps it to an SRAM / latch array or, as this
 project's generic flow does, to flip-flops), a sequential top-k select over the buffered vector and an
 L-lane emitter (L = 2 in the default configuration). Per vector:
 
@@ -15,18 +15,21 @@ L-lane emitter (L = 2 in the default configuration). Per vector:
           a histogram pass counts, for v = 1..15, the candidates (values matching the threshold prefix
           found so far) whose digit is >= v; the digit of t is the largest v whose count still reaches
           the number of values left to keep. The first digit's counts come from the load; the three
-          others re-read the buffer, one row (R values) per cycle: ``3 * (G/R + 4)`` cycles. Result: the
-          k-th largest key ``t`` and ``r``, how many keys equal to ``t`` are kept (the first ``r``).
-3. EMIT   ``G/L`` beats through a three-register pipeline (buffer row -> lane values + keep flags ->
-          per-plane packed fields -> BitWriters): lane i is kept iff ``key > t`` or (``key == t`` and
-          fewer than ``r`` equal keys came before it). Per lane its symbol's code (a CAM lookup in the
-          programmed book: rank or escape), its sign/mantissa field and its verification code / rest
-          field; per plane an L-field packer feeds a BitWriter, which closes the chunk after the last beat.
+          others re-read the buffer, one row (R values) per cycle, ``G/R + 2`` cycles per digit with its
+          resolve step. Result: the k-th largest key ``t`` and ``r``, how many keys equal to ``t`` are
+          kept (the first ``r``).
+3. EMIT   ``G/L`` beats: buffer row (the read port's register) -> stage 1 (registered: the beat's L values
+          and keep flags) -> per-plane packed fields -> BitWriters. Lane i is kept iff ``key > t`` or
+          (``key == t`` and fewer than ``r`` equal keys came before it). Per lane ONE CAM lookup of its
+          exponent (speculation book when kept, verification book when pruned), its sign/mantissa field
+          and its rest field; per plane an L-field packer feeds a BitWriter, which closes the chunk after
+          the last beat.
 
 The one buffer serialises SELECT with EMIT (a second buffer would double the largest part of the area
-for a rate the KV path does not need): a vector costs ``G/L + 3 * (G/R + 4) + ~5`` cycles when pruning,
-``G/L + ~2`` when not. ``KvEncoderBase`` holds what both schemes share (ports, registers, buffer, loader,
-select, emitter sequencer, code CAM, field packer, plane writers); the Cassandra-2 encoder
+for a rate the KV path does not need): a vector costs ``G/L + 3 * (G/R + 2) + 3`` cycles when pruning,
+``G/L + 1`` when not (measured: docs/HARDWARE.md section 3). ``KvEncoderBase`` holds what both schemes
+share (ports, registers, buffer, loader, select, emitter sequencer, code CAM, field packer, plane
+writers); the Cassandra-2 encoder
 (hw/encoder_c2.py) is built from the same pieces.
 """
 from __future__ import annotations
@@ -55,7 +58,8 @@ DIGIT_BITS = 4
 RADIX = 1 << DIGIT_BITS
 SELECT_DIGITS = -(-KEY_BITS // DIGIT_BITS)     # 4
 SELECT_KEY_BITS = SELECT_DIGITS * DIGIT_BITS   # 16: the key zero-extended to whole digits
-MIN_ROW = 8                                   # values per buffer row (at least; R = max(16, L))
+MIN_ROW = 8                                   # values per buffer row (at least; R = max(8, L)): 8 values per select
+                                              # pass cycle; 16 cost ~2.7 k GE more (read register, popcounts) for ~15 % rate
 
 
 def popcount(bits: list):
@@ -352,7 +356,6 @@ class KvEncoderBase(wiring.Component):
         rem_next = Signal(range(GM + 1), name="sel_rem_next")
         m.d.comb += [prefix_next.eq(sel.prefix | (dig << shift)), rem_next.eq(sel.rem - above)]
 
-        p.dbg_cum, p.dbg_rem, p.dbg_prefix, p.dbg_digit, p.dbg_hv = cum, sel.rem, sel.prefix, sel.digit, h_valid
         # ---- front end FSM: select (and map pass) of the loaded vector, then the hand-over
         p.emit_can_start = Signal(name="emit_can_start")  # the emitter has fed its last item (driven below)
         prow = Signal(range(p.nrows_max + 1), name="pass_row")
@@ -369,8 +372,7 @@ class KvEncoderBase(wiring.Component):
             m.d.sync += prow.eq(0)
             return "MAP"
 
-        with m.FSM(name="front") as fsm:
-            pass
+        with m.FSM(name="front"):
             with m.State("IDLE"):
                 m.d.comb += p.front_idle.eq(1)
                 with m.If(p.loaded & p.emit_can_start):
