@@ -93,8 +93,9 @@ def test_cache_key_ignores_src_attributes_but_not_the_design(toy_run):
     run = fpga.BlockRun(_toy()["toy_adder"], text, meta, opts, versions)
     assert fpga.BlockRun(_toy()["toy_adder"], moved, meta, opts, versions).seed_key(1) == run.seed_key(1)
     assert run.seed_key(1) != run.seed_key(2)
-    other = fpga.FpgaOptions(opts.out, seeds=(1,), speed=8)
-    assert fpga.BlockRun(_toy()["toy_adder"], text, meta, other, versions).seed_key(1) != run.seed_key(1)
+    for other in (fpga.FpgaOptions(opts.out, seeds=(1,), speed=8),
+                  fpga.FpgaOptions(opts.out, seeds=(1,), router="router2")):
+        assert fpga.BlockRun(_toy()["toy_adder"], text, meta, other, versions).seed_key(1) != run.seed_key(1)
 
 
 def test_timeout_is_reported_and_the_rest_continue(tmp_path):
