@@ -542,7 +542,7 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
         lim.append("Decoder/encoder synthesis results were incomplete or missing in build/synth/report.json.")
     elif srep:
         names = {bl["block"] for bl in R["synth_blocks"]}
-        miss = [n for n in ("decoder_c1_l8", "decoder_c1_l16", "encoder_kv_c1_l16") if n not in names]
+        miss = [n for n in ("decoder_c1v2_l8", "decoder_c2v2_l8", "encoder_kv_c1_l2") if n not in names]
         if miss:
             lim.append(f"Synthesis of {', '.join(miss)} was not in build/synth/report.json when this ran; the NPU "
                        "overhead uses whatever decoder/encoder the synthesis flow had.")
