@@ -106,6 +106,12 @@ def test_decoder_from_synthesis_report(tmp_path):
     assert "decoder_c1_l8" in hw["orin"].decoder_source
     assert hw["rtx4090"].decoder_values_per_s is None and "no decoder sized" in hw["rtx4090"].decoder_source
     assert M.hardware_presets(decoder="256:8:141")["npu"].decoder_values_per_s == pytest.approx(256 * 8 * 141e6)
+    # a decoder that misses the PE clock is priced at its own Fmax with its own-clock instance count
+    rep["overhead"]["by_device"]["npu"] = {"decoder": "d", "decoder_instances": 10, "decoder_values_per_cycle": 8,
+                                           "clock_mhz": 200.0, "decoder_meets_pe_clock": False,
+                                           "decoder_block_fmax_mhz": 100.0, "decoder_instances_own_clock": 20}
+    f.write_text(json.dumps(rep))
+    assert M.hardware_presets(synth_report=f)["npu"].decoder_values_per_s == pytest.approx(20 * 8 * 100e6)
     with pytest.raises(ConfigError):
         M.hardware_presets(synth_report=tmp_path / "missing.json")
     with pytest.raises(ConfigError):
