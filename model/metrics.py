@@ -68,14 +68,14 @@ def _decoder_from_report(path: str | Path, device_key: str) -> tuple[float, floa
     if not row or not row.get("decoder_instances"):
         return None
     n, mhz = row["decoder_instances"], row["clock_mhz"]
-    pct = row.get("decoder_percent")
+    budget = f"{row.get('decoder_percent')} % of the PE array"
     if row.get("decoder_meets_pe_clock") is False and row.get("decoder_block_fmax_mhz"):
         # a decoder that misses the PE clock runs at its own Fmax, with the instances sized for that clock
         n, mhz = row.get("decoder_instances_own_clock") or n, min(mhz, row["decoder_block_fmax_mhz"])
-        pct = f"own clock, {row.get('decoder_area_ge_own_clock')} GE"
+        budget = f"own clock, {row.get('decoder_area_ge_own_clock') or 0:,.0f} GE"
     vpc = row.get("decoder_values_per_cycle") or 1
     vpc_full = row.get("decoder_values_per_cycle_full") or vpc
-    desc = f"{path}: {n} x {row.get('decoder')} x {vpc} values/cycle x {mhz:g} MHz ({pct} % of the PE array)"
+    desc = f"{path}: {n} x {row.get('decoder')} x {vpc} values/cycle x {mhz:g} MHz ({budget})"
     f = mhz * 1e6
     return n * vpc * f, n * vpc_full * f, desc
 
