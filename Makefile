@@ -11,7 +11,7 @@ export PATH := $(abspath $(VENV)/bin):$(PATH)
 SIM ?= verilator
 JOBS ?= 2
 
-.PHONY: opensta iverilog setup demo test test-slow sim sim-full verilog synth formal report report-hw bench clean help
+.PHONY: opensta iverilog setup demo test test-slow sim sim-full verilog synth formal report report-hw bench bench-long clean help
 
 help:
 	@echo "make demo      - encode the bundled SmolLM2, print stats, run speculative decoding"
@@ -25,6 +25,7 @@ help:
 	@echo "make report    - regenerate docs/report/"
 	@echo "make report-hw - docs/report/hardware.md from the synth / fpga / formal reports"
 	@echo "make bench     - golden codec throughput and bits/value"
+	@echo "make bench-long - acceptance vs context length (long; bench/long_context.py)"
 	@echo "make bench-peers - Cassandra vs ZipNN and DFloat11 (bits/value, MB/s per thread) to build/bench/"
 
 setup: $(STAMP)
@@ -92,6 +93,10 @@ report: setup
 # The hardware figures alone, from the flows' reports (make synth [LIBERTY=...], make fpga, make formal).
 report-hw: setup
 	$(PY) eval/report_hardware.py --out docs/report
+
+# Long-context acceptance (minutes to hours on a CPU; progress shown): docs/MODEL.md
+bench-long: setup
+	$(PY) bench/long_context.py --kv-exact --out build/long_context/lc.jsonl
 
 bench: setup
 	$(PY) bench/golden_bench.py

@@ -194,3 +194,28 @@ def test_bench_writes_inputs_and_table_recomputes(tmp_path, capsys):
     assert capped["batch-invariant"]["parts"]["bound"] == {"decoder": capped["batch-invariant"]["parts"]["bound"]
                                                            ["decoder"]}
     assert capped["batch-invariant"]["speedup"] < 0.01 < r["speedup"]
+
+
+def test_cli_generate_json_carries_the_model_and_compare_checks_sampling(tmp_path):
+    """generate --json carries the performance model v2 (both verify modes, the split) and its inputs;
+    --compare with sampling runs the distribution check instead of being silently ignored."""
+    import json
+    import subprocess
+    import sys
+    from cassandra_rtl.model.testing import write_hf_folder
+    d = write_hf_folder(tmp_path / "hf")
+    base = [sys.executable, "-m", "cassandra_rtl.cli", "generate", "--model", str(d), "--prompt", "hi",
+            "--max-new-tokens", "4", "--draft", "layerskip"]
+    out = subprocess.run(base + ["--json"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-400:]
+    s = json.loads(out.stdout)
+    dev = s["performance_model"]["by_device"]["orin"]
+    for mode in ("batch-invariant", "row-exact"):
+        m = dev[mode]
+        assert abs(m["format_speedup"] * m["speculation_speedup"] - m["speedup"]) < 1e-9
+    assert "model_inputs" in s
+    out = subprocess.run(base + ["--temperature", "0.8", "--compare", "--json"], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-400:]
+    chk = json.loads(out.stdout)["sampling_check"]
+    assert chk["runs"] == 50 and chk["ok"] is True and "lossless_vs_plain" not in json.loads(out.stdout)

@@ -30,6 +30,15 @@ def _table(s: dict) -> str:
     ]
     for k, v in s["modeled_speedup"].items():
         rows.append((f"modeled speedup vs bf16 AR: {k}", f(v, "{:.2f}x")))
+    for k, modes in ((s.get("performance_model") or {}).get("by_device") or {}).items():
+        bi, rx = modes.get("batch-invariant") or {}, modes.get("row-exact") or {}
+        rows.append((f"  {k}: format x speculation (batch-invariant verify)",
+                     f"{f(bi.get('format_speedup'), '{:.2f}')} x {f(bi.get('speculation_speedup'), '{:.2f}')} "
+                     f"= {f(bi.get('speedup'), '{:.2f}x')}; row-exact verify {f(rx.get('speedup'), '{:.2f}x')}"))
+    if "sampling_check" in s:
+        c = s["sampling_check"]
+        rows.append(("sampling check (KS of PIT values vs the target)",
+                     f"p = {c['p_value']:.3g} over {c['runs']} runs ({'ok' if c['ok'] else 'FAILED'})"))
     if "lossless_vs_plain" in s:
         rows.append(("token-identical to plain greedy", s["lossless_vs_plain"]))
     w = max(len(r[0]) for r in rows)
@@ -133,18 +142,29 @@ def run(args) -> int:
     summary = res.summary()
     summary["text"] = tok.decode(res.tokens)
     summary["model"] = ck.source
+    from ..model import metrics
+    summary.update(metrics.model_summary(res, eng, drafter))       # performance model v2 + its inputs
     if args.compare and sp.greedy and args.draft not in ("none", "int8"):
         plain, _, _ = build(ck, "none", DraftOptions())
         ref = plain.generate(ids, args.max_new_tokens)
         summary["lossless_vs_plain"] = ref.tokens == res.tokens
+    elif args.compare and not sp.greedy and drafter is not None:
+        # Sampling: losslessness is distributional, so check the emitted tokens against the target's own
+        # distribution over repeated runs (model/sampling_check.py) instead of token identity.
+        from ..model.sampling_check import sampling_check
+        chk = sampling_check(eng, drafter, ids, sp, args.max_new_tokens, args.gamma, runs=50, seed=args.seed)
+        summary["sampling_check"] = chk
+
     if quiet:
         print(json.dumps(summary))
     else:
         s = tok.decode(gen_ids)
         sys.stdout.write(s[printed[0]:] + "\n\n")
         print(_table(summary))
-    if summary.get("lossless_vs_plain") is False:
-        print("cassandra-rtl generate: error: speculative output differs from plain greedy decoding", file=sys.stderr)
+    if summary.get("lossless_vs_plain") is False or (summary.get("sampling_check") or {}).get("ok") is False:
+        what = ("the sampled tokens do not follow the target's distribution (sampling check)"
+                if "sampling_check" in summary else "speculative output differs from plain greedy decoding")
+        print(f"cassandra-rtl generate: error: {what}", file=sys.stderr)
         return 1
     return 0
 
@@ -184,7 +204,8 @@ def register(sub):
     p.add_argument("--max-seq-len", type=int_at_least(2), default=2048, help="static KV cache length")
     p.add_argument("--threads", type=int_range(1, 1024), default=None, help="torch CPU threads (1..1024)")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template")
-    p.add_argument("--compare", action="store_true", help="also run plain greedy decoding and check identity")
+    p.add_argument("--compare", action="store_true", help="greedy: also run plain greedy decoding and check token "
+                   "identity; sampling: check the emitted tokens against the target distribution over 50 runs")
     p.add_argument("--rtl", action="store_true", help="decode the draft's streams through the RTL in simulation")
     p.add_argument("--rtl-layers", type=layer_list, default=None,
                    help="with --rtl: 'all' or comma-separated layer indices whose weight streams go through the RTL (the rest use the golden decoder)")
