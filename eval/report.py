@@ -61,6 +61,8 @@ def parse_args(argv=None):
                          "build/ or model/ when present (not in --quick)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--sections", choices=["all", "hardware"], default="all",
+                    help="hardware: re-render only section 5's synthesis part from the flows' reports (seconds)")
     a = ap.parse_args(argv)
     q = a.quick
     a.prompts = a.prompts or (2 if q else len(PROMPTS))
@@ -157,6 +159,8 @@ def fmt(x, spec=".3f", none="—"):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     a = parse_args(argv)
+    if a.sections == "hardware":
+        return splice_hardware(a)
     import torch
 
     torch.set_num_threads(a.threads)
@@ -467,42 +471,8 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
     if figs["hardware"]:
         w(f"![hardware]({figs['hardware']})\n")
         w(f"*Command* `{R['command']}` · *model* RTL blocks · *config* {hw_cfg}.\n")
-    if srep:
-        fl = srep.get("flow") or {}
-        w(f"From `{os.path.relpath(synth_path, ROOT)}` (written by `{fl.get('command', 'make synth')}`; library "
-          f"{fl.get('library', '?')}, {fl.get('nand2_um2', '?')} µm²/GE; pre-layout estimates):\n")
-        if R["synth_blocks"]:
-            w("| block | kind | area GE | µm² | lanes | GE / lane | FFs | est. MHz |")
-            w("|---|---|---:|---:|---:|---:|---:|---:|")
-            for bl in R["synth_blocks"]:
-                w(f"| {bl['block']} | {bl['kind']} | {bl['area_ge']:,.0f} | {fmt(bl['area_um2'], ',.0f')} | "
-                  f"{bl['lanes'] or '—'} | {fmt(bl['area_ge_per_lane'], ',.0f')} | {bl['flip_flops']} | "
-                  f"{fmt(bl['fmax_mhz'], '.0f')} |")
-        import datetime as dt_
-
-        mt = dt_.datetime.fromtimestamp(synth_path.stat().st_mtime, dt_.timezone.utc).isoformat(timespec="seconds")
-        w(f"\n(report.json as of {mt}; the synthesis flow may still be adding configurations.)")
-        only = (fl.get("command") or "").split("--only")
-        if len(only) > 1:
-            asked = [x for x in only[1].split()[0].split(",") if x]
-            absent = [x for x in asked if x not in {bl["block"] for bl in R["synth_blocks"]}]
-            if absent:
-                w(f"Requested by that command but without an area in the report: {', '.join(absent)} (**not run** / "
-                  "not finished).")
-        kinds = {bl["kind"] for bl in R["synth_blocks"]}
-        missing = [k for k in ("decoder", "encoder") if k not in kinds]
-        if missing:
-            w(f"\n{' and '.join(missing).capitalize()} block(s): **not run** (absent from the synthesis report).")
-        ov = R["npu_overhead_percent"]
-        w("\nOverhead on devices (decoder + KV encoder area as % of a PE array of the device's dense bf16 "
-          "TFLOPS, at the PE clock, same flow; synth/overhead.py): " +
-          (", ".join(f"{k}: {'not run' if v is None else f'{v:.3f}%'}" for k, v in ov.items()) or "not run") +
-          f" — the paper's figure is ~{rhw.PAPER_OVERHEAD_PERCENT:g}%." +
-          (f" Instances sized with decoder `{(srep.get('overhead') or {}).get('decoder')}` and encoder "
-           f"`{(srep.get('overhead') or {}).get('encoder')}` (the synthesis flow's choice; see build/synth/report.md "
-           "and docs/SYNTHESIS.md for what dominates)." if (srep.get("overhead") or {}).get("decoder") else "") + "\n")
-    else:
-        w(f"Synthesis: **not run** (`{os.path.relpath(synth_path, ROOT)}` not found; run `make synth`).\n")
+    hw_md = hardware_section(synth_path, Path(a.out))
+    w(hw_md if hw_md else f"Synthesis: **not run** (`{os.path.relpath(synth_path, ROOT)}` not found; run `make synth`).\n")
     good = [c for c in R["cosim"] if "error" not in c]
     if good:
         w("Co-simulation (RTL decoder vs golden decode):\n")
@@ -552,6 +522,34 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
         w(f"- {x}")
     w("")
     return "\n".join(L)
+
+
+def hardware_section(synth_path: Path, out: Path) -> str | None:
+    """Section 5's synthesis part: every flow's blocks relative to its PE, v1 -> this round, the overhead per
+    device, the proofs (eval/report_hardware.py, also `make report-hw`)."""
+    import report_hardware
+
+    return report_hardware.render(out, str(synth_path), level=3)
+
+
+def splice_hardware(a) -> int:
+    """`--sections hardware`: re-render only section 5's synthesis part into the existing report.md (the
+    other sections keep the measurements and commands they were generated with; so does the co-simulation
+    table of section 5)."""
+    md_path = Path(a.out) / "report.md"
+    text = md_path.read_text() if md_path.exists() else ""
+    start, cos = text.find("## 5. Hardware\n"), text.find("Co-simulation", text.find("## 5. Hardware\n") + 1)
+    body = hardware_section(Path(a.synth_report), Path(a.out))
+    if start < 0 or cos < 0 or body is None:
+        print(f"report: error: --sections hardware needs {md_path} with a section 5 and "
+              f"{a.synth_report} (run `make synth`)", file=sys.stderr)
+        return 2
+    stamp = f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    new = (f"## 5. Hardware\n\n*Re-rendered {stamp} by* `python eval/report.py --out {a.out} --sections hardware` "
+           "*from the flows' current reports; the co-simulation table below is from the last full run.*\n\n" + body + "\n")
+    md_path.write_text(text[:start] + new + text[cos:])
+    print(f"rewrote section 5 of {md_path}")
+    return 0
 
 
 def format_split(s) -> tuple[float | None, float | None]:
