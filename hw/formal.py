@@ -116,6 +116,26 @@ FORMAL_DECODERS: dict[str, Callable] = {
 DEFAULT_DECODERS = ("decoder_c1_l4", "decoder_c2_l4_w32")
 
 
+# START -> first beat bound N of the liveness property, measured (N passes, N - 1 fails); otherwise
+# CONFIG_INFO latency_cycles + 1 (word -> beat latency plus the START cycle), which is right for the v1
+# decoders (3) but not for v2: decoder_c1v2_l4 needs 8 (latency_cycles 5). The v2 C2 decoders fail
+# N = 14 (decoder_c2v2_l8: spec_mx.ready stays low for 9 cycles after busy rises); their N is not measured.
+FORMAL_LIVENESS_N = {"decoder_c2_l4_w32": 3, "decoder_c1v2_l4": 8}
+
+
+LIVENESS_N_OVERRIDE: dict[str, int] = {}      # --liveness-n
+
+
+def liveness_n(name: str) -> int:
+    if name in LIVENESS_N_OVERRIDE:
+        return LIVENESS_N_OVERRIDE[name]
+    if name in FORMAL_LIVENESS_N:
+        return FORMAL_LIVENESS_N[name]
+    from .configs import CONFIG_INFO
+    lat = CONFIG_INFO.get(name, {}).get("latency_cycles")
+    return int(lat) + 1 if lat else 3
+
+
 def check_decoder_name(name: str):
     from .configs import CONFIG_INFO, NAMED_CONFIGS
     if name in FORMAL_DECODERS:
@@ -208,11 +228,15 @@ def properties(quick: bool, configs=DEFAULT_DECODERS, depth_scale: float = 1.0, 
             props.append(Prop(f"{cfg}_protocol_cover", lambda c=cfg: fp.DecoderProtocol(build_decoder(c)), "cover", 20,
                               f"{cfg}: reachable: a last beat, a beat pending with error, error-CLEAR-new tensor",
                               timeout=1800))
-        props.append(Prop(f"{cfg}_liveness", lambda c=cfg: fp.DecoderLiveness(build_decoder(c)), "bmc",
-                          d_live, f"{cfg}: legal 1..40-value tensor at full rate: no error, all words consumed, "
-                          f"n values, first beat <= 3 cycles after START, then one per cycle", timeout=2400))
-        props.append(Prop(f"{cfg}_liveness_mutant_bound", lambda c=cfg: fp.DecoderLiveness(build_decoder(c), mutant="bound"),
-                          "bmc", 10, f"{cfg}: the bound 2 instead of 3 must fail (3 is exact)", expect="FAIL"))
+        n = liveness_n(cfg)
+        props.append(Prop(f"{cfg}_liveness", lambda c=cfg, n=n: fp.DecoderLiveness(build_decoder(c), first=n), "bmc",
+                          d_live + n - 3, f"{cfg}: legal 1..40-value tensor at full rate: no error, all words "
+                          f"consumed, n values, first beat <= {n} cycles after START, then one per cycle",
+                          timeout=2400))
+        props.append(Prop(f"{cfg}_liveness_mutant_bound",
+                          lambda c=cfg, n=n: fp.DecoderLiveness(build_decoder(c), first=n, mutant="bound"),
+                          "bmc", 10 + n - 3, f"{cfg}: the bound {n - 1} instead of {n} must fail ({n} is exact)",
+                          expect="FAIL"))
     return props
 
 
@@ -650,6 +674,8 @@ def main(argv=None) -> int:
     ap.add_argument("--solvers", default="yices", help="comma-separated: yices,z3 (the first decides, except "
                     "that z3 decides 64-bit models when yices fails its self-test)")
     ap.add_argument("--depth-scale", type=float, default=1.0, help="scale the decoder protocol BMC depth")
+    ap.add_argument("--liveness-n", default=None, help="START -> first beat bound N, e.g. 7 (every config) or "
+                    "decoder_c1v2_l4=7,decoder_c2v2_l4_w64=8 (default: FORMAL_LIVENESS_N / CONFIG_INFO latency + 1)")
     ap.add_argument("--cover", action="store_true", help="also the decoder cover runs (reachability traces)")
     ap.add_argument("--list", action="store_true", help="list the properties and exit")
     args = ap.parse_args(argv)
@@ -657,6 +683,11 @@ def main(argv=None) -> int:
         configs = tuple(c for c in (args.config.split(",") if args.config else DEFAULT_DECODERS) if c)
         for c in configs:
             check_decoder_name(c)
+        if args.liveness_n:
+            for item in args.liveness_n.split(","):
+                name, _, val = item.rpartition("=")
+                for c in ([name] if name else configs):
+                    LIVENESS_N_OVERRIDE[c] = int(val)
         props = properties(args.quick, configs, args.depth_scale, args.cover)
         if args.only:
             keys = args.only.split(",")
