@@ -18,6 +18,10 @@ checks yices on that formula first; when it fails, every property whose SMT mode
 also run with z3 (``pip install z3-solver``) and z3's verdict counts (both are reported). Without z3
 such a property is reported UNTRUSTED (not a pass).
 
+The zero counters at W >= 64 (the named zero_counter_w64_l8 / _w128_l16) are proved by a BDD engine of
+this module (``bdd_prove_zero_counter``): the SMT solvers did not finish them (prefix counting is hard
+for CDCL, small for BDDs).
+
 Yosys ``sat`` (MiniSat inside yosys, an independent encoding and solver) is kept for one thing only: the
 W=24/L=4 and W=32/L=8 zero counter equivalences are also proved with it, a cross-check of the SMT flow
 on the same harness. Its decoder BMC was replaced by the sby harnesses (deeper, more properties,
