@@ -448,6 +448,9 @@ def run_block(block: Block, opts: FpgaOptions, versions: dict, index: str) -> di
     cached_seeds = run.cached_seeds() if opts.use_cache else {}
     if opts.cached_only:
         if not cached_seeds:
+            tout = _read_json(run.timeout_cache())
+            if tout:
+                return dict(tout, cached=True)
             return _entry(run, synth, {}, "missing", reason="no cached place-and-route result (--cached-only)")
         return _entry(run, synth, cached_seeds, "ok", cached=True, seeds_run=sorted(cached_seeds))
     wanted = list(opts.seeds)
