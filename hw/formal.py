@@ -122,9 +122,9 @@ DEFAULT_DECODERS = ("decoder_c1_l4", "decoder_c2_l4_w32")
 
 # START -> first beat bound N of the liveness property, measured (N passes, N - 1 fails); otherwise
 # CONFIG_INFO latency_cycles + 1 (word -> beat latency plus the START cycle), which is right for the v1
-# decoders (3) but not for v2: decoder_c1v2_l4 needs 8 (latency_cycles 5). The v2 C2 decoders fail
-# N = 14 (decoder_c2v2_l8: spec_mx.ready stays low for 9 cycles after busy rises); their N is not measured.
-FORMAL_LIVENESS_N = {"decoder_c2_l4_w32": 3, "decoder_c1v2_l4": 8}
+# decoders (3) but not for v2: decoder_c1v2_l4 needs 8 (latency_cycles 5), decoder_c2v2_l4_w64 15 (its
+# spec_mx.ready stays low for 9 cycles after busy rises; decoder_c2v2_l8 fails N = 14 too, not measured).
+FORMAL_LIVENESS_N = {"decoder_c2_l4_w32": 3, "decoder_c1v2_l4": 8, "decoder_c2v2_l4_w64": 15}
 
 
 LIVENESS_N_OVERRIDE: dict[str, int] = {}      # --liveness-n
