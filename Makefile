@@ -20,7 +20,7 @@ help:
 	@echo "make sim-full  - long random runs and the whole model through the RTL"
 	@echo "make verilog   - export Verilog + port tables to build/verilog/"
 	@echo "make synth     - Yosys area/timing reports to build/synth/ (LIBERTY=cells.lib: real library + OpenSTA)"
-	@echo "make formal    - bounded/inductive proofs with Yosys sat"
+	@echo "make formal    - SymbiYosys (yices/z3) + BDD proofs: zero counters, decoder protocol, liveness"
 	@echo "make fpga      - ECP5-85k place and route (nextpnr) of every block to build/fpga/ (FPGA_ARGS=...)"
 	@echo "make report    - regenerate docs/report/"
 	@echo "make report-hw - docs/report/hardware.md from the synth / fpga / formal reports"
