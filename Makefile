@@ -11,7 +11,7 @@ export PATH := $(abspath $(VENV)/bin):$(PATH)
 SIM ?= verilator
 JOBS ?= 2
 
-.PHONY: opensta iverilog setup demo test test-slow sim sim-full verilog synth formal report report-hw bench bench-long clean help
+.PHONY: opensta iverilog setup demo test test-slow sim sim-full verilog synth formal report report-docs report-hw bench bench-long clean help
 
 help:
 	@echo "make demo      - encode the bundled SmolLM2, print stats, run speculative decoding"
@@ -22,7 +22,7 @@ help:
 	@echo "make synth     - Yosys area/timing reports to build/synth/ (LIBERTY=cells.lib: real library + OpenSTA)"
 	@echo "make formal    - SymbiYosys (yices/z3) + BDD proofs: zero counters, decoder protocol, liveness"
 	@echo "make fpga      - ECP5-85k place and route (nextpnr) of every block to build/fpga/ (FPGA_ARGS=...)"
-	@echo "make report    - regenerate docs/report/"
+	@echo "make report    - the evaluation report into build/report-out/ (QUICK=1: smoke run); make report-docs: docs/report/"
 	@echo "make report-hw - docs/report/hardware.md from the synth / fpga / formal reports"
 	@echo "make bench     - golden codec throughput and bits/value"
 	@echo "make bench-long - acceptance vs context length (long; bench/long_context.py)"
@@ -87,7 +87,12 @@ formal: setup
 fpga: setup
 	$(PY) -m cassandra_rtl.synth.fpga --out build/fpga $(FPGA_ARGS)
 
+# make report writes build/report-out/ (QUICK=1: a 2-prompt smoke run into build/report-quick/);
+# make report-docs refreshes the tracked copy in docs/report/.
 report: setup
+	$(PY) eval/report.py $(if $(QUICK),--quick --out build/report-quick,--out build/report-out)
+
+report-docs: setup
 	$(PY) eval/report.py --out docs/report
 
 # The hardware figures alone, from the flows' reports (make synth [LIBERTY=...], make fpga, make formal).
