@@ -529,7 +529,8 @@ def hardware_section(synth_path: Path, out: Path) -> str | None:
     device, the proofs (eval/report_hardware.py, also `make report-hw`)."""
     import report_hardware
 
-    return report_hardware.render(out, str(synth_path), level=3)
+    v1 = ROOT / "build" / "synth-generic-v1" / "report.json"     # the v1 blocks, if synthesised there
+    return report_hardware.render(out, str(synth_path), level=3, v1_synth=str(v1) if v1.exists() else None)
 
 
 def splice_hardware(a) -> int:
