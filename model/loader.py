@@ -7,7 +7,6 @@ rounded to bf16 with round-to-nearest-even.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ import torch
 
 from cassandra_rtl.errors import InputError
 
-from .tokenizer import ChatTokenizer, tokenizer_from_gguf_fields, tokenizer_from_hf_folder
+from .tokenizer import ChatTokenizer, read_json_object, tokenizer_from_gguf_fields, tokenizer_from_hf_folder
 from .transformer import ModelArgs, Transformer
 
 SUPPORTED_HF_ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "llama",
@@ -217,12 +216,7 @@ def load_hf_folder(folder: Path, max_seq_len: int = 2048) -> Checkpoint:
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
         raise InputError(f"{folder}: no config.json (not a Hugging Face model folder)")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise InputError(f"{cfg_path}: invalid JSON ({e})") from None
-    if not isinstance(cfg, dict):
-        raise InputError(f"{cfg_path}: expected a JSON object, got {type(cfg).__name__}")
+    cfg = read_json_object(cfg_path)
 
     def num(key, default=None, kind=int, minimum=1):
         """cfg[key] as ``kind`` (a JSON number of that kind, >= minimum); a clear error otherwise."""

@@ -122,6 +122,17 @@ def tokenizer_from_gguf_fields(fields: dict) -> ChatTokenizer:
     )
 
 
+def read_json_object(path: Path) -> dict:
+    """A JSON file that must hold an object (config.json, tokenizer_config.json); one InputError otherwise."""
+    try:
+        cfg = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise InputError(f"{path}: invalid JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise InputError(f"{path}: expected a JSON object, got {type(cfg).__name__}")
+    return cfg
+
+
 def tokenizer_from_hf_folder(folder: Path) -> ChatTokenizer:
     from tokenizers import Tokenizer
 
@@ -135,12 +146,7 @@ def tokenizer_from_hf_folder(folder: Path) -> ChatTokenizer:
     cfg = {}
     tc = folder / "tokenizer_config.json"
     if tc.is_file():
-        try:
-            cfg = json.loads(tc.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-            raise InputError(f"{tc}: invalid JSON ({e})") from None
-        if not isinstance(cfg, dict):
-            raise InputError(f"{tc}: expected a JSON object, got {type(cfg).__name__}")
+        cfg = read_json_object(tc)
 
     def _tokstr(v):
         v = v.get("content") if isinstance(v, dict) else v
