@@ -31,3 +31,26 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def run(capsys):
+    """The CLI in this process (fast): run(*args) -> CompletedProcess(args, rc, stdout, stderr) through
+    cassandra_rtl.cli.main; an exception that escapes main (what would print a traceback) comes back as
+    return code 1 with 'Traceback' on stderr, so tests can assert that no input ever produces one."""
+    import subprocess
+    import traceback
+
+    from cassandra_rtl.cli import main
+
+    def go(*args) -> subprocess.CompletedProcess:
+        try:
+            rc = main([str(a) for a in args])
+        except SystemExit as exc:                      # argparse
+            rc = exc.code
+        except BaseException:  # noqa: BLE001
+            out, err = capsys.readouterr()
+            return subprocess.CompletedProcess(args, 1, out, err + traceback.format_exc())
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, rc, out, err)
+    return go

@@ -30,23 +30,6 @@ def cli_inproc(capsys, *args) -> tuple[int, str, str]:
     return rc, out, err
 
 
-@pytest.fixture
-def run(capsys):
-    """The CLI in this process (fast): like ``cli`` but through cassandra_rtl.cli.main; an exception that
-    escapes main (what would print a traceback) is reported as a 'Traceback' on stderr."""
-    import traceback
-
-    def go(*args) -> subprocess.CompletedProcess:
-        try:
-            rc = main([str(a) for a in args])
-        except SystemExit as exc:                      # argparse
-            rc = exc.code
-        except Exception:  # noqa: BLE001
-            out, err = capsys.readouterr()
-            return subprocess.CompletedProcess(args, 1, out, err + traceback.format_exc())
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, rc, out, err)
-    return go
 
 
 def assert_one_line_error(r: subprocess.CompletedProcess, *words):

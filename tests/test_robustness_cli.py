@@ -12,7 +12,6 @@ import struct
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
@@ -25,20 +24,6 @@ from cassandra_rtl.errors import UserError
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def run(capsys):
-    """The CLI in this process; an exception escaping main (a traceback) shows as 'Traceback' in stderr."""
-    def go(*args) -> subprocess.CompletedProcess:
-        try:
-            rc = main([str(a) for a in args])
-        except SystemExit as exc:                      # argparse
-            rc = exc.code
-        except BaseException:  # noqa: BLE001
-            out, err = capsys.readouterr()
-            return subprocess.CompletedProcess(args, 1, out, err + traceback.format_exc())
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, rc, out, err)
-    return go
 
 
 def one_line_error(r: subprocess.CompletedProcess, *words):
