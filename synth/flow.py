@@ -627,10 +627,11 @@ def render_markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def write_reports(report: dict, out: pathlib.Path) -> None:
+def write_reports(report: dict, out: pathlib.Path, render: Callable[[dict], str] | None = None) -> None:
+    """report.json and report.md (``render``: this flow's render_markdown unless another flow passes its own)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    (out / "report.md").write_text(render_markdown(report))
+    (out / "report.md").write_text((render or render_markdown)(report))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -609,7 +609,7 @@ def run_fpga(opts: FpgaOptions, only: list[str] | None = None, blocks: dict[str,
             b["fmax_ratio_to_pe"] = round(b["fmax_mhz"] / pe_fmax, 3)
     report["blocks"] = dict(sorted(report["blocks"].items()))
     report["elapsed_s"] = round(time.monotonic() - started, 1)
-    write_reports(report, opts.out)
+    flow.write_reports(report, opts.out, render_markdown)
     return report
 
 
@@ -665,12 +665,6 @@ def render_markdown(report: dict) -> str:
               "register-to-port logic is timed too; out of context there is no IO or clock-tree delay. "
               "See docs/SYNTHESIS.md, \"FPGA (ECP5, nextpnr)\".", ""]
     return "\n".join(lines)
-
-
-def write_reports(report: dict, out: pathlib.Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    (out / "report.md").write_text(render_markdown(report))
 
 
 # ---------------------------------------------------------------------------------------------
