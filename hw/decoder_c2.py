@@ -99,6 +99,17 @@ def leading_zeros8(m: Module, v, name: str):
     return lz
 
 
+def c2_decoder_signature(lanes: int, word: int) -> dict:
+    """The ports of every C2 decoder (v1 here, v2 in hw/decoder_c2_v2.py): docs/HARDWARE.md 2a."""
+    plane = stream.Signature(word_layout(word))
+    return {
+        "spec_mx": In(plane), "verif_codes": In(plane), "verif_rest": In(plane),
+        "cfg": In(stream.Signature(cfg_layout)),
+        "out": Out(stream.Signature(out_layout(lanes))),
+        "busy": Out(1), "error": Out(1), "error_code": Out(ERROR_BITS),
+    }
+
+
 class DecoderC2(DecoderC1):
     """Cassandra-2 decoder, ``lanes`` bf16 values per beat (draft or full mode, set per tensor).
 
@@ -130,13 +141,7 @@ class DecoderC2(DecoderC1):
         # full superblocks read the bitmap on the first beat instead of in a HEAD cycle.
         self.merge_groups = tuple(g for g in ALLOWED_GROUP_SIZES
                                   if g + X_BITS * g // MX_BLOCK + MX_FIELD_MAX * lanes <= mx_window)
-        plane = stream.Signature(word_layout(word))
-        wiring.Component.__init__(self, {
-            "spec_mx": In(plane), "verif_codes": In(plane), "verif_rest": In(plane),
-            "cfg": In(stream.Signature(cfg_layout)),
-            "out": Out(stream.Signature(out_layout(lanes))),
-            "busy": Out(1), "error": Out(1), "error_code": Out(ERROR_BITS),
-        })
+        wiring.Component.__init__(self, c2_decoder_signature(lanes, word))
 
     # ------------------------------------------------------------------------------------------ header
     def _head_phase(self, m, MX, st):

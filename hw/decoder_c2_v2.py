@@ -39,15 +39,14 @@ that errs is not issued, so no wrong value is ever emitted.
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import wiring
 from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, MX_BLOCK
-from .bitreader import BitReader, thermometer, word_layout
-from .decoder import BF16_BITS, CFG_DATA_BITS, ERROR_BITS, FIELD_MAX, DecoderC1, Err, cfg_layout, out_layout
-from .decoder_c2 import DecoderC2, prefix_sums
+from .bitreader import BitReader, thermometer
+from .decoder import BF16_BITS, CFG_DATA_BITS, ERROR_BITS, FIELD_MAX, DecoderC1, Err
+from .decoder_c2 import DecoderC2, c2_decoder_signature, prefix_sums
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane
 from .code_plane import Kind as CpKind
 from .take_ring import TakeRing
@@ -109,13 +108,7 @@ class DecoderC2v2(DecoderC1):
         self.bitmap_words = bitmap_words
         # F window: the X region + L widest fields (at most the two-word view)
         self.fwin = min(2 * word, X_REGION + MXF * lanes)
-        plane = stream.Signature(word_layout(word))
-        wiring.Component.__init__(self, {
-            "spec_mx": In(plane), "verif_codes": In(plane), "verif_rest": In(plane),
-            "cfg": In(stream.Signature(cfg_layout)),
-            "out": Out(stream.Signature(out_layout(lanes))),
-            "busy": Out(1), "error": Out(1), "error_code": Out(ERROR_BITS),
-        })
+        wiring.Component.__init__(self, c2_decoder_signature(lanes, word))
 
     # ------------------------------------------------------------------------------------------ layout
     def _layout(self, m, r, n, ks, prune, name):
