@@ -24,16 +24,25 @@ class Repair:
     buffer_area: float           # in the library's area unit
     nets_repaired: int
     worst_fanout_before: int
+    buffer_cell: str
     cells: dict                  # the repaired netlist's cells (the module's plus the buffers)
 
 
-def _pin_directions(lib_text: str, cells: set[str]) -> dict[str, dict[str, str]]:
-    """{cell: {pin: "input"|"output"}} for the cells used, from the Liberty text."""
+_LIB_FACTS: dict[str, tuple] = {}      # library digest -> (pin directions, buffer): one Liberty parse per library
+
+
+def _library_facts(lib) -> tuple[dict[str, dict[str, str]], tuple[str, str, str]]:
+    key = lib.digest()
+    if key not in _LIB_FACTS:
+        _LIB_FACTS[key] = (_pin_directions(lib.text.decode("utf-8", errors="replace")), pick_buffer(lib))
+    return _LIB_FACTS[key]
+
+
+def _pin_directions(lib_text: str) -> dict[str, dict[str, str]]:
+    """{cell: {pin: "input"|"output"}} for every cell, from the Liberty text."""
     from .library import _cells
     out = {}
     for name, body in _cells(lib_text):
-        if name not in cells:
-            continue
         pins = {}
         for m in re.finditer(r'\bpin\s*\(\s*"?([^")\s]+)"?\s*\)\s*\{', body):
             d = re.search(r"direction\s*:\s*\"?(\w+)", body[m.end():m.end() + 400])
@@ -69,9 +78,7 @@ def pick_buffer(lib) -> tuple[str, str, str]:
 def repair(netlist: dict, top: str, lib, max_fanout: int = DEFAULT_MAX_FANOUT) -> Repair:
     mod = netlist["modules"][top]
     cells = mod["cells"]
-    used = {c["type"] for c in cells.values()}
-    buf, buf_in, buf_out = pick_buffer(lib)
-    dirs = _pin_directions(lib.text.decode("utf-8", errors="replace"), used | {buf})
+    dirs, (buf, buf_in, buf_out) = _library_facts(lib)
     # net -> list of (cell, pin, index) sinks; drivers are ports or output pins
     sinks: dict[int, list[tuple[str, str, int]]] = {}
     for cname, c in cells.items():
@@ -109,7 +116,8 @@ def repair(netlist: dict, top: str, lib, max_fanout: int = DEFAULT_MAX_FANOUT) -
             level = nxt
     cells = {**cells, **new_cells}
     area = len(new_cells) * lib.cell_area[buf]
-    return Repair(_verilog(top, mod["ports"], cells, out_port_bits), len(new_cells), area, repaired, worst, cells)
+    return Repair(_verilog(top, mod["ports"], cells, out_port_bits), len(new_cells), area, repaired, worst, buf,
+                  cells)
 
 
 def _verilog(top: str, ports: dict, cells: dict, _out_bits: set[int]) -> str:

@@ -332,7 +332,7 @@ def retime(workdir: pathlib.Path, top: str, lib: Library) -> dict:
     (workdir / "netlist_sta.v").write_text(rep.verilog)
     clock = "clk" if "clk" in netlist["modules"][top]["ports"] else None
     tim = sta.analyse(workdir, LOCAL_LIB, "netlist_sta.v", top, clock, lib.time_unit_ns, lib.sequential)
-    tim["fanout_repair"] = {"buffer_cell": fanout.pick_buffer(lib)[0], "max_fanout": fanout.DEFAULT_MAX_FANOUT,
+    tim["fanout_repair"] = {"buffer_cell": rep.buffer_cell, "max_fanout": fanout.DEFAULT_MAX_FANOUT,
                             "buffers": rep.buffers, "buffer_area_ge": round(rep.buffer_area / lib.nand2_area, 1),
                             "nets": rep.nets_repaired, "worst_fanout_before": rep.worst_fanout_before}
     return tim
