@@ -462,7 +462,7 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
           "prefill) and the held-out prompt set: `python -m cassandra_rtl.model.bench` (docs/MODEL.md). INT8 is "
           "lossy (token match vs bf16 in §2's table); the speculative methods are lossless.\n")
         w(heldout_section())
-        w(long_context_section())
+        w(long_context_section(Path(a.out), R['command']))
     else:
         w("Not run (no sweep results).\n")
 
@@ -471,7 +471,7 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
     if figs["hardware"]:
         w(f"![hardware]({figs['hardware']})\n")
         w(f"*Command* `{R['command']}` · *model* RTL blocks · *config* {hw_cfg}.\n")
-    hw_md = hardware_section(synth_path, Path(a.out))
+    hw_md = hardware_section(synth_path, Path(a.out), R['command'])
     w(hw_md if hw_md else f"Synthesis: **not run** (`{os.path.relpath(synth_path, ROOT)}` not found; run `make synth`).\n")
     good = [c for c in R["cosim"] if "error" not in c]
     if good:
@@ -524,13 +524,14 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
     return "\n".join(L)
 
 
-def hardware_section(synth_path: Path, out: Path) -> str | None:
+def hardware_section(synth_path: Path, out: Path, command: str) -> str | None:
     """Section 5's synthesis part: every flow's blocks relative to its PE, v1 -> this round, the overhead per
     device, the proofs (eval/report_hardware.py, also `make report-hw`)."""
     import report_hardware
 
     v1 = ROOT / "build" / "synth-generic-v1" / "report.json"     # the v1 blocks, if synthesised there
-    return report_hardware.render(out, str(synth_path), level=3, v1_synth=str(v1) if v1.exists() else None)
+    return report_hardware.render(out, str(synth_path), level=3, v1_synth=str(v1) if v1.exists() else None,
+                                  command=command)
 
 
 def splice_hardware(a) -> int:
@@ -540,7 +541,7 @@ def splice_hardware(a) -> int:
     md_path = Path(a.out) / "report.md"
     text = md_path.read_text() if md_path.exists() else ""
     start, cos = text.find("## 5. Hardware\n"), text.find("Co-simulation", text.find("## 5. Hardware\n") + 1)
-    body = hardware_section(Path(a.synth_report), Path(a.out))
+    body = hardware_section(Path(a.synth_report), Path(a.out), f"python eval/report.py --out {a.out} --sections hardware")
     if start < 0 or cos < 0 or body is None:
         print(f"report: error: --sections hardware needs {md_path} with a section 5 and "
               f"{a.synth_report} (run `make synth`)", file=sys.stderr)
@@ -583,7 +584,7 @@ def heldout_section(path: str = "build/heldout/heldout.jsonl") -> str:
             "model's inputs; the tables are recomputed from them).\n\n" + bench.markdown(rows) + "\n")
 
 
-def long_context_section(path: str = "build/long_context/lc.jsonl",
+def long_context_section(out: Path, command: str, path: str = "build/long_context/lc.jsonl",
                          png: str = "docs/figures/long_context.png") -> str:
     """Acceptance and modeled speedup vs context length (bench/long_context.py), if it was run."""
     p = ROOT / path
@@ -599,7 +600,13 @@ def long_context_section(path: str = "build/long_context/lc.jsonl",
     rows, proxy = lc.load_rows(files), lc.load_rows(files, "proxy")
     fig = ""
     if (ROOT / png).exists():
-        fig = f"![long context]({os.path.relpath(ROOT / png, ROOT / 'docs' / 'report')})\n\n"
+        # beside the report's other figures, so the link holds for any --out (and a copied report folder)
+        import shutil
+        out.mkdir(parents=True, exist_ok=True)
+        if (ROOT / png).resolve() != (out / "long_context.png").resolve():
+            shutil.copyfile(ROOT / png, out / "long_context.png")
+        fig = (f"![long context](long_context.png)\n\n*Command* `{command}` (the figure copied from `python "
+               f"bench/long_context.py --table {path} --plot {png}`).\n\n")
     return ("\n### Long context (reasoning-style decode after long prompts)\n\n" + fig +
             f"*Command* `python bench/long_context.py --table {path} --plot {png}` (greedy, tuned draft, "
             "batch-invariant speedup with the format x speculation split, and row-exact).\n\n" + lc.table(rows) + "\n"

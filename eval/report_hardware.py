@@ -136,7 +136,8 @@ def plot(generic: dict, out: Path, v1_generic: dict | None = None) -> str | None
 
 
 def render(out: Path, synth: str = "build/synth/report.json", real: str | None = None, fpga: str = "build/fpga/report.json",
-           formal: str = "build/formal/report.json", v1_synth: str | None = None, level: int = 2) -> str | None:
+           formal: str = "build/formal/report.json", v1_synth: str | None = None, level: int = 2,
+           command: str = "python eval/report_hardware.py --out docs/report") -> str | None:
     """The hardware markdown (headings at ``level``) and its plot in ``out``; None without a synthesis report."""
     from cassandra_rtl.synth import compare, overhead
 
@@ -163,7 +164,7 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
          f"{h} v1 -> this round", ""]
     w += old_vs_new(generic, real_rep, fpga_rep, v1)
     if fig:
-        w += ["", f"![area per value/cycle vs clock]({fig})"]
+        w += ["", f"![area per value/cycle vs clock]({fig})", "", f"*Command* `{command}` · *data* the flows' reports above."]
     ov = overhead.render_markdown(generic)
     w += ["", ov[1].replace("## ", h + " ", 1)] + ov[2:]
     if real_rep and "overhead" in real_rep:
