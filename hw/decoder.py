@@ -53,6 +53,9 @@ class Reg(enum.IntEnum):
     NUMEL = 0x05
     SPEC_K = 0x06
     VERIF_K = 0x07
+    CHUNK = 0x08         # format 2.0: log2 superblocks per chunk (0 = one, v1 framing)
+    SPEC_PAIRS = 0x09    # format 2.0: pair mask of the speculation book (bit q: group q holds 2 symbols)
+    VERIF_PAIRS = 0x0A   # format 2.0: pair mask of the verification book
     SPEC_SYM = 0x10      # + rank
     VERIF_SYM = 0x20     # + rank
 
