@@ -24,10 +24,16 @@ Stages
   R  ring of ``D`` entries; the consumer sees the ``pops`` entries from the read pointer (``win``) and
      their number (``count``), and pops any number of them per cycle (``pop``, loop R: rp <- rp + pop).
 
-Entries (``entry_layout``): ``kind`` CODE (``val`` = rank < K), ESC (``val`` = the escaped 8-bit symbol),
-BAD (a code with a zero run longer than K: an impossible code), END (the chunk ended here; ``val`` bit 0
+Format 2.0 (pair groups, docs/FORMAT.md 3.1): a code is ``q`` zeros then a one, ``q`` the *group* of its
+symbol; the escape is the run ``q = Q`` (number of groups; ``Q = K`` when the book has no pairs, v1), so
+the ``k`` input is ``Q``. Which symbol of a pair group a code stands for is told by a suffix bit in the
+value's companion field, which this block does not see.
+
+Entries (``entry_layout``): ``kind`` CODE (``val`` bits 0..3 = the run q < Q; with ``pair_flags`` bit 4 =
+``pairs[q]``, the group holds two symbols), ESC (``val`` = the escaped 8-bit symbol),
+BAD (a code with a zero run longer than Q: an impossible code), END (the chunk ended here; ``val`` bit 0
 ``pad_err``: the chunk's last word holds no content, or an escape payload runs past the chunk's end;
-bit 1 ``long_run``: the zero run in front of the chunk's end is longer than K). Every chunk yields its codes
+bit 1 ``long_run``: the zero run in front of the chunk's end is longer than Q). Every chunk yields its codes
 then one END, so a consumer checks chunk framing by where END sits among the codes it expects.
 
 Parsing runs only for the ``chunks`` chunks given with ``start`` (one tensor): the book size ``k`` is
@@ -119,10 +125,13 @@ class CodePlane(wiring.Component):
         word_slots  NW, input word slots (2, 4 or 8; default 4). A pass needs its word and, for the word's
                 last segment, the next one (escape lookahead); with 2 slots a word arriving in the cycle after
                 one is freed costs a pass cycle, so 2 suits planes parsed over >= 4 passes per word
+        pair_flags  CODE entries carry ``pairs[q]`` in ``val`` bit 4 (a ``pairs`` input is added; default
+                False: the C2 decoder v2's interface)
 
     Ports
         inp     In(stream {data: IW, last: 1})   plane words, chunk framing as docs/HARDWARE.md "Input words"
-        k       In(4)      book size K (0..15), stable while parsing
+        k       In(4)      groups Q of the book (0..15; = K without pairs), stable while parsing
+        pairs   In(15)     (only with ``pair_flags``) the book's pair mask, stable while parsing
         start   In(1)      begin a tensor: parse ``chunks`` chunks from the buffered words on
         chunks  In(32)     chunks of this tensor (sampled with ``start``)
         enable  In(1)      accept words
@@ -157,11 +166,14 @@ class CodePlane(wiring.Component):
         return word, seg, lanes, depth, pops
 
     def __init__(self, word: int = 64, seg: int | None = None, lanes: int | None = None,
-                 depth: int | None = None, pops: int = 9, word_slots: int = WORD_SLOTS):
+                 depth: int | None = None, pops: int = 9, word_slots: int = WORD_SLOTS, pair_flags: bool = False):
         word, seg, lanes, depth, pops = self.resolve(word, seg, lanes, depth, pops, word_slots)
         self.word_slots = word_slots
+        self.pair_flags = bool(pair_flags)
         self.word, self.seg, self.lanes, self.depth, self.pops = word, seg, lanes, depth, pops
+        ports = {"pairs": In(K_MAX)} if self.pair_flags else {}
         super().__init__({
+            **ports,
             "inp": In(stream.Signature(word_layout(word))),
             "k": In(range(K_MAX + 1)),
             "start": In(1), "chunks": In(32),
@@ -312,7 +324,7 @@ class CodePlane(wiring.Component):
             m.d.sync += [apos.eq(apos + 1), astart.eq(0)]
 
         # ------------------------------------------------------------------ B: ranks, escapes, ring write
-        K = self.k
+        K = self.k                                       # Q: runs of Q are escapes, longer ones bad
         carry = Signal(range(CARRY_MAX + 1))
         wcontent = Signal()                              # the current word holds content so far
         chunk_first = Signal(init=1)                     # the current word is its chunk's first
@@ -375,8 +387,11 @@ class CodePlane(wiring.Component):
             e = Signal(entry_layout, name=f"b_item{j}")
             if j < Lc:
                 code = Signal(entry_layout, name=f"b_code{j}")
+                cval = rank[j][:4]
+                if self.pair_flags:                  # the group's pair bit (q < Q <= 15 for a CODE)
+                    cval = Cat(cval, self.pairs.bit_select(rank[j][:4], 1))
                 m.d.comb += [code.kind.eq(Mux(esc[j], Kind.ESC, Mux(bad[j], Kind.BAD, Kind.CODE))),
-                             code.val.eq(Mux(esc[j], payload, rank[j][:4]))]
+                             code.val.eq(Mux(esc[j], payload, cval))]
                 m.d.comb += e.eq(Mux(j < n_codes, code, end_entry))
             else:
                 m.d.comb += e.eq(end_entry)

@@ -40,10 +40,14 @@ from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, PRUNED
 from .bitreader import BitReader
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane, Kind
-from .decoder import FIELD_MAX, DecoderC1, Err
+from .decoder import FIELD_MAX, DecoderC1, Err, Reg
 from .zero_counter import prefix_counts
 
 GMAX = max(ALLOWED_GROUP_SIZES)
+MAX_CHUNK_SUPERBLOCKS = 64          # format 2.0: A = 2^CHUNK in 1..64, A * G <= 1024
+MAX_CHUNK_VALUES = 1024
+MAX_CHUNK_REG = 7                   # CHUNK register width (values above 6 saturate here: CONFIG)
+SUFFIX_FIELD = FIELD_MAX + 1        # a field with its pair suffix bit in front (9 bits)
 
 
 def default_segment(lanes: int, word: int) -> int:
@@ -90,6 +94,54 @@ class DecoderC1v2(DecoderC1):
         CodePlane.resolve(word, self.seg, self.code_lanes, depth=code_depth, pops=lanes + 1)
         CodePlane.resolve(word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots)
 
+    # ---------------------------------------------------------------------- format 2.0 registers
+    def _registers(self, m):
+        r = super()._registers(m)
+        r["chunk"] = Signal(range(MAX_CHUNK_REG + 1), name="reg_chunk")       # log2 A (saturated)
+        r["spec_pairs"] = Signal(K_MAX, name="reg_spec_pairs")
+        r["verif_pairs"] = Signal(K_MAX, name="reg_verif_pairs")
+        return r
+
+    def _write_registers(self, m, r, start, clear):
+        super()._write_registers(m, r, start, clear)
+        cfg = self.cfg
+        addr, wdata = cfg.payload.addr, cfg.payload.data
+        with m.If(cfg.valid & cfg.ready):
+            with m.Switch(addr):
+                with m.Case(Reg.CHUNK):
+                    m.d.sync += r["chunk"].eq(Mux(wdata > MAX_CHUNK_REG, MAX_CHUNK_REG, wdata))
+                with m.Case(Reg.SPEC_PAIRS):
+                    m.d.sync += r["spec_pairs"].eq(wdata)
+                with m.Case(Reg.VERIF_PAIRS):
+                    m.d.sync += r["verif_pairs"].eq(wdata)
+
+    def _config_error(self, r):
+        """v1's checks, and CHUNK: log2 A <= 6 with A * G <= 1024 (FORMAT 2.0 section 1)."""
+        chunk_bad = Const(0, 1)
+        for gv in ALLOWED_GROUP_SIZES:
+            limit = min(exact_log2(MAX_CHUNK_VALUES // gv), exact_log2(MAX_CHUNK_SUPERBLOCKS))
+            chunk_bad = chunk_bad | ((r["g"] == gv) & (r["chunk"] > limit))
+        return super()._config_error(r) | chunk_bad
+
+    @staticmethod
+    def _book_groups(m, k, pairs, name):
+        """Groups of a book with pair mask ``pairs`` (registered from the registers every cycle): Q = K -
+        popcount(pairs), the group bases b_q = q + popcount(pairs[0:q]) (a 15-entry table), and ``bad``: a
+        pair bit at q >= Q (the mask does not describe K symbols)."""
+        pc = prefix_counts(m, pairs, K_MAX, f"{name}_pc")
+        q = Signal(range(K_MAX + 1), name=f"{name}_q")
+        bases = Array(Signal(4, name=f"{name}_b{i}") for i in range(K_MAX))
+        bad = Signal(name=f"{name}_pairs_bad")
+        ok_q = Signal(5)
+        m.d.comb += ok_q.eq(k - pc[K_MAX])
+        m.d.sync += q.eq(ok_q[:4])
+        over = pc[K_MAX] > k
+        for i in range(K_MAX):
+            m.d.sync += bases[i].eq(i + pc[i])
+            over = over | (pairs[i] & (ok_q[:4] <= i))
+        m.d.sync += bad.eq(over)
+        return q, bases, bad
+
     def elaborate(self, platform):
         m = Module()
         L, Lv, IW = self.lanes, self.verif_lanes, self.word
@@ -98,9 +150,10 @@ class DecoderC1v2(DecoderC1):
 
         # ------------------------------------------------------------------ planes
         S = CodePlane(IW, self.seg, self.code_lanes, depth=self.code_depth, pops=L + 1)
-        V = CodePlane(IW, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots)
-        M = BitReader(IW, FIELD_MAX * L)
-        R = BitReader(IW, FIELD_MAX * Lv)
+        V = CodePlane(IW, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots,
+                      pair_flags=True)
+        M = BitReader(IW, SUFFIX_FIELD * L)
+        R = BitReader(IW, SUFFIX_FIELD * Lv)
         m.submodules.spec_codes_cp = S
         m.submodules.verif_codes_cp = V
         m.submodules.spec_signman_rd = M
@@ -113,12 +166,12 @@ class DecoderC1v2(DecoderC1):
             m.d.comb += [blk.enable.eq(busy & used), blk.drain.eq(draining), blk.flush.eq(raise_err.any())]
 
         # ------------------------------------------------------------------ tensor constants (registered
-        # every cycle from the registers, used one cycle after START: no multiplier on a START path)
+        # every cycle from the registers, used two cycles after START: no multiplier or table on a START path)
         g = r["g"]
         nsb = Signal(32, name="nsb")                    # superblocks of the tensor
+        nchunks = Signal(32, name="nchunks")            # chunks of A superblocks: ceil(nsb / A)
         last_n = Signal(range(GMAX + 1), name="last_n")  # values of the last superblock
         last_k = Signal(range(GMAX + 1), name="last_k")  # values it keeps: ceil(k * last_n / G)
-        rank_p = Signal(4, name="rank_p")               # rank of the pruned mark P (15: not in the book)
         numel = r["numel"]
         ln = Signal(range(GMAX + 1))
         with m.Switch(g):
@@ -129,28 +182,50 @@ class DecoderC1v2(DecoderC1):
                     m.d.comb += ln.eq(((numel - 1) & (gv - 1)) + 1)
                     m.d.sync += last_k.eq((r["k"] * last_n + gv - 1) >> sh)
         m.d.sync += last_n.eq(ln)
-        rp_v = Const(K_MAX, 4)
+        chunk_a = Signal(range(MAX_CHUNK_SUPERBLOCKS + 1), name="chunk_a")      # A
+        m.d.sync += [chunk_a.eq(Const(1, 1) << r["chunk"]),
+                     nchunks.eq(((nsb - 1) >> r["chunk"]) + 1)]
+        # Book groups (format 2.0 pair codes): Q feeds the code planes (runs of Q are escapes), the base
+        # table maps a code's group q to its first symbol, the pair masks tell which codes have a suffix bit.
+        spec_q, spec_base, spec_pbad = self._book_groups(m, r["spec_k"], r["spec_pairs"], "spec")
+        verif_q, verif_base, verif_pbad = self._book_groups(m, r["verif_k"], r["verif_pairs"], "verif")
+        # the group of the pruned mark P (15: not in the book), and P in a pair group (a bad mask: CONFIG)
+        idx_p = Signal(4, name="idx_p")                 # position of P in the symbol list (15: absent)
+        ip = Const(K_MAX, 4)
         for i in reversed(range(K_MAX)):
-            rp_v = Mux((r["spec_tab"][i] == PRUNED) & (i < r["spec_k"]), i, rp_v)
-        m.d.sync += rank_p.eq(rp_v)
+            ip = Mux((r["spec_tab"][i] == PRUNED) & (i < r["spec_k"]), i, ip)
+        m.d.sync += idx_p.eq(ip)
+        q_p = Signal(4, name="q_p")
+        p_paired = Signal(name="p_paired")
+        before_p = Const(0, 4)
+        paired = Const(0, 1)
+        for i in range(K_MAX):
+            pi = r["spec_pairs"][i]
+            before_p = before_p + (pi & (spec_base[i] < idx_p))
+            paired = paired | (pi & ((spec_base[i] == idx_p) | (spec_base[i] + 1 == idx_p)))
+        m.d.sync += [q_p.eq(Mux(idx_p == K_MAX, K_MAX, idx_p - before_p)), p_paired.eq(paired & (idx_p != K_MAX))]
 
         # ------------------------------------------------------------------ control: START -> INIT -> issue
-        pre_init = Signal()          # START accepted; the tensor constants settle (last_k: two cycles)
+        pre_init = Signal()          # START accepted; the tensor constants settle (last_k, q_p: two cycles)
         init = Signal()
         issuing = Signal()
         sbs_left = Signal(32)
         sb_left = Signal(range(GMAX + 1))
         sb_k = Signal(range(GMAX + 1))
         kept_cnt = Signal(range(GMAX + 1))
-        m.d.comb += [S.start.eq(init), S.chunks.eq(nsb), V.start.eq(init & full), V.chunks.eq(nsb),
-                     S.k.eq(r["spec_k"]), V.k.eq(r["verif_k"])]
+        csb_left = Signal(range(MAX_CHUNK_SUPERBLOCKS + 1))   # superblocks left in the chunk (this one too)
+        sb_cend = Signal()                              # this superblock is its chunk's last
+        m.d.comb += [S.start.eq(init), S.chunks.eq(nchunks), V.start.eq(init & full), V.chunks.eq(nchunks),
+                     S.k.eq(spec_q), V.k.eq(verif_q), V.pairs.eq(r["verif_pairs"])]
 
         # ------------------------------------------------------------------ I: issue
         lanes_max = Signal(range(L + 1))
         m.d.comb += lanes_max.eq(Mux(full, Lv, L))
         need = Signal(range(L + 1))
-        fin = Signal()
-        m.d.comb += [need.eq(Mux(sb_left < lanes_max, sb_left, lanes_max)), fin.eq(sb_left <= lanes_max)]
+        fin = Signal()               # the superblock's last beat
+        cend = Signal()              # ... of the chunk's last superblock: its END is popped too
+        m.d.comb += [need.eq(Mux(sb_left < lanes_max, sb_left, lanes_max)), fin.eq(sb_left <= lanes_max),
+                     cend.eq(fin & sb_cend)]
         sw = S.win
         scount = S.count
         is_code = [Signal(name=f"i_code{j}") for j in range(L + 1)]
@@ -162,7 +237,7 @@ class DecoderC1v2(DecoderC1):
             ok = ok & ((j >= need) | is_code[j])
         m.d.comb += codes_ok.eq(ok)
         have = Signal(name="i_have")
-        m.d.comb += have.eq(scount >= need + fin)
+        m.d.comb += have.eq(scount >= need + cend)
         # first non-code entry among the needed ones that are already in the ring: an error now
         e_code, e_over = Const(0, 1), Const(0, 1)
         before = Const(1, 1)
@@ -177,15 +252,22 @@ class DecoderC1v2(DecoderC1):
         tail_kind = tail[8:10]
         tail_bad = (tail_kind != Kind.END) | (tail[0] if END_PAD_ERR == 1 else 0)
         e_long = Signal()
-        m.d.comb += e_long.eq(fin & have & codes_ok & tail_bad)
+        m.d.comb += e_long.eq(cend & have & codes_ok & tail_bad)
 
         kept = Signal(L, name="i_kept")
         pruned = Signal(L, name="i_pruned")
+        spair = Signal(L, name="i_spair")               # a kept value whose code has a suffix bit
+        base = [Signal(4, name=f"i_base{j}") for j in range(L)]
         for j in range(L):
-            is_p = (sw[j].kind == Kind.CODE) & (sw[j].val[:4] == rank_p)
-            m.d.comb += [kept[j].eq((j < need) & ~is_p), pruned[j].eq((j < need) & is_p)]
+            is_c = sw[j].kind == Kind.CODE
+            q = sw[j].val[:4]
+            is_p = is_c & (q == q_p)
+            m.d.comb += [kept[j].eq((j < need) & ~is_p), pruned[j].eq((j < need) & is_p),
+                         spair[j].eq((j < need) & is_c & r["spec_pairs"].bit_select(q, 1)),
+                         base[j].eq(spec_base[q])]
         kp = prefix_counts(m, kept, L, "kp")
         pp = prefix_counts(m, pruned, L, "pp")
+        sp = prefix_counts(m, spair, L, "sp")
         kc, pc = kp[L], pp[L]
         e_keep = Signal()
         m.d.comb += e_keep.eq(fin & have & codes_ok & ~tail_bad & ((kept_cnt + kc) != sb_k))
@@ -201,14 +283,16 @@ class DecoderC1v2(DecoderC1):
         b_err = Signal(4)
         b_n = Signal(range(L + 1))
         b_fin = Signal()
+        b_cend = Signal()
         b_last = Signal()
         b_kept = Signal(L)
         b_esc = Signal(L)
-        b_val = [Signal(8, name=f"b_val{j}") for j in range(L)]
+        b_spair = Signal(L)
+        b_val = [Signal(8, name=f"b_val{j}") for j in range(L)]     # ESC: the symbol; CODE: its group's base
         b_pp = [Signal(range(Lv + 1), name=f"b_pp{j}") for j in range(Lv)]
-        b_sm_off = [Signal(range(FIELD_MAX * L + 1), name=f"b_sm_off{j}") for j in range(L)]
+        b_sm_off = [Signal(range(SUFFIX_FIELD * L + 1), name=f"b_sm_off{j}") for j in range(L)]
         b_rest_off = [Signal(range(FIELD_MAX * Lv + 1), name=f"b_rest_off{j}") for j in range(Lv)]
-        b_sm_take = Signal(range(FIELD_MAX * L + 1))
+        b_sm_take = Signal(range(SUFFIX_FIELD * L + 1))
         b_rest_take = Signal(range(FIELD_MAX * Lv + 1))
         b_pc = Signal(range(Lv + 1))
 
@@ -223,16 +307,19 @@ class DecoderC1v2(DecoderC1):
         m.d.comb += early.eq(e_code | e_over)
         m.d.comb += [i_go.eq(issuing & adv1 & ((have & codes_ok) | early)),
                      i_stop.eq(i_go & i_err.any())]
-        m.d.comb += S.pop.eq(Mux(issuing & adv1 & have & codes_ok, need + fin, 0))     # <= count
+        m.d.comb += S.pop.eq(Mux(issuing & adv1 & have & codes_ok, need + cend, 0))     # <= count
         with m.If(adv1):
             m.d.sync += b_valid.eq(i_go)
         with m.If(i_go):
-            m.d.sync += [b_err.eq(i_err), b_n.eq(need), b_fin.eq(fin), b_last.eq(fin & (sbs_left == 1)),
-                         b_kept.eq(kept), b_sm_take.eq(kc * fm), b_pc.eq(pc),
+            # signman fields: m + 1 bits, + the suffix bit of a pair code (prefix sums of the widths)
+            m.d.sync += [b_err.eq(i_err), b_n.eq(need), b_fin.eq(fin), b_cend.eq(cend),
+                         b_last.eq(fin & (sbs_left == 1)), b_kept.eq(kept), b_spair.eq(spair),
+                         b_sm_take.eq(kc * fm + sp[L]), b_pc.eq(pc),
                          b_rest_take.eq(kc * fr + pc * FIELD_MAX)]
             for j in range(L):
-                m.d.sync += [b_esc[j].eq(sw[j].kind == Kind.ESC), b_val[j].eq(sw[j].val),
-                             b_sm_off[j].eq(kp[j] * fm)]
+                m.d.sync += [b_esc[j].eq(sw[j].kind == Kind.ESC),
+                             b_val[j].eq(Mux(sw[j].kind == Kind.ESC, sw[j].val, base[j])),
+                             b_sm_off[j].eq(kp[j] * fm + sp[j])]
             for j in range(Lv):
                 m.d.sync += [b_pp[j].eq(pp[j]), b_rest_off[j].eq(kp[j] * fr + pp[j] * FIELD_MAX)]
 
@@ -243,11 +330,16 @@ class DecoderC1v2(DecoderC1):
             m.d.sync += init.eq(1)
         with m.If(init):
             m.d.sync += [init.eq(0), issuing.eq(1), sbs_left.eq(nsb), kept_cnt.eq(0),
-                         sb_left.eq(Mux(nsb == 1, last_n, g)), sb_k.eq(Mux(nsb == 1, last_k, r["k"]))]
+                         sb_left.eq(Mux(nsb == 1, last_n, g)), sb_k.eq(Mux(nsb == 1, last_k, r["k"])),
+                         csb_left.eq(chunk_a), sb_cend.eq((chunk_a == 1) | (nsb == 1))]
         with m.If(i_go):
             with m.If(fin):
                 m.d.sync += [sbs_left.eq(sbs_left - 1), kept_cnt.eq(0),
                              sb_left.eq(Mux(next_last, last_n, g)), sb_k.eq(Mux(next_last, last_k, r["k"]))]
+                with m.If(sb_cend):
+                    m.d.sync += [csb_left.eq(chunk_a), sb_cend.eq((chunk_a == 1) | next_last)]
+                with m.Else():
+                    m.d.sync += [csb_left.eq(csb_left - 1), sb_cend.eq((csb_left == 2) | next_last)]
                 with m.If(sbs_left == 1):
                     m.d.sync += issuing.eq(0)
             with m.Else():
@@ -256,23 +348,34 @@ class DecoderC1v2(DecoderC1):
             m.d.sync += issuing.eq(0)
 
         # ------------------------------------------------------------------ F: fetch
-        out_free = ~self.out.valid | self.out.ready
-        m.d.comb += [M.take.eq(b_sm_take), M.skip.eq(b_fin), R.take.eq(b_rest_take), R.skip.eq(b_fin)]
-        m_have = (M.avail >= b_sm_take) & (~b_fin | M.end_seen)
-        m_over = M.end_seen & (M.avail < b_sm_take)
-        m_long = b_fin & M.end_seen & (M.avail >= b_sm_take) & M.skip_err
-        r_have = (R.avail >= b_rest_take) & (~b_fin | R.end_seen)
-        r_over = R.end_seen & (R.avail < b_rest_take)
-        r_long = b_fin & R.end_seen & (R.avail >= b_rest_take) & R.skip_err
+        # The verification codes of the beat are at the front of V's ring; a pair code among them widens its
+        # pruned value's rest field by the suffix bit, so the rest offsets and take add a prefix count of
+        # those flags (registered V state, the beat's registered pruned positions).
         vw = V.win
         vcount = V.count
         v_is_code = [vw[j].kind[1] == 0 for j in range(Lv + 1)]
-        v_have = vcount >= b_pc + b_fin
+        vpair = Signal(Lv, name="f_vpair")
+        for j in range(Lv):
+            m.d.comb += vpair[j].eq((vw[j].kind == Kind.CODE) & vw[j].val[4])
+        vp = prefix_counts(m, vpair, Lv, "vp")
+        vp_of = Array(vp[j] for j in range(Lv + 1))
+        rest_take = Signal(range(SUFFIX_FIELD * Lv + 1), name="f_rest_take")
+        m.d.comb += rest_take.eq(b_rest_take + vp_of[b_pc])
+        out_free = ~self.out.valid | self.out.ready
+        m.d.comb += [M.take.eq(b_sm_take), M.skip.eq(b_cend), R.take.eq(rest_take), R.skip.eq(b_cend)]
+        m_have = (M.avail >= b_sm_take) & (~b_cend | M.end_seen)
+        m_over = M.end_seen & (M.avail < b_sm_take)
+        m_long = b_cend & M.end_seen & (M.avail >= b_sm_take) & M.skip_err
+        v_have = vcount >= b_pc + b_cend
         vok = Const(1, 1)
         for j in range(Lv):
             vok = vok & ((j >= b_pc) | v_is_code[j])
         v_codes_ok = Signal()
         m.d.comb += v_codes_ok.eq(vok)
+        v_in = v_have & v_codes_ok                      # the beat's verification codes are in: rest_take holds
+        r_have = (R.avail >= rest_take) & (~b_cend | R.end_seen)
+        r_over = v_in & R.end_seen & (R.avail < rest_take)
+        r_long = v_in & b_cend & R.end_seen & (R.avail >= rest_take) & R.skip_err
         v_code_err, v_over = Const(0, 1), Const(0, 1)
         before = Const(1, 1)
         for j in range(Lv):
@@ -283,7 +386,7 @@ class DecoderC1v2(DecoderC1):
             before = before & v_is_code[j]
         vtail = Signal(len(vw[0].as_value()), name="f_vtail")
         m.d.comb += vtail.eq(Array(vw[j].as_value() for j in range(Lv + 1))[b_pc])
-        v_long = b_fin & v_have & v_codes_ok & ((vtail[8:10] != Kind.END) | vtail[0])
+        v_long = b_cend & v_have & v_codes_ok & ((vtail[8:10] != Kind.END) | vtail[0])
 
         f_err = Signal(4, name="f_err")
         with m.If(b_valid):
@@ -295,12 +398,13 @@ class DecoderC1v2(DecoderC1):
                                          m_long | (full & (r_long | v_long)),
                                          0))
         f_ready = Signal()
-        m.d.comb += f_ready.eq(m_have & (~full | (r_have & v_have & v_codes_ok)))
+        m.d.comb += f_ready.eq(m_have & (~full | (r_have & v_in)))
         m.d.comb += f_fire.eq(b_valid & ~f_err.any() & out_free & f_ready)
         m.d.comb += [M.commit.eq(f_fire), R.commit.eq(f_fire & full),
-                     V.pop.eq(Mux(f_fire & full, b_pc + b_fin, 0))]
+                     V.pop.eq(Mux(f_fire & full, b_pc + b_cend, 0))]
 
-        # fields, book lookups and assembly (registered into out)
+        # fields, book lookups and assembly (registered into out). A field is read 9 bits wide at its offset:
+        # with a suffix bit, bit 0 is t (the symbol is the group's base + t) and the v1 field follows it.
         adv = out_free
         with m.If(adv):
             m.d.sync += self.out.valid.eq(f_fire)
@@ -309,21 +413,31 @@ class DecoderC1v2(DecoderC1):
                          self.out.payload.last.eq(b_last)]
             vents = Array(vw[j].as_value() for j in range(Lv))
             for i in range(L):
+                sm9 = Signal(SUFFIX_FIELD, name=f"f_sm9_{i}")
+                m.d.comb += sm9.eq(M.win >> b_sm_off[i])
                 smf = Signal(FIELD_MAX, name=f"f_sm{i}")
-                m.d.comb += smf.eq((M.win >> b_sm_off[i]) & ~(Const(0xFF, FIELD_MAX) << fm))
+                m.d.comb += smf.eq(Mux(b_spair[i], sm9[1:], sm9[:FIELD_MAX]) & ~(Const(0xFF, FIELD_MAX) << fm))
                 t = Signal(FIELD_MAX, name=f"f_lo{i}")
                 m.d.comb += t.eq(smf << fr)
+                sidx = Signal(4, name=f"f_sidx{i}")
+                m.d.comb += sidx.eq(b_val[i][:4] + (b_spair[i] & sm9[0]))
                 sym = Signal(9, name=f"f_sym{i}")
-                m.d.comb += sym.eq(Mux(b_esc[i], b_val[i], r["spec_tab"][b_val[i][:4]]))
+                m.d.comb += sym.eq(Mux(b_esc[i], b_val[i], r["spec_tab"][sidx]))
                 draft = Cat(t[:BF16_MANTISSA_BITS], sym[:BF16_EXPONENT_BITS], t[BF16_MANTISSA_BITS])
                 if i < Lv:
-                    width = Mux(b_kept[i], fr, FIELD_MAX)
-                    rf = Signal(FIELD_MAX, name=f"f_rest{i}")
-                    m.d.comb += rf.eq((R.win >> b_rest_off[i]) & ~(Const(0xFF, FIELD_MAX) << width))
                     ve = Signal(10, name=f"f_vent{i}")
                     m.d.comb += ve.eq(vents[b_pp[i]])
+                    v_pair = (ve[8:10] == Kind.CODE) & ve[4]
+                    rf9 = Signal(SUFFIX_FIELD, name=f"f_rest9_{i}")
+                    m.d.comb += rf9.eq(R.win >> (b_rest_off[i] + vp_of[b_pp[i]]))
+                    width = Mux(b_kept[i], fr, FIELD_MAX)
+                    rf = Signal(FIELD_MAX, name=f"f_rest{i}")
+                    m.d.comb += rf.eq(Mux(~b_kept[i] & v_pair, rf9[1:], rf9[:FIELD_MAX])
+                                      & ~(Const(0xFF, FIELD_MAX) << width))
+                    vidx = Signal(4, name=f"f_vidx{i}")
+                    m.d.comb += vidx.eq(verif_base[ve[:4]] + (v_pair & rf9[0]))
                     vexp = Signal(BF16_EXPONENT_BITS, name=f"f_vexp{i}")
-                    m.d.comb += vexp.eq(Mux(ve[8:10] == Kind.ESC, ve[:8], r["verif_tab"][ve[:4]]))
+                    m.d.comb += vexp.eq(Mux(ve[8:10] == Kind.ESC, ve[:8], r["verif_tab"][vidx]))
                     exact_pruned = Cat(rf[:BF16_MANTISSA_BITS], vexp, rf[BF16_MANTISSA_BITS])
                     value = Mux(b_kept[i], draft | Mux(full, rf, 0), Mux(full, exact_pruned, 0))
                 else:
@@ -339,6 +453,10 @@ class DecoderC1v2(DecoderC1):
                 m.d.sync += [busy.eq(1), pre_init.eq(1)]
         with m.If(busy):
             m.d.comb += raise_err[:4].eq(f_err)
+        # a pair mask that does not describe the book (bits at q >= Q, P in a pair): CONFIG, from the
+        # registered group tables in the INIT cycle (before anything is parsed)
+        with m.If(init & (spec_pbad | p_paired | (full & verif_pbad))):
+            m.d.comb += raise_err[Err.CONFIG].eq(1)
         with m.If(f_fire & b_last):
             m.d.sync += busy.eq(0)
         with m.If(raise_err.any()):

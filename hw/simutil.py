@@ -39,11 +39,51 @@ def plane_words(enc: EncodedTensor, plane: str, word_bits: int) -> list[tuple[in
     return out
 
 
-def decoder_program(enc: EncodedTensor, full: bool, start: bool = True) -> list[tuple[int, int]]:
-    """Register writes for one tensor (docs/HARDWARE.md "Programming sequence"), START last."""
+FORMAT2_REGS = (Reg.CHUNK, Reg.SPEC_PAIRS, Reg.VERIF_PAIRS)
+
+
+def format2_registers(enc: EncodedTensor, full: bool) -> dict[int, int]:
+    """The format 2.0 registers a tensor needs: CHUNK = log2 of its superblocks per chunk, the pair masks
+    of its books (VERIF_PAIRS only in full mode; C2 has no speculation book). All zero for a v1.0 stream."""
+    a = int(getattr(enc.config, "chunk_superblocks", 1) or 1)
+    vals = {int(Reg.CHUNK): a.bit_length() - 1}
+    if enc.spec_book is not None:
+        vals[int(Reg.SPEC_PAIRS)] = int(getattr(enc.spec_book, "pairs", 0) or 0)
+    if full:
+        vals[int(Reg.VERIF_PAIRS)] = int(getattr(enc.verif_book, "pairs", 0) or 0)
+    return vals
+
+
+def format2_writes(enc: EncodedTensor, full: bool, state: dict | None = None, force: bool = False):
+    """Writes of the format 2.0 registers for one tensor. ``state`` holds what the decoder's registers hold
+    now (missing = 0, as after reset) and is updated: a register is written only when its value changes,
+    so a v1.0 stream after reset gets no extra write (v1 blocks and the KV encoders ignore the addresses
+    anyway). ``force``: write every one the tensor needs (when the decoder's state is unknown)."""
+    state = {} if state is None else state
+    w = []
+    for addr, val in format2_registers(enc, full).items():
+        if force or state.get(addr, 0) != val:
+            w.append((addr, val))
+            state[addr] = val
+    return w
+
+
+def track_format2(state: dict, program) -> None:
+    """Update ``state`` with the format 2.0 register writes of a hand-made ``program``."""
+    for a, d in program:
+        if int(a) in (int(r) for r in FORMAT2_REGS):
+            state[int(a)] = int(d)
+
+
+def decoder_program(enc: EncodedTensor, full: bool, start: bool = True, state: dict | None = None,
+                    force_format2: bool = False) -> list[tuple[int, int]]:
+    """Register writes for one tensor (docs/HARDWARE.md "Programming sequence"), START last. The format
+    2.0 registers (CHUNK, SPEC_PAIRS, VERIF_PAIRS) are written when they differ from ``state`` (the
+    decoder's current values, default: all zero; see ``format2_writes``)."""
     cfg = enc.config
     w = [(Reg.MODE, int(full)), (Reg.MBITS, cfg.mantissa_bits), (Reg.KEEP, cfg.keep_count),
          (Reg.GROUP, cfg.group_size), (Reg.NUMEL, enc.numel)]
+    w += format2_writes(enc, full, state, force_format2)
     if enc.spec_book is not None:              # C2 has no speculation book
         for r, s in enumerate(enc.spec_book.symbols):
             w.append((Reg.SPEC_SYM + r, s))
@@ -160,15 +200,22 @@ def run_decoder(dut, jobs: list[DecodeJob], stalls: Stalls | None = None, max_cy
             feeds[port].append((j, items))
     state = {"beats": [], "cycles": 0, "err": 0, "busy": 0, "started": False, "programmed": 0}
     n_last_expected = len(jobs)
+    regs2: dict = {}                 # the decoder's format 2.0 registers (reset: 0)
+    programs = []
+    for job in jobs:
+        if job.program is not None:
+            track_format2(regs2, job.program)
+            programs.append(job.program)
+        else:
+            programs.append(decoder_program(job.enc, job.full, state=regs2))
 
     async def host(ctx):
-        for job in jobs:
+        for job, prog in zip(jobs, programs):
             while ctx.get(dut.busy) or (ctx.get(dut.cfg.valid) and not ctx.get(dut.cfg.ready)):
                 await ctx.tick()
             await ctx.tick()
             for _ in range(job.pre_wait):
                 await ctx.tick()
-            prog = job.program if job.program is not None else decoder_program(job.enc, job.full)
             await drive_stream(ctx, dut.cfg, prog, Stalls(idle=stalls.idle, seed=stalls.seed + 101),
                                fields=("addr", "data"))
             state["started"] = True

@@ -42,9 +42,10 @@ def check(res, jobs):
 
 def check_recovers(dut, bad, good_enc, pre_wait):
     """Run the malformed job ``bad``, then (after ``pre_wait`` cycles) CLEAR_ERROR and the good tensor in
-    full mode: no error is left and the last values out are the good tensor's, exactly."""
+    full mode: no error is left and the last values out are the good tensor's, exactly. (The good tensor
+    writes every format 2.0 register it needs: the bad job may have left other values.)"""
     clear = [(int(Reg.CTRL), CTRL_CLEAR_ERROR)]
-    good = DecodeJob(good_enc, True, program=clear + decoder_program(good_enc, True), pre_wait=pre_wait,
+    good = DecodeJob(good_enc, True, program=clear + decoder_program(good_enc, True, force_format2=True), pre_wait=pre_wait,
                      gate=True)
     res = run_decoder(dut, [bad, good], Stalls(0.0, 0.0), max_cycles=20000)
     assert res.error_code == 0

@@ -130,13 +130,17 @@ def frame_plane(enc: EncodedTensor, plane: str, word_bits: int) -> tuple[np.ndar
 
 
 def write_job(path: Path, encs: list[EncodedTensor], full: bool, lanes: int, word_bits: int, scheme: str = "c1"):
+    from cassandra_rtl.hw.simutil import format2_writes
+
+    regs2: dict = {}                 # the decoder's format 2.0 registers (the harness starts from reset: 0)
     with open(path, "wb") as fh:
         fh.write(b"CASSBULK" + struct.pack("<IIII", 1, lanes, word_bits, len(encs)))
         for enc in encs:
             if enc.config.scheme != scheme:
                 raise ValueError(f"a {enc.config.scheme} tensor cannot go through the {scheme} decoder "
                                  f"(use a decoder_{enc.config.scheme}_* configuration)")
-            regs = F.program(enc, full)
+            # CHUNK / SPEC_PAIRS / VERIF_PAIRS before START, only when they change (none for v1.0 streams)
+            regs = F.program(enc, full, start=False) + format2_writes(enc, full, regs2) + F.program(enc, full)[-1:]
             fh.write(struct.pack("<I", len(regs)))
             fh.write(np.array(regs, dtype="<u4").tobytes())
             fh.write(struct.pack("<Q", enc.numel))
