@@ -117,7 +117,7 @@ def check_chunk_lengths(offsets: np.ndarray, used_bits: np.ndarray, plane_name: 
     bad = np.flatnonzero(lengths != need)
     if len(bad):
         s = int(bad[0])
-        raise FormatError(f"{plane_name}: superblock {s} has {int(lengths[s])} bytes, its contents need {int(need[s])}")
+        raise FormatError(f"{plane_name}: chunk {s} has {int(lengths[s])} bytes, its contents need {int(need[s])}")
 
 
 def check_zero_padding(words: np.ndarray, chunk_starts: np.ndarray, used_bits: np.ndarray, plane_name: str,
@@ -130,7 +130,7 @@ def check_zero_padding(words: np.ndarray, chunk_starts: np.ndarray, used_bits: n
     vals = read_fields(words, chunk_starts[has] * 8 + used_bits[has], pad[has])
     bad = np.flatnonzero(vals != 0)
     if len(bad):
-        raise FormatError(f"{plane_name}: non-zero padding bits in superblock {int(chunk_ids[has[bad[0]]])}")
+        raise FormatError(f"{plane_name}: non-zero padding bits in chunk {int(chunk_ids[has[bad[0]]])}")
 
 
 def _bits_to_plane(bitarr: np.ndarray) -> bytes:

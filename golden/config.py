@@ -1,4 +1,5 @@
-"""Parameters of the Cassandra bitstream format (docs/FORMAT.md, version 1.0).
+"""Parameters of the Cassandra bitstream format (docs/FORMAT.md, version 2.0; 1.0 = one superblock per chunk,
+no pair groups).
 
 Every width in the golden codec and in the RTL derives from the constants and the ``CodecConfig`` here.
 """
@@ -23,7 +24,14 @@ MAX_CODE_BITS = K_MAX + 1 + ESCAPE_PAYLOAD_BITS   # 24: an escape at K = K_MAX
 PRUNED = 256                      # the C1 speculation alphabet's "pruned" symbol (exponents are 0..255)
 MX_BLOCK = 32                     # Cassandra-2 shared-exponent block (OCP MX block size, E8M0 scale)
 ALLOWED_GROUP_SIZES = (32, 64, 128, 256)
-INDEX_ANCHOR_STRIDE = 16          # index: one u32 anchor per 16 superblocks, one u16 offset per superblock
+INDEX_ANCHOR_STRIDE = 16          # index: one u32 anchor per 16 chunks, one u16 offset per chunk
+ALLOWED_CHUNK_SUPERBLOCKS = (1, 2, 4, 8, 16, 32, 64)   # A: superblocks per chunk (§1), with A * G <= 1024
+MAX_CHUNK_VALUES = 1024           # A * G bound: 16 chunks * 1024 values * 24 bits / 8 < 2**16 (u16 offsets)
+
+# Golden defaults of the format 2.0 features (FORMAT.md §1, §3.1). While False, CodecConfig(chunk_superblocks=None,
+# pair_codes=None) resolves to 1 / False: bit for bit format 1.0's planes. When True: the golden policy, weights
+# A = 1024 / G with pair groups, KV (kind="kv") A = 1 without pairs. Explicit values always override.
+FORMAT2_DEFAULTS = False
 
 SCHEMES = ("c1", "c2")
 KINDS = ("weight", "kv")
@@ -43,6 +51,8 @@ class CodecConfig:
     keep_count: int | None = None
     keep_ratio: float | None = None
     kind: str = "weight"
+    chunk_superblocks: int | None = None   # A: superblocks per chunk (None: golden policy, see FORMAT2_DEFAULTS)
+    pair_codes: bool | None = None         # golden books with pair groups (None: golden policy)
 
     def __post_init__(self):
         if self.scheme not in SCHEMES:
@@ -64,10 +74,31 @@ class CodecConfig:
         elif not isinstance(self.keep_count, int) or not 1 <= self.keep_count <= self.group_size:
             raise ConfigError(f"keep count must be in 1..{self.group_size}, got {self.keep_count!r}")
         object.__setattr__(self, "keep_ratio", self.keep_count / self.group_size)
+        policy = FORMAT2_DEFAULTS and self.kind == "weight"
+        A = self.chunk_superblocks
+        if A is None:
+            A = MAX_CHUNK_VALUES // self.group_size if policy else 1
+        elif isinstance(A, bool) or not isinstance(A, int) or A not in ALLOWED_CHUNK_SUPERBLOCKS:
+            raise ConfigError(f"chunk_superblocks must be one of {ALLOWED_CHUNK_SUPERBLOCKS}, got {A!r}")
+        if A * self.group_size > MAX_CHUNK_VALUES:
+            raise ConfigError(f"chunk_superblocks {A} x group size {self.group_size} = {A * self.group_size} values "
+                              f"per chunk, at most {MAX_CHUNK_VALUES} allowed")
+        object.__setattr__(self, "chunk_superblocks", A)
+        pc = self.pair_codes
+        if pc is None:
+            pc = policy
+        elif not isinstance(pc, bool):
+            raise ConfigError(f"pair_codes must be True, False or None, got {pc!r}")
+        object.__setattr__(self, "pair_codes", pc)
 
     @property
     def prunes(self) -> bool:
         return self.keep_count < self.group_size
+
+    @property
+    def chunk_values(self) -> int:
+        """Values per full chunk: A * G."""
+        return self.chunk_superblocks * self.group_size
 
     def kept_in(self, n: int) -> int:
         """Values kept in a superblock of ``n`` values (``n < G`` only for a tensor's last superblock)."""
@@ -81,7 +112,7 @@ class CodecConfig:
     def from_json(cls, d: dict) -> "CodecConfig":
         if not isinstance(d, dict):
             raise ConfigError("codec config must be an object")
-        known = {"scheme", "group_size", "mantissa_bits", "keep_count", "kind"}
+        known = {"scheme", "group_size", "mantissa_bits", "keep_count", "kind", "chunk_superblocks", "pair_codes"}
         try:
             return cls(**{k: d[k] for k in known if k in d})
         except TypeError as exc:

@@ -50,6 +50,9 @@ def write_container(path, tensors, meta: dict | None = None) -> dict:
             raise ConfigError(f"duplicate tensor name {name!r}")
         names.add(name)
         scheme = enc.config.scheme
+        if enc.config.chunk_superblocks != 1 or any(b is not None and b.pairs for b in (enc.spec_book, enc.verif_book)):
+            raise ConfigError(f"{name}: chunks of several superblocks and pair groups need a 2.0 container "
+                              "(not written yet)")
         planes, indexes = {}, {}
         for plane in PLANES[scheme][0] + PLANES[scheme][1]:
             sec = _section_of(plane)
