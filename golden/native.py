@@ -43,6 +43,7 @@ ENV_MARCH = "CASSANDRA_RTL_NATIVE_MARCH"   # "1": add -march=native (measured: n
 SOURCE = Path(__file__).with_name("_native") / "codec.c"
 CFLAGS = ["-O3", "-shared", "-fPIC", "-std=c11", "-fno-strict-aliasing"]
 IMPLS = ("auto", "numpy", "native")
+FORMAT2 = True     # reads and writes format 2.0 (chunks, pair groups): codec.py then sends those tensors here
 
 _lock = threading.Lock()
 _lib = None            # the loaded library, once built
@@ -102,16 +103,17 @@ def _build() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(so))
     lib.c1_prepare.argtypes = [_p, _i64, _i64, _i64, _int, _p, _p, _p]
     lib.c1_prepare.restype = None
-    lib.c1_pack.argtypes = [_p, _p, _i64, _i64, _int, _p, _int, _p, _int, _p, _p, _p, _p, _p, _p, _p]
+    lib.c1_pack.argtypes = [_p, _p, _i64, _i64, _int, _i64, _p, _int, _p, _int, _p, _p, _p, _p, _p, _p]
     lib.c1_pack.restype = None
     lib.c2_prepare.argtypes = [_p, _i64, _i64, _i64, _int, _int, _p, _p, _p]
     lib.c2_prepare.restype = None
-    lib.c2_pack.argtypes = [_p, _p, _p, _i64, _i64, _int, _int, _p, _int, _p, _p, _p, _p, _p, _p]
+    lib.c2_pack.argtypes = [_p, _p, _p, _i64, _i64, _int, _i64, _int, _p, _int, _p, _p, _p, _p, _p]
     lib.c2_pack.restype = None
-    lib.c1_decode.argtypes = [_i64, _i64, _int, _i64, _int, _p, _i64, _p, _p, _i64, _p, _i64, _p, _p, _i64,
-                              _p, _int, _p, _int, _p]
+    lib.c1_decode.argtypes = [_i64, _i64, _int, _i64, _i64, _int, _p, _i64, _p, _p, _i64, _p, _p, _i64, _p,
+                              _p, _i64, _p, _p, _int, _p, _int, _p]
     lib.c1_decode.restype = _int
-    lib.c2_decode.argtypes = [_i64, _i64, _int, _i64, _int, _p, _i64, _p, _i64, _p, _p, _i64, _p, _p, _int, _p]
+    lib.c2_decode.argtypes = [_i64, _i64, _int, _i64, _i64, _int, _p, _i64, _p, _p, _i64, _p, _p, _i64, _p,
+                              _p, _int, _p]
     lib.c2_decode.restype = _int
     return lib
 
@@ -164,13 +166,19 @@ def _ptr(a: np.ndarray | None):
     return None if a is None else a.ctypes.data
 
 
-def _rank(book: Codebook) -> np.ndarray:
-    return np.ascontiguousarray(book.rank_table(), dtype=np.int32)
+def _enc_table(book: Codebook) -> np.ndarray:
+    """Encoder table, per symbol 0..256: group q | pair << 8 | suffix t << 9 (q = Q: escape)."""
+    g = book.group_table()
+    pair = book.pair_bits()[g]
+    return np.ascontiguousarray(g | (pair << 8) | (book.suffix_table() << 9), dtype=np.int32)
 
 
-def _table(book: Codebook) -> np.ndarray:
-    t = np.zeros(max(book.K, 1), dtype=np.int32)
-    t[: book.K] = book.symbols
+def _dec_table(book: Codebook) -> np.ndarray:
+    """Decoder table, per group q < Q: S[b_q] | S[b_q + pair] << 9 | pair << 18."""
+    t = np.zeros(max(book.Q, 1), dtype=np.int32)
+    if book.Q:
+        syms, b, pair = book.symbol_table(), book.group_starts()[:-1], book.pair_bits()[:-1]
+        t[: book.Q] = syms[b] | (syms[b + pair] << 9) | (pair << 18)
     return t
 
 
@@ -185,58 +193,58 @@ def encode_tensor(bits, cfg: CodecConfig, salience=None, books=None) -> _np.Enco
     """Same contract and result as the numpy ``codec.encode_tensor``."""
     arr = _np.check_bits(bits)
     flat = np.ascontiguousarray(arr.reshape(-1))
-    N, G, m, k = len(flat), cfg.group_size, cfg.mantissa_bits, cfg.keep_count
+    N, G, m, k, A = len(flat), cfg.group_size, cfg.mantissa_bits, cfg.keep_count, cfg.chunk_superblocks
     if N == 0:
         return _np.encode_tensor(bits, cfg, salience, books, impl="numpy")
     if books is not None and cfg.scheme == "c1" and cfg.prunes and (books[0] is None or PRUNED not in books[0].symbols):
         return _np.encode_tensor(bits, cfg, salience, books, impl="numpy")   # raises its ConfigError
     lib = load()
     nsb = _np.superblock_count(N, G)
+    nch = (nsb + A - 1) // A
     given = salience is not None
     kept = (np.ascontiguousarray(_np.keep_mask(flat, cfg, salience), dtype=np.uint8) if given
             else np.empty(N, dtype=np.uint8))
-    offsets = {}
     if cfg.scheme == "c1":
         hs, hv = np.zeros(PRUNED + 1, np.int64), np.zeros(PRUNED + 1, np.int64)
         lib.c1_prepare(_ptr(flat), N, G, k, int(given), _ptr(kept), _ptr(hs), _ptr(hv))
         if books is None:
-            spec_book, verif_book = build_codebook(hs, required=PRUNED), build_codebook(hv)
+            spec_book = build_codebook(hs, required=PRUNED, pairs=cfg.pair_codes)
+            verif_book = build_codebook(hv, pairs=cfg.pair_codes)
         else:
             spec_book, verif_book = books
-        bound = 3 * N + nsb + 16
+        bound = 3 * N + nch + 16
         codes, vcodes = np.empty(bound, np.uint8), np.empty(bound, np.uint8)
-        sm_len = _np.fixed_plane_nbytes("spec.signman", N, cfg)
-        rest_len = _np.fixed_plane_nbytes("verif.rest", N, cfg)
-        signman, rest = np.empty(sm_len + 16, np.uint8), np.empty(rest_len + 16, np.uint8)
-        co, vo = np.empty(nsb + 1, np.int64), np.empty(nsb + 1, np.int64)
+        signman, rest = np.empty(2 * N + nch + 16, np.uint8), np.empty(2 * N + nch + 16, np.uint8)
+        off = np.empty((4, nch + 1), np.int64)
         lens = np.zeros(4, np.int64)
-        sr, vr = _rank(spec_book), _rank(verif_book)        # held: ctypes gets bare addresses
-        lib.c1_pack(_ptr(flat), _ptr(kept), N, G, m, _ptr(sr), spec_book.K, _ptr(vr), verif_book.K, _ptr(codes), _ptr(signman), _ptr(vcodes), _ptr(rest), _ptr(co), _ptr(vo), _ptr(lens))
-        if lens[1] != sm_len or lens[3] != rest_len:
-            raise AssertionError("compiled codec: fixed plane sizes differ from the format")
-        planes = {"spec.codes": codes[: lens[0]].tobytes(), "spec.signman": signman[:sm_len].tobytes(),
-                  "verif.codes": vcodes[: lens[2]].tobytes(), "verif.rest": rest[:rest_len].tobytes()}
-        offsets = {"spec.codes": co, "verif.codes": vo}
+        se, ve = _enc_table(spec_book), _enc_table(verif_book)        # held: ctypes gets bare addresses
+        lib.c1_pack(_ptr(flat), _ptr(kept), N, G, m, A, _ptr(se), spec_book.Q, _ptr(ve), verif_book.Q,
+                    _ptr(codes), _ptr(signman), _ptr(vcodes), _ptr(rest), _ptr(off), _ptr(lens))
+        names = ("spec.codes", "spec.signman", "verif.codes", "verif.rest")
+        bufs = (codes, signman, vcodes, rest)
     else:
         spec_book = None
         hd = np.zeros(PRUNED + 1, np.int64)
         X = np.empty((N + MX_BLOCK - 1) // MX_BLOCK, np.uint8)
         lib.c2_prepare(_ptr(flat), N, G, k, m, int(given), _ptr(kept), _ptr(X), _ptr(hd))
-        verif_book = build_codebook(hd) if books is None else books[1]
-        mx_len = _np.fixed_plane_nbytes("spec.mx", N, cfg)
-        mx = np.empty(mx_len + 16, np.uint8)
-        vcodes = np.empty(3 * N + nsb + 16, np.uint8)
-        rest = np.empty(N + nsb + 16, np.uint8)
-        vo, ro = np.empty(nsb + 1, np.int64), np.empty(nsb + 1, np.int64)
+        verif_book = build_codebook(hd, pairs=cfg.pair_codes) if books is None else books[1]
+        mx = np.empty(_np.fixed_plane_nbytes("spec.mx", N, cfg) + 16, np.uint8)
+        vcodes = np.empty(3 * N + nch + 16, np.uint8)
+        rest = np.empty(2 * N + nch + 16, np.uint8)
+        off = np.empty((3, nch + 1), np.int64)
         lens = np.zeros(3, np.int64)
-        vr = _rank(verif_book)
-        lib.c2_pack(_ptr(flat), _ptr(kept), _ptr(X), N, G, m, int(cfg.prunes), _ptr(vr), verif_book.K,
-                    _ptr(mx), _ptr(vcodes), _ptr(rest), _ptr(vo), _ptr(ro), _ptr(lens))
-        if lens[0] != mx_len:
-            raise AssertionError("compiled codec: spec.mx size differs from the format")
-        planes = {"spec.mx": mx[:mx_len].tobytes(), "verif.codes": vcodes[: lens[1]].tobytes(),
-                  "verif.rest": rest[: lens[2]].tobytes()}
-        offsets = {"verif.codes": vo, "verif.rest": ro}
+        ve = _enc_table(verif_book)
+        lib.c2_pack(_ptr(flat), _ptr(kept), _ptr(X), N, G, m, A, int(cfg.prunes), _ptr(ve), verif_book.Q,
+                    _ptr(mx), _ptr(vcodes), _ptr(rest), _ptr(off), _ptr(lens))
+        names = ("spec.mx", "verif.codes", "verif.rest")
+        bufs = (mx, vcodes, rest)
+    planes, offsets = {}, {}
+    for i, (name, buf) in enumerate(zip(names, bufs)):
+        planes[name] = buf[: lens[i]].tobytes()
+        if name in _np.INDEXED[cfg.scheme] or _np.has_index(name, cfg, spec_book, verif_book):
+            offsets[name] = off[i].copy()
+        elif lens[i] != _np.fixed_plane_nbytes(name, N, cfg):
+            raise AssertionError(f"compiled codec: {name} size differs from the format")
     return _np.EncodedTensor(tuple(arr.shape), cfg, spec_book, verif_book, planes, offsets)
 
 
@@ -246,57 +254,57 @@ class _Fallback(Exception):
     """The compiled path does not take this input: the numpy decoder decides."""
 
 
-def _indexed(enc, name):
-    if name not in enc.planes:
-        raise _Fallback
-    if not _np.has_index(name, enc.config):
-        if len(enc.planes[name]):
-            raise _Fallback
-        return None
-    off = enc.offsets.get(name)
-    if off is None or len(off) != enc.nsb + 1:
-        raise _Fallback
-    return np.ascontiguousarray(off, dtype=np.int64)
-
-
-def _fixed(enc, name):
+def _plane(enc, name):
+    """(buffer, length, chunk offsets or None) of a plane; offsets None = C1 verif.codes of a tensor
+    that prunes nothing (the plane must then be empty)."""
     data = enc.planes.get(name)
-    if data is None or len(data) != _np.fixed_plane_nbytes(name, enc.numel, enc.config):
+    if data is None:
         raise _Fallback
-    return _buf(data)
+    buf, n = _buf(data)
+    if enc.has_index(name):
+        off = enc.offsets.get(name)
+        if off is None or len(off) != enc.nchunks + 1:
+            raise _Fallback
+        return buf, n, np.ascontiguousarray(off, dtype=np.int64)
+    if name in _np.INDEXED[enc.config.scheme]:        # C1 verif.codes without an index
+        if n:
+            raise _Fallback
+        return buf, n, None
+    off = _np.fixed_offsets(name, enc.numel, enc.config)
+    if off[-1] != n:
+        raise _Fallback
+    return buf, n, off
 
 
 def _decode(enc: _np.EncodedTensor, full: bool) -> np.ndarray:
     cfg, N = enc.config, enc.numel
-    G, m, k = cfg.group_size, cfg.mantissa_bits, cfg.keep_count
+    G, m, k, A = cfg.group_size, cfg.mantissa_bits, cfg.keep_count, cfg.chunk_superblocks
     lib = load()
     out = np.empty(N, dtype=np.uint16)
-    st, vt = _table(enc.verif_book if enc.spec_book is None else enc.spec_book), _table(enc.verif_book)
+    vt = _dec_table(enc.verif_book)
     if cfg.scheme == "c1":
-        if enc.spec_book is None or "spec.codes" not in enc.planes:
+        if enc.spec_book is None:
             raise _Fallback
-        codes, codes_len = _buf(enc.planes["spec.codes"])
-        co = _indexed(enc, "spec.codes")
-        signman, sm_len = _fixed(enc, "spec.signman")
-        vcodes = rest = vo = None
-        vc_len = rest_len = 0
-        if full:
-            vcodes, vc_len = _buf(enc.planes["verif.codes"]) if "verif.codes" in enc.planes else (None, 0)
-            vo = _indexed(enc, "verif.codes")
-            rest, rest_len = _fixed(enc, "verif.rest")
-        rc = lib.c1_decode(N, G, m, k, int(full), _ptr(codes), codes_len, _ptr(co), _ptr(signman), sm_len,
-                           _ptr(vcodes), vc_len, _ptr(vo), _ptr(rest), rest_len,
-                           _ptr(st), enc.spec_book.K, _ptr(vt), enc.verif_book.K, _ptr(out))
-    else:
-        mx, mx_len = _fixed(enc, "spec.mx")
+        st = _dec_table(enc.spec_book)
+        codes, codes_len, co = _plane(enc, "spec.codes")
+        signman, sm_len, so = _plane(enc, "spec.signman")
         vcodes = rest = vo = ro = None
         vc_len = rest_len = 0
         if full:
-            vo, ro = _indexed(enc, "verif.codes"), _indexed(enc, "verif.rest")
-            vcodes, vc_len = _buf(enc.planes["verif.codes"])
-            rest, rest_len = _buf(enc.planes["verif.rest"])
-        rc = lib.c2_decode(N, G, m, k, int(full), _ptr(mx), mx_len, _ptr(vcodes), vc_len, _ptr(vo),
-                           _ptr(rest), rest_len, _ptr(ro), _ptr(vt), enc.verif_book.K, _ptr(out))
+            vcodes, vc_len, vo = _plane(enc, "verif.codes")
+            rest, rest_len, ro = _plane(enc, "verif.rest")
+        rc = lib.c1_decode(N, G, m, k, A, int(full), _ptr(codes), codes_len, _ptr(co), _ptr(signman), sm_len,
+                           _ptr(so), _ptr(vcodes), vc_len, _ptr(vo), _ptr(rest), rest_len, _ptr(ro),
+                           _ptr(st), enc.spec_book.Q, _ptr(vt), enc.verif_book.Q, _ptr(out))
+    else:
+        mx, mx_len, mo = _plane(enc, "spec.mx")
+        vcodes = rest = vo = ro = None
+        vc_len = rest_len = 0
+        if full:
+            vcodes, vc_len, vo = _plane(enc, "verif.codes")
+            rest, rest_len, ro = _plane(enc, "verif.rest")
+        rc = lib.c2_decode(N, G, m, k, A, int(full), _ptr(mx), mx_len, _ptr(mo), _ptr(vcodes), vc_len, _ptr(vo),
+                           _ptr(rest), rest_len, _ptr(ro), _ptr(vt), enc.verif_book.Q, _ptr(out))
     if rc != 0:
         raise _Fallback
     return out.reshape(enc.shape)

@@ -1,7 +1,8 @@
 """The compiled codec (golden/native.py + golden/_native/codec.c) against the numpy reference (golden/codec.py):
-the same encoded bytes (planes, chunk offsets, codebooks) and the same decoded arrays (draft and full), on
-random tensors, all 65,536 bf16 patterns, boundary G / m / keep counts, escapes, C2 subnormal blocks, caller
-salience and the KV path; malformed streams raise the reference's FormatError; the dispatch and fallback."""
+the same encoded bytes (planes, chunk offsets, codebooks with their pair masks) and the same decoded arrays
+(draft and full), on random tensors, all 65,536 bf16 patterns, boundary G / m / keep counts, escapes, C2
+subnormal blocks, caller salience and the KV path, in format 1.0 (A = 1, no pairs) and 2.0 (chunks of A
+superblocks, pair groups); malformed streams raise the reference's FormatError; the dispatch and fallback."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +12,7 @@ from cassandra_rtl.errors import ConfigError, FormatError
 from cassandra_rtl.golden import codec, native
 from cassandra_rtl.golden.codebook import Codebook
 from cassandra_rtl.golden.codec import EncodedTensor, decode_draft, decode_full, encode_tensor
-from cassandra_rtl.golden.config import PRUNED, CodecConfig
+from cassandra_rtl.golden.config import MAX_CHUNK_VALUES, PRUNED, CodecConfig
 from cassandra_rtl.golden.kv import calibrate_kv_codebooks, encode_kv, kv_config
 from test_golden_patterns import _cases, layout
 
@@ -35,6 +36,8 @@ def check(bits, cfg, salience=None, books=None):
     ref = encode_tensor(bits, cfg, salience=salience, books=books, impl="numpy")
     fast = native.encode_tensor(bits, cfg, salience, books)
     same_encoding(ref, fast)
+    for p in ref.planes:                       # every plane's chunk offsets, indexed or computed
+        np.testing.assert_array_equal(codec.plane_offsets(ref, p), codec.plane_offsets(fast, p), err_msg=p)
     full = native._decode(ref, True)
     np.testing.assert_array_equal(full, bits)
     np.testing.assert_array_equal(full, decode_full(ref, impl="numpy"))
@@ -132,42 +135,183 @@ def test_empty_tensor_goes_to_numpy():
     assert decode_full(enc, impl="native").shape == (0,)
 
 
+def test_decode_parallel_uses_the_compiled_path(weight_bits):
+    bits = weight_bits(64 * 40, seed=10)
+    enc = encode_tensor(bits, CodecConfig(keep_ratio=0.5, group_size=64))
+    np.testing.assert_array_equal(codec.decode_parallel(enc, workers=2), bits)
+
+
+# ------------------------------------------------------------------------------------- format 2.0
+
+def _a_values(G):
+    """A in {1, 2, 8, max} that the config allows (A * G <= 1024)."""
+    return sorted({a for a in (1, 2, 8, MAX_CHUNK_VALUES // G) if a * G <= MAX_CHUNK_VALUES})
+
+
+V2_CASES = [(scheme, G, A, pairs, keep) for scheme in ("c1", "c2") for G in (32, 128, 256) for A in _a_values(G)
+            for pairs in (False, True) for keep in (1.0, 0.5, 0.3)]
+
+
+@pytest.mark.parametrize("scheme,G,A,pairs,keep", V2_CASES)
+def test_format2_random_tensors(weight_bits, scheme, G, A, pairs, keep):
+    """Chunks of A superblocks x pair groups on/off: a partial last chunk with a partial last superblock, an
+    exact number of chunks, one value; books built by the golden DP (so pairs are present when they pay)."""
+    m = (0, 3, 7)[(G + A) % 3]
+    cfg = CodecConfig(scheme=scheme, group_size=G, mantissa_bits=m, keep_ratio=keep, chunk_superblocks=A,
+                      pair_codes=pairs)
+    for n, seed in ((2 * A * G + (A // 2) * G + 7, 1), (3 * A * G, 2), (1, 3)):
+        ref = check(weight_bits(n, seed=seed + G + A, special=0.05), cfg)
+        assert ref.nchunks == -(-ref.nsb // A)
+
+
+def test_format2_cases_hold_pairs(weight_bits):
+    """The random cases above do exercise pair groups and indexed companion planes (else they test v1 only)."""
+    bits = weight_bits(8 * 128 * 3, seed=5, special=0.05)
+    for keep, book in ((1.0, "spec"), (0.5, "verif")):
+        cfg = CodecConfig(scheme="c1", group_size=128, keep_ratio=keep, chunk_superblocks=8, pair_codes=True)
+        enc = native.encode_tensor(bits, cfg, None, None)
+        assert getattr(enc, f"{book}_book").pairs
+        assert {"spec": "spec.signman", "verif": "verif.rest"}[book] in enc.offsets
+    c2 = native.encode_tensor(weight_bits(8 * 128 * 3, seed=5, special=0.05),
+                              CodecConfig(scheme="c2", keep_ratio=0.5, chunk_superblocks=8, pair_codes=True), None, None)
+    assert c2.verif_book.pairs
+
+
 @pytest.mark.parametrize("scheme", ["c1", "c2"])
-def test_malformed_streams_raise_the_reference_error(weight_bits, scheme):
-    """Random byte flips, truncations and extensions of each plane: the default (compiled) decoder raises
-    exactly what the numpy decoder raises, or returns exactly what it returns."""
-    bits = weight_bits(6 * 32 + 5, seed=8, special=0.1)
-    enc = encode_tensor(bits, CodecConfig(scheme=scheme, group_size=32, mantissa_bits=3, keep_count=20))
-    rng = np.random.default_rng(9)
-    for trial in range(150):
-        name = sorted(enc.planes)[trial % len(enc.planes)]
+@pytest.mark.parametrize("A", [1, 4])
+def test_format2_fixed_books_escapes_and_pairs(weight_bits, scheme, A):
+    """Hand-made books: every group a pair, pairs of unused symbols (escapes of everything else at Q + 9 bits),
+    K = 15 with pairs (Q = 8), an empty book (Q = 0) and a single pair."""
+    bits = weight_bits(5 * 32 * A + 3, seed=11, special=0.3)
+    cfg = CodecConfig(scheme=scheme, group_size=32, mantissa_bits=3, keep_count=20, chunk_superblocks=A)
+    e = ((bits >> 7) & 0xFF).astype(np.int64)
+    common = [int(x) for x in np.argsort(-np.bincount(e, minlength=256), kind="stable")[:14]]
+    far = tuple(range(240, 254))
+    books = [((PRUNED,) + tuple(common[:14]), 0b1111111 << 1, tuple(common[:14]), 0b1111111),
+             ((PRUNED,) + far, 0b1010101 << 1, far, 0b11),
+             ((PRUNED,), 0, (), 0),
+             ((common[0], PRUNED, common[1]), 0, (common[2], common[3]), 1)]
+    for spec, sp, verif, vp in books:
+        check(bits, cfg, books=(Codebook(spec, sp) if scheme == "c1" else None, Codebook(verif, vp)))
+
+
+V2_PATTERN_CASES = [("permuted", "c1", 32, 3, "0.3", 32), ("natural", "c1", 128, 7, "all", 8),
+                    ("anchored", "c2", 256, 0, "one", 4), ("anchored", "c2", 32, 3, "0.3", 8)]
+
+
+def paired(symbols):
+    """A book over ``symbols`` with as many pair groups as the order allows (P stays a singleton)."""
+    mask, i, q = 0, 0, 0
+    while i < len(symbols):
+        if symbols[i] != PRUNED and i + 1 < len(symbols) and symbols[i + 1] != PRUNED:
+            mask |= 1 << q
+            i += 1
+        i += 1
+        q += 1
+    return Codebook(tuple(symbols), mask)
+
+
+@pytest.mark.parametrize("layout_name,scheme,G,m,keep,A", V2_PATTERN_CASES)
+def test_format2_all_patterns(layout_name, scheme, G, m, keep, A):
+    """Every bf16 pattern in 2.0 layouts: golden pair books, and books of 7 pairs (+ P) of the most frequent
+    symbols (pairs on every plane; every other symbol escapes)."""
+    k = {"all": G, "one": 1, "0.3": CodecConfig(group_size=G, keep_ratio=0.3).keep_count}[keep]
+    cfg = CodecConfig(scheme=scheme, group_size=G, mantissa_bits=m, keep_count=k, chunk_superblocks=A,
+                      pair_codes=True)
+    bits = layout(layout_name)
+    check(bits, cfg)
+    e = ((bits >> 7) & 0xFF).astype(np.int64)
+    top = [int(x) for x in np.argsort(-np.bincount(e, minlength=256), kind="stable")[:14]]
+    verif = paired(top if scheme == "c1" else list(range(14)))
+    spec = paired(([PRUNED] if cfg.prunes else []) + top[: 14 - cfg.prunes]) if scheme == "c1" else None
+    enc = check(bits, cfg, books=(spec, verif))
+    assert enc.verif_book.pairs == 0b1111111
+    if scheme == "c1":
+        assert enc.spec_book.pairs and "spec.signman" in enc.offsets and "verif.rest" in enc.offsets
+
+
+def _pair_books(bits, scheme):
+    """Books of pairs over the most frequent symbols (+ P), so that every plane holds suffix bits."""
+    e = ((bits >> 7) & 0xFF).astype(np.int64)
+    top = [int(x) for x in np.argsort(-np.bincount(e, minlength=256), kind="stable")[:13]]
+    if scheme == "c1":
+        return paired([PRUNED] + top), paired(top)
+    return None, paired(list(range(12)))
+
+
+def _corruptions(enc, rng, trials):
+    """(planes, offsets) of corrupted copies: bit flips, truncations, extensions of a plane, and moved index
+    entries of an indexed plane."""
+    names = sorted(enc.planes)
+    for trial in range(trials):
+        name = names[trial % len(names)]
         data = bytearray(enc.planes[name])
-        op = trial % 3
+        offsets = {p: np.array(o) for p, o in enc.offsets.items()}
+        op = trial % 4
         if op == 0 and data:
             data[int(rng.integers(len(data)))] ^= 1 << int(rng.integers(8))
         elif op == 1 and data:
             data = data[:-1]
-        else:
+        elif op == 2:
             data += b"\x00"
-        planes = dict(enc.planes, **{name: bytes(data)})
-        offsets = {p: np.array(o) for p, o in enc.offsets.items()}
-        if name in offsets and op:
+        elif name in offsets and len(offsets[name]) > 2:
+            i = int(rng.integers(1, len(offsets[name]) - 1))
+            offsets[name][i] += int(rng.choice([-1, 1]))
+        if name in offsets and op in (1, 2):
             offsets[name][-1] = len(data)
+        yield dict(enc.planes, **{name: bytes(data)}), offsets
+
+
+@pytest.mark.parametrize("scheme,A,pairs", [("c1", 1, False), ("c2", 1, False), ("c1", 4, True), ("c2", 4, True)])
+def test_malformed_streams_raise_the_reference_error(weight_bits, scheme, A, pairs):
+    """Random byte flips, truncations and extensions of each plane and moved index entries: the default
+    (compiled) decoder raises exactly what the numpy decoder raises, or returns exactly what it returns."""
+    bits = weight_bits(6 * 32 * A + 5, seed=8, special=0.1)
+    cfg = CodecConfig(scheme=scheme, group_size=32, mantissa_bits=3, keep_count=20, chunk_superblocks=A,
+                      pair_codes=pairs)
+    enc = native.encode_tensor(bits, cfg, None, _pair_books(bits, scheme) if pairs else None)
+    rng = np.random.default_rng(9)
+    raised = 0
+    for planes, offsets in _corruptions(enc, rng, 160):
         bad = EncodedTensor(enc.shape, enc.config, enc.spec_book, enc.verif_book, planes, offsets)
-        for fn in (decode_full, decode_draft):
+        for fn in (native.decode_full, native.decode_draft):
+            ref = codec.decode_full if fn is native.decode_full else codec.decode_draft
             try:
-                want = fn(bad, impl="numpy")
+                want = ref(bad, impl="numpy")
             except FormatError as exc:
+                raised += 1
                 with pytest.raises(FormatError) as got:
                     fn(bad)
                 assert str(got.value) == str(exc)
             else:
                 np.testing.assert_array_equal(fn(bad), want)
+    assert raised > 100
 
 
-def test_decode_parallel_uses_the_compiled_path(weight_bits):
-    bits = weight_bits(64 * 40, seed=10)
-    enc = encode_tensor(bits, CodecConfig(keep_ratio=0.5, group_size=64))
+def test_c_decoder_rejects_what_numpy_rejects(weight_bits):
+    """The C decoder itself (not its numpy fallback) returns an error on every corruption numpy rejects
+    (native._decode raises _Fallback instead of returning C output)."""
+    bits = weight_bits(6 * 32 * 4 + 5, seed=3, special=0.1)
+    rejected = 0
+    for scheme in ("c1", "c2"):
+        cfg = CodecConfig(scheme=scheme, group_size=32, mantissa_bits=2, keep_count=13, chunk_superblocks=4,
+                          pair_codes=True)
+        enc = native.encode_tensor(bits, cfg, None, _pair_books(bits, scheme))
+        for planes, offsets in _corruptions(enc, np.random.default_rng(4), 80):
+            bad = EncodedTensor(enc.shape, enc.config, enc.spec_book, enc.verif_book, planes, offsets)
+            for full in (True, False):
+                try:
+                    (codec.decode_full if full else codec.decode_draft)(bad, impl="numpy")
+                except FormatError:
+                    rejected += 1
+                    with pytest.raises(native._Fallback):
+                        native._decode(bad, full)
+    assert rejected > 100
+
+
+def test_format2_decode_parallel(weight_bits):
+    bits = weight_bits(64 * 8 * 9 + 3, seed=10)
+    enc = encode_tensor(bits, CodecConfig(keep_ratio=0.5, group_size=64, chunk_superblocks=8, pair_codes=True))
     np.testing.assert_array_equal(codec.decode_parallel(enc, workers=2), bits)
 
 
@@ -184,6 +328,19 @@ def test_env_forces_numpy(monkeypatch, weight_bits):
     monkeypatch.setenv(native.ENV_IMPL, "auto")
     with pytest.raises(AssertionError, match="compiled path was used"):
         encode_tensor(bits, CodecConfig())
+
+
+def test_format2_tensors_take_the_compiled_path(monkeypatch, weight_bits):
+    """codec.encode_tensor sends chunked / paired tensors to the compiled path (native.FORMAT2)."""
+    calls = []
+    real = native.encode_tensor
+    monkeypatch.setattr(native, "encode_tensor", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.delenv(native.ENV_IMPL, raising=False)
+    bits = weight_bits(128 * 8 * 2 + 1)
+    for cfg in (CodecConfig(chunk_superblocks=8), CodecConfig(pair_codes=True), CodecConfig(scheme="c2", chunk_superblocks=2)):
+        enc = encode_tensor(bits, cfg)
+        np.testing.assert_array_equal(decode_full(enc), bits)
+    assert len(calls) == 3
 
 
 def test_bad_impl_names(monkeypatch, weight_bits):

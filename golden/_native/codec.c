@@ -1,4 +1,14 @@
-/* Compiled twin of the golden codec (golden/codec.py, docs/FORMAT.md v1.0): one pass per superblock.
+/* Compiled twin of the golden codec (golden/codec.py, docs/FORMAT.md): format 2.0, one pass per chunk.
+ *
+ * Format 2.0 (v1.0 is its case A = 1, no pairs): every plane is a sequence of byte-aligned chunks of A
+ * superblocks whose fields lie back to back; codebooks have groups of one or two symbols (code of group q:
+ * q zeros then a one; the second symbol of a pair is told by a suffix bit t, the FIRST bit of the value's
+ * companion field: C1 spec.signman, C1 verif.rest of a pruned value, C2 verif.rest of a draft-zero value;
+ * escape: Q zeros, a one, 8 raw bits). Codebooks are built in Python (codebook.build_codebook) and come
+ * here as small tables (native.py):
+ *   encoder, per symbol 0..256: q | pair << 8 | t << 9   (q = Q: not in the book, escape)
+ *   decoder, per group q < Q:   S[b_q] | S[b_q + pair] << 9 | pair << 18
+ * Every plane's chunk offsets (nchunks + 1 byte offsets, stored index or computed) come in as arrays.
  *
  * The numpy code in codec.py is the normative implementation; this file must produce the same bytes and
  * the same decoded arrays (tests/test_golden_native.py checks it). It is built on first use by
@@ -61,17 +71,22 @@ static inline void flush_chunk(wr_t *w) {                     /* zero-pad to the
     w->cnt = 0;
 }
 
-/* rank-unary code of a symbol (FORMAT.md §3.1): rank r -> 1 << r (r+1 bits); escape -> K zeros, 1, 8 bits.
- * `on` = 0 writes nothing (lets the value loops run without a kept/pruned branch). */
-static inline void put_code(wr_t *w, const int32_t *rank, int K, int sym, int on) {
-    int r = rank[sym];
-    uint64_t v = (r < K) ? (1ull << r) : ((1ull << K) | ((uint64_t)(sym & 0xFF) << (K + 1)));
-    int n = (r < K) ? r + 1 : K + 1 + ESC_BITS;
-    uint64_t om = 0ull - (uint64_t)(on != 0);                    /* mask arithmetic: `on` is data-dependent */
-    put(w, v & om, n & (int)om);
+/* Unary group code of a symbol (encoder table entry ce = q | pair << 8 | t << 9): group q -> 1 << q
+ * (q+1 bits); escape (q = Q) -> Q zeros, 1, the 8 raw bits. The suffix bit goes to the companion field. */
+static inline void put_code(wr_t *w, int32_t ce, int Q, int sym) {
+    int q = ce & 0xFF, esc = q >= Q;
+    uint64_t v = esc ? ((1ull << Q) | ((uint64_t)(sym & 0xFF) << (Q + 1))) : (1ull << q);
+    put(w, v, esc ? Q + 1 + ESC_BITS : q + 1);
 }
 
-/* Decode `count` codes from the chunk [start, end) bits; returns the bits used, or -1. The codes are taken
+#define ENC_Q(ce) ((ce) & 0xFF)
+#define ENC_PAIR(ce) (((ce) >> 8) & 1)
+#define ENC_T(ce) (((ce) >> 9) & 1)
+#define DEC_PAIR(d) (((d) >> 18) & 1)
+#define DEC_SYM(d, t) ((((uint32_t)(d)) >> (9 * (t))) & 0x1FF)     /* t = 0: S[b_q]; t = 1: S[b_q + 1] */
+
+/* Decode `count` codes starting at stream bit `start` of a chunk ending at bit `end`; returns the bits
+ * used, or -1. out[i] = the group's decoder entry (escape: raw | raw << 9, no pair). The codes are taken
  * from a 64-bit register refilled when fewer than 24 bits (the longest code) remain, so the loop-carried
  * chain per code is ctz + shift, not a memory load. */
 static int64_t get_codes(const uint8_t *p, int64_t len, int64_t start, int64_t end, int64_t count,
@@ -90,7 +105,8 @@ static int64_t get_codes(const uint8_t *p, int64_t len, int64_t start, int64_t e
             out[i] = table[r];
             n = r + 1;
         } else if (r == K) {
-            out[i] = (int32_t)((buf >> (K + 1)) & 0xFF);
+            int32_t raw = (int32_t)((buf >> (K + 1)) & 0xFF);
+            out[i] = raw | (raw << 9);
             n = K + 1 + ESC_BITS;
         } else {
             return -1;                         /* impossible code */
@@ -111,12 +127,20 @@ static inline int chunk_ok(const uint8_t *p, int64_t len, int64_t start_byte, in
     return 1;
 }
 
-static int offsets_ok(const int64_t *off, int64_t nsb, int64_t len) {
-    if (off[0] != 0 || off[nsb] != len) return 0;
-    for (int64_t s = 0; s < nsb; s++)
-        if (off[s + 1] < off[s]) return 0;
+static int offsets_ok(const int64_t *off, int64_t nch, int64_t len) {
+    if (off[0] != 0 || off[nch] != len) return 0;
+    for (int64_t c = 0; c < nch; c++)
+        if (off[c + 1] < off[c]) return 0;
     return 1;
 }
+
+static int has_pairs(const int32_t *dec, int Q) {
+    for (int q = 0; q < Q; q++)
+        if (DEC_PAIR(dec[q])) return 1;
+    return 0;
+}
+
+static inline int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ----------------------------------------------------------------------------------------- selection */
 
@@ -190,40 +214,48 @@ void c1_prepare(const uint16_t *bits, int64_t N, int64_t G, int64_t k, int given
     }
 }
 
-/* Pass 2: the four planes. Returns nothing; plane lengths are the writers' end positions (out_len). */
-void c1_pack(const uint16_t *bits, const uint8_t *kept, int64_t N, int64_t G, int m,
-             const int32_t *spec_rank, int spec_K, const int32_t *verif_rank, int verif_K,
+/* Pass 2: the four planes, chunks of A superblocks. off = 4 arrays of nchunks + 1 byte offsets (codes,
+ * signman, vcodes, rest); out_len = the four plane lengths. */
+void c1_pack(const uint16_t *bits, const uint8_t *kept, int64_t N, int64_t G, int m, int64_t A,
+             const int32_t *spec_enc, int spec_Q, const int32_t *verif_enc, int verif_Q,
              uint8_t *codes, uint8_t *signman, uint8_t *vcodes, uint8_t *rest,
-             int64_t *codes_off, int64_t *vcodes_off, int64_t *out_len) {
+             int64_t *off, int64_t *out_len) {
     wr_t wc = {codes, 0, 0, 0}, ws = {signman, 0, 0, 0}, wv = {vcodes, 0, 0, 0}, wr = {rest, 0, 0, 0};
     const int lowmask = (1 << (7 - m)) - 1;
-    int sym[256], sm[256], pe[256], rv[256], rw[256];
+    int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A, st = nch + 1;
+    int sym[256], sm[256], smw[256], pe[256], rv[256], rw[256];
     int64_t s = 0;
     for (int64_t s0 = 0; s0 < N; s0 += G, s++) {
         int n = (int)((N - s0 < G) ? N - s0 : G), nk = 0, np_ = 0;
-        codes_off[s] = wc.byte;
-        vcodes_off[s] = wv.byte;
+        if (s % A == 0) {
+            int64_t c = s / A;
+            off[c] = wc.byte; off[st + c] = ws.byte; off[2 * st + c] = wv.byte; off[3 * st + c] = wr.byte;
+        }
         /* fields of the superblock first (kept / pruned ones compacted, by mask arithmetic), then one
          * plane at a time: one live bit writer per loop keeps its state in registers */
         for (int i = 0; i < n; i++) {
             int b = bits[s0 + i], sign = b >> 15, e = (b >> 7) & 0xFF, f = b & 0x7F, kp = kept[s0 + i];
             int km = -kp;
+            int ce = spec_enc[e], cv = verif_enc[e];       /* suffix bits: spec (kept), verif (pruned) */
+            int ps = ENC_PAIR(ce), pv = ENC_PAIR(cv);
             sym[i] = (e & km) | (PRUNED & ~km);
-            sm[nk] = (sign << m) | (f >> (7 - m));
+            sm[nk] = (((sign << m) | (f >> (7 - m))) << ps) | ENC_T(ce);
+            smw[nk] = 1 + m + ps;
             nk += kp;
             pe[np_] = e;
             np_ += !kp;
-            rv[i] = ((f & lowmask) & km) | (((sign << 7) | f) & ~km);
-            rw[i] = ((7 - m) & km) | (8 & ~km);
+            rv[i] = ((f & lowmask) & km) | (((((sign << 7) | f) << pv) | ENC_T(cv)) & ~km);
+            rw[i] = ((7 - m) & km) | ((8 + pv) & ~km);
         }
-        for (int i = 0; i < n; i++) put_code(&wc, spec_rank, spec_K, sym[i], 1);
-        for (int i = 0; i < nk; i++) put(&ws, (uint64_t)sm[i], 1 + m);
-        for (int i = 0; i < np_; i++) put_code(&wv, verif_rank, verif_K, pe[i], 1);
+        for (int i = 0; i < n; i++) put_code(&wc, spec_enc[sym[i]], spec_Q, sym[i]);
+        for (int i = 0; i < nk; i++) put(&ws, (uint64_t)sm[i], smw[i]);
+        for (int i = 0; i < np_; i++) put_code(&wv, verif_enc[pe[i]], verif_Q, pe[i]);
         for (int i = 0; i < n; i++) put(&wr, (uint64_t)rv[i], rw[i]);
-        flush_chunk(&wc); flush_chunk(&ws); flush_chunk(&wv); flush_chunk(&wr);
+        if ((s + 1) % A == 0 || s + 1 == nsb) {
+            flush_chunk(&wc); flush_chunk(&ws); flush_chunk(&wv); flush_chunk(&wr);
+        }
     }
-    codes_off[s] = wc.byte;
-    vcodes_off[s] = wv.byte;
+    off[nch] = wc.byte; off[st + nch] = ws.byte; off[2 * st + nch] = wv.byte; off[3 * st + nch] = wr.byte;
     out_len[0] = wc.byte; out_len[1] = ws.byte; out_len[2] = wv.byte; out_len[3] = wr.byte;
 }
 
@@ -247,16 +279,20 @@ void c2_prepare(const uint16_t *bits, int64_t N, int64_t G, int64_t k, int m, in
     }
 }
 
-void c2_pack(const uint16_t *bits, const uint8_t *kept, const uint8_t *X, int64_t N, int64_t G, int m,
-             int prunes, const int32_t *verif_rank, int verif_K, uint8_t *mx, uint8_t *vcodes, uint8_t *rest,
-             int64_t *vcodes_off, int64_t *rest_off, int64_t *out_len) {
+/* off = 3 arrays of nchunks + 1 byte offsets (mx, vcodes, rest) */
+void c2_pack(const uint16_t *bits, const uint8_t *kept, const uint8_t *X, int64_t N, int64_t G, int m, int64_t A,
+             int prunes, const int32_t *verif_enc, int verif_Q, uint8_t *mx, uint8_t *vcodes, uint8_t *rest,
+             int64_t *off, int64_t *out_len) {
     wr_t wm = {mx, 0, 0, 0}, wv = {vcodes, 0, 0, 0}, wr = {rest, 0, 0, 0};
     int fv[256], ds[256], rv[256], rw[256];
+    int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A, st = nch + 1;
     int64_t s = 0;
     for (int64_t s0 = 0; s0 < N; s0 += G, s++) {
         int64_t n = (N - s0 < G) ? N - s0 : G;
-        vcodes_off[s] = wv.byte;
-        rest_off[s] = wr.byte;
+        if (s % A == 0) {
+            int64_t c = s / A;
+            off[c] = wm.byte; off[st + c] = wv.byte; off[2 * st + c] = wr.byte;
+        }
         if (prunes) {                                              /* keep bitmap, 16 flags per put */
             int64_t i = s0;
             for (; i + 16 <= s0 + n; i += 16) {
@@ -276,237 +312,285 @@ void c2_pack(const uint16_t *bits, const uint8_t *kept, const uint8_t *X, int64_
             int c = m - (imax(x, 1) - imax(e, 1));
             int elem = c2_elem(e, f, x, m);
             int kp = kept[s0 + i], dz = !kp | (elem == 0), dm = -dz;
+            int cv = verif_enc[x - e], pv = ENC_PAIR(cv);
             fv[nk] = (sign << (m + 1)) | elem;
             nk += kp;
             ds[nd] = x - e;
             nd += dz;
             int cc = c & ~(c >> 31);                                    /* max(c, 0) */
-            rv[i] = (((sign << 7) | f) & dm) | ((f & ((1 << (7 - cc)) - 1)) & ~dm);
-            rw[i] = (8 & dm) | ((7 - cc) & ~dm);
+            rv[i] = (((((sign << 7) | f) << pv) | ENC_T(cv)) & dm) | ((f & ((1 << (7 - cc)) - 1)) & ~dm);
+            rw[i] = ((8 + pv) & dm) | ((7 - cc) & ~dm);
         }
         for (int i = 0; i < nk; i++) put(&wm, (uint64_t)fv[i], m + 2);
-        for (int i = 0; i < nd; i++) put_code(&wv, verif_rank, verif_K, ds[i], 1);
+        for (int i = 0; i < nd; i++) put_code(&wv, verif_enc[ds[i]], verif_Q, ds[i]);
         for (int i = 0; i < (int)n; i++) put(&wr, (uint64_t)rv[i], rw[i]);
-        flush_chunk(&wm); flush_chunk(&wv); flush_chunk(&wr);
+        if ((s + 1) % A == 0 || s + 1 == nsb) {
+            flush_chunk(&wm); flush_chunk(&wv); flush_chunk(&wr);
+        }
     }
-    vcodes_off[s] = wv.byte;
-    rest_off[s] = wr.byte;
+    off[nch] = wm.byte; off[st + nch] = wv.byte; off[2 * st + nch] = wr.byte;
     out_len[0] = wm.byte; out_len[1] = wv.byte; out_len[2] = wr.byte;
 }
 
 /* ---------------------------------------------------------------------------------------- C1 decode */
 
-/* full = 0: draft (speculation planes only); full = 1: the original bits. Returns 0, or an error code. */
-int c1_decode(int64_t N, int64_t G, int m, int64_t k, int full,
-              const uint8_t *codes, int64_t codes_len, const int64_t *codes_off,
-              const uint8_t *signman, int64_t signman_len,
-              const uint8_t *vcodes, int64_t vcodes_len, const int64_t *vcodes_off,
-              const uint8_t *rest, int64_t rest_len,
-              const int32_t *spec_table, int spec_K, const int32_t *verif_table, int verif_K, uint16_t *out) {
-    int64_t nsb = (N + G - 1) / G;
-    if (!offsets_ok(codes_off, nsb, codes_len)) return 1;
-    if (full && vcodes_off && !offsets_ok(vcodes_off, nsb, vcodes_len)) return 1;
-    if (full && !vcodes_off && vcodes_len != 0) return 1;
-    int32_t sym[256], pe[256];
-    uint32_t smf[257];
-    int64_t sm_full = (kept_in(k, G, G) * (1 + m) + 7) >> 3;                  /* bytes per full chunk */
-    int64_t rest_full = (kept_in(k, G, G) * (7 - m) + (G - kept_in(k, G, G)) * 8 + 7) >> 3;
-    int64_t s = 0;
-    for (int64_t s0 = 0; s0 < N; s0 += G, s++) {
-        int64_t n = (N - s0 < G) ? N - s0 : G, ks = kept_in(k, n, G);
-        int64_t used = get_codes(codes, codes_len, codes_off[s] * 8, codes_off[s + 1] * 8, n, spec_table, spec_K, sym);
-        if (used < 0 || !chunk_ok(codes, codes_len, codes_off[s], codes_off[s + 1], used)) return 2;
-        int64_t nk = 0;
-        for (int64_t i = 0; i < n; i++) nk += sym[i] != PRUNED;
-        if (nk != ks) return 3;
-        /* spec.signman: k_s fields of 1+m bits */
-        int64_t sb = s * sm_full, pos = sb * 8;
-        if (!chunk_ok(signman, signman_len, sb, sb + ((ks * (1 + m) + 7) >> 3), ks * (1 + m))) return 4;
-        int64_t np_ = n - ks;
-        if (full && np_) {
-            int64_t vs = vcodes_off ? vcodes_off[s] : 0, ve = vcodes_off ? vcodes_off[s + 1] : 0;
-            int64_t u = get_codes(vcodes, vcodes_len, vs * 8, ve * 8, np_, verif_table, verif_K, pe);
-            if (u < 0 || !chunk_ok(vcodes, vcodes_len, vs, ve, u)) return 5;
-        } else if (full && vcodes_off && vcodes_off[s + 1] != vcodes_off[s]) {
-            return 5;                                                           /* trailing bytes */
-        }
-        int64_t rb = s * rest_full, rpos = rb * 8;
-        if (full && !chunk_ok(rest, rest_len, rb, rb + ((ks * (7 - m) + np_ * 8 + 7) >> 3), ks * (7 - m) + np_ * 8))
-            return 6;
-        /* value loop without a kept/pruned branch (it would mispredict at keep < 1): both candidates are
-         * formed, positions advance by flag-selected widths */
-        int64_t j = 0, jk = 0;
-        const uint32_t smask = (1u << (1 + m)) - 1, mmask = (1u << m) - 1;
-        for (int64_t t = 0; t < ks; t++)            /* signman fields: independent loads, no carried chain */
-            smf[t] = (uint32_t)peek(signman, signman_len, pos + t * (1 + m)) & smask;
-        smf[ks] = 0;
-        for (int64_t i = 0; i < n; i++) {
-            int kp = sym[i] != PRUNED;
-            uint32_t km = 0u - (uint32_t)kp;                        /* mask arithmetic: kp is data-dependent */
-            uint32_t fs = smf[jk];
-            jk += kp;
-            uint32_t vk = ((fs >> m) << 15) | (((uint32_t)sym[i] & 0xFF) << 7) | ((fs & mmask) << (7 - m));
-            uint32_t v;
-            if (full) {
-                int w = (int)(((uint32_t)(7 - m) & km) | (8u & ~km));
+/* One body, instantiated for HS / HV = the spec / verification book has a pair group (0, 0: the v1 loops). */
+static inline __attribute__((always_inline)) int c1_decode_body(
+        int64_t N, int64_t G, int m, int64_t k, int64_t A, int full, const int HS, const int HV,
+        const uint8_t *codes, int64_t codes_len, const int64_t *codes_off,
+        const uint8_t *signman, int64_t signman_len, const int64_t *signman_off,
+        const uint8_t *vcodes, int64_t vcodes_len, const int64_t *vcodes_off,
+        const uint8_t *rest, int64_t rest_len, const int64_t *rest_off,
+        const int32_t *spec_dec, int spec_Q, const int32_t *verif_dec, int verif_Q, uint16_t *out) {
+    int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A;
+    int32_t sym[256], pe[257];
+    const uint32_t mmask = (1u << m) - 1;
+    for (int64_t c = 0; c < nch; c++) {
+        int64_t s_hi = imin64(nsb, (c + 1) * A);
+        int64_t cpos = codes_off[c] * 8, cend = codes_off[c + 1] * 8;
+        int64_t spos = signman_off[c] * 8;
+        int64_t vpos = vcodes_off ? vcodes_off[c] * 8 : 0, vend = vcodes_off ? vcodes_off[c + 1] * 8 : 0;
+        int64_t rpos = full ? rest_off[c] * 8 : 0;
+        for (int64_t s = c * A; s < s_hi; s++) {
+            int64_t s0 = s * G, n = imin64(G, N - s0), ks = kept_in(k, n, G);
+            int64_t u = get_codes(codes, codes_len, cpos, cend, n, spec_dec, spec_Q, sym);
+            if (u < 0) return 2;
+            cpos += u;
+            int64_t nk = 0;
+            for (int64_t i = 0; i < n; i++) nk += (sym[i] & 0x1FF) != PRUNED;
+            if (nk != ks) return 3;
+            int64_t np_ = n - ks;
+            if (full && np_) {
+                u = get_codes(vcodes, vcodes_len, vpos, vend, np_, verif_dec, verif_Q, pe);
+                if (u < 0) return 5;
+                vpos += u;
+            }
+            pe[np_] = 0;
+            /* value loops without a kept/pruned branch (it would mispredict at keep < 1): both candidates
+             * are formed, positions advance by flag-selected widths (+ the suffix bit of a pair group).
+             * Measured fastest: one loop for the draft and the rest fields without pairs; with pairs, the
+             * draft (spec.signman) first, then the verification fields (two shorter loops). */
+            uint8_t kf[256];
+            const int merged = full && !HS && !HV;
+            int64_t j = 0;
+            for (int64_t i = 0; i < n; i++) {
+                int32_t d = sym[i];
+                int kp = (d & 0x1FF) != PRUNED;
+                uint32_t km = 0u - (uint32_t)kp;                    /* mask arithmetic: kp is data-dependent */
+                int ps = HS ? DEC_PAIR(d) : 0;
+                int ws = (int)((uint32_t)(1 + m + ps) & km);
+                uint32_t fs = (uint32_t)peek(signman, signman_len, spos) & ((1u << ws) - 1);
+                spos += ws;
+                int t = HS ? (int)(fs & (uint32_t)ps) : 0;
+                fs >>= ps;
+                uint32_t vk = ((fs >> m) << 15) | ((DEC_SYM(d, t) & 0xFF) << 7) | ((fs & mmask) << (7 - m));
+                if (merged) {
+                    int32_t dv = pe[j];
+                    int w = (int)(((uint32_t)(7 - m) & km) | (8u & ~km));
+                    uint32_t r = (uint32_t)peek(rest, rest_len, rpos) & ((1u << w) - 1);
+                    rpos += w;
+                    uint32_t vp = ((r >> 7) << 15) | ((uint32_t)dv << 7) | (r & 0x7F);
+                    j += !kp;
+                    out[s0 + i] = (uint16_t)(((vk | r) & km) | (vp & ~km));
+                } else {
+                    out[s0 + i] = (uint16_t)(vk & km);
+                    kf[i] = (uint8_t)kp;
+                }
+            }
+            if (!full || merged) continue;
+            j = 0;
+            for (int64_t i = 0; i < n; i++) {
+                int kp = kf[i];
+                uint32_t km = 0u - (uint32_t)kp;
+                int32_t dv = pe[j];
+                int pv = HV ? (DEC_PAIR(dv) & !kp) : 0;
+                int w = (int)(((uint32_t)(7 - m) & km) | ((uint32_t)(8 + pv) & ~km));
                 uint32_t r = (uint32_t)peek(rest, rest_len, rpos) & ((1u << w) - 1);
                 rpos += w;
-                uint32_t vp = ((r >> 7) << 15) | ((uint32_t)pe[j] << 7) | (r & 0x7F);
+                int tv = HV ? (int)(r & (uint32_t)pv) : 0;
+                uint32_t rp = r >> pv;
+                uint32_t vp = ((rp >> 7) << 15) | (DEC_SYM(dv, tv) << 7) | (rp & 0x7F);
                 j += !kp;
-                v = ((vk | r) & km) | (vp & ~km);
-            } else {
-                v = vk & km;
+                out[s0 + i] = (uint16_t)(((out[s0 + i] | r) & km) | (vp & ~km));
             }
-            out[s0 + i] = (uint16_t)v;
+        }
+        if (!chunk_ok(codes, codes_len, codes_off[c], codes_off[c + 1], cpos - codes_off[c] * 8)) return 2;
+        if (!chunk_ok(signman, signman_len, signman_off[c], signman_off[c + 1], spos - signman_off[c] * 8))
+            return 4;
+        if (full) {
+            if (vcodes_off && !chunk_ok(vcodes, vcodes_len, vcodes_off[c], vcodes_off[c + 1], vpos - vcodes_off[c] * 8))
+                return 5;
+            if (!chunk_ok(rest, rest_len, rest_off[c], rest_off[c + 1], rpos - rest_off[c] * 8)) return 6;
         }
     }
     return 0;
 }
 
-/* ---------------------------------------------------------------------------------------- C2 decode */
-
-int c2_decode(int64_t N, int64_t G, int m, int64_t k, int full,
-              const uint8_t *mx, int64_t mx_len,
+/* full = 0: draft (speculation planes only); full = 1: the original bits. Returns 0, or an error code.
+ * Every plane comes with its nchunks + 1 chunk offsets; vcodes_off = NULL: nothing is pruned (the plane
+ * must be empty). */
+int c1_decode(int64_t N, int64_t G, int m, int64_t k, int64_t A, int full,
+              const uint8_t *codes, int64_t codes_len, const int64_t *codes_off,
+              const uint8_t *signman, int64_t signman_len, const int64_t *signman_off,
               const uint8_t *vcodes, int64_t vcodes_len, const int64_t *vcodes_off,
               const uint8_t *rest, int64_t rest_len, const int64_t *rest_off,
-              const int32_t *verif_table, int verif_K, uint16_t *out) {
-    int64_t nsb = (N + G - 1) / G;
+              const int32_t *spec_dec, int spec_Q, const int32_t *verif_dec, int verif_Q, uint16_t *out) {
+    int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A;
+    if (A < 1 || !offsets_ok(codes_off, nch, codes_len) || !offsets_ok(signman_off, nch, signman_len)) return 1;
+    if (full && (vcodes_off ? !offsets_ok(vcodes_off, nch, vcodes_len) : vcodes_len != 0)) return 1;
+    if (full && !offsets_ok(rest_off, nch, rest_len)) return 1;
+    if (!full) vcodes_off = NULL;
+#define C1_BODY(HS, HV) c1_decode_body(N, G, m, k, A, full, HS, HV, codes, codes_len, codes_off, signman, signman_len, \
+        signman_off, vcodes, vcodes_len, vcodes_off, rest, rest_len, rest_off, spec_dec, spec_Q, verif_dec, verif_Q, out)
+    int hs = has_pairs(spec_dec, spec_Q), hv = full && has_pairs(verif_dec, verif_Q);
+    if (hs) return hv ? C1_BODY(1, 1) : C1_BODY(1, 0);
+    return hv ? C1_BODY(0, 1) : C1_BODY(0, 0);
+#undef C1_BODY
+}
+
+/* ---------------------------------------------------------------------------------------- C2 decode */
+
+static inline __attribute__((always_inline)) int c2_decode_body(
+        int64_t N, int64_t G, int m, int64_t k, int64_t A, int full, const int HP,
+        const uint8_t *mx, int64_t mx_len, const int64_t *mx_off,
+        const uint8_t *vcodes, int64_t vcodes_len, const int64_t *vcodes_off,
+        const uint8_t *rest, int64_t rest_len, const int64_t *rest_off,
+        const int32_t *verif_dec, int verif_Q, uint16_t *out) {
+    int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A;
     int prunes = k < G;
-    if (full && (!offsets_ok(vcodes_off, nsb, vcodes_len) || !offsets_ok(rest_off, nsb, rest_len))) return 1;
-    int64_t kf = kept_in(k, G, G);
-    int64_t mx_full = ((prunes ? G : 0) + 8 * ((G + MX_BLOCK - 1) / MX_BLOCK) + kf * (m + 2) + 7) >> 3;
-    int32_t delta[256];
-    uint8_t kept[256], elem[256], restw[256];
+    uint8_t kept[256];
     uint16_t t_draft[256];
     uint8_t t_w[256];
     int t_xeff = -1;                            /* the tables below hold this xeff's entries */
     int Xs[256 / MX_BLOCK];
-    int64_t s = 0;
-    for (int64_t s0 = 0; s0 < N; s0 += G, s++) {
-        int64_t n = (N - s0 < G) ? N - s0 : G, ks = kept_in(k, n, G);
-        int64_t nmx = (n + MX_BLOCK - 1) / MX_BLOCK;
-        int64_t cb = s * mx_full, pos = cb * 8;
-        int64_t used = (prunes ? n : 0) + 8 * nmx + ks * (m + 2);
-        if (!chunk_ok(mx, mx_len, cb, cb + ((used + 7) >> 3), used)) return 2;
-        if (prunes) {                         /* the chunk starts on a byte: bitmap bit i is byte i/8, bit i%8 */
-            int64_t nk = 0;
-            for (int64_t i = 0; i < n; i++) {
-                kept[i] = (uint8_t)((mx[cb + (i >> 3)] >> (i & 7)) & 1);
-                nk += kept[i];
-            }
-            if (nk != ks) return 3;
-            pos += n;
-        } else {
-            memset(kept, 1, (size_t)n);
-        }
-        for (int64_t b = 0; b < nmx; b++) Xs[b] = (int)(peek(mx, mx_len, pos + 8 * b) & 0xFF);
-        pos += 8 * nmx;
-        if (full) {
-            /* Full decode in one pass: the draft of each value, then (draft-zero values only, by mask
-             * arithmetic) the next verif.codes code from a register refilled below 24 bits, and its
-             * verif.rest field. Same results and checks as decoding the planes one after the other. */
-            int64_t cpos = vcodes_off[s] * 8, cend = vcodes_off[s + 1] * 8, c0 = cpos;
-            uint64_t cbuf = peek(vcodes, vcodes_len, cpos);
-            int cavail = 64 - (int)(cpos & 7);
-            int64_t rpos = rest_off[s] * 8, r0 = rpos;
-            const uint64_t guard = 1ull << (verif_K + 1);
-            const uint32_t fmask = (1u << (m + 2)) - 1, emask = (1u << (m + 1)) - 1, mmask = (1u << m) - 1;
-            int bad = 0;
-            for (int64_t b = 0; b < nmx; b++) {
-                int x = Xs[b], xeff = imax(x, 1);
-                if (xeff != t_xeff) {           /* element -> (draft bits without sign, rest width), per X */
-                    int sh = 6 - m + xeff;
-                    sh = sh < 16 ? sh : 16;
-                    for (uint32_t el = 1; el <= emask; el++) {
-                        int lz = (m + 1) - (32 - __builtin_clz(el));
-                        int E = xeff - lz;
-                        uint32_t vn = ((uint32_t)(E & 0xFF) << 7) | (((el << lz) & mmask) << (7 - m));
-                        t_draft[el] = (uint16_t)(E >= 1 ? vn : (el << sh));
-                        int mn = lz < xeff - 1 ? lz : xeff - 1;
-                        t_w[el] = (uint8_t)(7 - (m - mn));          /* 7 - c, c = m - min(lz, xeff - 1) */
-                    }
-                    t_draft[0] = 0;
-                    t_w[0] = 8;
-                    t_xeff = xeff;
-                }
-                int64_t i1 = (b + 1) * MX_BLOCK < n ? (b + 1) * MX_BLOCK : n;
-                for (int64_t i = b * MX_BLOCK; i < i1; i++) {
-                    uint32_t km = 0u - (uint32_t)kept[i];
-                    uint32_t f = (uint32_t)peek(mx, mx_len, pos) & fmask & km;
-                    pos += (m + 2) & km;
-                    uint32_t sign = f >> (m + 1), el = f & emask;
-                    uint32_t v = (sign << 15) | t_draft[el];              /* draft of a non-zero element */
-                    int dz = el == 0;
-                    uint32_t dzm = 0u - (uint32_t)dz;
-                    if (cavail < 24) {
-                        cbuf = peek(vcodes, vcodes_len, cpos);
-                        cavail = 64 - (int)(cpos & 7);
-                    }
-                    int r = __builtin_ctzll(cbuf | guard);
-                    int esc = r == verif_K;
-                    bad |= dz & (r > verif_K);
-                    int dval = esc ? (int)((cbuf >> (verif_K + 1)) & 0xFF) : verif_table[r < verif_K ? r : 0];
-                    int nb = (esc ? verif_K + 1 + ESC_BITS : r + 1) & (int)dzm;
-                    cbuf >>= nb;
-                    cavail -= nb;
-                    cpos += nb;
-                    int e = x - dval;
-                    bad |= dz & (e < 0);
-                    int w = t_w[el];                                      /* 8 for el = 0 (draft-zero) */
-                    uint32_t rr = (uint32_t)peek(rest, rest_len, rpos) & ((1u << w) - 1);
-                    rpos += w;
-                    uint32_t vdz = ((rr >> 7) << 15) | ((uint32_t)(e & 0xFF) << 7) | (rr & 0x7F);
-                    out[s0 + i] = (uint16_t)((vdz & dzm) | ((v | rr) & ~dzm));
-                }
-            }
-            if (bad) return 7;
-            if (cpos > cend || !chunk_ok(vcodes, vcodes_len, vcodes_off[s], vcodes_off[s + 1], cpos - c0)) return 5;
-            if (!chunk_ok(rest, rest_len, rest_off[s], rest_off[s + 1], rpos - r0)) return 6;
-            continue;
-        }
-        /* draft of every value without value-dependent branches (kept / zero / normal / subnormal are all
-         * data-dependent at keep < 1): candidates are formed and selected */
-        int64_t ndz = 0;
-        const uint32_t fmask = (1u << (m + 2)) - 1, emask = (1u << (m + 1)) - 1, mmask = (1u << m) - 1;
-        for (int64_t i = 0; i < n; i++) {
-            int x = Xs[i / MX_BLOCK], xeff = imax(x, 1), kp = kept[i];
-            uint32_t km = 0u - (uint32_t)kp;                        /* mask arithmetic, not branches */
-            uint32_t f = (uint32_t)peek(mx, mx_len, pos) & fmask & km;
-            pos += (m + 2) & km;
-            uint32_t sign = f >> (m + 1);
-            uint32_t el = f & emask;
-            int lz = (m + 1) - (32 - __builtin_clz(el | 1u));        /* el = 0: lz unused */
-            int E = xeff - lz;
-            int sh = 6 - m + xeff;
-            uint32_t vn = (sign << 15) | ((uint32_t)(E & 0xFF) << 7) | (((el << lz) & mmask) << (7 - m));
-            uint32_t vs = (sign << 15) | (el << (sh < 16 ? sh : 16));
-            uint32_t nzm = 0u - (uint32_t)(el != 0), nm = 0u - (uint32_t)(E >= 1);
-            uint32_t v = (((vn & nm) | (vs & ~nm)) & nzm) | ((sign << 15) & ~nzm);
-            int mn = lz < xeff - 1 ? lz : xeff - 1;
-            restw[i] = (uint8_t)(7 - (m - mn));                     /* 7 - c, c = m - min(lz, xeff - 1) */
-            elem[i] = (uint8_t)(el != 0);
-            ndz += el == 0;
-            out[s0 + i] = (uint16_t)v;
-        }
-        if (!full) continue;
-        int64_t u = get_codes(vcodes, vcodes_len, vcodes_off[s] * 8, vcodes_off[s + 1] * 8, ndz, verif_table, verif_K, delta);
-        if (u < 0 || !chunk_ok(vcodes, vcodes_len, vcodes_off[s], vcodes_off[s + 1], u)) return 5;
-        int64_t rpos = rest_off[s] * 8, j = 0;
+    const uint32_t fmask = (1u << (m + 2)) - 1, emask = (1u << (m + 1)) - 1, mmask = (1u << m) - 1;
+    const uint64_t guard = 1ull << (verif_Q + 1);
+    for (int64_t c = 0; c < nch; c++) {
+        int64_t s_hi = imin64(nsb, (c + 1) * A);
+        int64_t pos = mx_off[c] * 8;
+        int64_t cpos = full ? vcodes_off[c] * 8 : 0, cend = full ? vcodes_off[c + 1] * 8 : 0;
+        int64_t rpos = full ? rest_off[c] * 8 : 0;
+        uint64_t cbuf = full ? peek(vcodes, vcodes_len, cpos) : 0;
+        int cavail = 64 - (int)(cpos & 7);
         int bad = 0;
-        for (int64_t i = 0; i < n; i++) {
-            int x = Xs[i / MX_BLOCK], dz = !elem[i];
-            uint32_t dzm = 0u - (uint32_t)dz;                       /* mask arithmetic: dz is data-dependent */
-            int e = x - delta[j];
-            j += dz;
-            int w = (int)((8u & dzm) | (restw[i] & ~dzm));
-            uint32_t r = (uint32_t)peek(rest, rest_len, rpos) & ((1u << w) - 1);
-            rpos += w;
-            bad |= dz & (e < 0);
-            uint32_t vdz = ((r >> 7) << 15) | ((uint32_t)(e & 0xFF) << 7) | (r & 0x7F);
-            out[s0 + i] = (uint16_t)((vdz & dzm) | ((out[s0 + i] | r) & ~dzm));
+        for (int64_t s = c * A; s < s_hi; s++) {
+            int64_t s0 = s * G, n = imin64(G, N - s0), ks = kept_in(k, n, G);
+            int64_t nmx = (n + MX_BLOCK - 1) / MX_BLOCK;
+            if (prunes) {                        /* keep bitmap: n bits from the superblock's first bit */
+                int64_t nk = 0;
+                for (int64_t i = 0; i < n; i += 32) {
+                    uint64_t w = peek(mx, mx_len, pos + i);
+                    int64_t e = imin64(32, n - i);
+                    for (int64_t j = 0; j < e; j++) {
+                        kept[i + j] = (uint8_t)((w >> j) & 1);
+                        nk += kept[i + j];
+                    }
+                }
+                if (nk != ks) return 3;
+                pos += n;
+            } else {
+                memset(kept, 1, (size_t)n);
+            }
+            for (int64_t b = 0; b < nmx; b++) Xs[b] = (int)(peek(mx, mx_len, pos + 8 * b) & 0xFF);
+            pos += 8 * nmx;
+            if (full) {
+                /* Full decode in one pass: the draft of each value, then (draft-zero values only, by mask
+                 * arithmetic) the next verif.codes code from a register refilled below 24 bits, and its
+                 * verif.rest field (its first bit the suffix of a pair group). Same results and checks as
+                 * decoding the planes one after the other. */
+                for (int64_t b = 0; b < nmx; b++) {
+                    int x = Xs[b], xeff = imax(x, 1);
+                    if (xeff != t_xeff) {           /* element -> (draft bits without sign, rest width), per X */
+                        int sh = 6 - m + xeff;
+                        sh = sh < 16 ? sh : 16;
+                        for (uint32_t el = 1; el <= emask; el++) {
+                            int lz = (m + 1) - (32 - __builtin_clz(el));
+                            int E = xeff - lz;
+                            uint32_t vn = ((uint32_t)(E & 0xFF) << 7) | (((el << lz) & mmask) << (7 - m));
+                            t_draft[el] = (uint16_t)(E >= 1 ? vn : (el << sh));
+                            int mn = lz < xeff - 1 ? lz : xeff - 1;
+                            t_w[el] = (uint8_t)(7 - (m - mn));          /* 7 - c, c = m - min(lz, xeff - 1) */
+                        }
+                        t_draft[0] = 0;
+                        t_w[0] = 8;
+                        t_xeff = xeff;
+                    }
+                    int64_t i1 = (b + 1) * MX_BLOCK < n ? (b + 1) * MX_BLOCK : n;
+                    for (int64_t i = b * MX_BLOCK; i < i1; i++) {
+                        uint32_t km = 0u - (uint32_t)kept[i];
+                        uint32_t f = (uint32_t)peek(mx, mx_len, pos) & fmask & km;
+                        pos += (m + 2) & km;
+                        uint32_t sign = f >> (m + 1), el = f & emask;
+                        uint32_t v = (sign << 15) | t_draft[el];              /* draft of a non-zero element */
+                        int dz = el == 0;
+                        uint32_t dzm = 0u - (uint32_t)dz;
+                        if (cavail < 24) {
+                            cbuf = peek(vcodes, vcodes_len, cpos);
+                            cavail = 64 - (int)(cpos & 7);
+                        }
+                        int r = __builtin_ctzll(cbuf | guard);
+                        int esc = r == verif_Q;
+                        bad |= dz & (r > verif_Q);
+                        int32_t raw = (int32_t)((cbuf >> (verif_Q + 1)) & 0xFF);
+                        int32_t dd = esc ? (raw | (raw << 9)) : verif_dec[r < verif_Q ? r : 0];
+                        int nb = (esc ? verif_Q + 1 + ESC_BITS : r + 1) & (int)dzm;
+                        cbuf >>= nb;
+                        cavail -= nb;
+                        cpos += nb;
+                        int pv = HP ? (DEC_PAIR(dd) & dz) : 0;
+                        int w = t_w[el] + pv;                             /* 8 (+ suffix) for el = 0 */
+                        uint32_t rr = (uint32_t)peek(rest, rest_len, rpos) & ((1u << w) - 1);
+                        rpos += w;
+                        int tv = HP ? (int)(rr & (uint32_t)pv) : 0;
+                        int e = x - (int)DEC_SYM(dd, tv);
+                        rr >>= pv;
+                        bad |= dz & (e < 0);
+                        uint32_t vdz = ((rr >> 7) << 15) | ((uint32_t)(e & 0xFF) << 7) | (rr & 0x7F);
+                        out[s0 + i] = (uint16_t)((vdz & dzm) | ((v | rr) & ~dzm));
+                    }
+                }
+                continue;
+            }
+            /* draft of every value without value-dependent branches (kept / zero / normal / subnormal are
+             * all data-dependent at keep < 1): candidates are formed and selected */
+            for (int64_t i = 0; i < n; i++) {
+                int x = Xs[i / MX_BLOCK], xeff = imax(x, 1), kp = kept[i];
+                uint32_t km = 0u - (uint32_t)kp;                        /* mask arithmetic, not branches */
+                uint32_t f = (uint32_t)peek(mx, mx_len, pos) & fmask & km;
+                pos += (m + 2) & km;
+                uint32_t sign = f >> (m + 1);
+                uint32_t el = f & emask;
+                int lz = (m + 1) - (32 - __builtin_clz(el | 1u));        /* el = 0: lz unused */
+                int E = xeff - lz;
+                int sh = 6 - m + xeff;
+                uint32_t vn = (sign << 15) | ((uint32_t)(E & 0xFF) << 7) | (((el << lz) & mmask) << (7 - m));
+                uint32_t vs = (sign << 15) | (el << (sh < 16 ? sh : 16));
+                uint32_t nzm = 0u - (uint32_t)(el != 0), nm = 0u - (uint32_t)(E >= 1);
+                out[s0 + i] = (uint16_t)((((vn & nm) | (vs & ~nm)) & nzm) | ((sign << 15) & ~nzm));
+            }
         }
-        if (bad) return 7;
-        if (!chunk_ok(rest, rest_len, rest_off[s], rest_off[s + 1], rpos - rest_off[s] * 8)) return 6;
+        if (!chunk_ok(mx, mx_len, mx_off[c], mx_off[c + 1], pos - mx_off[c] * 8)) return 2;
+        if (full) {
+            if (bad) return 7;
+            if (cpos > cend || !chunk_ok(vcodes, vcodes_len, vcodes_off[c], vcodes_off[c + 1], cpos - vcodes_off[c] * 8))
+                return 5;
+            if (!chunk_ok(rest, rest_len, rest_off[c], rest_off[c + 1], rpos - rest_off[c] * 8)) return 6;
+        }
     }
     return 0;
+}
+
+int c2_decode(int64_t N, int64_t G, int m, int64_t k, int64_t A, int full,
+              const uint8_t *mx, int64_t mx_len, const int64_t *mx_off,
+              const uint8_t *vcodes, int64_t vcodes_len, const int64_t *vcodes_off,
+              const uint8_t *rest, int64_t rest_len, const int64_t *rest_off,
+              const int32_t *verif_dec, int verif_Q, uint16_t *out) {
+    int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A;
+    if (A < 1 || !offsets_ok(mx_off, nch, mx_len)) return 1;
+    if (full && (!offsets_ok(vcodes_off, nch, vcodes_len) || !offsets_ok(rest_off, nch, rest_len))) return 1;
+    if (full && has_pairs(verif_dec, verif_Q))
+        return c2_decode_body(N, G, m, k, A, full, 1, mx, mx_len, mx_off, vcodes, vcodes_len, vcodes_off,
+                              rest, rest_len, rest_off, verif_dec, verif_Q, out);
+    return c2_decode_body(N, G, m, k, A, full, 0, mx, mx_len, mx_off, vcodes, vcodes_len, vcodes_off,
+                          rest, rest_len, rest_off, verif_dec, verif_Q, out);
 }
