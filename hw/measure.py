@@ -2,6 +2,7 @@
 
     python -m cassandra_rtl.hw.measure [--config decoder_c1_l16] [--mode draft|full] [--keep 0.5]
                                        [--max-values 2000000] [--amaranth] [--scheme c1|c2] [--mbits 3]
+                                       [--chunk A] [--pairs]
 
 Tensors: every 2-D linear weight of the bundled SmolLM2-135M GGUF (dequantised, rounded to bf16 RNE by
 ``golden.io``), the first ``8192 / in_features * 4`` rows of each (so every tensor type is sampled),
@@ -11,7 +12,8 @@ per-cycle Python); ``--amaranth`` runs the Amaranth simulator instead (slow: use
 Every decoded value is compared with the golden decode. Reported: values/cycle (including the
 per-tensor register programming) and values/beat (the steady-state lane occupancy).
 ``--scheme c2`` encodes the same tensors with Cassandra-2 for a ``decoder_c2_*`` config (Amaranth only:
-the bulk harness drives the C1 ports).
+the bulk harness drives the C1 ports). ``--chunk A --pairs``: format 2.0 streams (chunks of A
+superblocks, books with pair groups; default: v1.0 streams, A = 1 without pairs).
 """
 from __future__ import annotations
 
@@ -22,8 +24,11 @@ import time
 
 import numpy as np
 
+from ..errors import ConfigError
 
-def sample_tensors(keep: float, max_values: int, m: int = 3, group: int = 128, scheme: str = "c1"):
+
+def sample_tensors(keep: float, max_values: int, m: int = 3, group: int = 128, scheme: str = "c1",
+                   chunk: int = 1, pairs: bool = False):
     from ..golden.codec import encode_tensor
     from ..golden.config import CodecConfig
     from ..golden.io import bundled_model_path, read_tensors
@@ -34,7 +39,8 @@ def sample_tensors(keep: float, max_values: int, m: int = 3, group: int = 128, s
             continue
         rows = max(1, min(bits.shape[0], 8192 // bits.shape[1] * 4))
         b = np.ascontiguousarray(bits[:rows])
-        encs.append(encode_tensor(b, CodecConfig(scheme=scheme, group_size=group, mantissa_bits=m, keep_ratio=keep)))
+        encs.append(encode_tensor(b, CodecConfig(scheme=scheme, group_size=group, mantissa_bits=m, keep_ratio=keep,
+                                                 chunk_superblocks=chunk, pair_codes=pairs)))
         n += b.size
         if n >= max_values:
             break
@@ -42,11 +48,11 @@ def sample_tensors(keep: float, max_values: int, m: int = 3, group: int = 128, s
 
 
 def measure(config: str, mode: str, keep: float, max_values: int, amaranth: bool = False, scheme: str = "c1",
-            m: int = 3) -> dict:
+            m: int = 3, chunk: int = 1, pairs: bool = False) -> dict:
     from ..golden.codec import decode_draft, decode_full
 
     t0 = time.time()
-    encs = sample_tensors(keep, max_values, m=m, scheme=scheme)
+    encs = sample_tensors(keep, max_values, m=m, scheme=scheme, chunk=chunk, pairs=pairs)
     full = mode == "full"
     if amaranth:
         from .configs import build
@@ -68,7 +74,11 @@ def measure(config: str, mode: str, keep: float, max_values: int, amaranth: bool
     mismatches = sum(int(not np.array_equal(np.asarray(o).reshape(-1),
                                             (decode_full(e) if full else decode_draft(e)).reshape(-1)))
                      for o, e in zip(outs, encs))
-    return {"config": config, "scheme": scheme, "m": m, "mode": mode, "keep": keep, "tensors": len(encs), "values": values,
+    code_bits = sum(len(e.planes[p]) * 8 for e in encs for p in e.planes
+                    if p.startswith("spec") or full)
+    return {"config": config, "scheme": scheme, "m": m, "mode": mode, "keep": keep, "chunk": chunk, "pairs": pairs,
+            "bits_per_value": round(code_bits / values, 4) if values else 0.0,
+            "tensors": len(encs), "values": values,
             "cycles": cycles, "beats": beats, "values_per_cycle": round(values / cycles, 3),
             "values_per_beat": round(values / beats, 3), "mismatched_tensors": mismatches,
             "backend": "amaranth" if amaranth else "verilator-bulk", "seconds": round(time.time() - t0, 1)}
@@ -83,8 +93,14 @@ def main(argv=None) -> int:
     ap.add_argument("--amaranth", action="store_true")
     ap.add_argument("--scheme", choices=("c1", "c2"), default="c1")
     ap.add_argument("--mbits", type=int, default=3, help="draft mantissa bits m")
+    ap.add_argument("--chunk", type=int, default=1, help="format 2.0: superblocks per chunk A (1 = v1.0 framing)")
+    ap.add_argument("--pairs", action="store_true", help="format 2.0: books with pair groups")
     a = ap.parse_args(argv)
-    res = measure(a.config, a.mode, a.keep, a.max_values, a.amaranth, a.scheme, a.mbits)
+    try:
+        res = measure(a.config, a.mode, a.keep, a.max_values, a.amaranth, a.scheme, a.mbits, a.chunk, a.pairs)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(res))
     return 0 if res["mismatched_tensors"] == 0 else 1
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..golden.codec import PLANES, EncodedTensor, superblock_chunks
+from ..golden.codec import PLANES, EncodedTensor, plane_chunks
 from .decoder import CTRL_START, Reg
 
 DECODER_PORTS = {"spec.codes": "spec_codes", "spec.signman": "spec_signman",
@@ -33,8 +33,10 @@ def chunk_words(chunk: bytes, word_bits: int) -> list[tuple[int, int]]:
 
 
 def plane_words(enc: EncodedTensor, plane: str, word_bits: int) -> list[tuple[int, int]]:
+    """Words of a whole plane, framed per chunk (format 2.0: a chunk holds ``chunk_superblocks``
+    superblocks; one in format 1.0)."""
     out = []
-    for chunk in superblock_chunks(enc, plane):
+    for chunk in plane_chunks(enc, plane):
         out.extend(chunk_words(chunk, word_bits))
     return out
 
@@ -45,12 +47,11 @@ FORMAT2_REGS = (Reg.CHUNK, Reg.SPEC_PAIRS, Reg.VERIF_PAIRS)
 def format2_registers(enc: EncodedTensor, full: bool) -> dict[int, int]:
     """The format 2.0 registers a tensor needs: CHUNK = log2 of its superblocks per chunk, the pair masks
     of its books (VERIF_PAIRS only in full mode; C2 has no speculation book). All zero for a v1.0 stream."""
-    a = int(getattr(enc.config, "chunk_superblocks", 1) or 1)
-    vals = {int(Reg.CHUNK): a.bit_length() - 1}
+    vals = {int(Reg.CHUNK): int(enc.config.chunk_superblocks).bit_length() - 1}
     if enc.spec_book is not None:
-        vals[int(Reg.SPEC_PAIRS)] = int(getattr(enc.spec_book, "pairs", 0) or 0)
+        vals[int(Reg.SPEC_PAIRS)] = int(enc.spec_book.pairs)
     if full:
-        vals[int(Reg.VERIF_PAIRS)] = int(getattr(enc.verif_book, "pairs", 0) or 0)
+        vals[int(Reg.VERIF_PAIRS)] = int(enc.verif_book.pairs)
     return vals
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from cassandra_rtl.errors import ConfigError
 from cassandra_rtl.golden.codebook import Codebook
-from cassandra_rtl.golden.codec import encode_tensor, superblock_chunks
+from cassandra_rtl.golden.codec import encode_tensor, plane_chunks
 from cassandra_rtl.golden.config import K_MAX, PRUNED, CodecConfig
 from cassandra_rtl.hw.code_plane import CodePlane, Kind
 from cassandra_rtl.hw.decoder import Err, Reg
@@ -28,9 +28,11 @@ STALL = float(os.environ.get("HW_STALL", "0.3"))
 
 # ------------------------------------------------------------------------------------------- code plane
 
-def parse_chunk(chunk: bytes, K: int, word: int):
+def parse_chunk(chunk: bytes, K: int, word: int, pairs: int = 0):
     """Reference parse of one chunk (docs/FORMAT.md 3.1 and 5): the entries the code plane must produce.
-    An END's flags are None when an escape payload runs past the chunk (pad_err set, long_run any)."""
+    ``K`` is the escape run (Q, the groups, in format 2.0); with ``pairs`` a CODE's value carries the pair
+    bit of its group in bit 4. An END's flags are None when an escape payload runs past the chunk (pad_err
+    set, long_run any)."""
     bits = [(b >> i) & 1 for b in chunk for i in range(8)]
     nw = max(1, -(-len(chunk) * 8 // word))
     total = nw * word
@@ -47,22 +49,24 @@ def parse_chunk(chunk: bytes, K: int, word: int):
             out.append((Kind.ESC, sum(bits[pos + i] << i for i in range(8))))
             pos += 8
         else:
-            out.append((Kind.BAD, None) if r > K else (Kind.CODE, r))
+            out.append((Kind.BAD, None) if r > K else (Kind.CODE, r | (((pairs >> r) & 1) << 4)))
         end = pos
     pad = int(end <= (nw - 1) * word and not (nw == 1 and end == 0))
     return out + [(Kind.END, pad | (int(min(31, total - end) > K) << 1))]
 
 
-def run_code_plane(dut: CodePlane, chunks, K, seed, idle=0.3):
+def run_code_plane(dut: CodePlane, chunks, K, seed, idle=0.3, pairs=0):
     from amaranth.sim import Simulator
 
     words = [w for c in chunks for w in chunk_words(c, dut.word)]
-    expect = [e for c in chunks for e in parse_chunk(c, K, dut.word)]
+    expect = [e for c in chunks for e in parse_chunk(c, K, dut.word, pairs)]
     got = []
     rng = random.Random(seed)
 
     async def bench(ctx):
         ctx.set(dut.k, K)
+        if dut.pair_flags:
+            ctx.set(dut.pairs, pairs)
         ctx.set(dut.enable, 1)
         ctx.set(dut.chunks, len(chunks))
         ctx.set(dut.start, 1)
@@ -125,6 +129,13 @@ def test_code_plane_matches_reference_parse(word, seg, lanes, K):
     (lanes < seg: a segment parsed in several passes, escapes inside them)."""
     rng = random.Random(word + seg + lanes + K)
     run_code_plane(CodePlane(word, seg, lanes, pops=9), random_chunks(rng, K, 7), K, seed=K)
+
+
+def test_code_plane_pair_flags():
+    """With pair_flags, every CODE entry carries its group's pair bit (format 2.0); k is Q, the groups."""
+    rng = random.Random(77)
+    Q, pairs = 6, 0b100101
+    run_code_plane(CodePlane(32, 16, 8, pops=9, pair_flags=True), random_chunks(rng, Q, 6), Q, seed=3, pairs=pairs)
 
 
 # ---------------------------------------------------------------------------------------------- decoder
@@ -219,9 +230,92 @@ def test_v2_superblock_boundaries_without_bubbles():
     assert overhead < 2 * (len(decoder_program(enc, False)) + 12), overhead
 
 
-def _error_case(kind):
-    bits = weights(128, 21)
-    enc = encode_tensor(bits, CodecConfig(group_size=64, mantissa_bits=3, keep_ratio=0.5))
+# ------------------------------------------------------------------------------------ format 2.0
+
+def all_pairs(book: Codebook) -> Codebook:
+    """The book with as many pair groups as it can hold (greedy from the front, never pairing P): every
+    code of the stream then has a suffix bit unless it is P's, an escape or a leftover singleton."""
+    syms, mask, i, q = book.symbols, 0, 0, 0
+    while i < len(syms):
+        if i + 1 < len(syms) and PRUNED not in (syms[i], syms[i + 1]):
+            mask, i = mask | (1 << q), i + 2
+        else:
+            i += 1
+        q += 1
+    return Codebook(syms, mask)
+
+
+def paired_tensor(bits, cfg: CodecConfig):
+    """Encode with golden's books turned into all_pairs books (golden's own DP often pairs few groups)."""
+    enc = encode_tensor(bits, cfg)
+    return encode_tensor(bits, cfg, books=(all_pairs(enc.spec_book), all_pairs(enc.verif_book)))
+
+
+F2 = dict(chunk_superblocks=8, pair_codes=True)
+
+
+@pytest.mark.parametrize("lanes,full,chunk,pairs,keep", [
+    (4, True, 8, "all", 0.5), (8, False, 2, "golden", 1.0), (4, True, 1, "all", 0.3),
+    pytest.param(8, True, 8, "golden", 0.3, marks=pytest.mark.slow),
+    pytest.param(4, False, 32, "all", 1.0, marks=pytest.mark.slow),
+    pytest.param(8, True, 4, "none", 0.5, marks=pytest.mark.slow),
+    pytest.param(4, True, 2, "all", 1.0, marks=pytest.mark.slow)])
+def test_v2_format2_tensor(lanes, full, chunk, pairs, keep):
+    """Format 2.0 streams: chunks of A superblocks (a partial last chunk and a partial last superblock:
+    869 values = 27 superblocks of 32 + 5) and books with pair groups (golden's, or as many pairs as the
+    book holds), both modes; values, superblock ends and `last` as golden's, under idles / backpressure."""
+    bits = weights(869, seed=lanes + chunk)
+    cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=keep, chunk_superblocks=chunk,
+                      pair_codes=pairs != "none")
+    enc = paired_tensor(bits, cfg) if pairs == "all" else encode_tensor(bits, cfg)
+    if pairs == "all":
+        assert enc.spec_book.pairs and (enc.verif_book.pairs or keep == 1.0)
+    jobs = [DecodeJob(enc, full)]
+    check(run_decoder(DecoderC1v2(lanes, 32), jobs, Stalls(STALL, STALL, seed=lanes + chunk)), jobs)
+
+
+def test_v2_format2_escapes_pairs_and_mixed_sequence():
+    """Escapes in both books next to pair codes (a 15-entry speculation book with 7 pairs: Q = 8, and a
+    verification book with pairs), m = 7 (9-bit signman fields with their suffix bits) and m = 0; then a
+    v1.0 tensor and a format 2.0 tensor back to back with other chunk sizes: the harness rewrites CHUNK /
+    SPEC_PAIRS / VERIF_PAIRS only when they change, so stale values would decode wrongly."""
+    bits = _forced_books_tensor()
+    exps = np.unique((bits >> 7) & 0xFF)
+    common = np.bincount((bits >> 7) & 0xFF).argmax()
+    others = [int(e) for e in exps if e != common][:K_MAX - 2]
+    spec = Codebook(tuple([PRUNED] + others + [int(common)]), pairs=0b1111111 << 1)
+    verif = Codebook(tuple(others[:9]), pairs=0b1011)
+    assert spec.K == K_MAX and spec.Q == 8
+    jobs = [DecodeJob(encode_tensor(bits, CodecConfig(group_size=32, mantissa_bits=m, keep_count=20,
+                                                      chunk_superblocks=a, pair_codes=True),
+                                    books=(spec, verif)), full)
+            for m, a, full in ((7, 4, True), (0, 2, True), (7, 1, False))]
+    jobs.insert(2, DecodeJob(encode_tensor(bits, CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5)), True))
+    check(run_decoder(DecoderC1v2(4, 32), jobs, Stalls(STALL, STALL, seed=6)), jobs)
+
+
+def test_v2_format2_no_bubbles_inside_chunks():
+    """A = 4, G = 32 at L = 4, pair codes, no stalls: superblock boundaries inside and between chunks cost
+    no cycle (one beat per cycle), as in test_v2_superblock_boundaries_without_bubbles."""
+    cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5, chunk_superblocks=4, pair_codes=True)
+    enc = paired_tensor(weights(12 * 32, 3), cfg)
+    jobs = [DecodeJob(enc, False), DecodeJob(enc, False)]
+    res = run_decoder(DecoderC1v2(4, 32), jobs, Stalls())
+    check(res, jobs)
+    beats = sum(len(mt) for mt in res.meta)
+    assert beats == 2 * 12 * 32 // 4
+    assert res.cycles - beats < 2 * (len(decoder_program(enc, False)) + 12), res.cycles - beats
+
+
+def _error_case(kind, chunk=1):
+    """A malformed job and the error bit it must raise. ``chunk`` > 1: format 2.0 (chunks of that many
+    superblocks, books with pair groups), so a chunk below spans several superblocks."""
+    bits = weights(128 * chunk, 21)
+    if chunk == 1:
+        enc = encode_tensor(bits, CodecConfig(group_size=64, mantissa_bits=3, keep_ratio=0.5))
+    else:
+        enc = paired_tensor(bits, CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5,
+                                              chunk_superblocks=chunk, pair_codes=True))
     planes = decoder_planes(enc, True, 32)
 
     def malformed(plane, words):
@@ -262,11 +356,31 @@ def _error_case(kind):
     if kind == "config":
         prog = [(a, 100 if a == Reg.GROUP else d) for a, d in decoder_program(enc, False)]
         return DecodeJob(enc, False, program=prog), Err.CONFIG
+    if kind == "run_past_q":                  # the first code a run of Q + 1 zeros (< K with pairs: legal in v1)
+        Q = enc.spec_book.Q
+        assert Q < enc.spec_book.K
+        w = list(planes["spec_codes"])
+        w[0] = ((w[0][0] & ~((2 << (Q + 1)) - 1)) | (1 << (Q + 1)), w[0][1])
+        return malformed("spec_codes", w), Err.CODE
+    if kind in ("chunk_too_big", "chunk_saturates"):       # A * G > 1024, or a CHUNK beyond 6
+        val = 6 if kind == "chunk_too_big" else 100
+        prog = [(a, d) for a, d in decoder_program(enc, False) if a != Reg.CHUNK]
+        return DecodeJob(enc, False, program=[(int(Reg.CHUNK), val)] + prog), Err.CONFIG
+    if kind in ("pairs_past_q", "p_in_pair"):   # a pair mask that does not describe the book
+        book = enc.spec_book
+        if kind == "pairs_past_q":
+            mask = book.pairs | (1 << book.Q)           # Q' = Q - 1: bit Q is above the groups
+        else:
+            assert book.symbols[0] == PRUNED and book.K >= 2
+            mask = 1                                        # group 0 = {P, S[1]}
+        prog = [(a, mask if a == Reg.SPEC_PAIRS else d) for a, d in decoder_program(enc, False, force_format2=True)]
+        return DecodeJob(enc, False, program=prog), Err.CONFIG
     raise KeyError(kind)
 
 
 QUICK_ERRORS = ["code", "overrun", "too_long_codes", "keep"]
 SLOW_ERRORS = ["verif_code", "overrun_rest", "overrun_codes", "too_long", "no_book", "config"]
+FORMAT2_ERRORS = ["run_past_q", "chunk_too_big", "chunk_saturates", "pairs_past_q", "p_in_pair"]
 
 
 @pytest.mark.parametrize("kind", QUICK_ERRORS + [pytest.param(k, marks=pytest.mark.slow) for k in SLOW_ERRORS])
@@ -278,12 +392,25 @@ def test_v2_malformed_raises_sticky_error(kind):
     assert res.busy == 0
 
 
-@pytest.mark.parametrize("kind", ["code"] + [pytest.param(k, marks=pytest.mark.slow)
-                                             for k in QUICK_ERRORS[1:] + SLOW_ERRORS])
+@pytest.mark.parametrize("kind", ["overrun", "too_long", "run_past_q", "chunk_too_big", "pairs_past_q"]
+                         + [pytest.param(k, marks=pytest.mark.slow) for k in
+                            ["code", "verif_code", "overrun_rest", "overrun_codes", "too_long_codes", "keep",
+                             "chunk_saturates", "p_in_pair"]])
+def test_v2_format2_malformed_raises_sticky_error(kind):
+    """Format 2.0 (chunks of 4 superblocks, pair groups): a chunk that overruns or runs long, a run longer
+    than Q, CHUNK out of range, a bad pair mask: the expected error bit alone, busy drops."""
+    bad, bit = _error_case(kind, chunk=4)
+    res = run_decoder(DecoderC1v2(4, 32), [bad], Stalls(STALL, STALL, seed=9), max_cycles=6000, expect_error=True)
+    assert res.error_code == 1 << bit, f"expected only error bit {bit}, got {res.error_code:#x}"
+    assert res.busy == 0
+
+
+@pytest.mark.parametrize("kind", ["code", pytest.param("run_past_q", marks=pytest.mark.slow)]
+                         + [pytest.param(k, marks=pytest.mark.slow) for k in QUICK_ERRORS[1:] + SLOW_ERRORS])
 def test_v2_error_drains_and_recovers_after_clear_error(kind):
     """After the error the inputs drain (the rest of the bad tensor's words are accepted and dropped);
     CLEAR_ERROR, then a good tensor decodes exactly (tests/hw_helpers.check_recovers)."""
-    bad, _ = _error_case(kind)
+    bad, _ = _error_case(kind, chunk=4 if kind in FORMAT2_ERRORS else 1)
     good = encode_tensor(weights(96, 2), CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5))
     check_recovers(DecoderC1v2(4, 32), bad, good, pre_wait=200)
 
@@ -316,4 +443,4 @@ def test_code_plane_on_golden_chunks():
     decoder reads them."""
     enc = encode_tensor(_forced_books_tensor(), CodecConfig(group_size=32, mantissa_bits=4, keep_count=20))
     for plane, book in (("spec.codes", enc.spec_book), ("verif.codes", enc.verif_book)):
-        run_code_plane(CodePlane(64, 32, pops=9), superblock_chunks(enc, plane), book.K, seed=1, idle=STALL)
+        run_code_plane(CodePlane(64, 32, pops=9), plane_chunks(enc, plane), book.K, seed=1, idle=STALL)
