@@ -110,10 +110,10 @@ def _build() -> ctypes.CDLL:
     lib.c2_pack.argtypes = [_p, _p, _p, _i64, _i64, _int, _i64, _int, _p, _int, _p, _p, _p, _p, _p]
     lib.c2_pack.restype = None
     lib.c1_decode.argtypes = [_i64, _i64, _int, _i64, _i64, _int, _p, _i64, _p, _p, _i64, _p, _p, _i64, _p,
-                              _p, _i64, _p, _p, _int, _p, _int, _p]
+                              _p, _i64, _p, _p, _int, _p, _int, _i64, _p]
     lib.c1_decode.restype = _int
     lib.c2_decode.argtypes = [_i64, _i64, _int, _i64, _i64, _int, _p, _i64, _p, _p, _i64, _p, _p, _i64, _p,
-                              _p, _int, _p]
+                              _p, _int, _i64, _p]
     lib.c2_decode.restype = _int
     return lib
 
@@ -182,9 +182,6 @@ def _dec_table(book: Codebook) -> np.ndarray:
     return t
 
 
-def _buf(data) -> tuple[np.ndarray, int]:
-    a = np.frombuffer(data, dtype=np.uint8) if len(data) else np.zeros(1, np.uint8)
-    return a, len(data)
 
 
 # ------------------------------------------------------------------------------------------------ encode
@@ -260,7 +257,9 @@ def _plane(enc, name):
     data = enc.planes.get(name)
     if data is None:
         raise _Fallback
-    buf, n = _buf(data)
+    n = len(data)
+    buf = np.zeros(n + _slack(enc.config), np.uint8)        # the C readers load 8 bytes unchecked
+    buf[:n] = np.frombuffer(data, np.uint8)
     if enc.has_index(name):
         off = enc.offsets.get(name)
         if off is None or len(off) != enc.nchunks + 1:
@@ -274,6 +273,12 @@ def _plane(enc, name):
     if off[-1] != n:
         raise _Fallback
     return buf, n, off
+
+
+def _slack(cfg: CodecConfig) -> int:
+    """Zero bytes after every plane handed to the C decoders: codec.c's MIN_SLACK(A, G) (reads of a chunk
+    run at most 24 bits per value past its start, and load 8 bytes)."""
+    return 3 * cfg.chunk_superblocks * cfg.group_size + 16
 
 
 def _decode(enc: _np.EncodedTensor, full: bool) -> np.ndarray:
@@ -295,7 +300,7 @@ def _decode(enc: _np.EncodedTensor, full: bool) -> np.ndarray:
             rest, rest_len, ro = _plane(enc, "verif.rest")
         rc = lib.c1_decode(N, G, m, k, A, int(full), _ptr(codes), codes_len, _ptr(co), _ptr(signman), sm_len,
                            _ptr(so), _ptr(vcodes), vc_len, _ptr(vo), _ptr(rest), rest_len, _ptr(ro),
-                           _ptr(st), enc.spec_book.Q, _ptr(vt), enc.verif_book.Q, _ptr(out))
+                           _ptr(st), enc.spec_book.Q, _ptr(vt), enc.verif_book.Q, _slack(cfg), _ptr(out))
     else:
         mx, mx_len, mo = _plane(enc, "spec.mx")
         vcodes = rest = vo = ro = None
@@ -304,7 +309,7 @@ def _decode(enc: _np.EncodedTensor, full: bool) -> np.ndarray:
             vcodes, vc_len, vo = _plane(enc, "verif.codes")
             rest, rest_len, ro = _plane(enc, "verif.rest")
         rc = lib.c2_decode(N, G, m, k, A, int(full), _ptr(mx), mx_len, _ptr(mo), _ptr(vcodes), vc_len, _ptr(vo),
-                           _ptr(rest), rest_len, _ptr(ro), _ptr(vt), enc.verif_book.Q, _ptr(out))
+                           _ptr(rest), rest_len, _ptr(ro), _ptr(vt), enc.verif_book.Q, _slack(cfg), _ptr(out))
     if rc != 0:
         raise _Fallback
     return out.reshape(enc.shape)

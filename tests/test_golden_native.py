@@ -309,6 +309,33 @@ def test_c_decoder_rejects_what_numpy_rejects(weight_bits):
     assert rejected > 100
 
 
+@pytest.mark.parametrize("scheme", ["c1", "c2"])
+def test_extreme_planes_match_numpy(weight_bits, scheme):
+    """Planes replaced by all-zero / all-one bytes, cut to 0 or 1 byte, or grown (codes that run far past a
+    chunk's end, the largest chunks: G = 32, A = 32): same FormatError or result as numpy, no crash."""
+    bits = weight_bits(32 * 32 * 2 + 9, seed=12, special=0.1)
+    cfg = CodecConfig(scheme=scheme, group_size=32, mantissa_bits=3, keep_count=11, chunk_superblocks=32)
+    enc = native.encode_tensor(bits, cfg, None, _pair_books(bits, scheme))
+    for name in sorted(enc.planes):
+        n = len(enc.planes[name])
+        for data in (bytes(n), b"\xff" * n, b"", b"\xff", b"\x00" * (2 * n + 5), b"\xff" * (2 * n + 5)):
+            offsets = {p: np.array(o) for p, o in enc.offsets.items()}
+            if name in offsets:
+                offsets[name] = np.minimum(offsets[name], len(data))
+                offsets[name][-1] = len(data)
+            bad = EncodedTensor(enc.shape, enc.config, enc.spec_book, enc.verif_book,
+                                dict(enc.planes, **{name: data}), offsets)
+            for fn, ref in ((native.decode_full, codec.decode_full), (native.decode_draft, codec.decode_draft)):
+                try:
+                    want = ref(bad, impl="numpy")
+                except FormatError as exc:
+                    with pytest.raises(FormatError) as got:
+                        fn(bad)
+                    assert str(got.value) == str(exc)
+                else:
+                    np.testing.assert_array_equal(fn(bad), want)
+
+
 def test_format2_decode_parallel(weight_bits):
     bits = weight_bits(64 * 8 * 9 + 3, seed=10)
     enc = encode_tensor(bits, CodecConfig(keep_ratio=0.5, group_size=64, chunk_superblocks=8, pair_codes=True))

@@ -32,20 +32,24 @@
 
 /* ------------------------------------------------------------------------------------------ bit I/O */
 
-static inline uint64_t load64(const uint8_t *p, int64_t len, int64_t byte) {
-    if (byte + 8 <= len) {
-        uint64_t v;
-        memcpy(&v, p + byte, 8);
-        return v;
-    }
-    uint64_t v = 0;                      /* bytes past the end read as zero; callers bound-check in bits */
-    for (int64_t i = byte; i < len; i++) v |= (uint64_t)p[i] << (8 * (i - byte));
+/* Decoders read planes through unchecked 8-byte loads: the caller (native.py) hands every plane in a
+ * buffer followed by `slack` zero bytes, and the decoders refuse to run unless slack >= MIN_SLACK(A, G).
+ * That bound holds for any input, malformed or not: every read of a chunk starts at or before the plane's
+ * end (offsets are checked to lie in [0, len]) plus at most 24 bits per value of the chunk (the longest
+ * code; fields are <= 9 bits, a C2 superblock's header < 24 bits per value), and reads 8 bytes. Bits past
+ * the end read as zero, as they would in a bounds-checked reader; a chunk whose fields run past its end
+ * is an error anyway (chunk_ok). */
+#define MIN_SLACK(A, G) (3 * (A) * (G) + 16)
+
+static inline uint64_t load64(const uint8_t *p, int64_t byte) {
+    uint64_t v;
+    memcpy(&v, p + byte, 8);
     return v;
 }
 
 /* 57 valid bits starting at stream bit pos */
-static inline uint64_t peek(const uint8_t *p, int64_t len, int64_t pos) {
-    return load64(p, len, pos >> 3) >> (pos & 7);
+static inline uint64_t peek(const uint8_t *p, int64_t pos) {
+    return load64(p, pos >> 3) >> (pos & 7);
 }
 
 /* Bit writer: bits below `cnt` of `acc` are pending; every put stores 8 bytes and advances by whole
@@ -89,15 +93,15 @@ static inline void put_code(wr_t *w, int32_t ce, int Q, int sym) {
  * used, or -1. out[i] = the group's decoder entry (escape: raw | raw << 9, no pair). The codes are taken
  * from a 64-bit register refilled when fewer than 24 bits (the longest code) remain, so the loop-carried
  * chain per code is ctz + shift, not a memory load. */
-static int64_t get_codes(const uint8_t *p, int64_t len, int64_t start, int64_t end, int64_t count,
+static int64_t get_codes(const uint8_t *p, int64_t start, int64_t end, int64_t count,
                          const int32_t *table, int K, int32_t *out) {
     int64_t pos = start;
-    uint64_t buf = peek(p, len, pos);
+    uint64_t buf = peek(p, pos);
     int avail = 64 - (int)(pos & 7);
     const uint64_t guard = 1ull << (K + 1);    /* a run of more than K zeros stops at the guard bit */
     for (int64_t i = 0; i < count; i++) {
         if (avail < 24) {
-            buf = peek(p, len, pos);
+            buf = peek(p, pos);
             avail = 64 - (int)(pos & 7);
         }
         int r = __builtin_ctzll(buf | guard), n;
@@ -120,10 +124,10 @@ static int64_t get_codes(const uint8_t *p, int64_t len, int64_t start, int64_t e
 }
 
 /* The chunk [start_byte*8, end_byte*8) used `used` bits: it must be exactly ceil(used/8) bytes with zero padding. */
-static inline int chunk_ok(const uint8_t *p, int64_t len, int64_t start_byte, int64_t end_byte, int64_t used) {
+static inline int chunk_ok(const uint8_t *p, int64_t start_byte, int64_t end_byte, int64_t used) {
     if (((used + 7) >> 3) != end_byte - start_byte) return 0;
     int pad = (int)((8 - (used & 7)) & 7);
-    if (pad && ((peek(p, len, start_byte * 8 + used) & ((1ull << pad) - 1)) != 0)) return 0;
+    if (pad && ((peek(p, start_byte * 8 + used) & ((1ull << pad) - 1)) != 0)) return 0;
     return 1;
 }
 
@@ -342,6 +346,7 @@ static inline __attribute__((always_inline)) int c1_decode_body(
         const uint8_t *vcodes, int64_t vcodes_len, const int64_t *vcodes_off,
         const uint8_t *rest, int64_t rest_len, const int64_t *rest_off,
         const int32_t *spec_dec, int spec_Q, const int32_t *verif_dec, int verif_Q, uint16_t *out) {
+    (void)codes_len; (void)signman_len; (void)vcodes_len; (void)rest_len;     /* checked by the caller */
     int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A;
     int32_t sym[256], pe[257];
     const uint32_t mmask = (1u << m) - 1;
@@ -353,7 +358,7 @@ static inline __attribute__((always_inline)) int c1_decode_body(
         int64_t rpos = full ? rest_off[c] * 8 : 0;
         for (int64_t s = c * A; s < s_hi; s++) {
             int64_t s0 = s * G, n = imin64(G, N - s0), ks = kept_in(k, n, G);
-            int64_t u = get_codes(codes, codes_len, cpos, cend, n, spec_dec, spec_Q, sym);
+            int64_t u = get_codes(codes, cpos, cend, n, spec_dec, spec_Q, sym);
             if (u < 0) return 2;
             cpos += u;
             int64_t nk = 0;
@@ -361,7 +366,7 @@ static inline __attribute__((always_inline)) int c1_decode_body(
             if (nk != ks) return 3;
             int64_t np_ = n - ks;
             if (full && np_) {
-                u = get_codes(vcodes, vcodes_len, vpos, vend, np_, verif_dec, verif_Q, pe);
+                u = get_codes(vcodes, vpos, vend, np_, verif_dec, verif_Q, pe);
                 if (u < 0) return 5;
                 vpos += u;
             }
@@ -379,7 +384,7 @@ static inline __attribute__((always_inline)) int c1_decode_body(
                 uint32_t km = 0u - (uint32_t)kp;                    /* mask arithmetic: kp is data-dependent */
                 int ps = HS ? DEC_PAIR(d) : 0;
                 int ws = (int)((uint32_t)(1 + m + ps) & km);
-                uint32_t fs = (uint32_t)peek(signman, signman_len, spos) & ((1u << ws) - 1);
+                uint32_t fs = (uint32_t)peek(signman, spos) & ((1u << ws) - 1);
                 spos += ws;
                 int t = HS ? (int)(fs & (uint32_t)ps) : 0;
                 fs >>= ps;
@@ -387,7 +392,7 @@ static inline __attribute__((always_inline)) int c1_decode_body(
                 if (merged) {
                     int32_t dv = pe[j];
                     int w = (int)(((uint32_t)(7 - m) & km) | (8u & ~km));
-                    uint32_t r = (uint32_t)peek(rest, rest_len, rpos) & ((1u << w) - 1);
+                    uint32_t r = (uint32_t)peek(rest, rpos) & ((1u << w) - 1);
                     rpos += w;
                     uint32_t vp = ((r >> 7) << 15) | ((uint32_t)dv << 7) | (r & 0x7F);
                     j += !kp;
@@ -405,7 +410,7 @@ static inline __attribute__((always_inline)) int c1_decode_body(
                 int32_t dv = pe[j];
                 int pv = HV ? (DEC_PAIR(dv) & !kp) : 0;
                 int w = (int)(((uint32_t)(7 - m) & km) | ((uint32_t)(8 + pv) & ~km));
-                uint32_t r = (uint32_t)peek(rest, rest_len, rpos) & ((1u << w) - 1);
+                uint32_t r = (uint32_t)peek(rest, rpos) & ((1u << w) - 1);
                 rpos += w;
                 int tv = HV ? (int)(r & (uint32_t)pv) : 0;
                 uint32_t rp = r >> pv;
@@ -414,13 +419,13 @@ static inline __attribute__((always_inline)) int c1_decode_body(
                 out[s0 + i] = (uint16_t)(((out[s0 + i] | r) & km) | (vp & ~km));
             }
         }
-        if (!chunk_ok(codes, codes_len, codes_off[c], codes_off[c + 1], cpos - codes_off[c] * 8)) return 2;
-        if (!chunk_ok(signman, signman_len, signman_off[c], signman_off[c + 1], spos - signman_off[c] * 8))
+        if (!chunk_ok(codes, codes_off[c], codes_off[c + 1], cpos - codes_off[c] * 8)) return 2;
+        if (!chunk_ok(signman, signman_off[c], signman_off[c + 1], spos - signman_off[c] * 8))
             return 4;
         if (full) {
-            if (vcodes_off && !chunk_ok(vcodes, vcodes_len, vcodes_off[c], vcodes_off[c + 1], vpos - vcodes_off[c] * 8))
+            if (vcodes_off && !chunk_ok(vcodes, vcodes_off[c], vcodes_off[c + 1], vpos - vcodes_off[c] * 8))
                 return 5;
-            if (!chunk_ok(rest, rest_len, rest_off[c], rest_off[c + 1], rpos - rest_off[c] * 8)) return 6;
+            if (!chunk_ok(rest, rest_off[c], rest_off[c + 1], rpos - rest_off[c] * 8)) return 6;
         }
     }
     return 0;
@@ -428,15 +433,17 @@ static inline __attribute__((always_inline)) int c1_decode_body(
 
 /* full = 0: draft (speculation planes only); full = 1: the original bits. Returns 0, or an error code.
  * Every plane comes with its nchunks + 1 chunk offsets; vcodes_off = NULL: nothing is pruned (the plane
- * must be empty). */
+ * must be empty). Every plane buffer is followed by `slack` zero bytes (see MIN_SLACK). */
 int c1_decode(int64_t N, int64_t G, int m, int64_t k, int64_t A, int full,
               const uint8_t *codes, int64_t codes_len, const int64_t *codes_off,
               const uint8_t *signman, int64_t signman_len, const int64_t *signman_off,
               const uint8_t *vcodes, int64_t vcodes_len, const int64_t *vcodes_off,
               const uint8_t *rest, int64_t rest_len, const int64_t *rest_off,
-              const int32_t *spec_dec, int spec_Q, const int32_t *verif_dec, int verif_Q, uint16_t *out) {
+              const int32_t *spec_dec, int spec_Q, const int32_t *verif_dec, int verif_Q, int64_t slack,
+              uint16_t *out) {
     int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A;
-    if (A < 1 || !offsets_ok(codes_off, nch, codes_len) || !offsets_ok(signman_off, nch, signman_len)) return 1;
+    if (A < 1 || slack < MIN_SLACK(A, G)) return 1;
+    if (!offsets_ok(codes_off, nch, codes_len) || !offsets_ok(signman_off, nch, signman_len)) return 1;
     if (full && (vcodes_off ? !offsets_ok(vcodes_off, nch, vcodes_len) : vcodes_len != 0)) return 1;
     if (full && !offsets_ok(rest_off, nch, rest_len)) return 1;
     if (!full) vcodes_off = NULL;
@@ -456,6 +463,7 @@ static inline __attribute__((always_inline)) int c2_decode_body(
         const uint8_t *vcodes, int64_t vcodes_len, const int64_t *vcodes_off,
         const uint8_t *rest, int64_t rest_len, const int64_t *rest_off,
         const int32_t *verif_dec, int verif_Q, uint16_t *out) {
+    (void)mx_len; (void)vcodes_len; (void)rest_len;                          /* checked by the caller */
     int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A;
     int prunes = k < G;
     uint8_t kept[256];
@@ -470,7 +478,7 @@ static inline __attribute__((always_inline)) int c2_decode_body(
         int64_t pos = mx_off[c] * 8;
         int64_t cpos = full ? vcodes_off[c] * 8 : 0, cend = full ? vcodes_off[c + 1] * 8 : 0;
         int64_t rpos = full ? rest_off[c] * 8 : 0;
-        uint64_t cbuf = full ? peek(vcodes, vcodes_len, cpos) : 0;
+        uint64_t cbuf = full ? peek(vcodes, cpos) : 0;
         int cavail = 64 - (int)(cpos & 7);
         int bad = 0;
         for (int64_t s = c * A; s < s_hi; s++) {
@@ -479,7 +487,7 @@ static inline __attribute__((always_inline)) int c2_decode_body(
             if (prunes) {                        /* keep bitmap: n bits from the superblock's first bit */
                 int64_t nk = 0;
                 for (int64_t i = 0; i < n; i += 32) {
-                    uint64_t w = peek(mx, mx_len, pos + i);
+                    uint64_t w = peek(mx, pos + i);
                     int64_t e = imin64(32, n - i);
                     for (int64_t j = 0; j < e; j++) {
                         kept[i + j] = (uint8_t)((w >> j) & 1);
@@ -491,7 +499,7 @@ static inline __attribute__((always_inline)) int c2_decode_body(
             } else {
                 memset(kept, 1, (size_t)n);
             }
-            for (int64_t b = 0; b < nmx; b++) Xs[b] = (int)(peek(mx, mx_len, pos + 8 * b) & 0xFF);
+            for (int64_t b = 0; b < nmx; b++) Xs[b] = (int)(peek(mx, pos + 8 * b) & 0xFF);
             pos += 8 * nmx;
             if (full) {
                 /* Full decode in one pass: the draft of each value, then (draft-zero values only, by mask
@@ -518,14 +526,14 @@ static inline __attribute__((always_inline)) int c2_decode_body(
                     int64_t i1 = (b + 1) * MX_BLOCK < n ? (b + 1) * MX_BLOCK : n;
                     for (int64_t i = b * MX_BLOCK; i < i1; i++) {
                         uint32_t km = 0u - (uint32_t)kept[i];
-                        uint32_t f = (uint32_t)peek(mx, mx_len, pos) & fmask & km;
+                        uint32_t f = (uint32_t)peek(mx, pos) & fmask & km;
                         pos += (m + 2) & km;
                         uint32_t sign = f >> (m + 1), el = f & emask;
                         uint32_t v = (sign << 15) | t_draft[el];              /* draft of a non-zero element */
                         int dz = el == 0;
                         uint32_t dzm = 0u - (uint32_t)dz;
                         if (cavail < 24) {
-                            cbuf = peek(vcodes, vcodes_len, cpos);
+                            cbuf = peek(vcodes, cpos);
                             cavail = 64 - (int)(cpos & 7);
                         }
                         int r = __builtin_ctzll(cbuf | guard);
@@ -539,7 +547,7 @@ static inline __attribute__((always_inline)) int c2_decode_body(
                         cpos += nb;
                         int pv = HP ? (DEC_PAIR(dd) & dz) : 0;
                         int w = t_w[el] + pv;                             /* 8 (+ suffix) for el = 0 */
-                        uint32_t rr = (uint32_t)peek(rest, rest_len, rpos) & ((1u << w) - 1);
+                        uint32_t rr = (uint32_t)peek(rest, rpos) & ((1u << w) - 1);
                         rpos += w;
                         int tv = HP ? (int)(rr & (uint32_t)pv) : 0;
                         int e = x - (int)DEC_SYM(dd, tv);
@@ -556,7 +564,7 @@ static inline __attribute__((always_inline)) int c2_decode_body(
             for (int64_t i = 0; i < n; i++) {
                 int x = Xs[i / MX_BLOCK], xeff = imax(x, 1), kp = kept[i];
                 uint32_t km = 0u - (uint32_t)kp;                        /* mask arithmetic, not branches */
-                uint32_t f = (uint32_t)peek(mx, mx_len, pos) & fmask & km;
+                uint32_t f = (uint32_t)peek(mx, pos) & fmask & km;
                 pos += (m + 2) & km;
                 uint32_t sign = f >> (m + 1);
                 uint32_t el = f & emask;
@@ -569,12 +577,12 @@ static inline __attribute__((always_inline)) int c2_decode_body(
                 out[s0 + i] = (uint16_t)((((vn & nm) | (vs & ~nm)) & nzm) | ((sign << 15) & ~nzm));
             }
         }
-        if (!chunk_ok(mx, mx_len, mx_off[c], mx_off[c + 1], pos - mx_off[c] * 8)) return 2;
+        if (!chunk_ok(mx, mx_off[c], mx_off[c + 1], pos - mx_off[c] * 8)) return 2;
         if (full) {
             if (bad) return 7;
-            if (cpos > cend || !chunk_ok(vcodes, vcodes_len, vcodes_off[c], vcodes_off[c + 1], cpos - vcodes_off[c] * 8))
+            if (cpos > cend || !chunk_ok(vcodes, vcodes_off[c], vcodes_off[c + 1], cpos - vcodes_off[c] * 8))
                 return 5;
-            if (!chunk_ok(rest, rest_len, rest_off[c], rest_off[c + 1], rpos - rest_off[c] * 8)) return 6;
+            if (!chunk_ok(rest, rest_off[c], rest_off[c + 1], rpos - rest_off[c] * 8)) return 6;
         }
     }
     return 0;
@@ -584,9 +592,9 @@ int c2_decode(int64_t N, int64_t G, int m, int64_t k, int64_t A, int full,
               const uint8_t *mx, int64_t mx_len, const int64_t *mx_off,
               const uint8_t *vcodes, int64_t vcodes_len, const int64_t *vcodes_off,
               const uint8_t *rest, int64_t rest_len, const int64_t *rest_off,
-              const int32_t *verif_dec, int verif_Q, uint16_t *out) {
+              const int32_t *verif_dec, int verif_Q, int64_t slack, uint16_t *out) {
     int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A;
-    if (A < 1 || !offsets_ok(mx_off, nch, mx_len)) return 1;
+    if (A < 1 || slack < MIN_SLACK(A, G) || !offsets_ok(mx_off, nch, mx_len)) return 1;
     if (full && (!offsets_ok(vcodes_off, nch, vcodes_len) || !offsets_ok(rest_off, nch, rest_len))) return 1;
     if (full && has_pairs(verif_dec, verif_Q))
         return c2_decode_body(N, G, m, k, A, full, 1, mx, mx_len, mx_off, vcodes, vcodes_len, vcodes_off,
