@@ -336,6 +336,20 @@ def test_extreme_planes_match_numpy(weight_bits, scheme):
                     np.testing.assert_array_equal(fn(bad), want)
 
 
+def test_c_decoders_refuse_planes_without_their_slack(weight_bits, monkeypatch):
+    """The unchecked plane reads are only run when the caller guarantees MIN_SLACK zero bytes after each plane."""
+    bits = weight_bits(64 * 4 * 3 + 1, seed=2)
+    for scheme in ("c1", "c2"):
+        enc = native.encode_tensor(bits, CodecConfig(scheme=scheme, group_size=64, keep_ratio=0.5,
+                                                     chunk_superblocks=4, pair_codes=True), None, None)
+        np.testing.assert_array_equal(native._decode(enc, True), bits)
+        monkeypatch.setattr(native, "_slack", lambda cfg: 3 * cfg.chunk_superblocks * cfg.group_size + 15)
+        for full in (True, False):
+            with pytest.raises(native._Fallback):
+                native._decode(enc, full)
+        monkeypatch.undo()
+
+
 def test_format2_decode_parallel(weight_bits):
     bits = weight_bits(64 * 8 * 9 + 3, seed=10)
     enc = encode_tensor(bits, CodecConfig(keep_ratio=0.5, group_size=64, chunk_superblocks=8, pair_codes=True))
