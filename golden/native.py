@@ -2,7 +2,9 @@
 
 The numpy code in codec.py stays the readable, normative implementation; this module produces the same
 bytes (planes, chunk offsets, codebooks) and the same decoded arrays, about 10x faster, and is what
-``codec.encode_tensor`` / ``decode_draft`` / ``decode_full`` use by default (``impl="auto"``).
+``codec.encode_tensor`` / ``decode_draft`` / ``decode_full`` use by default (``impl="auto"``). Format 2.0
+(chunks of ``chunk_superblocks`` superblocks, pair groups) included (``FORMAT2``): the codebooks, with the
+group-size DP, are still built here in Python (``build_codebook``) and handed to C as small tables.
 
 Choosing the implementation:
 
