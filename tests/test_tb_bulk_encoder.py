@@ -228,3 +228,14 @@ def test_many_random_batches_under_stalls(enc_config):
     st = BE.EncoderStats()
     BE.encode_many_with_rtl(batches, enc_config, idle=0.25, backpressure=0.5, seed=9, stats=st)
     assert st.mismatches == 0 and st.vectors == sum(len(x) for x, _, _ in batches)
+
+
+def test_no_ready_is_reported_as_a_hang(enc_config):
+    """Every plane's ready held low (--backpressure 1): the encoder fills its writers and stops; the harness
+    reports a hang (exit 4) instead of waiting forever."""
+    scheme = BE.scheme_of(enc_config)
+    cfg = kv_config(64, scheme, 3, 1.0)
+    x = kv_vectors(np.random.default_rng(4), 8, 64, "uniform")
+    books = calibrate_kv_codebooks(x, cfg)
+    with pytest.raises(BE.RtlError, match="hang"):
+        BE.encode_many_with_rtl([(x, cfg, books)], enc_config, backpressure=1.0)
