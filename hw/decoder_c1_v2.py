@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
-from amaranth.utils import bits_for, exact_log2
+from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, PRUNED
@@ -48,6 +48,46 @@ MAX_CHUNK_SUPERBLOCKS = 64          # format 2.0: A = 2^CHUNK in 1..64, A * G <=
 MAX_CHUNK_VALUES = 1024
 MAX_CHUNK_REG = 7                   # CHUNK register width (values above 6 saturate here: CONFIG)
 SUFFIX_FIELD = FIELD_MAX + 1        # a field with its pair suffix bit in front (9 bits)
+
+
+def popcounts(m, bits, name):
+    """Exclusive prefix popcounts ``out[j]`` = ones in ``bits[0:j]``, j = 0..len(bits): a Sklansky tree of
+    adders as wide as the count (it never saturates, unlike zero_counter.prefix_counts with a cap)."""
+    n = len(bits)
+    width = bits_for(n)
+    node = [bits[j] for j in range(n)]
+    span, level = 1, 0
+    while span < n:
+        nxt = list(node)
+        for j in range(n):
+            if (j // span) % 2 == 1:
+                s = Signal(width, name=f"{name}_l{level}_{j}")
+                m.d.comb += s.eq(node[j] + node[(j // span) * span - 1])
+                nxt[j] = s
+        node = nxt
+        span *= 2
+        level += 1
+    return [Const(0, width)] + node
+
+
+class SlotReader(BitReader):
+    """hw/bitreader.BitReader with an explicit number of word slots. Its own rule (``window + 3 words`` of
+    room, for a consumer that decides its take in the same cycle) gives 8 slots to a 72-bit window of
+    64-bit words (L = 8 signman fields with suffix bits); here every take is registered a stage ahead, so
+    the view's ``ceil(window / word) + 1`` slots plus one being written keep the plane at full rate
+    (measured: docs/HARDWARE.md section 2b)."""
+
+    def __init__(self, word: int, window: int, slots: int):
+        super().__init__(word, window)
+        need = -(-window // word) + 1
+        if slots & (slots - 1) or slots < need:
+            raise ConfigError(f"reader slots must be a power of two >= {need}, got {slots!r}")
+        self.slots, self.capacity = slots, slots * word
+
+
+def reader_slots(word: int, window: int) -> int:
+    """The fewest power-of-two slots holding the view (``ceil(window / word) + 1``) and one more word."""
+    return 1 << ceil_log2(-(-window // word) + 2)
 
 
 def default_segment(lanes: int, word: int) -> int:
@@ -128,7 +168,7 @@ class DecoderC1v2(DecoderC1):
         """Groups of a book with pair mask ``pairs`` (registered from the registers every cycle): Q = K -
         popcount(pairs), the group bases b_q = q + popcount(pairs[0:q]) (a 15-entry table), and ``bad``: a
         pair bit at q >= Q (the mask does not describe K symbols)."""
-        pc = prefix_counts(m, pairs, K_MAX, f"{name}_pc")
+        pc = popcounts(m, pairs, f"{name}_pc")
         q = Signal(range(K_MAX + 1), name=f"{name}_q")
         bases = Array(Signal(4, name=f"{name}_b{i}") for i in range(K_MAX))
         bad = Signal(name=f"{name}_pairs_bad")
@@ -152,8 +192,8 @@ class DecoderC1v2(DecoderC1):
         S = CodePlane(IW, self.seg, self.code_lanes, depth=self.code_depth, pops=L + 1)
         V = CodePlane(IW, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots,
                       pair_flags=True)
-        M = BitReader(IW, SUFFIX_FIELD * L)
-        R = BitReader(IW, SUFFIX_FIELD * Lv)
+        M = SlotReader(IW, SUFFIX_FIELD * L, reader_slots(IW, SUFFIX_FIELD * L))
+        R = SlotReader(IW, SUFFIX_FIELD * Lv, reader_slots(IW, SUFFIX_FIELD * Lv))
         m.submodules.spec_codes_cp = S
         m.submodules.verif_codes_cp = V
         m.submodules.spec_signman_rd = M
