@@ -49,7 +49,7 @@ class ModelDrafter(Drafter):
 
     def start(self, eng: Engine, prompt: list[int]) -> None:
         self.eng = eng
-        self.cache = self.model.new_cache()
+        self.cache = self.model.new_cache(eng.cache.capacity)
         self.sync(eng.cache, self.cache, 0, len(prompt))
 
     def propose(self, ids, pos, gamma, sp: SamplingParams, gen):
@@ -186,13 +186,22 @@ def build_cassandra(ck: Checkpoint, target: Transformer, weight_cfg_for=None, kv
     draft_bits = dict(ck.bits)
     draft_bits.update(em.draft_bits)
     draft = ck.build(draft_bits)
-    a = ck.args
+    cfg0 = (weight_cfg_for or uniform_cfg())("layers.0.wq", None)
+    return cassandra_drafter(target, draft, kv_cfg, em.spec_bytes, em.full_bytes, kv_decode, em, cfg0)
+
+
+def cassandra_drafter(target: Transformer, draft: Transformer, kv_cfg: CodecConfig | None, spec_bytes: dict,
+                      full_bytes: dict, kv_decode=None, encoded: "EncodedModel | None" = None,
+                      cfg0: CodecConfig | None = None) -> tuple[ModelDrafter, Cost]:
+    """The Cassandra drafter around a draft model whose 2-D weights are the speculation view; the
+    target's cost reads ``full_bytes`` (spec + verif) and the draft's ``spec_bytes`` per 2-D tensor."""
+    a = target.args
     kv_cfg = kv_cfg or CodecConfig(keep_ratio=1.0, mantissa_bits=3, group_size=a.head_dim, kind="kv")
     if kv_cfg.group_size != a.head_dim:
         raise ConfigError(f"KV group size must equal head_dim={a.head_dim} (one superblock per KV vector)")
     view = KVSpecView(kv_cfg, a.n_layers, kv_decode)
-    tcost = bf16_cost(target, bytes_per_tensor=em.full_bytes)
-    dcost = bf16_cost(draft, bytes_per_tensor=em.spec_bytes)
+    tcost = bf16_cost(target, bytes_per_tensor=full_bytes)
+    dcost = bf16_cost(draft, bytes_per_tensor=spec_bytes)
     vecs_per_token = 2 * a.n_layers * a.n_kv_heads  # K and V vectors per token
 
     def sync(src, dst, start, stop):
@@ -204,12 +213,14 @@ def build_cassandra(ck: Checkpoint, target: Transformer, weight_cfg_for=None, kv
 
     d = ModelDrafter("cassandra", draft, dcost, sync=sync, kv_commit_bytes_per_token=view.spec_bytes_per_token)
     d.kv_view = view
-    d.encoded = em
-    cfg0 = (weight_cfg_for or uniform_cfg())("layers.0.wq", None)
+    d.encoded = encoded if encoded is not None else EncodedModel(spec_bytes=dict(spec_bytes),
+                                                                  full_bytes=dict(full_bytes))
+    cfg0 = cfg0 or uniform_cfg()("layers.0.wq", None)
     d.info = {"keep_ratio": cfg0.keep_ratio, "mantissa_bits": cfg0.mantissa_bits, "scheme": cfg0.scheme,
               "kv_keep_ratio": kv_cfg.keep_ratio, "kv_mantissa_bits": kv_cfg.mantissa_bits,
               "draft_weight_bytes": dcost.weight_bytes, "target_weight_bytes": tcost.weight_bytes,
-              "bf16_weight_bytes": bf16_cost(target).weight_bytes, "encode_s": em.seconds,
+              "bf16_weight_bytes": bf16_cost(target).weight_bytes,
+              "encode_s": encoded.seconds if encoded is not None else 0.0,
               "kv_vectors_per_token": vecs_per_token}
     return d, tcost
 

@@ -147,7 +147,23 @@ class Engine:
 
     def generate(self, prompt: list[int], max_new_tokens: int = 64, drafter: Drafter | None = None,
                  gamma: int = 4, adaptive: bool = False, sp: SamplingParams = SamplingParams(), seed: int = 0,
-                 on_tokens=None, gamma_max: int = 16) -> Result:
+                 on_tokens=None, gamma_max: int = 16, stop_fn=None) -> Result:
+        """Decode; ``on_tokens(list)`` receives every step's new tokens; ``stop_fn(tokens) -> bool`` ends the
+        run after a step (stop strings). Returns the Result."""
+        it = self.steps(prompt, max_new_tokens, drafter, gamma, adaptive, sp, seed, gamma_max, stop_fn)
+        while True:
+            try:
+                new = next(it)
+            except StopIteration as done:
+                return done.value
+            if on_tokens:
+                on_tokens(new)
+
+    def steps(self, prompt: list[int], max_new_tokens: int = 64, drafter: Drafter | None = None,
+              gamma: int = 4, adaptive: bool = False, sp: SamplingParams = SamplingParams(), seed: int = 0,
+              gamma_max: int = 16, stop_fn=None):
+        """The decoding loop as a generator: yields each step's new tokens (a non-empty list), returns the
+        Result (``StopIteration.value``)."""
         a = self.args
         if not prompt:
             raise InputError("empty prompt")
@@ -161,20 +177,24 @@ class Engine:
         gen = torch.Generator().manual_seed(int(seed))
         stats = RunStats(prompt_tokens=len(prompt))
         self.ledger, base = Ledger(), Ledger()
-        self.cache = self.target.new_cache()
+        # the cache holds what this run can reach (prompt + new tokens + one draft's look-ahead), not the
+        # whole context: positions are absolute, so the size never changes a result
+        self.cache = self.target.new_cache(len(prompt) + max_new_tokens + max(gamma, gamma_max if adaptive else 0)
+                                           + 2)
         t0 = time.perf_counter()
         logits = self.target(torch.tensor(prompt), 0, self.cache, exact=False, logits_rows=slice(-1, None))
         first = int(logits[0].argmax()) if sp.greedy else sample(probs_from_logits(logits[0], sp), gen)
         stats.prefill_s = time.perf_counter() - t0
         out = [first]
-        if on_tokens:
-            on_tokens([first])
+        yield [first]
         t0 = time.perf_counter()
         if drafter is not None:
             drafter.start(self, prompt)
         pos = len(prompt)  # position of out[-1], whose K/V is not in the cache yet
         g = gamma
-        while len(out) < max_new_tokens and out[-1] not in self.stop_ids and pos + 1 < a.max_seq_len:
+        stopped = bool(stop_fn and stop_fn(out))
+        while (not stopped and len(out) < max_new_tokens and out[-1] not in self.stop_ids
+               and pos + 1 < a.max_seq_len):
             remaining = max_new_tokens - len(out)
             k = 0 if drafter is None else max(0, min(g, remaining - 1, a.max_seq_len - pos - 2))
             ids = prompt + out
@@ -211,9 +231,12 @@ class Engine:
                 out.append(t)
                 emitted.append(t)
             stats.step_tokens += len(emitted)
-            if on_tokens and emitted:
-                on_tokens(emitted)
             pos += n_acc + 1
+            if emitted:
+                dt = time.perf_counter() - t0
+                yield emitted
+                t0 = time.perf_counter() - dt        # time spent by the consumer is not decode time
+                stopped = bool(stop_fn and stop_fn(out))
         stats.decode_s = time.perf_counter() - t0
         stats.generated = len(out)
         # modeled plain bf16 autoregressive decoding of the same tokens: one 1-token pass per token after the first

@@ -16,8 +16,11 @@ from cassandra_rtl.errors import ConfigError
 class SamplingParams:
     temperature: float = 0.0  # 0 -> greedy
     top_p: float = 1.0
+    top_k: int = 0  # 0 -> no top-k filter
 
     def __post_init__(self):
+        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
+            raise ConfigError(f"top-k must be an integer >= 0 (0 = off), got {self.top_k!r}")
         if not (self.temperature >= 0.0) or self.temperature != self.temperature:
             raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
         if not (0.0 < self.top_p <= 1.0):
@@ -29,8 +32,13 @@ class SamplingParams:
 
 
 def probs_from_logits(logits: torch.Tensor, sp: SamplingParams) -> torch.Tensor:
-    """[..., V] logits -> float64 probabilities after temperature and nucleus (top-p) filtering."""
+    """[..., V] logits -> float64 probabilities after temperature, top-k and nucleus (top-p) filtering."""
     p = torch.softmax(logits.double() / sp.temperature, -1)
+    if 0 < sp.top_k < p.shape[-1]:
+        # keep the k most likely tokens (ties at the k-th value broken by torch.topk's order)
+        idx = torch.topk(p, sp.top_k, -1).indices
+        p = torch.zeros_like(p).scatter(-1, idx, p.gather(-1, idx))
+        p = p / p.sum(-1, keepdim=True)
     if sp.top_p < 1.0:
         sp_, idx = torch.sort(p, -1, descending=True)
         cum = torch.cumsum(sp_, -1)

@@ -19,6 +19,7 @@ the speculative engine share the same prefill, so that is consistent too.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field, asdict
 
 import torch
@@ -55,6 +56,24 @@ class ModelArgs:
         return asdict(self)
 
 
+_ALLOC = [torch.zeros]
+
+
+def _weight(*shape) -> torch.Tensor:
+    return _ALLOC[0](*shape, dtype=torch.bfloat16)
+
+
+@contextmanager
+def uninitialized_weights():
+    """Build models whose weight matrices are allocated but not written (``torch.empty``: no page is
+    resident until a loader writes it), for loaders that fill every weight, one tensor at a time."""
+    _ALLOC[0] = torch.empty
+    try:
+        yield
+    finally:
+        _ALLOC[0] = torch.zeros
+
+
 # Names of the parameters of one layer, in the order a weight stream would carry them.
 LAYER_LINEARS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
@@ -78,14 +97,14 @@ class Attention(nn.Module):
         self.a = a
         self.q_norm = RMSNorm(a.head_dim, a.norm_eps) if a.qk_norm else None
         self.k_norm = RMSNorm(a.head_dim, a.norm_eps) if a.qk_norm else None
-        self.wq = nn.Parameter(torch.zeros(a.n_heads * a.head_dim, a.dim, dtype=torch.bfloat16), requires_grad=False)
-        self.wk = nn.Parameter(torch.zeros(a.n_kv_heads * a.head_dim, a.dim, dtype=torch.bfloat16), requires_grad=False)
-        self.wv = nn.Parameter(torch.zeros(a.n_kv_heads * a.head_dim, a.dim, dtype=torch.bfloat16), requires_grad=False)
-        self.wo = nn.Parameter(torch.zeros(a.dim, a.n_heads * a.head_dim, dtype=torch.bfloat16), requires_grad=False)
+        self.wq = nn.Parameter(_weight(a.n_heads * a.head_dim, a.dim), requires_grad=False)
+        self.wk = nn.Parameter(_weight(a.n_kv_heads * a.head_dim, a.dim), requires_grad=False)
+        self.wv = nn.Parameter(_weight(a.n_kv_heads * a.head_dim, a.dim), requires_grad=False)
+        self.wo = nn.Parameter(_weight(a.dim, a.n_heads * a.head_dim), requires_grad=False)
         if a.qkv_bias:
-            self.bq = nn.Parameter(torch.zeros(a.n_heads * a.head_dim, dtype=torch.bfloat16), requires_grad=False)
-            self.bk = nn.Parameter(torch.zeros(a.n_kv_heads * a.head_dim, dtype=torch.bfloat16), requires_grad=False)
-            self.bv = nn.Parameter(torch.zeros(a.n_kv_heads * a.head_dim, dtype=torch.bfloat16), requires_grad=False)
+            self.bq = nn.Parameter(_weight(a.n_heads * a.head_dim), requires_grad=False)
+            self.bk = nn.Parameter(_weight(a.n_kv_heads * a.head_dim), requires_grad=False)
+            self.bv = nn.Parameter(_weight(a.n_kv_heads * a.head_dim), requires_grad=False)
         else:
             self.bq = self.bk = self.bv = None
 
@@ -93,9 +112,9 @@ class Attention(nn.Module):
 class FeedForward(nn.Module):
     def __init__(self, a: ModelArgs):
         super().__init__()
-        self.w_gate = nn.Parameter(torch.zeros(a.hidden_dim, a.dim, dtype=torch.bfloat16), requires_grad=False)
-        self.w_up = nn.Parameter(torch.zeros(a.hidden_dim, a.dim, dtype=torch.bfloat16), requires_grad=False)
-        self.w_down = nn.Parameter(torch.zeros(a.dim, a.hidden_dim, dtype=torch.bfloat16), requires_grad=False)
+        self.w_gate = nn.Parameter(_weight(a.hidden_dim, a.dim), requires_grad=False)
+        self.w_up = nn.Parameter(_weight(a.hidden_dim, a.dim), requires_grad=False)
+        self.w_down = nn.Parameter(_weight(a.dim, a.hidden_dim), requires_grad=False)
 
 
 class Block(nn.Module):
@@ -115,8 +134,10 @@ class KVCache:
     ``rollback(n)`` additionally zeroes everything from position n on, so a test can prove that.
     """
 
-    def __init__(self, a: ModelArgs, dtype=torch.bfloat16):
-        shape = (a.n_layers, a.n_kv_heads, a.max_seq_len, a.head_dim)
+    def __init__(self, a: ModelArgs, dtype=torch.bfloat16, capacity: int | None = None):
+        # positions held: the context by default; a run that knows its length asks for just that many
+        self.capacity = a.max_seq_len if capacity is None else max(1, min(int(capacity), a.max_seq_len))
+        shape = (a.n_layers, a.n_kv_heads, self.capacity, a.head_dim)
         self.k = torch.zeros(shape, dtype=dtype)
         self.v = torch.zeros(shape, dtype=dtype)
 
@@ -167,13 +188,13 @@ class Transformer(nn.Module):
     def __init__(self, a: ModelArgs):
         super().__init__()
         self.args = a
-        self.tok_emb = nn.Parameter(torch.zeros(a.vocab_size, a.dim, dtype=torch.bfloat16), requires_grad=False)
+        self.tok_emb = nn.Parameter(_weight(a.vocab_size, a.dim), requires_grad=False)
         self.layers = nn.ModuleList(Block(a) for _ in range(a.n_layers))
         self.norm = RMSNorm(a.dim, a.norm_eps)
         if a.tie_embeddings:
             self.lm_head = None
         else:
-            self.lm_head = nn.Parameter(torch.zeros(a.vocab_size, a.dim, dtype=torch.bfloat16), requires_grad=False)
+            self.lm_head = nn.Parameter(_weight(a.vocab_size, a.dim), requires_grad=False)
         cos, sin = rope_tables(a)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -217,8 +238,9 @@ class Transformer(nn.Module):
     def head_weight(self) -> torch.Tensor:
         return self.tok_emb if self.lm_head is None else self.lm_head
 
-    def new_cache(self) -> KVCache:
-        return KVCache(self.args)
+    def new_cache(self, capacity: int | None = None) -> KVCache:
+        """A KV cache for ``capacity`` positions (default: the whole context, ``max_seq_len``)."""
+        return KVCache(self.args, capacity=capacity)
 
     # -- forward ----------------------------------------------------------------------------------
     @torch.no_grad()

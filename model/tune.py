@@ -529,29 +529,15 @@ def pareto(rows: list[dict]) -> list[dict]:
 
 
 def write_container_with(ck, alloc, path, progress=None) -> dict:
-    """Encode every tensor with ``alloc`` (real golden codec; 1-D tensors lossless) and record it in meta."""
-    from cassandra_rtl.golden.codec import decode_full, encode_tensor
-    from cassandra_rtl.golden.container import write_container
+    """Encode every tensor with ``alloc`` (real golden codec; 1-D tensors lossless) into a model artifact
+    (model/artifact.py: the allocation and the model in meta), which `generate --cass` runs from."""
+    from .artifact import write_artifact
 
-    from .allocation import META_KEY
+    write_artifact(ck, alloc, path, progress=progress, producer="cassandra-rtl tune")
+    from cassandra_rtl.golden.container import read_header
 
-    sal = alloc.salience_for(ck)
-    enc = {}
-    names = list(ck.bits)
-    for i, n in enumerate(names):
-        b = ck.bits[n]
-        if b.ndim == 2:
-            cfg = alloc.cfg_for(n)
-            e = encode_tensor(b, cfg, salience=sal(n, b))
-        else:
-            e = encode_tensor(b, CodecConfig(scheme="c1", keep_ratio=1.0, mantissa_bits=7))
-        if not np.array_equal(decode_full(e).reshape(b.shape), b):
-            raise AssertionError(f"decode_full({n}) differs from the original bits")
-        enc[n] = e
-        if progress:
-            progress(i + 1, len(names), f"encode {n}")
-    meta = {"producer": "cassandra-rtl tune", "source": str(ck.source), META_KEY: alloc.to_json()}
-    return write_container(path, enc, meta)
+    with open(path, "rb") as f:
+        return read_header(f, Path(path).stat().st_size)
 
 
 # ------------------------------------------------------------------------------------------- validation

@@ -7,7 +7,7 @@ from pathlib import Path
 from ..golden.codec import encode_tensor
 from ..golden.config import CodecConfig
 from ..golden.container import write_container
-from ..errors import InputError
+from ..errors import ConfigError, InputError
 from ..golden.io import check_output_path, count_tensors, read_tensors
 from ..progress import progress
 
@@ -67,7 +67,60 @@ def encode_file(inp, out, base: CodecConfig, quiet: bool = False) -> dict:
     return {"tensors": len(encoded), "values": values, "seconds": time.perf_counter() - t0}
 
 
+def encode_model_artifact(args) -> dict:
+    """``encode MODEL -o F.cass --draft-config ... | --calibrate``: the model artifact `generate --cass` runs
+    from (model/artifact.py): every tensor under the model path's names, the allocation and the model's
+    arguments and tokenizer in the meta."""
+    import sys
+
+    from ..model.api import choose_allocation
+    from ..model.artifact import source_digest, write_artifact
+    from ..model.loader import load
+    from ..progress import step_progress
+
+    inp = Path(args.input)
+    check_output_path(args.output)
+    if not inp.exists():
+        raise InputError(f"model not found: {inp}")
+    if not (inp.is_dir() or inp.suffix.lower() == ".gguf"):
+        raise InputError(f"{inp}: a model artifact is written from a .gguf file or a Hugging Face folder")
+    say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+    prog = None if args.quiet else step_progress("encode")
+    dc = args.draft_config
+    uniform_opts = {k: getattr(args, k) if dc in (None, "uniform") else None for k in ("keep_ratio", "mantissa_bits")}
+    if dc is not None and dc != "uniform" and any(
+            getattr(args, k) != DEFAULTS[k] for k in ("keep_ratio", "mantissa_bits", "scheme", "group_size")):
+        raise ConfigError("--draft-config fixes every tensor's codec config: drop --keep-ratio/--mantissa-bits/"
+                          "--scheme/--group-size (or use --draft-config uniform)")
+    ck = load(inp, max_seq_len=1 << 20)        # the model's own context; generate --max-seq-len caps it
+    _, alloc = choose_allocation(None, ck.args.n_layers, dc if dc is not None else "uniform",
+                                 uniform_opts["keep_ratio"], uniform_opts["mantissa_bits"], None, 1.0, args.scheme,
+                                 args.group_size)
+    if dc in (None, "uniform"):
+        alloc.n_layers = ck.args.n_layers
+    if args.calibrate:
+        from ..model.salience import CALIBRATION_PROMPTS, calibrate, norms_digest, norms_to_json
+
+        say(f"[encode] calibrating Wanda salience on {len(CALIBRATION_PROMPTS)} built-in prompts")
+        norms = calibrate(ck, progress=prog)
+        alloc.salience = {"kind": "wanda", "calibration": {"prompts": list(CALIBRATION_PROMPTS), "new_tokens": 32,
+                                                           "source": "target greedy"},
+                          "norms": norms_to_json(norms), "digest": norms_digest(norms)}
+    alloc.model = inp.name
+    info = write_artifact(ck, alloc, args.output, digest=source_digest(inp), progress=prog)
+    info["values"] = int(sum(b.size for b in ck.bits.values()))
+    info["bf16_bytes"] = 2 * info["values"]
+    return info
+
+
 def run(args) -> int:
+    if args.draft_config is not None or args.calibrate:
+        info = encode_model_artifact(args)
+        if not args.quiet:
+            print(f"wrote {args.output}: model artifact, {info['tensors']} tensors, {info['values']:,} values, "
+                  f"{info['bytes'] / 1e6:.1f} MB ({info['bytes'] / info['bf16_bytes']:.1%} of bf16) in "
+                  f"{info['seconds']:.1f} s; run it with `cassandra-rtl generate --cass {args.output} --prompt ...`")
+        return 0
     base = config_from_args(args)
     info = encode_file(args.input, args.output, base, quiet=args.quiet)
     if not args.quiet:
@@ -78,8 +131,16 @@ def run(args) -> int:
 
 def register(sub):
     p = sub.add_parser("encode", help="encode .npy/.safetensors/.gguf tensors into a .cass container")
-    p.add_argument("input", help=".npy (uint16 raw bf16 bits or float32), .safetensors or .gguf")
+    p.add_argument("input", help=".npy (uint16 raw bf16 bits or float32), .safetensors or .gguf; with "
+                   "--draft-config/--calibrate a .gguf or a Hugging Face folder")
     p.add_argument("-o", "--output", required=True, help="output .cass container")
     add_codec_options(p)
+    p.add_argument("--draft-config", default=None, metavar="FILE|bundled|uniform",
+                   help="write a model artifact for `generate --cass`: every tensor with this draft allocation "
+                   "(a `cassandra-rtl tune` JSON or .cass, `bundled` = the bundled model's tuned one, `uniform` = "
+                   "the codec options above), plus the model's arguments and tokenizer")
+    p.add_argument("--calibrate", action="store_true",
+                   help="model artifact with Wanda salience calibrated on the built-in prompts (the keep sets "
+                   "follow activations; with --draft-config: recalibrated for it)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=run)

@@ -9,6 +9,7 @@ import sys
 
 from ..argtypes import float_range, int_at_least, int_range, layer_list, non_negative_int, positive_int
 from ..errors import ConfigError, InputError
+from ..progress import step_progress
 
 
 def _table(s: dict) -> str:
@@ -27,6 +28,9 @@ def _table(s: dict) -> str:
         ("  of which draft (MB)", f(s["draft_bytes_per_token"] / 1e6, "{:.2f}")),
         ("bf16 autoregressive bytes / token (MB)", f(s["bf16_ar_bytes_per_token"] / 1e6, "{:.2f}")),
         ("CPU tokens/s (decode)", f(s["cpu_tokens_per_s"], "{:.2f}")),
+        ("ready to decode (s)", f(s.get("ready_s"), "{:.1f}")),
+        ("peak RSS (MB) / bf16 weights", f"{f(s.get('peak_rss_bytes', 0) / 1e6, '{:.0f}')} / "
+         f"{f(s.get('bf16_weight_bytes_all', 0) / 1e6, '{:.0f}')} = {f(s.get('peak_rss_over_bf16'), '{:.2f}x')}"),
     ]
     for k, v in s["modeled_speedup"].items():
         rows.append((f"modeled speedup vs bf16 AR: {k}", f(v, "{:.2f}x")))
@@ -46,120 +50,97 @@ def _table(s: dict) -> str:
 
 
 def run(args) -> int:
-    from ..model.drafters import default_cache_dir
-    from ..model.loader import load
-    from ..model.runner import DraftOptions, build, set_threads
+    import time
+
+    t_start = time.perf_counter()
+    from ..model.api import DEFAULT_CACHE, CassandraModel, load
+    from ..model.runner import set_threads
     from ..model.sampling import SamplingParams
-    from ..progress import step_progress
 
     set_threads(args.threads)
     if args.rtl_layers is not None and not args.rtl:
         raise ConfigError("--rtl-layers selects the layers decoded through the RTL: use it with --rtl")
+    if args.cass is not None and args.model is not None:
+        raise ConfigError("--cass and --model: give one (a .cass model artifact already holds the model)")
+    if args.cass is not None:
+        fixed = [o for o, v in (("--draft-config", args.draft_config), ("--keep-ratio", args.keep_ratio),
+                                ("--mantissa-bits", args.mantissa_bits), ("--kv-mantissa-bits", args.kv_mantissa_bits))
+                 if v is not None]
+        if fixed:
+            raise ConfigError(f"--cass: the container fixes the draft; {fixed[0]} would need a re-encode "
+                              "(`cassandra-rtl encode MODEL -o OUT.cass --draft-config ...`)")
     if args.draft == "cassandra":                # codec options checked now, not after loading the model
         from ..golden.config import CodecConfig
 
         CodecConfig(scheme=args.scheme, group_size=args.group_size,
                     keep_ratio=1.0 if args.keep_ratio is None else args.keep_ratio,
                     mantissa_bits=3 if args.mantissa_bits is None else args.mantissa_bits)
-    # draft selection (issue 7): a tuned per-tensor allocation from `cassandra-rtl tune` (JSON or .cass meta)
-    alloc = None
-    uniform_given = any(v is not None for v in (args.keep_ratio, args.mantissa_bits, args.kv_mantissa_bits))
-    if (args.draft == "cassandra" and args.draft_config is None and args.model is None and not uniform_given
-            and args.rtl_layers is None):
-        # The bundled model's default draft is the tuned allocation of issue 7 (docs/DRAFT_SELECTION.md).
-        args.draft_config = "bundled"
-        if not args.json:
-            print("[generate] draft: the tuned allocation for the bundled model (--draft-config bundled); "
-                  "--keep-ratio / --mantissa-bits select a uniform draft instead", file=sys.stderr)
-    args.keep_ratio = 1.0 if args.keep_ratio is None else args.keep_ratio
-    args.mantissa_bits = 3 if args.mantissa_bits is None else args.mantissa_bits
-    if args.draft_config:
-        from ..model.allocation import Allocation
-
-        if args.draft != "cassandra":
-            raise ConfigError("--draft-config configures the Cassandra draft: use it with --draft cassandra")
-        alloc = Allocation.load(args.draft_config)
-    if args.gamma is None:
-        args.gamma = alloc.gamma if alloc is not None else 4
-    sp = SamplingParams(temperature=args.temperature, top_p=args.top_p)
+    if args.draft_config is not None and args.draft != "cassandra":
+        raise ConfigError("--draft-config configures the Cassandra draft: use it with --draft cassandra")
+    sp = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
     skip = None
     if args.skip_layers:
         try:
             skip = [int(x) for x in args.skip_layers.split(",") if x.strip()]
         except ValueError:
             raise ConfigError(f"--skip-layers expects comma-separated integers, got {args.skip_layers!r}") from None
-    rtl_layers = args.rtl_layers
-    if alloc is not None and args.rtl and rtl_layers is not None:
-        raise ConfigError("--draft-config with --rtl decodes every layer through the RTL (omit --rtl-layers)")
-    opts = DraftOptions(gamma=args.gamma, adaptive=args.adaptive, keep_ratio=args.keep_ratio,
-                        mantissa_bits=args.mantissa_bits, group_size=args.group_size, scheme=args.scheme,
-                        kv_keep_ratio=args.kv_keep_ratio, kv_mantissa_bits=args.kv_mantissa_bits,
-                        skip_layers=skip, n_skip=args.n_skip, rtl=args.rtl, rtl_layers=rtl_layers,
-                        cache_dir=None if args.no_cache else default_cache_dir())
     quiet = args.json
-    ck = load(args.model, max_seq_len=args.max_seq_len)
-    n_layers = ck.args.n_layers
-    for opt, layers in (("--rtl-layers", rtl_layers), ("--skip-layers", skip)):
-        bad = [i for i in layers or () if not 0 <= i < n_layers]
-        if bad:
-            raise ConfigError(f"{opt}: layer {bad[0]} does not exist ({ck.source} has layers 0..{n_layers - 1})")
-    if args.n_skip >= n_layers:
-        raise ConfigError(f"--n-skip {args.n_skip}: the model has only {n_layers} layers")
-    tok = ck.tokenizer
-    if tok is None:
-        raise ConfigError("this checkpoint has no tokenizer")
-    text = args.prompt if args.raw else tok.apply_chat(args.prompt)
-    ids = ([ck.args.bos_token_id] if ck.args.bos_token_id is not None else []) + tok.encode(text)
-    if len(ids) >= ck.args.max_seq_len:
-        raise InputError(f"prompt of {len(ids)} tokens does not fit the context of {ck.args.max_seq_len} "
-                         f"(at most {ck.args.max_seq_len - 1})")
-    prog = None if quiet else step_progress("build")   # a line every few seconds also when not on a terminal
-    if alloc is not None:
-        from ..model.allocation import build_engine
-        from ..model.runner import rtl_decoder, rtl_kv_decoder
 
-        eng, drafter, _ = build_engine(ck, alloc, progress=prog, decode=rtl_decoder() if args.rtl else None,
-                                       kv_decode=rtl_kv_decoder() if args.rtl else None)
+    def precheck(tok, margs):                    # the prompt must fit before anything slow runs
+        if tok is None:
+            raise ConfigError("this checkpoint has no tokenizer")
+        text = args.prompt if args.raw else tok.apply_chat(args.prompt, system=args.system)
+        n = len(tok.encode(text)) + (margs.bos_token_id is not None)
+        if n >= margs.max_seq_len:
+            raise InputError(f"prompt of {n} tokens does not fit the context of {margs.max_seq_len} "
+                             f"(at most {margs.max_seq_len - 1})")
+
+    prog = None if quiet else step_progress("load")   # a line every few seconds also when not on a terminal
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731 - where the cache is: always said
+    if args.cass is not None:
+        m = CassandraModel.from_cass(args.cass, draft=args.draft, max_seq_len=args.max_seq_len, verify=args.verify,
+                                     rtl=args.rtl, rtl_layers=args.rtl_layers, progress=prog, skip_layers=skip,
+                                     n_skip=args.n_skip, precheck=precheck)
     else:
-        eng, drafter, _ = build(ck, args.draft, opts, progress=prog)
-
-    printed = [0]
-    gen_ids: list[int] = []
-
-    def on_tokens(new):
-        gen_ids.extend(new)
-        if quiet:
-            return
-        s = tok.decode(gen_ids)
-        if s.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for the next token
-            return
-        sys.stdout.write(s[printed[0]:])
-        sys.stdout.flush()
-        printed[0] = len(s)
-
-    res = eng.generate(ids, args.max_new_tokens, drafter=drafter, gamma=args.gamma, adaptive=args.adaptive,
-                       sp=sp, seed=args.seed, on_tokens=on_tokens)
-    summary = res.summary()
-    summary["text"] = tok.decode(res.tokens)
-    summary["model"] = ck.source
-    from ..model import metrics
-    summary.update(metrics.model_summary(res, eng, drafter))       # performance model v2 + its inputs
-    if args.compare and sp.greedy and args.draft not in ("none", "int8"):
-        plain, _, _ = build(ck, "none", DraftOptions())
-        ref = plain.generate(ids, args.max_new_tokens)
-        summary["lossless_vs_plain"] = ref.tokens == res.tokens
-    elif args.compare and not sp.greedy and drafter is not None:
+        cache = None if args.no_cache else (args.cache_dir or DEFAULT_CACHE)
+        m = load(args.model, draft=args.draft, draft_config=args.draft_config, keep_ratio=args.keep_ratio,
+                 mantissa_bits=args.mantissa_bits, kv_mantissa_bits=args.kv_mantissa_bits,
+                 kv_keep_ratio=args.kv_keep_ratio, scheme=args.scheme, group_size=args.group_size, cache_dir=cache,
+                 max_seq_len=args.max_seq_len, verify=args.verify, rtl=args.rtl, rtl_layers=args.rtl_layers,
+                 skip_layers=skip, n_skip=args.n_skip, gamma=args.gamma, progress=prog, say=say,
+                 precheck=precheck)
+        what = (m.load_info.extra or {}).get("draft_choice") if m.load_info else None
+        if what and not quiet and args.draft == "cassandra":
+            print(f"[generate] draft: {what}", file=sys.stderr)
+    ready_s = time.perf_counter() - t_start
+    gamma = args.gamma or m.gamma
+    kw = dict(system=args.system, raw=args.raw, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+              seed=args.seed, gamma=gamma, adaptive=args.adaptive, stop=args.stop or ())
+    ids = m.encode_prompt(args.prompt, args.system, args.raw)
+    for piece in m.stream(ids, args.max_new_tokens, **kw):
+        if not quiet:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    g = m.last
+    summary = g.metrics
+    summary["text"] = g.text
+    summary["stop"] = g.stop
+    summary["ready_s"] = ready_s                # start of the command (after the interpreter) -> ready to decode
+    summary["threads"] = __import__("torch").get_num_threads()
+    if args.compare and sp.greedy and m.drafter is not None and args.draft != "int8":
+        ref = m.generate(ids, args.max_new_tokens, speculative=False, **{**kw, "stop": ()})
+        summary["lossless_vs_plain"] = ref.tokens == g.tokens[:len(ref.tokens)] if g.stop else ref.tokens == g.tokens
+    elif args.compare and not sp.greedy and m.drafter is not None:
         # Sampling: losslessness is distributional, so check the emitted tokens against the target's own
         # distribution over repeated runs (model/sampling_check.py) instead of token identity.
         from ..model.sampling_check import sampling_check
-        chk = sampling_check(eng, drafter, ids, sp, args.max_new_tokens, args.gamma, runs=50, seed=args.seed)
+        chk = sampling_check(m.engine, m.drafter, ids, sp, args.max_new_tokens, gamma, runs=50, seed=args.seed)
         summary["sampling_check"] = chk
 
     if quiet:
         print(json.dumps(summary))
     else:
-        s = tok.decode(gen_ids)
-        sys.stdout.write(s[printed[0]:] + "\n\n")
+        sys.stdout.write("\n\n")
         print(_table(summary))
     if summary.get("lossless_vs_plain") is False or (summary.get("sampling_check") or {}).get("ok") is False:
         what = ("the sampled tokens do not follow the target's distribution (sampling check)"
@@ -173,7 +154,15 @@ def register(sub):
     p = sub.add_parser("generate", help="generate text with plain or self-speculative decoding",
                        description=__doc__)
     p.add_argument("--prompt", required=True, help="user message (wrapped in the chat template unless --raw)")
-    p.add_argument("--model", default=None, help="a .gguf file or a Hugging Face folder (default: bundled SmolLM2)")
+    p.add_argument("--model", default=None, help="a .gguf file or a Hugging Face folder (default: bundled SmolLM2); "
+                   "the Cassandra draft is encoded once into the model cache (--cache-dir) and loaded from there")
+    p.add_argument("--cass", default=None, help="a model artifact from `cassandra-rtl encode MODEL -o F.cass "
+                   "--draft-config ...`: target and draft are decoded from it, nothing is re-encoded")
+    p.add_argument("--verify", action="store_true", help="also check every tensor's full decode against the "
+                   "digest of the checkpoint's bits recorded in the container (the section CRCs are always checked)")
+    p.add_argument("--system", default=None, help="system message for the chat template")
+    p.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                   help="stop when the text contains TEXT (not printed; repeatable)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64)
     p.add_argument("--draft", default="cassandra", choices=["cassandra", "layerskip", "ngram", "none", "int8"],
                    help="draft source; 'none' = plain bf16 decoding, 'int8' = INT8 weight-only plain decoding")
@@ -200,16 +189,20 @@ def register(sub):
                    "(0 = let the search choose by expected speedup)")
     p.add_argument("--temperature", type=float_range(0, 100), default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float_range(0, 1, lo_open=True), default=1.0)
+    p.add_argument("--top-k", type=non_negative_int, default=0, help="sample from the k most likely tokens (0 = off)")
     p.add_argument("--seed", type=int_range(0, 2**63 - 1), default=0)
     p.add_argument("--max-seq-len", type=int_at_least(2), default=2048, help="static KV cache length")
-    p.add_argument("--threads", type=int_range(1, 1024), default=None, help="torch CPU threads (1..1024)")
+    p.add_argument("--threads", type=int_range(1, 1024), default=None,
+                   help="torch CPU threads (1..1024; default 1: decoding a small model is a chain of small "
+                   "matrix-vector products, and extra threads only add synchronisation on a few cores)")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template")
     p.add_argument("--compare", action="store_true", help="greedy: also run plain greedy decoding and check token "
                    "identity; sampling: check the emitted tokens against the target distribution over 50 runs")
     p.add_argument("--rtl", action="store_true", help="decode the draft's streams through the RTL in simulation")
     p.add_argument("--rtl-layers", type=layer_list, default=None,
                    help="with --rtl: 'all' or comma-separated layer indices whose weight streams go through the RTL (the rest use the golden decoder)")
-    p.add_argument("--no-cache", action="store_true", help="do not keep the encoded draft in "
-                   "~/.cache/cassandra-rtl (a .cass container per model and config)")
+    p.add_argument("--cache-dir", default=None, help="model cache folder (default ~/.cache/cassandra-rtl, or "
+                   "$XDG_CACHE_HOME/cassandra-rtl): one model artifact per model content and draft allocation")
+    p.add_argument("--no-cache", action="store_true", help="encode in memory and write nothing to the model cache")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text + table")
     p.set_defaults(func=run)
