@@ -5,7 +5,12 @@ Writes OUT/hardware.md and OUT/hardware_v2.png from the flows' own reports (noth
   * build/synth-<library>/report.json       real libraries, e.g. SKY130 + OpenSTA (make synth LIBERTY=...)
   * build/fpga/report.json                  ECP5 place and route (make fpga)
   * build/formal/report.json                SymbiYosys proofs (make formal)
+  * synth/v1_retired.json                    the retired v1 decoders' rows of those flows (the "old" column of
+                                             the v1 -> this round table; the flows no longer build v1)
 Every table names the report it came from, so each figure can be regenerated with that flow's command.
+
+``--freeze-v1 PATH`` writes that file from reports that still hold the v1 blocks (session 3:
+``--synth build/synth-generic-v1/report.json --real build/synth-sky130-v1/report.json --fpga build/fpga/report.json``).
 """
 from __future__ import annotations
 
@@ -18,6 +23,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+V1_RETIRED = ROOT / "synth" / "v1_retired.json"
+# the last commit whose hw/configs.py registered the v1 decoders (their flows' commands ran there)
+V1_LAST_COMMIT = None
 
 # v1 block -> its replacement this round (same role, same interface)
 SUCCESSORS = {
@@ -34,14 +42,52 @@ def _load(path) -> dict | None:
         return None
 
 
+def freeze_v1(path: Path, generic: dict | None, real: dict | None, fpga: dict | None, commit: str | None) -> dict:
+    """The v1 blocks' rows (SUCCESSORS keys) and each flow's PE row, slimmed, with each flow's command."""
+    keep_keys = ("status", "kind", "area_ge", "flip_flops", "lut4", "ff", "fmax_mhz", "best_seed")
+    flows = {}
+    for label, rep in (("generic", generic), ("real", real), ("fpga", fpga)):
+        if not rep:
+            continue
+        blocks = {}
+        for n in ["pe_bf16_fp32", *SUCCESSORS]:
+            b = rep["blocks"].get(n) or {}
+            if b.get("status") != "ok":
+                continue
+            row = {k: b[k] for k in keep_keys if k in b}
+            if b.get("timing"):
+                row["timing"] = {k: b["timing"][k] for k in ("critical_path_ps", "est_fmax_mhz", "logic_depth")
+                                 if k in b["timing"]}
+            if b.get("meta"):
+                row["meta"] = {k: b["meta"][k] for k in ("block", "lanes", "word", "verif_lanes", "values_per_cycle",
+                                                        "values_per_cycle_full") if k in b["meta"]}
+            blocks[n] = row
+        flows[label] = {"flow": {k: rep.get("flow", {}).get(k) for k in ("library", "device", "command")},
+                        "blocks": blocks}
+    data = {"note": "v1 decoders (DecoderC1 / DecoderC2 datapaths, hw/configs decoder_c1_* / decoder_c2_*) and the "
+                    "session-2 KV encoders at L = 8: retired; figures from session 3, commands at commit "
+                    f"{commit or '?'}", "commit": commit, "flows": flows}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+def _v1_flows(path=V1_RETIRED) -> dict:
+    d = _load(path) if path else None
+    return (d or {}).get("flows", {})
+
+
 def _vpc(b: dict, full: bool = False) -> float | None:
     m = b.get("meta") or {}
     v = m.get("values_per_cycle") or m.get("lanes")
     return (m.get("values_per_cycle_full") or v) if full else v
 
 
-def old_vs_new(generic: dict, real: dict | None, fpga: dict | None, v1_generic: dict | None = None) -> list[str]:
-    """Per replaced block: GE per value/cycle and clock relative to the PE, v1 vs this round, per flow."""
+def old_vs_new(generic: dict, real: dict | None, fpga: dict | None, v1_generic: dict | None = None,
+               v1_flows: dict | None = None) -> list[str]:
+    """Per replaced block: GE per value/cycle and clock relative to the PE, v1 vs this round, per flow. The v1
+    side comes from ``v1_generic`` (generic flow), else from ``v1_flows`` (synth/v1_retired.json: the retired
+    blocks' rows per flow), else from the flow's own report."""
+    v1_flows = v1_flows or {}
     def row(rep, name, key="ge"):
         if not rep:
             return None
@@ -58,23 +104,26 @@ def old_vs_new(generic: dict, real: dict | None, fpga: dict | None, v1_generic: 
 
     lines = ["| v1 block -> this round | generic GE / (value/cycle) | generic clock x PE | "
              "sky130 clock x PE | ECP5 LUT4 | ECP5 clock x PE |", "|---|---:|---:|---:|---:|---:|"]
-    v1src = v1_generic or generic
+    def old_row(name, *reps):
+        for rep in reps:
+            r = row(rep, name)
+            if r:
+                return r
+        return None
+
     for old, new in SUCCESSORS.items():
-        cells = []
-        for which, rep in (("old", v1src), ("new", generic)):
-            r = row(rep, old if which == "old" else new)
-            cells.append(r)
-        if not any(cells):
+        o = old_row(old, v1_generic, v1_flows.get("generic"), generic)
+        n = row(generic, new)
+        if not (o or n):
             continue
-        o, n = cells
 
         def pair(fmt, a, b):
             return f"{fmt(a) if a is not None else '—'} -> {fmt(b) if b is not None else '—'}"
         ge = pair(lambda r: f"{r['area'] / r['vpc']:,.0f}" if r["vpc"] else f"{r['area']:,.0f}", o, n)
         fx = pair(lambda r: f"{r['fx']:.2f}" if r["fx"] else "—", o, n)
-        so, sn = row(real, old), row(real, new)
+        so, sn = old_row(old, v1_flows.get("real"), real), row(real, new)
         sx = pair(lambda r: f"{r['fx']:.2f}" if r["fx"] else "—", so, sn)
-        fo, fn = row(fpga, old), row(fpga, new)
+        fo, fn = old_row(old, v1_flows.get("fpga"), fpga), row(fpga, new)
         lut = pair(lambda r: f"{r['area']:,.0f}", fo, fn)
         ffx = pair(lambda r: f"{r['fx']:.2f}" if r["fx"] else "—", fo, fn)
         lines.append(f"| {old} -> {new} | {ge} | {fx} | {sx} | {lut} | {ffx} |")
@@ -137,7 +186,7 @@ def plot(generic: dict, out: Path, v1_generic: dict | None = None) -> str | None
 
 def render(out: Path, synth: str = "build/synth/report.json", real: str | None = None, fpga: str = "build/fpga/report.json",
            formal: str = "build/formal/report.json", v1_synth: str | None = None, level: int = 2,
-           command: str = "python eval/report_hardware.py --out docs/report") -> str | None:
+           command: str = "python eval/report_hardware.py --out docs/report", v1_retired=V1_RETIRED) -> str | None:
     """The hardware markdown (headings at ``level``) and its plot in ``out``; None without a synthesis report."""
     from cassandra_rtl.synth import compare, overhead
 
@@ -150,7 +199,8 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
     real_path = real or max(reals, key=lambda f: Path(f).stat().st_mtime, default=None)
     real_rep = _load(real_path) if real_path else None
     fpga_rep, formal_rep = _load(fpga), _load(formal)
-    v1 = _load(v1_synth) if v1_synth else None
+    v1_flows = _v1_flows(v1_retired)
+    v1 = (_load(v1_synth) if v1_synth else None) or v1_flows.get("generic")
     out.mkdir(parents=True, exist_ok=True)
     labelled = [(compare.load_report(pth)[0], r) for pth, r in
                 [(synth, generic)] + ([(real_path, real_rep)] if real_rep else []) + ([(fpga, fpga_rep)] if fpga_rep else [])]
@@ -162,7 +212,10 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
          "Pre-layout figures; compare ratios to the PE, not absolute numbers across flows (docs/SYNTHESIS.md).", "",
          f"{h} Every block, every flow (area and clock relative to the PE of the same flow)", "", table,
          f"{h} v1 -> this round", ""]
-    w += old_vs_new(generic, real_rep, fpga_rep, v1)
+    if v1_flows:
+        w += [f"v1 rows (retired blocks): `{Path(v1_retired).relative_to(ROOT) if Path(v1_retired).is_relative_to(ROOT) else v1_retired}` "
+              f"({(_load(v1_retired) or {}).get('note', '')}).", ""]
+    w += old_vs_new(generic, real_rep, fpga_rep, v1, v1_flows)
     if fig:
         w += ["", f"![area per value/cycle vs clock]({fig})", "", f"*Command* `{command}` · *data* the flows' reports above."]
     ov = overhead.render_markdown(generic)
@@ -183,9 +236,17 @@ def main(argv=None) -> int:
     ap.add_argument("--v1-synth", default=None, help="a generic report holding the v1 blocks, if --synth lacks them")
     ap.add_argument("--fpga", default="build/fpga/report.json")
     ap.add_argument("--formal", default="build/formal/report.json")
+    ap.add_argument("--v1-retired", default=str(V1_RETIRED), help="the retired v1 blocks' rows per flow (old column)")
+    ap.add_argument("--freeze-v1", default=None, metavar="PATH",
+                    help="write the v1 blocks' rows of --synth / --real / --fpga to PATH and exit")
+    ap.add_argument("--commit", default=V1_LAST_COMMIT, help="with --freeze-v1: the commit the flows ran at")
     a = ap.parse_args(argv)
+    if a.freeze_v1:
+        d = freeze_v1(Path(a.freeze_v1), _load(a.synth), _load(a.real) if a.real else None, _load(a.fpga), a.commit)
+        print(f"wrote {a.freeze_v1}: " + ", ".join(f"{k} {len(v['blocks'])} rows" for k, v in d["flows"].items()))
+        return 0
     out = Path(a.out)
-    body = render(out, a.synth, a.real, a.fpga, a.formal, a.v1_synth)
+    body = render(out, a.synth, a.real, a.fpga, a.formal, a.v1_synth, v1_retired=a.v1_retired)
     if body is None:
         print(f"report_hardware: error: {a.synth} not found (run `make synth`)", file=sys.stderr)
         return 2

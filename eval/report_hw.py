@@ -153,7 +153,7 @@ def cosim_available() -> bool:
         return False
 
 
-COSIM_CONFIGS = ("decoder_c1_l8", "decoder_c1_l16")
+COSIM_CONFIGS = ("decoder_c1v2_l8", "decoder_c1v2_l8_v4")   # the v2 C1 decoders (v1 retired): full mode at 8 and 4 values/cycle
 
 
 def run_cosim(cass: Path, max_values: int, modes=("draft", "full"), configs=COSIM_CONFIGS, timeout: float = 900,

@@ -28,8 +28,8 @@ on the same harness. Its decoder BMC was replaced by the sby harnesses (deeper, 
 assumptions on the environment instead of every input free of the stream rules).
 
 Configurations of the decoder properties: ``--config NAME`` takes a key of ``FORMAL_DECODERS`` or any
-decoder of hw/configs.NAMED_CONFIGS (the scheme, lanes and word widths come from its ports), e.g. the
-v2 decoders once registered: ``--config decoder_c1v2_l4``.
+decoder of hw/configs.NAMED_CONFIGS (the scheme, lanes and word widths come from its ports), e.g.
+``--config decoder_c1v2_l8_v4``. The default set is the smallest v2 decoder of each scheme (DEFAULT_DECODERS).
 """
 from __future__ import annotations
 
@@ -102,11 +102,6 @@ def yices_sound_64(paths: dict, work: Path) -> bool:
 
 # -------------------------------------------------------------------------------------------- properties
 
-def _c2_small():
-    from .decoder_c2 import DecoderC2
-    return DecoderC2(lanes=4, word=32)
-
-
 def _c2v2_small():
     from .decoder_c2_v2 import DecoderC2v2
     return DecoderC2v2(lanes=4, word=64)     # v2 needs 9 * lanes <= word + 1
@@ -114,17 +109,18 @@ def _c2v2_small():
 
 # Decoder configurations of the default run. Any NAMED_CONFIGS decoder works too (``--config``).
 FORMAL_DECODERS: dict[str, Callable] = {
-    "decoder_c2_l4_w32": _c2_small,     # the smallest C2 decoder: 4 lanes, 32-bit words (C2's IW = 8L case)
     "decoder_c2v2_l4_w64": _c2v2_small,  # the smallest v2 C2 decoder (hw/decoder_c2_v2.py: word >= 9L - 1, >= 64)
 }
-DEFAULT_DECODERS = ("decoder_c1_l4", "decoder_c2_l4_w32")
+# The v2 decoders (the v1 blocks decoder_c1_l4 / decoder_c2_l4_w32 are retired; their results are in
+# docs/HARDWARE.md / docs/VERIFICATION.md of session 3).
+DEFAULT_DECODERS = ("decoder_c1v2_l4", "decoder_c2v2_l4_w64")
 
 
 # START -> first beat bound N of the liveness property, measured (N passes, N - 1 fails); otherwise
-# CONFIG_INFO latency_cycles + 1 (word -> beat latency plus the START cycle), which is right for the v1
+# CONFIG_INFO latency_cycles + 1 (word -> beat latency plus the START cycle), which was right for the v1
 # decoders (3) but not for v2: decoder_c1v2_l4 needs 8 (latency_cycles 5), decoder_c2v2_l4_w64 15 (its
 # spec_mx.ready stays low for 9 cycles after busy rises; decoder_c2v2_l8 fails N = 14 too, not measured).
-FORMAL_LIVENESS_N = {"decoder_c2_l4_w32": 3, "decoder_c1v2_l4": 8, "decoder_c2v2_l4_w64": 15}
+FORMAL_LIVENESS_N = {"decoder_c1v2_l4": 8, "decoder_c2v2_l4_w64": 15}
 
 
 LIVENESS_N_OVERRIDE: dict[str, int] = {}      # --liveness-n
@@ -213,7 +209,7 @@ def properties(quick: bool, configs=DEFAULT_DECODERS, depth_scale: float = 1.0, 
                               f"zero counter W={W} L={L}: the same equivalence with Yosys sat (cross-check)",
                               sat="", timeout=1800))
     for cfg in configs:
-        # every input free: each BMC step is much harder than the last (decoder_c1_l4 with z3 at load ~14:
+        # every input free: each BMC step is much harder than the last (v1 decoder_c1_l4 with z3 at load ~14:
         # step 8 after 11 min), so 10 is the default depth; reachability is shown by the mutants failing
         d_proto = 4 if quick else max(4, int(10 * depth_scale))
         d_live = 22          # 6 register writes + 3 + ceil(40 / 4) beats = 19 cycles, with slack

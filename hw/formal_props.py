@@ -29,6 +29,8 @@ from ..errors import ConfigError
 # Register map and error bits of docs/HARDWARE.md section 2 (the interface contract, restated here so the
 # harness does not import the design it checks).
 CTRL, MODE, MBITS, KEEP, GROUP, NUMEL, SPEC_K, VERIF_K = range(8)
+CHUNK = 0x08             # format 2.0 (hw/decoder.py Reg.CHUNK): log2 A, A <= 64 and A * G <= 1024
+MAX_CHUNK_LOG, MAX_CHUNK_VALUES = 6, 1024
 SPEC_SYM = 0x10
 ERR_NO_BOOK, ERR_CONFIG = 4, 5
 GROUPS = (32, 64, 128, 256)
@@ -177,8 +179,10 @@ def _stream_rule(m, p: _Past, s, name, kind):
 
 class _Shadow:
     """The register file as docs/HARDWARE.md defines it, from the observed ``cfg`` writes: reset values
-    MODE = draft, MBITS = 0, KEEP = 1, GROUP = 128, NUMEL = 0, no book loaded. ``good`` = START would
-    start a tensor (no CONFIG / NO_BOOK error)."""
+    MODE = draft, MBITS = 0, KEEP = 1, GROUP = 128, NUMEL = 0, CHUNK = 0, no book loaded. ``good`` = START
+    would start a tensor (no CONFIG / NO_BOOK error). CHUNK (format 2.0, read by both v2 decoders): START
+    with A = 2^CHUNK > 64 or A * G > 1024 is a CONFIG error. (A bad pair mask is CONFIG too, but raised
+    after START, while busy: the protocol allows any error while busy.)"""
 
     def __init__(self, m, cfg, scheme):
         self.full = Signal(name="sh_full")
@@ -186,25 +190,29 @@ class _Shadow:
         self.keep = Signal(32, name="sh_keep", init=1)
         self.group = Signal(32, name="sh_group", init=128)
         self.numel = Signal(32, name="sh_numel")
+        self.chunk = Signal(32, name="sh_chunk")
         self.spec_loaded = Signal(name="sh_spec_loaded")
         self.verif_loaded = Signal(name="sh_verif_loaded")
         xfer = cfg.valid & cfg.ready
         addr, data = cfg.payload.addr, cfg.payload.data
         for a, reg, val in ((MODE, self.full, data[0]), (MBITS, self.mbits, data), (KEEP, self.keep, data),
-                            (GROUP, self.group, data), (NUMEL, self.numel, data),
+                            (GROUP, self.group, data), (NUMEL, self.numel, data), (CHUNK, self.chunk, data),
                             (SPEC_K, self.spec_loaded, 1), (VERIF_K, self.verif_loaded, 1)):
             with m.If(xfer & (addr == a)):
                 m.d.sync += reg.eq(val)
         g_ok = Const(0, 1)
+        chunk_ok = Const(0, 1)
         for g in GROUPS:
             g_ok = g_ok | (self.group == g)
+            limit = min(MAX_CHUNK_LOG, (MAX_CHUNK_VALUES // g).bit_length() - 1)
+            chunk_ok = chunk_ok | ((self.group == g) & (self.chunk <= limit))
         self.cfg_ok = Signal(name="sh_cfg_ok")
         self.book_ok = Signal(name="sh_book_ok")
         self.good = Signal(name="sh_good")
         books = (self.spec_loaded if scheme == "c1" else Const(1, 1)) & (~self.full | self.verif_loaded)
         m.d.comb += [
             self.cfg_ok.eq((self.mbits <= 7) & g_ok & (self.keep >= 1) & (self.keep <= self.group)
-                           & (self.numel != 0)),
+                           & (self.numel != 0) & chunk_ok),
             self.book_ok.eq(books),
             self.good.eq(self.cfg_ok & self.book_ok),
         ]
@@ -288,7 +296,7 @@ class DecoderProtocol(wiring.Component):
       pending may complete); every input stream drained (``ready = 1``, ``cfg`` too) while error;
       CLEAR_ERROR with error set clears it; START while error is ignored;
     * START: with a good register set (shadow model ``_Shadow``) busy rises and no error; with a bad one
-      the CONFIG bit (bad MBITS/KEEP/GROUP/NUMEL) or else the NO_BOOK bit is set, busy stays low.
+      the CONFIG bit (bad MBITS/KEEP/GROUP/NUMEL/CHUNK) or else the NO_BOOK bit is set, busy stays low.
       Together with CLEAR this is "recovery": after CLEAR_ERROR a START is accepted again.
 
     ``mutant``: "sticky" (error shown only every other cycle), "drain" (inputs not ready while error),

@@ -42,6 +42,9 @@ class DraftOptions:
     rtl_layers: list[int] | None = None  # None = every tensor through the RTL; else these layers only
 
 
+RTL_CONFIG = "decoder_c1v2_l8"   # the C1 decoder of --rtl (hw/configs.py; v2, the v1 decoders are retired)
+
+
 def _bulk():
     try:
         from cassandra_rtl.tb import bulk
@@ -62,9 +65,9 @@ def rtl_kv_decoder():
         return None
 
     def fn(enc):
-        return bulk.decode_with_rtl(enc, mode="draft")
+        return bulk.decode_with_rtl(enc, mode="draft", config=RTL_CONFIG)
 
-    fn.many = lambda encs: bulk.decode_many_with_rtl(list(encs), mode="draft", jobs=1)
+    fn.many = lambda encs: bulk.decode_many_with_rtl(list(encs), mode="draft", config=RTL_CONFIG, jobs=1)
     return fn
 
 
@@ -73,7 +76,7 @@ def rtl_decoder():
     the verification work's bulk co-simulation (cassandra_rtl.tb.bulk.decode_with_rtl). Raises a one-line
     ToolMissingError when that path or its simulator is unavailable."""
     bulk = _bulk()
-    return lambda name, enc: bulk.decode_with_rtl(enc, mode="draft")
+    return lambda name, enc: bulk.decode_with_rtl(enc, mode="draft", config=RTL_CONFIG)
 
 
 def build(ck: Checkpoint, draft: str, o: DraftOptions, progress=None, encoded=None):

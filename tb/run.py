@@ -5,7 +5,7 @@
 
 Default: every block's quick configurations (the same as `make test`, plus the self-test). ``--full``:
 every named configuration, long random runs (TB_FULL=1) and SmolLM2's whole set of linear weights
-through the RTL decoders (C1 decoder_c1_l8 and C2 decoder_c2_l8) with the bulk Verilator harness (draft and
+through the RTL decoders (C1 decoder_c1v2_l8 and C2 decoder_c2v2_l8) with the bulk Verilator harness (draft and
 full mode), compared with the golden decode. Exit status 1 on any failure or mismatch, 2 when the simulator is missing.
 """
 from __future__ import annotations
@@ -75,9 +75,13 @@ def coverage_report(results: list[RunResult]) -> str:
     return "\n".join(out)
 
 
+# the decoders the whole model runs through (`make sim-full`): the v2 decoders at 8 values/cycle (draft)
+WHOLE_MODEL_CONFIGS = {"c1": "decoder_c1v2_l8", "c2": "decoder_c2v2_l8"}
+
+
 def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1") -> dict:
     """SmolLM2's linear weights (106 M values) encoded by the golden codec, decoded by the RTL (bulk):
-    scheme c1 through decoder_c1_l8, c2 through decoder_c2_l8."""
+    scheme c1 through decoder_c1v2_l8, c2 through decoder_c2v2_l8 (WHOLE_MODEL_CONFIGS)."""
     import numpy as np
 
     from cassandra_rtl.golden.codec import decode_draft, decode_full, encode_tensor
@@ -88,7 +92,7 @@ def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1") -> d
 
     flat = D.smollm2_linear_bits()
     cfg = CodecConfig(scheme=scheme, group_size=128, mantissa_bits=3, keep_ratio=0.75)
-    config = {"c1": bulk.DEFAULT_CONFIG, "c2": "decoder_c2_l8"}[scheme]
+    config = WHOLE_MODEL_CONFIGS[scheme]
     # tensors of the real model when the GGUF is at hand; otherwise 1 M-value slices of /tmp/lin.npy
     step = 1 << 20
     out = {"scheme": scheme, "config": config, "values": 0, "mismatches": 0, "modes": {}}

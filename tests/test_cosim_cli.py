@@ -73,7 +73,7 @@ def test_cosim_icarus_small(npy, capsys):
 
     if not simulator_available("icarus"):
         pytest.skip("icarus not installed")
-    rc, out = _run(capsys, npy, "--sim", "icarus", "--max-values", "600", "--config", "decoder_c1_l4", "--json")
+    rc, out = _run(capsys, npy, "--sim", "icarus", "--max-values", "600", "--config", "decoder_c1v2_l4", "--json")
     rep = json.loads(out.out)
     assert rc == 0 and rep["values"] == 600 and rep["mismatches"] == 0 and rep["simulator"] == "icarus"
 

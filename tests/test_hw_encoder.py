@@ -11,7 +11,7 @@ from cassandra_rtl.errors import ConfigError
 from cassandra_rtl.golden.codebook import Codebook
 from cassandra_rtl.golden.codec import encode_tensor
 from cassandra_rtl.golden.config import PRUNED, CodecConfig
-from cassandra_rtl.hw.decoder import DecoderC1
+from cassandra_rtl.hw.decoder_c1_v2 import DecoderC1v2
 from cassandra_rtl.hw.encoder import FRAME_ERR, EncoderKvC1
 from cassandra_rtl.hw.decoder import Err
 from cassandra_rtl.hw.simutil import (DecodeJob, Stalls, encoder_program, expected_plane_words, run_decoder,
@@ -57,7 +57,7 @@ def test_encoder_matches_golden(lanes, G, m, k):
 
 
 def test_encoder_decoder_round_trip():
-    """encoder -> decoder (full) == input, and the draft equals the golden draft; book reprogramming."""
+    """encoder -> decoder v2 (full) == input, and the draft equals the golden draft; book reprogramming."""
     G, lanes = 64, 4
     bits = kv_vectors(3, G, seed=77)
     cfg, books, enc = encode_kv(bits, G, 3, 24)
@@ -66,7 +66,7 @@ def test_encoder_decoder_round_trip():
     assert res.error_code == 0
     jobs = [DecodeJob(enc, True, planes=res.planes),
             DecodeJob(enc, False, planes={p: res.planes[p] for p in ("spec_codes", "spec_signman")})]
-    dres = run_decoder(DecoderC1(lanes, 32), jobs, Stalls(STALL, STALL, seed=6))
+    dres = run_decoder(DecoderC1v2(lanes, 32), jobs, Stalls(STALL, STALL, seed=6))
     assert dres.error_code == 0
     assert np.array_equal(dres.values[0], bits.reshape(-1))
     from cassandra_rtl.golden.codec import decode_draft

@@ -151,17 +151,18 @@ def test_encoder_c2_round_trip_golden():
 
 
 def test_encoder_c2_decoder_c2_round_trip():
-    """encoder -> hw DecoderC2 (full) == input, and its draft == the golden draft."""
-    dec = pytest.importorskip("cassandra_rtl.hw.decoder_c2")
+    """encoder -> hw DecoderC2v2 (full) == input, and its draft == the golden draft (64-bit words: the v2
+    decoder's smallest)."""
+    from cassandra_rtl.hw.decoder_c2_v2 import DecoderC2v2
     from cassandra_rtl.hw.simutil import DecodeJob, run_decoder
     G, lanes = 64, 4
     bits = kv_vectors(3, G, seed=77)
     cfg, verif, enc = encode_kv(bits, G, 3, 24)
-    planes, _, err = run_c2(EncoderKvC2(lanes, 32, max_group=G), bits, program(cfg, verif),
+    planes, _, err = run_c2(EncoderKvC2(lanes, 64, max_group=G), bits, program(cfg, verif),
                             Stalls(STALL, STALL, seed=5))
     assert err == 0
     jobs = [DecodeJob(enc, True, planes=planes), DecodeJob(enc, False, planes={"spec_mx": planes["spec_mx"]})]
-    dres = run_decoder(dec.DecoderC2(lanes, 32), jobs, Stalls(STALL, STALL, seed=6))
+    dres = run_decoder(DecoderC2v2(lanes, 64), jobs, Stalls(STALL, STALL, seed=6))
     assert dres.error_code == 0
     assert np.array_equal(dres.values[0], bits.reshape(-1))
     assert np.array_equal(dres.values[1], decode_draft(enc).reshape(-1))

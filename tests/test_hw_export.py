@@ -8,11 +8,11 @@ import pytest
 from cassandra_rtl.hw.configs import CONFIG_INFO, NAMED_CONFIGS, build
 from cassandra_rtl.hw.export import export
 
-SMALL = ["zero_counter_w64_l8", "decoder_c1_l4", "encoder_kv_c1_l8"]
+SMALL = ["zero_counter_w64_l8", "decoder_c1v2_l4", "encoder_kv_c1_l8"]
 
 
 def test_registry_has_required_configs():
-    for name in ("decoder_c1_l8", "decoder_c1_l16", "zero_counter_w64_l8", "encoder_kv_c1_l8"):
+    for name in ("decoder_c1v2_l8", "decoder_c1v2_l8_v4", "decoder_c2v2_l8", "zero_counter_w64_l8", "encoder_kv_c1_l8"):
         assert name in NAMED_CONFIGS and name in CONFIG_INFO
         assert CONFIG_INFO[name]["lanes"] > 0
 
@@ -24,7 +24,7 @@ def test_export_small_configs_lint_clean(tmp_path):
         text = (tmp_path / f"{name}.v").read_text()
         assert f"module {name}(" in text
     table = json.loads((tmp_path / "ports.json").read_text())
-    dec = {p["name"]: p for p in table["decoder_c1_l4"]["ports"]}
+    dec = {p["name"]: p for p in table["decoder_c1v2_l4"]["ports"]}
     # The stable interface of docs/HARDWARE.md.
     for port, direction in [("spec_codes__payload", "input"), ("spec_codes__valid", "input"),
                             ("spec_codes__ready", "output"), ("cfg__payload", "input"), ("out__payload", "output"),

@@ -27,12 +27,34 @@ def test_hardware_report_from_fake_flows(tmp_path):
     (tmp_path / "g.json").write_text(json.dumps(generic))
     out = tmp_path / "rep"
     assert rh.main(["--out", str(out), "--synth", str(tmp_path / "g.json"), "--fpga", str(tmp_path / "none.json"),
-                    "--formal", str(tmp_path / "none.json"), "--real", str(tmp_path / "none.json")]) == 0
+                    "--formal", str(tmp_path / "none.json"), "--real", str(tmp_path / "none.json"),
+                    "--v1-retired", str(tmp_path / "none.json")]) == 0
     md = (out / "hardware.md").read_text()
     # v1 7,500 GE per value/cycle at 0.35x the PE -> 3,750 at 1.40x
     assert "decoder_c1_l8 -> decoder_c1v2_l8 | 7,500 -> 3,750 | 0.35 -> 1.40" in md
     assert "Overhead on real devices" in md and "decoder_c1v2_l8" in md and "Formal: **not run**" in md
     assert (out / "hardware_v2.png").stat().st_size > 1000
+
+
+def test_v1_rows_come_from_the_frozen_file(tmp_path):
+    """The flows no longer build v1: its rows come from synth/v1_retired.json (written by --freeze-v1 from
+    reports that held them), each against the PE of its own flow."""
+    old = {"flow": {"library": "cassandra_generic", "command": "python -m cassandra_rtl.synth.flow ..."}, "blocks": {
+        "pe_bf16_fp32": _block("pe", 3000.0, 350.0),
+        "decoder_c1_l8": _block("decoder", 64000.0, 140.0, 8),
+        "decoder_c1v2_l8": _block("decoder", 1.0, 1.0, 8)}}        # not a v1 block: not frozen
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    frozen = tmp_path / "v1.json"
+    assert rh.main(["--freeze-v1", str(frozen), "--synth", str(tmp_path / "old.json"),
+                    "--fpga", str(tmp_path / "none.json"), "--commit", "abc1234"]) == 0
+    d = json.loads(frozen.read_text())
+    assert set(d["flows"]["generic"]["blocks"]) == {"pe_bf16_fp32", "decoder_c1_l8"} and "abc1234" in d["note"]
+    generic = {"flow": {"library": "cassandra_generic"}, "blocks": {
+        "pe_bf16_fp32": _block("pe", 3000.0, 400.0),
+        "decoder_c1v2_l8": _block("decoder", 30000.0, 560.0, 8)}}
+    md = "\n".join(rh.old_vs_new(generic, None, None, v1_flows=d["flows"]))
+    # 64,000 / 8 = 8,000 GE per value/cycle at 140 / 350 = 0.40x its own flow's PE
+    assert "decoder_c1_l8 -> decoder_c1v2_l8 | 8,000 -> 3,750 | 0.40 -> 1.40" in md
 
 
 def test_missing_synth_report_is_an_error(tmp_path, capsys):

@@ -38,13 +38,13 @@ def test_zero_counter(tools, tmp_path, name):
     assert r["ok"], r
 
 
-@pytest.mark.parametrize("name", ["decoder_c1_l4_protocol", "decoder_c1_l4_protocol_mutant_sticky"])
+@pytest.mark.parametrize("name", ["decoder_c1v2_l4_protocol", "decoder_c1v2_l4_protocol_mutant_sticky"])
 def test_decoder_protocol(tools, tmp_path, name):
     r = _run(tools, tmp_path, name)
     assert r["ok"], r
 
 
-@pytest.mark.parametrize("name", ["decoder_c1_l4_liveness_mutant_bound"])
+@pytest.mark.parametrize("name", ["decoder_c1v2_l4_liveness_mutant_bound"])
 def test_decoder_liveness(tools, tmp_path, name):
     r = _run(tools, tmp_path, name)
     assert r["ok"], r

@@ -3,7 +3,7 @@
 with the golden decode. Exit 0 when everything matches, 1 on any mismatch or RTL failure, 2 on bad input /
 missing simulator (checked before any encoding or simulation).
 
-Decoders: a decoder_c1_* configuration takes the container's Cassandra-1 tensors, a decoder_c2_* its
+Decoders: a decoder_c1v2_* configuration takes the container's Cassandra-1 tensors, a decoder_c2v2_* its
 Cassandra-2 tensors (the default follows the container; tensors of the other scheme are skipped and
 counted). A run that would compare 0 values is refused.
 
@@ -57,7 +57,7 @@ def decoder_configs() -> dict[str, str]:
     return {n: scheme_of(n) for n in sorted(names)}
 
 
-DEFAULT_CONFIGS = {"c1": "decoder_c1_l8", "c2": "decoder_c2_l8"}
+DEFAULT_CONFIGS = {"c1": "decoder_c1v2_l8", "c2": "decoder_c2v2_l8"}   # the v2 decoders (v1 retired)
 SCHEME_NAMES = {"c1": "Cassandra-1", "c2": "Cassandra-2"}
 
 
@@ -234,8 +234,8 @@ def register(sub):
     p.add_argument("--max-values", type=positive_int, default=None, help="stop after about N values (whole "
                    "superblocks; N >= 1; default: every value)")
     p.add_argument("--json", action="store_true", help="print a JSON report")
-    p.add_argument("--config", default=None, help="decoder configuration (hw/configs.py): a decoder_c1_* for "
-                   "Cassandra-1 tensors, a decoder_c2_* for Cassandra-2 (default: decoder_c1_l8, or decoder_c2_l8 "
+    p.add_argument("--config", default=None, help="decoder configuration (hw/configs.py): a decoder_c1v2_* for "
+                   "Cassandra-1 tensors, a decoder_c2v2_* for Cassandra-2 (default: decoder_c1v2_l8, or decoder_c2v2_l8 "
                    "for a container of C2 tensors only)")
     p.add_argument("--engine", default="auto", choices=["auto", "bulk", "cocotb"],
                    help="auto: bulk harness on Verilator, cocotb on Icarus")

@@ -51,11 +51,12 @@ def make_zero_counter(params):
 # ---------------------------------------------------------------------------------------- decoder
 
 def decoder_configs() -> dict[str, dict]:
+    """DecoderC1v2 (docs/HARDWARE.md 2b): decoder_c1v2_l4 / _l8 / _l8_v4."""
     return _named("decoder_c1")
 
 
 def decoder_c2_configs() -> dict[str, dict]:
-    """DecoderC2(lanes=L, word=IW) (docs/HARDWARE.md 2a): decoder_c2_l8 / decoder_c2_l16."""
+    """DecoderC2v2(lanes=L, word=IW) (docs/HARDWARE.md 2c): decoder_c2v2_l8 / decoder_c2v2_l16."""
     return _named("decoder_c2")
 
 
@@ -78,10 +79,11 @@ def make_encoder(params):
 
 
 # ------------------------------------------------------------------ C2 encoder -> decoder loopback
-# EncoderKvC2(lanes=L, word=IW) planes wired straight into DecoderC2(lanes=L, word=IW) (no glue; HARDWARE.md
-# 3a). Both at the encoder's word IW = 8L. ``drop_verif`` = 1 (draft mode) accepts and discards the two
-# verification planes instead of forwarding them.
-KV_LOOPBACK_C2 = {"kv_c2_l8": {"lanes": 8, "word": 64}}
+# EncoderKvC2(lanes=L, word=IW) planes wired straight into DecoderC2v2(lanes=L, word=IW) (no glue; HARDWARE.md
+# 3a), both at the encoder's 64-bit word. L = 4: the v2 decoder needs 9L <= IW + 1 (hw/decoder_c2_v2.py), so
+# L = 8 at IW = 64 (the v1 pair, kv_c2_l8) is not a v2 configuration. ``drop_verif`` = 1 (draft mode) accepts
+# and discards the two verification planes instead of forwarding them.
+KV_LOOPBACK_C2 = {"kv_c2_l4": {"lanes": 4, "word": 64}}
 
 
 def kv_loopback_c2_configs() -> dict[str, dict]:
@@ -93,14 +95,14 @@ def make_kv_loopback_c2(params):
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
 
-    DecoderC2 = _hw("decoder_c2").DecoderC2
+    DecoderC2v2 = _hw("decoder_c2_v2").DecoderC2v2
     EncoderKvC2 = _hw("encoder_c2").EncoderKvC2
     L, IW = int(params["lanes"]), int(params["word"])
 
     class KvLoopbackC2(wiring.Component):
         def __init__(self):
             self.enc = EncoderKvC2(lanes=L, word=IW)
-            self.dec = DecoderC2(lanes=L, word=IW)
+            self.dec = DecoderC2v2(lanes=L, word=IW)
             em, dm = self.enc.signature.members, self.dec.signature.members
             super().__init__({"inp": em["inp"], "enc_cfg": em["cfg"], "dec_cfg": dm["cfg"], "out": dm["out"],
                               "drop_verif": In(1), "enc_busy": Out(1), "enc_error": Out(1),
@@ -129,11 +131,11 @@ def make_kv_loopback_c2(params):
 
 
 QUICK = {"zero_counter": ["zero_counter_w64_l8", "tb_w64_l8_comb"],
-         # v1 and v2 side by side at their small sizes; the L = 8 C1 configurations run in `make sim-full`
-         "decoder": ["decoder_c1_l4", "decoder_c1v2_l4"],
-         "decoder_c2": ["decoder_c2_l8", "decoder_c2v2_l8"], "encoder": ["encoder_kv_c1_l2", "encoder_kv_c2_l2"],
+         # the v2 decoders (v1 retired) at their small sizes; the L = 8 C1 configurations run in `make sim-full`
+         "decoder": ["decoder_c1v2_l4"],
+         "decoder_c2": ["decoder_c2v2_l8"], "encoder": ["encoder_kv_c1_l2", "encoder_kv_c2_l2"],
          # not in `make sim`: direct coupling deadlocks on some full-mode streams (see docs/VERIFICATION.md
-         # Findings); run it with `tb.run --blocks kv_loopback_c2 --configs kv_c2_l8`
+         # Findings); run it with `tb.run --blocks kv_loopback_c2 --configs kv_c2_l4`
          "kv_loopback_c2": []}
 
 
