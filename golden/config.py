@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass
 
 from ..errors import ConfigError
 
-FORMAT_VERSION = (1, 0)          # (major, minor); a reader accepts its own major only
+FORMAT_VERSION = (2, 0)          # (major, minor) the container writes
+READABLE_MAJORS = (1, 2)          # 1.x is read as chunk_superblocks = 1, pairs = 0 (FORMAT.md §8); others rejected
 BF16_EXPONENT_BITS = 8
 BF16_MANTISSA_BITS = 7
 BF16_SIGN_SHIFT = 15

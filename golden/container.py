@@ -1,5 +1,8 @@
 """The .cass container (docs/FORMAT.md §8): header JSON, speculation section, verification section.
 
+Writes version 2.0 (per tensor: ``config.chunk_superblocks`` and the books' pair masks ``pairs``); reads
+2.x and 1.x (a 1.x tensor is the 2.0 case of one superblock per chunk and no pair groups).
+
 A draft loader calls ``read_container(path, verification=False)`` and never reads the verification
 section. Every corruption (magic, version, CRC, truncation, bad offsets, bad configs, inconsistent
 planes) raises ``FormatError`` with a one-line reason.
@@ -16,9 +19,9 @@ import numpy as np
 
 from ..errors import ConfigError, FormatError
 from .codebook import Codebook
-from .codec import (INDEXED, PLANES, EncodedTensor, fixed_plane_nbytes, has_index, index_from_bytes,
-                    index_to_bytes, superblock_count)
-from .config import FORMAT_VERSION, PRUNED, CodecConfig
+from .codec import (INDEXED, PLANES, EncodedTensor, chunk_count, fixed_plane_nbytes, has_index, index_from_bytes,
+                    index_to_bytes)
+from .config import FORMAT_VERSION, PRUNED, READABLE_MAJORS, CodecConfig
 from .io import atomic_output
 
 MAGIC = b"CASS"
@@ -50,16 +53,13 @@ def write_container(path, tensors, meta: dict | None = None) -> dict:
             raise ConfigError(f"duplicate tensor name {name!r}")
         names.add(name)
         scheme = enc.config.scheme
-        if enc.config.chunk_superblocks != 1 or any(b is not None and b.pairs for b in (enc.spec_book, enc.verif_book)):
-            raise ConfigError(f"{name}: chunks of several superblocks and pair groups need a 2.0 container "
-                              "(not written yet)")
         planes, indexes = {}, {}
         for plane in PLANES[scheme][0] + PLANES[scheme][1]:
             sec = _section_of(plane)
             data = enc.planes[plane]
             planes[plane] = {"section": sec, "offset": len(bufs[sec]), "length": len(data)}
             bufs[sec] += data
-            if has_index(plane, enc.config):
+            if enc.has_index(plane):
                 idx = index_to_bytes(np.asarray(enc.offsets[plane]))
                 indexes[plane] = {"section": sec, "offset": len(bufs[sec]), "length": len(idx)}
                 bufs[sec] += idx
@@ -67,6 +67,8 @@ def write_container(path, tensors, meta: dict | None = None) -> dict:
             "name": name, "shape": list(enc.shape), "dtype": "bf16", "config": enc.config.to_json(),
             "books": {"spec": enc.spec_book.to_json() if enc.spec_book is not None else None,
                       "verif": enc.verif_book.to_json()},
+            "pairs": {"spec": enc.spec_book.pairs if enc.spec_book is not None else None,
+                      "verif": enc.verif_book.pairs},
             "planes": planes, "indexes": indexes,
         })
     header = {"format": "cassandra", "version": list(FORMAT_VERSION), "meta": meta or {},
@@ -99,8 +101,9 @@ def read_header(f, file_size: int) -> dict:
     magic, major, minor, hlen, hcrc = PREFIX.unpack(raw)
     if magic != MAGIC:
         raise FormatError("not a .cass container (bad magic)")
-    if major != FORMAT_VERSION[0]:
-        raise FormatError(f"unsupported container version {major}.{minor} (this reader: {FORMAT_VERSION[0]}.x)")
+    if major not in READABLE_MAJORS:
+        raise FormatError(f"unsupported container version {major}.{minor} (this reader: "
+                          f"{', '.join(f'{v}.x' for v in READABLE_MAJORS)})")
     if PREFIX.size + hlen > file_size:
         raise FormatError("truncated container: header runs past the end of the file")
     blob = f.read(hlen)
@@ -150,13 +153,40 @@ def _slice(sections: dict, ref, what: str) -> bytes:
 MAX_VALUES = 1 << 40   # far above any real tensor; keeps a corrupt shape from allocating absurd arrays
 
 
-def _tensor(entry, sections: dict) -> tuple[str, EncodedTensor]:
+def _config(raw, major: int) -> CodecConfig:
+    """The tensor's config: 2.x records chunk_superblocks (required); 1.x has one superblock per chunk."""
+    if not isinstance(raw, dict):
+        raise ConfigError("codec config must be an object")
+    d = dict(raw)
+    if major == 1:
+        if d.get("chunk_superblocks", 1) != 1 or d.get("pair_codes", False) is not False:
+            raise FormatError("a 1.x container holds one superblock per chunk and no pair groups")
+        d["chunk_superblocks"], d["pair_codes"] = 1, False
+    elif "chunk_superblocks" not in d:
+        raise FormatError("config lacks chunk_superblocks (required from version 2.0)")
+    else:
+        d.setdefault("pair_codes", False)     # informative (the encoder's policy); the books' masks are normative
+    return CodecConfig.from_json(d)
+
+
+def _pairs(entry, major: int, name: str) -> tuple[int | None, int]:
+    if major == 1:
+        if "pairs" in entry:
+            raise FormatError(f"{name}: a 1.x container has no pair groups")
+        return 0, 0
+    pairs = entry.get("pairs")
+    if not isinstance(pairs, dict) or "spec" not in pairs or "verif" not in pairs:
+        raise FormatError(f"{name}: tensor entry lacks the books' pair masks (pairs: {{spec, verif}})")
+    return pairs["spec"], pairs["verif"]
+
+
+def _tensor(entry, sections: dict, major: int = FORMAT_VERSION[0]) -> tuple[str, EncodedTensor]:
     if not isinstance(entry, dict):
         raise FormatError("malformed tensor entry in header")
     try:
         name = str(entry["name"])
         shape_raw, books, planes_ref, index_ref = entry["shape"], entry["books"], entry["planes"], entry["indexes"]
-        cfg = CodecConfig.from_json(entry["config"])
+        cfg = _config(entry["config"], major)
     except ConfigError as exc:
         raise FormatError(f"invalid config in container: {exc}") from None
     except KeyError as exc:
@@ -174,14 +204,19 @@ def _tensor(entry, sections: dict) -> tuple[str, EncodedTensor]:
         raise FormatError(f"{name}: shape {shape} is implausibly large")
     if not all(isinstance(x, dict) for x in (books, planes_ref, index_ref)):
         raise FormatError(f"{name}: books, planes and indexes must be objects")
-    spec_book = Codebook.from_json(books["spec"]) if books.get("spec") is not None else None
-    verif_book = Codebook.from_json(books.get("verif", []))
+    spec_pairs, verif_pairs = _pairs(entry, major, name)
+    if books.get("spec") is None and spec_pairs not in (None, 0):
+        raise FormatError(f"{name}: a pair mask for a missing speculation book")
+    spec_book = Codebook.from_json(books["spec"], spec_pairs) if books.get("spec") is not None else None
+    if cfg.scheme == "c2" and spec_book is not None:
+        raise FormatError(f"{name}: a C2 tensor has no speculation codebook")
+    verif_book = Codebook.from_json(books.get("verif", []), verif_pairs)
     if PRUNED in verif_book.symbols:
         raise FormatError(f"{name}: the verification book holds the pruned mark, which only the speculation "
                           "alphabet has")
     if cfg.scheme == "c1" and spec_book is None:
         raise FormatError(f"{name}: a C1 tensor needs a speculation codebook")
-    nsb = superblock_count(numel, cfg.group_size)
+    nch = chunk_count(numel, cfg)
     planes, offsets = {}, {}
     for plane in PLANES[cfg.scheme][0] + PLANES[cfg.scheme][1]:
         if _section_of(plane) not in sections:
@@ -189,12 +224,14 @@ def _tensor(entry, sections: dict) -> tuple[str, EncodedTensor]:
         if plane not in planes_ref:
             raise FormatError(f"{name}: plane {plane} missing")
         planes[plane] = _slice(sections, planes_ref[plane], f"{name}/{plane}")
-        if has_index(plane, cfg):
+        if has_index(plane, cfg, spec_book, verif_book):
             if plane not in index_ref:
                 raise FormatError(f"{name}: index of {plane} missing")
-            offsets[plane] = index_from_bytes(_slice(sections, index_ref[plane], f"{name}/{plane} index"), nsb,
+            offsets[plane] = index_from_bytes(_slice(sections, index_ref[plane], f"{name}/{plane} index"), nch,
                                               len(planes[plane]), f"{name}/{plane} index")
-        elif plane not in INDEXED[cfg.scheme] or cfg.scheme == "c1" and plane == "verif.codes":
+        else:
+            if plane in index_ref:
+                raise FormatError(f"{name}: {plane} has an index but its chunk offsets are computed")
             expect = fixed_plane_nbytes(plane, numel, cfg) if plane not in INDEXED[cfg.scheme] else 0
             if len(planes[plane]) != expect:
                 raise FormatError(f"{name}/{plane}: {len(planes[plane])} bytes, shape and config imply {expect}")
@@ -224,7 +261,7 @@ def _read_container(path: Path, verification: bool) -> Container:
     if not isinstance(entries, list):
         raise FormatError("header has no tensor list")
     for entry in entries:
-        name, enc = _tensor(entry, sections)
+        name, enc = _tensor(entry, sections, header["version"][0])
         if name in tensors:
             raise FormatError(f"duplicate tensor {name!r}")
         tensors[name] = enc

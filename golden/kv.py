@@ -15,6 +15,8 @@ from .config import MX_BLOCK, PRUNED, CodecConfig
 
 
 def kv_config(head_dim: int, scheme: str = "c1", mantissa_bits: int = 3, keep_ratio: float = 1.0) -> CodecConfig:
+    """KV policy (FORMAT.md §1, §3.1): one vector per chunk, books without pair groups (what the RTL KV
+    encoders write), whatever ``FORMAT2_DEFAULTS`` says."""
     return CodecConfig(scheme=scheme, group_size=head_dim, mantissa_bits=mantissa_bits, keep_ratio=keep_ratio,
                        kind="kv")
 
@@ -39,12 +41,12 @@ def calibrate_kv_codebooks(prefill_bits, cfg: CodecConfig) -> tuple[Codebook | N
         counts = np.bincount(sym, minlength=PRUNED + 1)
         if cfg.prunes and counts[PRUNED] == 0:
             counts[PRUNED] = 1
-        spec = build_codebook(counts, required=PRUNED if cfg.prunes else None)
-        return spec, build_codebook(np.bincount(e[~kept], minlength=PRUNED + 1))
+        spec = build_codebook(counts, required=PRUNED if cfg.prunes else None, pairs=cfg.pair_codes)
+        return spec, build_codebook(np.bincount(e[~kept], minlength=PRUNED + 1), pairs=cfg.pair_codes)
     X = np.maximum.reduceat(e, np.arange(0, len(e), MX_BLOCK))[np.arange(len(e)) // MX_BLOCK]
     _, elem = c2_draft_fields(e, (flat & 0x7F).astype(np.int64), X, cfg.mantissa_bits)
     zero = ~kept | (elem == 0)
-    return None, build_codebook(np.bincount((X - e)[zero], minlength=PRUNED + 1))
+    return None, build_codebook(np.bincount((X - e)[zero], minlength=PRUNED + 1), pairs=cfg.pair_codes)
 
 
 def encode_kv(bits, cfg: CodecConfig, books: tuple[Codebook | None, Codebook]) -> EncodedTensor:

@@ -1,4 +1,5 @@
-"""An independent, deliberately simple scalar reference of docs/FORMAT.md (version 1.0).
+"""An independent, deliberately simple scalar reference of docs/FORMAT.md (version 2.0: chunks of A
+superblocks and pair groups; A = 1 without pairs is version 1.0).
 
 Written from the document, not from golden/: one value, one bit at a time, plain Python lists. It is
 slow on purpose and only meant for small inputs, where the tests compare the golden codec against it
@@ -19,6 +20,7 @@ K_MAX = 15                          # §3.1
 P = 256                             # §3.1: the pruned mark of the C1 speculation alphabet
 MX_BLOCK = 32                       # §4
 ANCHOR = 16                         # §6
+CHUNK_A = (1, 2, 4, 8, 16, 32, 64)  # §1: superblocks per chunk, A * G <= 1024
 
 
 class RefFormatError(Exception):
@@ -66,23 +68,26 @@ class BitWriter:
         for i in range(width):
             self.bits.append((value >> i) & 1)
 
-    def write_code(self, book: list[int], symbol: int) -> None:
-        """§3.1: rank r -> r zeros then a one; not in the book -> K zeros, a one, 8 raw bits LSB first."""
-        if symbol in book:
-            r = book.index(symbol)
-            for _ in range(r):
-                self.bits.append(0)
-            self.bits.append(1)
-        else:
-            if not 0 <= symbol <= 255:
-                raise ValueError(f"symbol {symbol} cannot be escaped")
-            for _ in range(len(book)):
-                self.bits.append(0)
-            self.bits.append(1)
-            self.write(symbol, 8)
+    def write_code(self, book: list[int], symbol: int, pairs: int = 0) -> tuple[int, int]:
+        """§3.1: symbol in group q -> q zeros then a one; not in the book -> Q zeros, a one, 8 raw bits LSB
+        first. Returns (suffix bit t, its width 0/1) for the value's companion field."""
+        groups = book_groups(book, pairs)
+        for q, grp in enumerate(groups):
+            if symbol in grp:
+                for _ in range(q):
+                    self.bits.append(0)
+                self.bits.append(1)
+                return grp.index(symbol), len(grp) - 1
+        if not 0 <= symbol <= 255:
+            raise ValueError(f"symbol {symbol} cannot be escaped")
+        for _ in range(len(groups)):
+            self.bits.append(0)
+        self.bits.append(1)
+        self.write(symbol, 8)
+        return 0, 0
 
     def chunk(self) -> bytes:
-        """End a superblock chunk: zero bits up to the byte boundary, then the bytes."""
+        """End a chunk: zero bits up to the byte boundary, then the bytes."""
         self.used.append(len(self.bits))
         bits = self.bits + [0] * (-len(self.bits) % 8)
         out = bytes(sum(bits[j + i] << i for i in range(8)) for j in range(0, len(bits), 8))
@@ -111,16 +116,19 @@ class BitReader:
             v |= self.bit() << i
         return v
 
-    def read_code(self, book: list[int]) -> int:
-        K = len(book)
+    def read_code(self, book: list[int], pairs: int = 0):
+        """§3.1: count zeros up to the one. Returns the group's symbol list (a pair needs its suffix bit from
+        the companion field) or, for an escape, [raw symbol]."""
+        groups = book_groups(book, pairs)
+        Q = len(groups)
         zeros = 0
         while self.bit() == 0:
             zeros += 1
-            if zeros > K:
-                raise RefFormatError(f"{self.what}: impossible code (more than K={K} zeros)")
-        if zeros == K:
-            return self.read(8)
-        return book[zeros]
+            if zeros > Q:
+                raise RefFormatError(f"{self.what}: impossible code (more than Q={Q} zeros)")
+        if zeros == Q:
+            return [self.read(8)]
+        return list(groups[zeros])
 
     def finish(self) -> None:
         if (self.pos + 7) // 8 != len(self.data):
@@ -190,33 +198,80 @@ def block_max_exponent(bits: np.ndarray, G: int) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------- codebooks
 
-def golden_codebook(counts: dict, required: int | None = None) -> list[int]:
-    """§3.1 "Golden construction": descending count, ties to the smaller symbol; K_min = rank(P)+1 if P
-    occurs, else 0; cut at the K in K_min..min(15, distinct) minimising the coded size (ties: smaller K);
-    if rank(P) >= 15 the book is the 14 most frequent exponents followed by P."""
-    order = sorted((s for s, c in counts.items() if c > 0), key=lambda s: (-counts[s], s))
+def book_groups(book: list[int], pairs: int = 0) -> list[list[int]]:
+    """§3.1: groups g_q of one symbol, or two where bit q of the pair mask is set, in list order."""
+    groups, i, q = [], 0, 0
+    while i < len(book):
+        g = 2 if (pairs >> q) & 1 else 1
+        if i + g > len(book):
+            raise RefFormatError("pair mask runs past the symbol list")
+        groups.append(list(book[i: i + g]))
+        i += g
+        q += 1
+    if pairs >> q:
+        raise RefFormatError("pair mask has bits at or above Q")
+    if any(len(grp) == 2 and P in grp for grp in groups):
+        raise RefFormatError("the pruned mark is in a pair group")
+    return groups
 
-    def cost(K):
-        head = sum(counts[s] * (r + 1) for r, s in enumerate(order[:K]))
-        tail = sum(counts[s] for s in order[K:]) * (K + 9)
-        return head + tail
+
+def pick_groups(syms: list[int], counts: dict, escapes: int, allow_pairs: bool) -> tuple[int, int]:
+    """§3.1 golden group sizes: F(i, q) over the ordered list, F(K, q) = escapes (q + 9); a single costs
+    c_i (q+1), a pair (neither symbol P) (c_i + c_i+1)(q+2); ties prefer the single. (cost, pair mask)."""
+    from functools import lru_cache
+    K = len(syms)
+    c = [counts.get(x, 0) for x in syms]
+
+    @lru_cache(maxsize=None)
+    def F(i, q):
+        if i == K:
+            return escapes * (q + 9), 0
+        single_cost, single_mask = F(i + 1, q + 1)
+        best = (c[i] * (q + 1) + single_cost, single_mask)
+        if allow_pairs and i + 1 < K and P not in (syms[i], syms[i + 1]):
+            pc, pm = F(i + 2, q + 1)
+            if (c[i] + c[i + 1]) * (q + 2) + pc < best[0]:
+                best = ((c[i] + c[i + 1]) * (q + 2) + pc, pm | (1 << q))
+        return best
+
+    return F(0, 0)
+
+
+def golden_book(counts: dict, required: int | None = None, pairs: bool = False) -> tuple[list[int], int]:
+    """§3.1 "Golden construction": descending count, ties to the smaller symbol; K_min = rank(P)+1 if P
+    occurs, else 0; for each K in K_min..min(15, distinct) the group sizes by pick_groups (all singles
+    without pairs), then the K of the smallest coded size (ties: smaller K); if rank(P) >= 15 the list is
+    the 14 most frequent exponents followed by P (group sizes again by pick_groups). (symbols, pair mask)."""
+    order = sorted((s for s, c in counts.items() if c > 0), key=lambda s: (-counts[s], s))
+    total = sum(counts[s] for s in order)
+
+    def cost(syms):
+        return pick_groups(syms, counts, total - sum(counts[s] for s in syms), pairs)
 
     k_min = order.index(required) + 1 if required is not None and counts.get(required, 0) > 0 else 0
     if k_min > K_MAX:
-        return [s for s in order if s != required][:K_MAX - 1] + [required]
-    best = min(range(k_min, min(K_MAX, len(order)) + 1), key=lambda K: (cost(K), K))
-    return order[:best]
+        syms = [s for s in order if s != required][:K_MAX - 1] + [required]
+        return syms, cost(syms)[1]
+    best = min(range(k_min, min(K_MAX, len(order)) + 1), key=lambda K: (cost(order[:K])[0], K))
+    return order[:best], cost(order[:best])[1]
+
+
+def golden_codebook(counts: dict, required: int | None = None) -> list[int]:
+    """Format 1.0's book (no pair groups): the symbol list of ``golden_book``."""
+    return golden_book(counts, required)[0]
 
 
 # ---------------------------------------------------------------------------------------------- encode
 
 class RefEncoded:
-    def __init__(self, planes, offsets, spec_book, verif_book, kept, used=None):
+    def __init__(self, planes, offsets, spec_book, verif_book, kept, used=None, spec_pairs=0, verif_pairs=0):
         self.planes = planes          # name -> bytes
-        self.offsets = offsets        # name -> list of chunk byte offsets, length nsb + 1
+        self.offsets = offsets        # name -> list of chunk byte offsets, length nchunks + 1
         self.used = used              # name -> list of the bits each chunk's fields use
         self.spec_book = spec_book
         self.verif_book = verif_book
+        self.spec_pairs = spec_pairs  # pair masks (§3.1)
+        self.verif_pairs = verif_pairs
         self.kept = kept
 
 
@@ -227,47 +282,61 @@ def _join(chunks: list[bytes]) -> tuple[bytes, list[int]]:
     return b"".join(chunks), off
 
 
-def encode(values, scheme: str, G: int, m: int, k: int, salience=None, books=None) -> RefEncoded:
-    """Encode a flat list of bf16 patterns per §2-§5 (books=(spec, verif) fixes the codebooks)."""
+def chunk_ranges(N: int, G: int, A: int) -> list[list[tuple[int, int]]]:
+    """§1: chunk j holds superblocks jA .. min((j+1)A, nsb) - 1; each as (start, n_s)."""
+    sbs = superblocks(N, G)
+    return [sbs[j: j + A] for j in range(0, len(sbs), A)]
+
+
+def encode(values, scheme: str, G: int, m: int, k: int, salience=None, books=None, A: int = 1,
+           pair_codes: bool = False, pairs=(0, 0)) -> RefEncoded:
+    """Encode a flat list of bf16 patterns per §1-§5. ``books=(spec, verif)`` fixes the codebooks, with
+    ``pairs=(spec mask, verif mask)``; else the golden books, with pair groups if ``pair_codes``."""
     vals = [int(v) for v in values]
     N = len(vals)
-    assert G in ALLOWED_G and 0 <= m <= 7 and 1 <= k <= G
+    assert G in ALLOWED_G and 0 <= m <= 7 and 1 <= k <= G and A in CHUNK_A and A * G <= 1024
     kept = keep_flags(vals, G, k, salience)
-    sbs = superblocks(N, G)
+    chunks = chunk_ranges(N, G, A)
     w = BitWriter()
     planes: dict[str, list[bytes]] = {}
     if scheme == "c1":
         sym = [fields(v)[1] if kept[i] else P for i, v in enumerate(vals)]
         if books is None:
-            spec_book = golden_codebook(Counter(sym), required=P)
-            verif_book = golden_codebook(Counter(fields(v)[1] for i, v in enumerate(vals) if not kept[i]))
+            spec_book, sp = golden_book(Counter(sym), required=P, pairs=pair_codes)
+            verif_book, vp = golden_book(Counter(fields(v)[1] for i, v in enumerate(vals) if not kept[i]),
+                                         pairs=pair_codes)
         else:
             spec_book, verif_book = list(books[0]), list(books[1])
+            sp, vp = pairs
         for name in ("spec.codes", "spec.signman", "verif.codes", "verif.rest"):
             planes[name] = []
-        for start, n in sbs:
-            idx = range(start, start + n)
+        for chunk in chunks:
+            idx = [i for start, n in chunk for i in range(start, start + n)]
+            suffix = {}
             for i in idx:
-                w.write_code(spec_book, sym[i])
+                suffix[i] = w.write_code(spec_book, sym[i], sp)
             planes["spec.codes"].append(w.chunk())
             for i in idx:
                 if kept[i]:
+                    t, tw = suffix[i]
+                    w.write(t, tw)                        # the suffix bit comes first (§3.1)
                     s, _, f = fields(vals[i])
                     w.write((s << m) | (f >> (7 - m)), 1 + m)
             planes["spec.signman"].append(w.chunk())
             for i in idx:
                 if not kept[i]:
-                    w.write_code(verif_book, fields(vals[i])[1])
+                    suffix[i] = w.write_code(verif_book, fields(vals[i])[1], vp)
             planes["verif.codes"].append(w.chunk())
             for i in idx:
                 s, _, f = fields(vals[i])
                 if kept[i]:
                     w.write(f & ((1 << (7 - m)) - 1), 7 - m)
                 else:
+                    w.write(*suffix[i])
                     w.write((s << 7) | f, 8)
             planes["verif.rest"].append(w.chunk())
     elif scheme == "c2":
-        spec_book = None
+        spec_book, sp = None, 0
         X = [0] * N
         for b in range(0, N, MX_BLOCK):
             xb = max(fields(v)[1] for v in vals[b: b + MX_BLOCK])
@@ -282,29 +351,34 @@ def encode(values, scheme: str, G: int, m: int, k: int, salience=None, books=Non
             elem[i] = sig >> (7 - c[i]) if c[i] >= 0 else 0
         dz = [(not kept[i]) or elem[i] == 0 for i in range(N)]
         if books is None:
-            verif_book = golden_codebook(Counter(X[i] - fields(vals[i])[1] for i in range(N) if dz[i]))
+            verif_book, vp = golden_book(Counter(X[i] - fields(vals[i])[1] for i in range(N) if dz[i]),
+                                         pairs=pair_codes)
         else:
-            verif_book = list(books[1])
+            verif_book, vp = list(books[1]), pairs[1]
         for name in ("spec.mx", "verif.codes", "verif.rest"):
             planes[name] = []
-        for start, n in sbs:
-            idx = range(start, start + n)
-            if k < G:
+        for chunk in chunks:
+            for start, n in chunk:                        # [bitmap][X][fields] of each superblock, back to back
+                idx = range(start, start + n)
+                if k < G:
+                    for i in idx:
+                        w.write(1 if kept[i] else 0, 1)
+                for b in range(start, start + n, MX_BLOCK):
+                    w.write(X[b], 8)
                 for i in idx:
-                    w.write(1 if kept[i] else 0, 1)
-            for b in range(start, start + n, MX_BLOCK):
-                w.write(X[b], 8)
-            for i in idx:
-                if kept[i]:
-                    w.write((fields(vals[i])[0] << (m + 1)) | elem[i], m + 2)
+                    if kept[i]:
+                        w.write((fields(vals[i])[0] << (m + 1)) | elem[i], m + 2)
             planes["spec.mx"].append(w.chunk())
+            idx = [i for start, n in chunk for i in range(start, start + n)]
+            suffix = {}
             for i in idx:
                 if dz[i]:
-                    w.write_code(verif_book, X[i] - fields(vals[i])[1])
+                    suffix[i] = w.write_code(verif_book, X[i] - fields(vals[i])[1], vp)
             planes["verif.codes"].append(w.chunk())
             for i in idx:
                 s, _, f = fields(vals[i])
                 if dz[i]:
+                    w.write(*suffix[i])
                     w.write((s << 7) | f, 8)
                 else:
                     w.write(f & ((1 << (7 - c[i])) - 1), 7 - c[i])
@@ -312,40 +386,48 @@ def encode(values, scheme: str, G: int, m: int, k: int, salience=None, books=Non
     else:
         raise ValueError(scheme)
     joined = {name: _join(ch) for name, ch in planes.items()}
-    order = list(planes)                              # chunks were ended plane by plane, superblock by superblock
+    order = list(planes)                              # chunks were ended plane by plane, chunk by chunk
     used = {name: w.used[i::len(order)] for i, name in enumerate(order)}
     return RefEncoded({n: j[0] for n, j in joined.items()}, {n: j[1] for n, j in joined.items()},
-                      spec_book, verif_book, kept, used)
+                      spec_book, verif_book, kept, used, sp, vp)
 
 
 # ------------------------------------------------------------------------------------------------ §6
 
-def indexed_planes(scheme: str, G: int, k: int) -> tuple[str, ...]:
-    """Planes with a stored index (§6), including the C1 k = G exception."""
+def indexed_planes(scheme: str, G: int, k: int, spec_pairs: int = 0, verif_pairs: int = 0) -> tuple[str, ...]:
+    """Planes with a stored index (§6), including the C1 k = G exception; C1 spec.signman / verif.rest
+    when their book has a pair group."""
     if scheme == "c1":
-        return ("spec.codes",) if k == G else ("spec.codes", "verif.codes")
+        out = ["spec.codes"]
+        if spec_pairs:
+            out.append("spec.signman")
+        if k < G:
+            out.append("verif.codes")
+        if verif_pairs:
+            out.append("verif.rest")
+        return tuple(out)
     return ("verif.codes", "verif.rest")
 
 
 def index_bytes(offsets: list[int]) -> bytes:
-    nsb = len(offsets) - 1
-    anchors = [offsets[16 * j] for j in range((nsb + ANCHOR - 1) // ANCHOR)]
+    nch = len(offsets) - 1
+    anchors = [offsets[16 * j] for j in range((nch + ANCHOR - 1) // ANCHOR)]
     out = b"".join(struct.pack("<I", a) for a in anchors)
-    out += b"".join(struct.pack("<H", offsets[s] - anchors[s // ANCHOR]) for s in range(nsb))
+    out += b"".join(struct.pack("<H", offsets[c] - anchors[c // ANCHOR]) for c in range(nch))
     return out
 
 
-def parse_index(data: bytes, nsb: int, plane_len: int) -> list[int]:
-    na = (nsb + ANCHOR - 1) // ANCHOR
-    if len(data) != 4 * na + 2 * nsb:
+def parse_index(data: bytes, nchunks: int, plane_len: int) -> list[int]:
+    na = (nchunks + ANCHOR - 1) // ANCHOR
+    if len(data) != 4 * na + 2 * nchunks:
         raise RefFormatError("index length")
     anchors = [struct.unpack_from("<I", data, 4 * j)[0] for j in range(na)]
-    off = [anchors[s // ANCHOR] + struct.unpack_from("<H", data, 4 * na + 2 * s)[0] for s in range(nsb)]
+    off = [anchors[c // ANCHOR] + struct.unpack_from("<H", data, 4 * na + 2 * c)[0] for c in range(nchunks)]
     return off + [plane_len]
 
 
 def fixed_chunk_bits(plane: str, scheme: str, G: int, m: int, k: int, n_s: int) -> int:
-    """§3.2 / §4 chunk sizes of the fixed-size planes."""
+    """§3.2 / §4 field bits of one superblock in a plane without suffix bits (a chunk: the sum)."""
     ks = kept_in(k, n_s, G)
     if plane == "spec.signman":
         return ks * (1 + m)
@@ -356,64 +438,79 @@ def fixed_chunk_bits(plane: str, scheme: str, G: int, m: int, k: int, n_s: int) 
     raise KeyError(plane)
 
 
-def chunk_offsets(plane: str, scheme: str, N: int, G: int, m: int, k: int, stored=None) -> list[int]:
+def chunk_offsets(plane: str, scheme: str, N: int, G: int, m: int, k: int, stored=None, A: int = 1,
+                  spec_pairs: int = 0, verif_pairs: int = 0) -> list[int]:
+    chunks = chunk_ranges(N, G, A)
     if scheme == "c1" and plane == "verif.codes" and k == G:
-        return [0] * (len(superblocks(N, G)) + 1)
-    if plane in indexed_planes(scheme, G, k):
+        return [0] * (len(chunks) + 1)
+    if plane in indexed_planes(scheme, G, k, spec_pairs, verif_pairs):
         return list(stored)
     off = [0]
-    for _, n in superblocks(N, G):
-        off.append(off[-1] + (fixed_chunk_bits(plane, scheme, G, m, k, n) + 7) // 8)
+    for chunk in chunks:
+        off.append(off[-1] + (sum(fixed_chunk_bits(plane, scheme, G, m, k, n) for _, n in chunk) + 7) // 8)
     return off
 
 
 # ---------------------------------------------------------------------------------------------- decode
 
+def _pick(group: list[int], reader: "BitReader") -> int:
+    """A pair group's symbol from the suffix bit, the first bit of the companion field (§3.1)."""
+    return group[reader.read(1)] if len(group) == 2 else group[0]
+
+
 def decode(planes: dict, offsets: dict, N: int, scheme: str, G: int, m: int, k: int, spec_book, verif_book,
-           full: bool = True) -> tuple[list[int], list[bool]]:
-    """Per-superblock decoder of §3.2 / §4. Returns (values, kept flags): the draft if ``full`` is False
+           full: bool = True, A: int = 1, spec_pairs: int = 0, verif_pairs: int = 0) -> tuple[list[int], list[bool]]:
+    """Per-chunk decoder of §3.2 / §4. Returns (values, kept flags): the draft if ``full`` is False
     (speculation planes only), else the original bits. ``offsets`` holds the indexed planes' offsets."""
     out = [0] * N
     kept_all = [False] * N
 
     def chunks(name):
-        off = chunk_offsets(name, scheme, N, G, m, k, offsets.get(name))
+        off = chunk_offsets(name, scheme, N, G, m, k, offsets.get(name), A, spec_pairs, verif_pairs)
         data = planes[name]
         if off[-1] != len(data):
             raise RefFormatError(f"{name}: plane is {len(data)} bytes, chunks need {off[-1]}")
-        return [BitReader(data[off[s]: off[s + 1]], f"{name}[{s}]") for s in range(len(off) - 1)]
+        return [BitReader(data[off[c]: off[c + 1]], f"{name}[{c}]") for c in range(len(off) - 1)]
 
-    sbs = superblocks(N, G)
+    cks = chunk_ranges(N, G, A)
     if scheme == "c1":
         cr, sr = chunks("spec.codes"), chunks("spec.signman")
         if full:
             vr, rr = chunks("verif.codes"), chunks("verif.rest")
-        for s, (start, n) in enumerate(sbs):
-            sym = [cr[s].read_code(spec_book) for _ in range(n)]
-            cr[s].finish()
-            kept = [x != P for x in sym]
-            if sum(kept) != kept_in(k, n, G):
-                raise RefFormatError(f"superblock {s}: keeps {sum(kept)}, k_s = {kept_in(k, n, G)}")
-            draft = []
+        for c, chunk in enumerate(cks):
+            start = chunk[0][0]
+            n = sum(ns for _, ns in chunk)
+            grp = [cr[c].read_code(spec_book, spec_pairs) for _ in range(n)]
+            cr[c].finish()
+            kept = [g != [P] for g in grp]               # P is a singleton group
+            for s0, ns in chunk:
+                nk = sum(kept[s0 - start: s0 - start + ns])
+                if nk != kept_in(k, ns, G):
+                    raise RefFormatError(f"superblock {s0 // G}: keeps {nk}, k_s = {kept_in(k, ns, G)}")
+            draft, sym = [], []
             for j in range(n):
                 if kept[j]:
-                    fld = sr[s].read(1 + m)
-                    draft.append(((fld >> m) << 15) | (sym[j] << 7) | ((fld & ((1 << m) - 1)) << (7 - m)))
+                    e = _pick(grp[j], sr[c])
+                    fld = sr[c].read(1 + m)
+                    draft.append(((fld >> m) << 15) | (e << 7) | ((fld & ((1 << m) - 1)) << (7 - m)))
                 else:
                     draft.append(0)
-            sr[s].finish()
+            sr[c].finish()
             if full:
-                pe = [vr[s].read_code(verif_book) for j in range(n) if not kept[j]]
-                vr[s].finish()
-                pe.reverse()
+                pg = [vr[c].read_code(verif_book, verif_pairs) for j in range(n) if not kept[j]]
+                vr[c].finish()
+                pg.reverse()
                 vals = []
                 for j in range(n):
                     if kept[j]:
-                        vals.append(draft[j] | rr[s].read(7 - m))
+                        vals.append(draft[j] | rr[c].read(7 - m))
                     else:
-                        r = rr[s].read(8)
-                        vals.append(((r >> 7) << 15) | (pe.pop() << 7) | (r & 0x7F))
-                rr[s].finish()
+                        e = _pick(pg.pop(), rr[c])
+                        if e > 255:
+                            raise RefFormatError("the verification book decodes to P")
+                        r = rr[c].read(8)
+                        vals.append(((r >> 7) << 15) | (e << 7) | (r & 0x7F))
+                rr[c].finish()
             else:
                 vals = draft
             out[start: start + n] = vals
@@ -422,54 +519,59 @@ def decode(planes: dict, offsets: dict, N: int, scheme: str, G: int, m: int, k: 
         mr = chunks("spec.mx")
         if full:
             vr, rr = chunks("verif.codes"), chunks("verif.rest")
-        for s, (start, n) in enumerate(sbs):
-            if k < G:
-                kept = [bool(mr[s].read(1)) for _ in range(n)]
-                if sum(kept) != kept_in(k, n, G):
-                    raise RefFormatError(f"superblock {s}: bitmap keeps {sum(kept)}")
-            else:
-                kept = [True] * n
-            Xs = [mr[s].read(8) for _ in range(0, n, MX_BLOCK)]
-            X = [Xs[j // MX_BLOCK] for j in range(n)]
-            draft, c, dz = [], [], []
-            for j in range(n):
-                if not kept[j]:
-                    draft.append(0)
-                    c.append(None)
-                    dz.append(True)
-                    continue
-                fld = mr[s].read(m + 2)
-                sgn, elem = fld >> (m + 1), fld & ((1 << (m + 1)) - 1)
-                xe = max(X[j], 1)
-                if elem == 0:
-                    draft.append(sgn << 15)
-                    c.append(None)
-                    dz.append(True)
-                    continue
-                lz = (m + 1) - elem.bit_length()
-                E = xe - lz
-                if E >= 1:
-                    draft.append((sgn << 15) | (E << 7) | (((elem << lz) & ((1 << m) - 1)) << (7 - m)))
+        for c, chunk in enumerate(cks):
+            start = chunk[0][0]
+            n = sum(ns for _, ns in chunk)
+            kept, X, draft, cbits, dz = [], [], [], [], []
+            for s0, ns in chunk:
+                if k < G:
+                    kp = [bool(mr[c].read(1)) for _ in range(ns)]
+                    if sum(kp) != kept_in(k, ns, G):
+                        raise RefFormatError(f"superblock {s0 // G}: bitmap keeps {sum(kp)}")
                 else:
-                    draft.append((sgn << 15) | (elem << (6 - m + xe)))
-                c.append(m - min(lz, xe - 1))
-                dz.append(False)
-            mr[s].finish()
+                    kp = [True] * ns
+                Xs = [mr[c].read(8) for _ in range(0, ns, MX_BLOCK)]
+                Xsb = [Xs[j // MX_BLOCK] for j in range(ns)]
+                for j in range(ns):
+                    if not kp[j]:
+                        draft.append(0)
+                        cbits.append(None)
+                        dz.append(True)
+                        continue
+                    fld = mr[c].read(m + 2)
+                    sgn, elem = fld >> (m + 1), fld & ((1 << (m + 1)) - 1)
+                    xe = max(Xsb[j], 1)
+                    if elem == 0:
+                        draft.append(sgn << 15)
+                        cbits.append(None)
+                        dz.append(True)
+                        continue
+                    lz = (m + 1) - elem.bit_length()
+                    E = xe - lz
+                    if E >= 1:
+                        draft.append((sgn << 15) | (E << 7) | (((elem << lz) & ((1 << m) - 1)) << (7 - m)))
+                    else:
+                        draft.append((sgn << 15) | (elem << (6 - m + xe)))
+                    cbits.append(m - min(lz, xe - 1))
+                    dz.append(False)
+                kept += kp
+                X += Xsb
+            mr[c].finish()
             if full:
-                deltas = [vr[s].read_code(verif_book) for j in range(n) if dz[j]]
-                vr[s].finish()
-                deltas.reverse()
+                dg = [vr[c].read_code(verif_book, verif_pairs) for j in range(n) if dz[j]]
+                vr[c].finish()
+                dg.reverse()
                 vals = []
                 for j in range(n):
                     if dz[j]:
-                        e = X[j] - deltas.pop()
+                        e = X[j] - _pick(dg.pop(), rr[c])
                         if e < 0:
                             raise RefFormatError("negative exponent")
-                        r = rr[s].read(8)
+                        r = rr[c].read(8)
                         vals.append(((r >> 7) << 15) | (e << 7) | (r & 0x7F))
                     else:
-                        vals.append(draft[j] | rr[s].read(7 - c[j]))
-                rr[s].finish()
+                        vals.append(draft[j] | rr[c].read(7 - cbits[j]))
+                rr[c].finish()
             else:
                 vals = draft
             out[start: start + n] = vals

@@ -22,25 +22,31 @@ from cassandra_rtl.golden.config import CodecConfig
 from cassandra_rtl.golden.container import read_container, write_container
 
 
+CONFIGS = {
+    "w.c1": CodecConfig(scheme="c1", group_size=32, keep_count=20),
+    "w.c2": CodecConfig(scheme="c2", group_size=32, keep_count=9),
+    "norm": CodecConfig(scheme="c1", group_size=32, mantissa_bits=7),
+    # format 2.0: chunks of several superblocks (one partial), pair groups in both C1 books and the C2 book
+    "v2.c1": CodecConfig(scheme="c1", group_size=32, keep_count=28, chunk_superblocks=4, pair_codes=True),
+    "v2.c2": CodecConfig(scheme="c2", group_size=32, keep_count=20, chunk_superblocks=2, pair_codes=True),
+}
+
+
 def _build(path: Path):
     rng = np.random.default_rng(3)
     x = (rng.standard_normal(3 * 70) * 0.05).astype(np.float32)
     a = (x.view(np.uint32) >> 16).astype(np.uint16).reshape(3, 70)
     a[0, :4] = [0x7F80, 0xFFC1, 0x0001, 0x8000]
-    originals = {"w.c1": a, "w.c2": a[:2, :64].copy(), "norm": a[2, :40].copy()}
-    tensors = {"w.c1": encode_tensor(originals["w.c1"], CodecConfig(scheme="c1", group_size=32, keep_count=20)),
-               "w.c2": encode_tensor(originals["w.c2"], CodecConfig(scheme="c2", group_size=32, keep_count=9)),
-               "norm": encode_tensor(originals["norm"], CodecConfig(scheme="c1", group_size=32, mantissa_bits=7))}
+    originals = {"w.c1": a, "w.c2": a[:2, :64].copy(), "norm": a[2, :40].copy(), "v2.c1": a[:, :64].copy(),
+                 "v2.c2": a[:2].copy()}
+    tensors = {n: encode_tensor(originals[n], c) for n, c in CONFIGS.items()}
     header = write_container(path, tensors, meta={"producer": "fuzz"})
     return path.read_bytes(), header, originals
 
 
 with tempfile.TemporaryDirectory() as _d:
     RAW, HEADER, ORIGINALS = _build(Path(_d) / "base.cass")
-DRAFTS = {n: decode_draft(encode_tensor(b, c)) for n, b, c in [
-    ("w.c1", ORIGINALS["w.c1"], CodecConfig(scheme="c1", group_size=32, keep_count=20)),
-    ("w.c2", ORIGINALS["w.c2"], CodecConfig(scheme="c2", group_size=32, keep_count=9)),
-    ("norm", ORIGINALS["norm"], CodecConfig(scheme="c1", group_size=32, mantissa_bits=7))]}
+DRAFTS = {n: decode_draft(encode_tensor(ORIGINALS[n], c)) for n, c in CONFIGS.items()}
 HLEN = struct.unpack_from("<I", RAW, 8)[0]
 S = HEADER["sections"]["speculation"]
 V = HEADER["sections"]["verification"]
@@ -169,7 +175,7 @@ def test_wrong_magic(tmp_path, magic):
     assert status == "error" and "magic" in msg
 
 
-@pytest.mark.parametrize("major", [0, 2, 3, 0x100, 0xFFFF])
+@pytest.mark.parametrize("major", [0, 1, 3, 0x100, 0xFFFF])
 def test_wrong_major_version(tmp_path, major):
     data = bytearray(RAW)
     struct.pack_into("<H", data, 4, major)
@@ -230,7 +236,7 @@ def _add(delta, *path):
     return mutate
 
 
-C1, C2 = "w.c1", "w.c2"
+C1, C2, V1, V2 = "w.c1", "w.c2", "v2.c1", "v2.c2"
 _sec = {n: HEADER["sections"][n]["length"] for n in ("speculation", "verification")}
 EDITS = {
     # configs outside §2
@@ -280,6 +286,39 @@ EDITS = {
     "spec book missing in c1": _set("tensors", C1, "books", "spec", None),
     "spec book without P": _set("tensors", C1, "books", "spec", [s for s in HEADER["tensors"][0]["books"]["spec"]
                                                                    if s != 256]),
+    # format 2.0 fields: chunk size, pair masks, the indexes they imply
+    "A missing": _del("tensors", V1, "config", "chunk_superblocks"),
+    "A 3": _set("tensors", V1, "config", "chunk_superblocks", 3),
+    "A 0": _set("tensors", V2, "config", "chunk_superblocks", 0),
+    "A 64 (A*G > 1024)": _set("tensors", V1, "config", "chunk_superblocks", 64),
+    "A other": _set("tensors", V1, "config", "chunk_superblocks", 2),
+    "A other c2": _set("tensors", V2, "config", "chunk_superblocks", 4),
+    "A 1 on chunked": _set("tensors", V2, "config", "chunk_superblocks", 1),
+    "A 2 on v1 layout": _set("tensors", C1, "config", "chunk_superblocks", 2),
+    "A str": _set("tensors", V1, "config", "chunk_superblocks", "4"),
+    "pair_codes str": _set("tensors", V1, "config", "pair_codes", "yes"),
+    "pairs missing": _del("tensors", V1, "pairs"),
+    "pairs not an object": _set("tensors", V2, "pairs", [0, 0]),
+    "spec pairs missing": _del("tensors", V1, "pairs", "spec"),
+    "verif pairs missing": _del("tensors", V2, "pairs", "verif"),
+    "spec pairs other": _add(1, "tensors", V1, "pairs", "spec"),
+    "spec pairs cleared": _set("tensors", V1, "pairs", "spec", 0),
+    "verif pairs cleared": _set("tensors", V2, "pairs", "verif", 0),
+    "verif pairs other": _set("tensors", V2, "pairs", "verif", HEADER["tensors"][4]["pairs"]["verif"] ^ 1),
+    "verif pairs on v1 layout": _set("tensors", C1, "pairs", "verif", 1),
+    "spec pairs at or above Q": _set("tensors", V1, "pairs", "spec", 1 << 14),
+    "spec pairs negative": _set("tensors", V1, "pairs", "spec", -1),
+    "spec pairs bool": _set("tensors", V1, "pairs", "spec", True),
+    "spec pairs on c2": _set("tensors", V2, "pairs", "spec", 1),
+    "spec book on c2": _set("tensors", V2, "books", "spec", [1, 2]),
+    "signman index missing": _del("tensors", V1, "indexes", "spec.signman"),
+    "rest index missing": _del("tensors", V1, "indexes", "verif.rest"),
+    "index on a computed plane": _set("tensors", C1, "indexes", "spec.signman",
+                                      HEADER["tensors"][0]["indexes"]["spec.codes"]),
+    "signman index length -2": _add(-2, "tensors", V1, "indexes", "spec.signman", "length"),
+    "chunked index length +2": _add(2, "tensors", V2, "indexes", "verif.codes", "length"),
+    "chunked plane length -1": _add(-1, "tensors", V2, "planes", "spec.mx", "length"),
+    "shape more values on chunked": _set("tensors", V1, "shape", [3, 65]),
     # sections and top level
     "section offset +1": _add(1, "sections", "speculation", "offset"),
     "section offset outside": _set("sections", "verification", "offset", len(RAW) + 10),
@@ -310,7 +349,7 @@ def test_harmless_header_edits_are_accepted(tmp_path, pad):
     assert status == "ok" and same_as_original(out)
     data = edited(_set("tensors", "norm", "name", "renamed"))
     status, out = attempt(tmp_path / "f.cass", data)
-    assert status == "ok" and list(out)[-1] == "renamed"
+    assert status == "ok" and "renamed" in out and "norm" not in out
 
 
 # Edits a reader must reject (FORMAT.md §8).
@@ -328,8 +367,9 @@ def test_c1_verification_book_with_pruned_mark_is_rejected(tmp_path):
 
 
 def test_header_json_major_version_is_checked(tmp_path):
-    status, _ = attempt(tmp_path / "f.cass", edited(_set("version", [2, 0])))
-    assert status == "error"
+    for v in ([1, 0], [3, 0], [2], "2.0"):
+        status, _ = attempt(tmp_path / "f.cass", edited(_set("version", v)))
+        assert status == "error", v
 
 
 def test_dtype_other_than_bf16_is_rejected(tmp_path):

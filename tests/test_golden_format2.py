@@ -211,3 +211,20 @@ def test_kv_books_without_pairs_stay_plain_with_fixed_pair_book():
     enc2 = encode_tensor(bits, cfg, books=(spec, verif), impl="numpy")
     assert np.array_equal(decode_full(enc2, impl="numpy"), bits)
     assert enc.spec_book.pairs == 0 and enc.verif_book.pairs == 0
+
+
+def test_kv_path_stays_v1_when_format2_defaults(monkeypatch):
+    """KV policy: one vector per chunk and books without pairs, even with the 2.0 defaults on."""
+    from cassandra_rtl.golden.kv import calibrate_kv_codebooks, decode_kv_full, encode_kv
+    monkeypatch.setattr(config, "FORMAT2_DEFAULTS", True)
+    rng = np.random.default_rng(8)
+    for scheme in ("c1", "c2"):
+        cfg = kv_config(64, scheme=scheme, keep_ratio=0.5)
+        pre, new = _bits(rng, 8 * 64).reshape(8, 64), _bits(rng, 5 * 64).reshape(5, 64)
+        books = calibrate_kv_codebooks(pre, cfg)
+        assert all(b is None or b.pairs == 0 for b in books)
+        enc = encode_kv(new, cfg, books)
+        assert enc.nchunks == enc.nsb == 5
+        assert np.array_equal(decode_kv_full(enc), new)
+    w = encode_tensor(_bits(rng, 4096), CodecConfig(), impl="numpy")       # weights: the 2.0 policy
+    assert w.chunk_superblocks == 8 and w.spec_book.pairs != 0

@@ -128,3 +128,49 @@ def test_draft_formula_special_values():
     assert R.draft_c2(0x007F, 3, 0, True) == 0x0070
     # subnormal next to a normal with e = 2 (Xe = 2): c = m - 1
     assert R.draft_c2(0x007F, 3, 2, True) == 0x0060
+
+
+# ------------------------------------------------------------------ format 2.0: chunks of A superblocks, pairs
+
+def _pair_books(scheme):
+    """Fixed books full of pair groups (uniform exponents give the golden DP no reason for pairs)."""
+    from cassandra_rtl.golden.codebook import Codebook
+    if scheme == "c1":
+        return (Codebook((R.P, 127, 126, 125, 124, 123, 122, 121), 0b1110),   # {P} {127 126} {125 124} {123 122} {121}
+                Codebook((127, 126, 125, 124, 0, 255), 0b101))                # {127 126} {125} {124 0} {255}
+    return None, Codebook(tuple(range(8)), 0b1111)                            # deltas {0 1} {2 3} {4 5} {6 7}
+
+
+def _check_patterns(layout_name, scheme, G, m, keep, A, fixed_books=False):
+    bits = layout(layout_name)
+    k = _keep(keep, G)
+    cfg = CodecConfig(scheme=scheme, group_size=G, mantissa_bits=m, keep_count=k, chunk_superblocks=A,
+                      pair_codes=True)
+    enc = encode_tensor(bits, cfg, books=_pair_books(scheme) if fixed_books else None)
+    assert enc.nchunks == -(-enc.nsb // A)
+    np.testing.assert_array_equal(decode_full(enc), bits)
+    kept = R.keep_flags_np(bits, G, k)
+    if scheme == "c1":
+        expect = R.draft_c1_np(bits, m, kept)
+    else:
+        expect = R.draft_c2_np(bits, m, R.block_max_exponent(bits, G), kept)
+    np.testing.assert_array_equal(decode_draft(enc), expect)
+    return enc
+
+
+FORMAT2_QUICK = [("permuted", "c1", 32, 3, "0.3", 32), ("natural", "c1", 256, 7, "all", 4),
+                 ("anchored", "c2", 32, 3, "all", 32), ("permuted", "c2", 256, 0, "one", 4),
+                 ("anchored", "c1", 128, 0, "half", 8), ("permuted", "c2", 64, 7, "0.3", 16)]
+
+
+@pytest.mark.parametrize("fixed_books", [False, True], ids=["golden-books", "pair-books"])
+@pytest.mark.parametrize("layout_name,scheme,G,m,keep,A", FORMAT2_QUICK)
+def test_all_patterns_chunks_and_pairs(layout_name, scheme, G, m, keep, A, fixed_books):
+    _check_patterns(layout_name, scheme, G, m, keep, A, fixed_books)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout_name,scheme,G,m,keep", _cases())
+@pytest.mark.parametrize("A", [2, "max"])
+def test_all_patterns_chunks_and_pairs_matrix(layout_name, scheme, G, m, keep, A):
+    _check_patterns(layout_name, scheme, G, m, keep, 1024 // G if A == "max" else A, fixed_books=A == 2)

@@ -11,7 +11,7 @@ import reference_format as R
 from cassandra_rtl.errors import ConfigError
 from cassandra_rtl.golden.codebook import Codebook
 from cassandra_rtl.golden.codec import (decode_draft, decode_full, encode_tensor, index_to_bytes, keep_mask,
-                                        plane_offsets, superblock_chunks)
+                                        plane_chunks, plane_offsets)
 from cassandra_rtl.golden.config import CodecConfig
 
 
@@ -20,34 +20,45 @@ def _books(enc):
     return spec, list(enc.verif_book.symbols)
 
 
-def check_against_reference(bits, cfg, salience=None, books=None, compare_books=True):
-    """Golden encode == reference encode (same books); both decoders agree with the input."""
+def _pairs(enc):
+    return (enc.spec_book.pairs if enc.spec_book is not None else 0), enc.verif_book.pairs
+
+
+def check_against_reference(bits, cfg, salience=None, books=None, compare_books=True, pairs=(0, 0)):
+    """Golden encode == reference encode (same books); both decoders agree with the input. Chunks of
+    ``cfg.chunk_superblocks`` superblocks; pair groups from ``cfg.pair_codes`` (golden books) or ``pairs``
+    (the masks of fixed ``books``)."""
     flat = [int(v) for v in np.asarray(bits).reshape(-1)]
-    N, G, m, k = len(flat), cfg.group_size, cfg.mantissa_bits, cfg.keep_count
-    gbooks = None if books is None else (Codebook(tuple(books[0])) if books[0] is not None else None,
-                                         Codebook(tuple(books[1])))
+    N, G, m, k, A = len(flat), cfg.group_size, cfg.mantissa_bits, cfg.keep_count, cfg.chunk_superblocks
+    gbooks = None if books is None else (Codebook(tuple(books[0]), pairs[0]) if books[0] is not None else None,
+                                         Codebook(tuple(books[1]), pairs[1]))
     enc = encode_tensor(bits, cfg, salience=salience, books=gbooks)
     if books is None and compare_books:
         try:
-            ref_auto = R.encode(flat, cfg.scheme, G, m, k, salience=salience)
+            ref_auto = R.encode(flat, cfg.scheme, G, m, k, salience=salience, A=A, pair_codes=cfg.pair_codes)
         except R.Unspecified:
             pass
         else:
             assert _books(enc) == (ref_auto.spec_book, ref_auto.verif_book), "codebooks differ from §3.1"
-    ref = R.encode(flat, cfg.scheme, G, m, k, salience=salience, books=_books(enc))
+            assert _pairs(enc) == (ref_auto.spec_pairs, ref_auto.verif_pairs), "pair masks differ from §3.1"
+    sp, vp = _pairs(enc)
+    ref = R.encode(flat, cfg.scheme, G, m, k, salience=salience, books=_books(enc), A=A, pairs=(sp, vp))
     assert sorted(enc.planes) == sorted(ref.planes)
     for name in ref.planes:
         assert enc.planes[name] == ref.planes[name], f"plane {name} differs from the reference"
         assert list(plane_offsets(enc, name)) == ref.offsets[name], f"chunk offsets of {name}"
-        chunks = superblock_chunks(enc, name)
+        chunks = plane_chunks(enc, name)
         assert [bytes(c) for c in chunks] == [ref.planes[name][a:b] for a, b in
                                               zip(ref.offsets[name][:-1], ref.offsets[name][1:])]
-    for name in R.indexed_planes(cfg.scheme, G, k):
+    indexed = R.indexed_planes(cfg.scheme, G, k, sp, vp)
+    assert set(enc.indexed_planes) == set(indexed)
+    for name in indexed:
         assert index_to_bytes(np.asarray(enc.offsets[name])) == R.index_bytes(ref.offsets[name])
-    offs = {name: ref.offsets[name] for name in R.indexed_planes(cfg.scheme, G, k)}
+    offs = {name: ref.offsets[name] for name in indexed}
     spec_book, verif_book = _books(enc)
-    full, kept = R.decode(enc.planes, offs, N, cfg.scheme, G, m, k, spec_book, verif_book, full=True)
-    draft, kept2 = R.decode(enc.planes, offs, N, cfg.scheme, G, m, k, spec_book, verif_book, full=False)
+    kw = dict(A=A, spec_pairs=sp, verif_pairs=vp)
+    full, kept = R.decode(enc.planes, offs, N, cfg.scheme, G, m, k, spec_book, verif_book, full=True, **kw)
+    draft, kept2 = R.decode(enc.planes, offs, N, cfg.scheme, G, m, k, spec_book, verif_book, full=False, **kw)
     assert full == flat
     assert kept == kept2 == ref.kept
     assert decode_full(enc).reshape(-1).tolist() == flat
@@ -211,3 +222,83 @@ def test_config_inside_section_2_accepted(G, m):
         cfg = CodecConfig(group_size=G, mantissa_bits=m, keep_count=k)
         assert cfg.kept_in(G) == k
         assert [cfg.kept_in(n) for n in (1, 5, G - 1)] == [R.kept_in(k, n, G) for n in (1, 5, G - 1)]
+
+
+# ------------------------------------------------------------------------------------ format 2.0 features
+
+@pytest.mark.parametrize("scheme", ["c1", "c2"])
+@pytest.mark.parametrize("G,A", [(32, 4), (32, 32), (64, 2), (128, 8), (256, 4)])
+@pytest.mark.parametrize("m", [0, 3, 7])
+@pytest.mark.parametrize("keep", ["G", "G-1", "0.3"])
+def test_chunks_and_pairs_byte_exact(weight_bits, scheme, G, A, m, keep):
+    """§1 chunks (fields back to back, one padding and one index entry per chunk, partial last chunk) and
+    §3.1 pair groups (suffix bits in the companion fields), golden books by the DP."""
+    k = {"G": G, "G-1": G - 1, "0.3": -(-3 * G // 10)}[keep]
+    n = 2 * A * G + G + 11 if A * G <= 256 else A * G + 3 * G // 2 + 5
+    bits = weight_bits(n, seed=G + A + m, special=0.05)
+    cfg = CodecConfig(scheme=scheme, group_size=G, mantissa_bits=m, keep_count=k, chunk_superblocks=A,
+                      pair_codes=True)
+    enc, ref = check_against_reference(bits, cfg)
+    assert enc.nchunks == len(R.chunk_ranges(n, G, A)) == len(ref.offsets["verif.rest"]) - 1
+
+
+@pytest.mark.parametrize("scheme", ["c1", "c2"])
+@pytest.mark.parametrize("A,pair_codes", [(1, True), (4, False)])
+def test_chunks_or_pairs_alone(weight_bits, scheme, A, pair_codes):
+    bits = weight_bits(9 * 32 + 7, seed=A, special=0.05)
+    check_against_reference(bits, CodecConfig(scheme=scheme, group_size=32, mantissa_bits=3, keep_count=12,
+                                              chunk_superblocks=A, pair_codes=pair_codes))
+
+
+@pytest.mark.parametrize("scheme", ["c1", "c2"])
+def test_more_than_16_chunks_two_index_anchors(weight_bits, scheme):
+    bits = weight_bits(2 * 33 * 32 + 5, seed=6)
+    enc, ref = check_against_reference(bits, CodecConfig(scheme=scheme, group_size=32, mantissa_bits=2,
+                                                         keep_count=20, chunk_superblocks=2, pair_codes=True))
+    assert len(ref.offsets["verif.codes"]) - 1 == 34 and ref.offsets["verif.codes"][16] > 0
+
+
+@pytest.mark.parametrize("scheme", ["c1", "c2"])
+def test_fixed_books_with_pairs_and_escapes(weight_bits, scheme):
+    """Any valid book decodes: pairs everywhere allowed (P a singleton), escapes after Q zeros."""
+    bits = weight_bits(5 * 32 + 3, seed=2, special=0.3)
+    cfg = CodecConfig(scheme=scheme, group_size=32, mantissa_bits=3, keep_count=20, chunk_superblocks=2)
+    e = sorted(Counter(((np.asarray(bits) >> 7) & 0xFF).tolist()).items(), key=lambda t: -t[1])
+    common = [s for s, _ in e[:6]]
+    if scheme == "c1":
+        spec, sp = [R.P] + common, 0b1010           # {P} {c0 c1} {c2} {c3 c4} {c5}
+        verif, vp = common[:5], 0b11                # {c0 c1} {c2 c3} {c4}
+    else:
+        spec, sp = None, 0
+        verif, vp = [0, 1, 2, 3, 4, 5, 6], 0b1101    # {0 1} {2} {3 4} {5 6}
+    check_against_reference(bits, cfg, books=(spec, verif), pairs=(sp, vp))
+    check_against_reference(bits, cfg, books=(spec, []), pairs=(sp, 0))   # Q = 0: every pruned exponent escapes
+
+
+def test_forced_pruned_mark_last_with_pairs():
+    """rank(P) >= 15: 14 exponents and P; the DP groups the 14 (§3.1)."""
+    counts = Counter({100 + i: 1000 - i for i in range(20)})
+    counts[R.P] = 3
+    syms, mask = R.golden_book(counts, required=R.P, pairs=True)
+    assert syms[-1] == R.P and len(syms) == 15 and mask
+    from cassandra_rtl.golden.codebook import build_codebook
+    arr = np.zeros(257, np.int64)
+    for s_, c_ in counts.items():
+        arr[s_] = c_
+    book = build_codebook(arr, required=R.P, pairs=True)
+    assert (list(book.symbols), book.pairs) == (syms, mask)
+
+
+def test_golden_book_dp_against_random_histograms():
+    from cassandra_rtl.golden.codebook import build_codebook
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        n = int(rng.integers(1, 30))
+        syms = rng.choice(257, n, replace=False)
+        cnt = rng.integers(1, int(rng.choice([3, 50, 5000])), n)
+        counts = Counter({int(a): int(b) for a, b in zip(syms, cnt)})
+        arr = np.zeros(257, np.int64)
+        arr[syms] = cnt
+        req = R.P if R.P in counts else None
+        book = build_codebook(arr, required=req, pairs=True)
+        assert (list(book.symbols), book.pairs) == R.golden_book(counts, required=req, pairs=True)

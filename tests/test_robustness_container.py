@@ -24,7 +24,7 @@ import pytest
 import reference_format as R
 from cassandra_rtl.errors import UserError
 from cassandra_rtl.golden.codec import decode_draft, decode_full, encode_tensor
-from cassandra_rtl.golden.config import CodecConfig
+from cassandra_rtl.golden.config import FORMAT_VERSION, CodecConfig
 from cassandra_rtl.golden.container import read_container, write_container
 
 
@@ -47,6 +47,13 @@ CASES = {   # name: (bits, config) - small tensors, every plane kind, pruning an
     # one exponent, nothing pruned: no value is zero in the draft, so verif.codes holds no code at all
     "c2.dense": ((0x3F80 | np.arange(96, dtype=np.uint16) % 128 | (np.arange(96, dtype=np.uint16) % 2) << 15
                   ).astype(np.uint16), CodecConfig(scheme="c2", group_size=32, mantissa_bits=3)),
+    # format 2.0: chunks of several superblocks (the last partial) and pair groups in every book
+    "c1.v2": (_bits(7 * 32 + 9, 5).reshape(-1), CodecConfig(scheme="c1", group_size=32, keep_count=28,
+                                                            chunk_superblocks=2, pair_codes=True)),
+    "c1.v2.keep": (_bits(5 * 32 + 3, 6).reshape(-1), CodecConfig(scheme="c1", group_size=32, mantissa_bits=4,
+                                                                 chunk_superblocks=4, pair_codes=True)),
+    "c2.v2": (_bits(2 * 160, 7).reshape(2, 160), CodecConfig(scheme="c2", group_size=32, keep_count=20,
+                                                             chunk_superblocks=4, pair_codes=True)),
 }
 
 
@@ -64,7 +71,7 @@ def _assemble(header: dict, sections: dict[str, bytes]) -> bytes:
         if need == start:
             break
         start = need
-    return (struct.pack("<4sHHII", b"CASS", 1, 0, len(blob), zlib.crc32(blob)) + blob + bytes(start - 16 - len(blob))
+    return (struct.pack("<4sHHII", b"CASS", *FORMAT_VERSION, len(blob), zlib.crc32(blob)) + blob + bytes(start - 16 - len(blob))
             + sections["speculation"] + sections["verification"])
 
 
@@ -87,20 +94,22 @@ def _reference(header: dict, sections: dict[str, bytes], full: bool) -> dict:
     for t in header["tensors"]:
         cfg = t["config"]
         scheme, G, m, k = cfg["scheme"], cfg["group_size"], cfg["mantissa_bits"], cfg["keep_count"]
+        A, sp, vp = cfg["chunk_superblocks"], t["pairs"]["spec"] or 0, t["pairs"]["verif"]
         N = int(np.prod(t["shape"]))
-        nsb = len(R.superblocks(N, G))
+        nch = len(R.chunk_ranges(N, G, A))
         planes, offsets = {}, {}
         for name, ref in t["planes"].items():
             sec = sections.get(ref["section"])
-            if sec is None:
+            if sec is None or not full and ref["section"] != "speculation":   # a draft loader reads spec.* only
                 continue
             planes[name] = sec[ref["offset"]: ref["offset"] + ref["length"]]
-            if name in R.indexed_planes(scheme, G, k):
+            if name in R.indexed_planes(scheme, G, k, sp, vp):
                 ir = t["indexes"][name]
                 offsets[name] = R.parse_index(sections[ir["section"]][ir["offset"]: ir["offset"] + ir["length"]],
-                                              nsb, len(planes[name]))
+                                              nch, len(planes[name]))
         spec = t["books"]["spec"]
-        vals, _ = R.decode(planes, offsets, N, scheme, G, m, k, spec, t["books"]["verif"], full=full)
+        vals, _ = R.decode(planes, offsets, N, scheme, G, m, k, spec, t["books"]["verif"], full=full, A=A,
+                           spec_pairs=sp, verif_pairs=vp)
         out[t["name"]] = vals
     return out
 
@@ -141,6 +150,18 @@ def _plane_span(header, tname, plane):
     return r["section"], r["offset"], r["length"]
 
 
+def _sb_bit(t, s):
+    """Bit offset of superblock ``s``'s first spec.mx field in its plane: its chunk's start, then the fields
+    of the chunk's earlier superblocks (§1: back to back inside a chunk)."""
+    cfg = t["config"]
+    G, k, m, A = cfg["group_size"], cfg["keep_count"], cfg["mantissa_bits"], cfg["chunk_superblocks"]
+    N = int(np.prod(t["shape"]))
+    offs = R.chunk_offsets("spec.mx", "c2", N, G, m, k, A=A)
+    sbs = R.superblocks(N, G)
+    c = s // A
+    return 8 * offs[c] + sum(R.fixed_chunk_bits("spec.mx", "c2", G, m, k, n) for _, n in sbs[c * A: s])
+
+
 def _flip(sections, sec, pos, bit):
     b = bytearray(sections[sec])
     b[pos] ^= 1 << bit
@@ -154,7 +175,7 @@ def mutate(header, sections, rng: random.Random):
     t = rng.choice(tensors)
     name, scheme = t["name"], t["config"]["scheme"]
     kind = rng.choice(["plane bit", "bitmap bit", "bitmap swap", "index entry", "plane length", "plane offset",
-                       "book", "keep count", "mantissa", "group size", "shape"])
+                       "book", "keep count", "mantissa", "group size", "shape", "chunk size", "pairs"])
     if kind == "plane bit":
         plane = rng.choice(sorted(t["planes"]))
         sec, off, n = _plane_span(h, name, plane)
@@ -173,22 +194,24 @@ def mutate(header, sections, rng: random.Random):
         N = int(np.prod(t["shape"]))
         k = t["config"]["keep_count"]
         sbs = R.superblocks(N, G)
-        offs = R.chunk_offsets("spec.mx", "c2", N, G, t["config"]["mantissa_bits"], k)
         s = rng.randrange(len(sbs))
+        base_bit = _sb_bit(t, s)
+        if base_bit + sbs[s][1] > 8 * n:             # an earlier mutation moved the layout (A, shape, ...)
+            return kind, h, sections
         bits = [rng.randrange(sbs[s][1]) for _ in range(2)]
         out = sections
         if kind == "bitmap bit":
             bits = bits[:1]
         else:   # swap a kept and a pruned value: the keep count still matches, the fields move
             data = sections[sec]
-            get = lambda i: (data[off + offs[s] + i // 8] >> (i % 8)) & 1  # noqa: E731
+            get = lambda i: (data[off + (base_bit + i) // 8] >> ((base_bit + i) % 8)) & 1  # noqa: E731
             ones = [i for i in range(sbs[s][1]) if get(i)]
             zeros = [i for i in range(sbs[s][1]) if not get(i)]
             if not ones or not zeros:
                 return kind, h, sections
             bits = [rng.choice(ones), rng.choice(zeros)]
         for i in bits:
-            out = _flip(out, sec, off + offs[s] + i // 8, i % 8)
+            out = _flip(out, sec, off + (base_bit + i) // 8, (base_bit + i) % 8)
         return f"{kind} {name}", h, out
     if kind == "index entry":
         if not t["indexes"]:
@@ -229,6 +252,14 @@ def mutate(header, sections, rng: random.Random):
         t["config"]["group_size"] = rng.choice([g for g in (32, 64, 128, 256) if g != G])
         t["config"]["keep_count"] = min(t["config"]["keep_count"], t["config"]["group_size"])
         return f"{kind} {name}", h, sections
+    if kind == "chunk size":
+        A = t["config"]["chunk_superblocks"]
+        t["config"]["chunk_superblocks"] = rng.choice([a for a in (1, 2, 4, 8) if a != A])
+        return f"{kind} {name}", h, sections
+    if kind == "pairs":
+        which = "verif" if scheme == "c2" or rng.random() < 0.5 else "spec"
+        t["pairs"][which] ^= 1 << rng.randrange(4)
+        return f"{kind} {name}/{which}", h, sections
     # shape: same number of values in another layout, or one value more / fewer
     N = int(np.prod(t["shape"]))
     t["shape"] = rng.choice([[N], [1, N], [N + 1], [max(N - 1, 0)], [2, N // 2 + 1]])
@@ -266,7 +297,7 @@ def test_structural_fuzz_long(base, tmp_path):
     assert not failures, failures[:8]
 
 
-@pytest.mark.parametrize("tname", ["c2.prune", "c2.dense"])
+@pytest.mark.parametrize("tname", ["c2.prune", "c2.dense", "c2.v2"])
 def test_c2_draft_zeros_claiming_more_verification_codes_than_the_plane_holds(base, tmp_path, tname):
     """Issue 15 row 7: valid CRCs, a C2 speculation plane whose draft-zero values need more codes than
     verif.codes holds (c2.dense: a plane without a single code) -> FormatError, not an IndexError in
@@ -278,9 +309,8 @@ def test_c2_draft_zeros_claiming_more_verification_codes_than_the_plane_holds(ba
     N, G, k = int(np.prod(t["shape"])), t["config"]["group_size"], t["config"]["keep_count"]
     # every kept value's element field -> 0 (draft zero), so each needs a verification code the plane lacks
     m = t["config"]["mantissa_bits"]
-    offs = R.chunk_offsets("spec.mx", "c2", N, G, m, k)
     for s, (_, ns) in enumerate(R.superblocks(N, G)):
-        base_bit = 8 * (off + offs[s]) + (ns if k < G else 0) + 8 * -(-ns // 32)
+        base_bit = 8 * off + _sb_bit(t, s) + (ns if k < G else 0) + 8 * -(-ns // 32)
         for j in range(R.kept_in(k, ns, G)):
             for b in range(m + 1):                       # element bits (the sign bit stays)
                 pos = base_bit + j * (m + 2) + b
