@@ -350,6 +350,44 @@ def test_c_decoders_refuse_planes_without_their_slack(weight_bits, monkeypatch):
         monkeypatch.undo()
 
 
+def _outcome(fn, enc):
+    try:
+        return "ok", fn(enc)
+    except Exception as exc:  # noqa: BLE001 - the reference's exception (type and message) is the contract
+        return type(exc).__name__, str(exc)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(4))
+def test_random_configs_and_corruptions(weight_bits, seed):
+    """Random 2.0 configs (G, A, m, k, size, golden or hand-made pair books) x 40 corruptions each: the
+    dispatching decoder ends exactly as numpy does (same exception type and message, or the same array), and
+    the C decoder itself never returns output for a stream numpy rejects."""
+    rng = np.random.default_rng(seed)
+    for it in range(30):
+        scheme = ("c1", "c2")[it % 2]
+        G = int(rng.choice([32, 64, 128, 256]))
+        A = int(rng.choice([a for a in (1, 2, 4, 8, 16, 32) if a * G <= MAX_CHUNK_VALUES]))
+        k = int(rng.integers(1, G + 1)) if rng.random() < 0.7 else G
+        bits = weight_bits(int(rng.integers(1, 3 * A * G + 10)), seed=100 * seed + it, special=float(rng.random() * 0.3))
+        cfg = CodecConfig(scheme=scheme, group_size=G, mantissa_bits=int(rng.integers(8)), keep_count=k,
+                          chunk_superblocks=A, pair_codes=bool(rng.integers(2)))
+        books = _pair_books(bits, scheme) if rng.random() < 0.5 else None
+        enc = check(bits, cfg, books=books)
+        for planes, offsets in _corruptions(enc, rng, 40):
+            bad = EncodedTensor(enc.shape, enc.config, enc.spec_book, enc.verif_book, planes, offsets)
+            for full in (True, False):
+                want = _outcome(lambda e: (codec.decode_full if full else codec.decode_draft)(e, impl="numpy"), bad)
+                got = _outcome(native.decode_full if full else native.decode_draft, bad)
+                assert got[0] == want[0]
+                if want[0] == "ok":
+                    np.testing.assert_array_equal(got[1], want[1])
+                else:
+                    assert got[1] == want[1]
+                    with pytest.raises(native._Fallback):
+                        native._decode(bad, full)
+
+
 def test_format2_decode_parallel(weight_bits):
     bits = weight_bits(64 * 8 * 9 + 3, seed=10)
     enc = encode_tensor(bits, CodecConfig(keep_ratio=0.5, group_size=64, chunk_superblocks=8, pair_codes=True))
