@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from cassandra_rtl.errors import ConfigError, InputError
+from cassandra_rtl.errors import ConfigError, FormatError, InputError
 
 from . import artifact as art_mod
 from .allocation import Allocation, uniform
@@ -178,12 +178,17 @@ class CassandraModel:
                 if ok:
                     say(f"[generate] model cache: loading {cpath} ({cpath.stat().st_size / 1e6:.1f} MB, "
                         f"{path.name} encoded earlier; --cache-dir DIR, --no-cache)")
-                    m = cls.from_cass(cpath, max_seq_len=max_seq_len, verify=verify, rtl=rtl, rtl_layers=rtl_layers,
-                                      progress=progress, precheck=precheck, _kind="cache-hit")
-                    m.load_info.seconds = time.perf_counter() - t0
-                    m.load_info.baseline_rss_bytes = base_rss
-                    m.load_info.extra["draft_choice"] = what
-                    return m
+                    try:
+                        m = cls.from_cass(cpath, max_seq_len=max_seq_len, verify=verify, rtl=rtl,
+                                          rtl_layers=rtl_layers, progress=progress, precheck=precheck,
+                                          _kind="cache-hit")
+                    except FormatError as exc:       # written by another version of the format: encode again
+                        say(f"[generate] model cache: {cpath.name} is unreadable ({exc}); encoding again")
+                    else:
+                        m.load_info.seconds = time.perf_counter() - t0
+                        m.load_info.baseline_rss_bytes = base_rss
+                        m.load_info.extra["draft_choice"] = what
+                        return m
         ck = load(path, max_seq_len=1 << 20)      # the model's own context; --max-seq-len applies when loading
         _check_layers(ck.args.n_layers, rtl_layers, skip_layers, n_skip)
         if precheck:
@@ -253,6 +258,21 @@ class CassandraModel:
         if len(ids) >= self.args.max_seq_len:
             raise InputError(f"prompt of {len(ids)} tokens does not fit the context of {self.args.max_seq_len} "
                              f"(at most {self.args.max_seq_len - 1})")
+        return ids
+
+    def chat(self, system: str | None = None) -> "Chat":
+        """A multi-turn conversation: ``c = m.chat(); c.send("hi").text; for piece in c.stream("and?"): ...``."""
+        return Chat(self, system)
+
+    def encode_messages(self, msgs: list[dict]) -> list[int]:
+        tok = self.tokenizer
+        if tok is None:
+            raise ConfigError("this checkpoint has no tokenizer")
+        ids = ([self.args.bos_token_id] if self.args.bos_token_id is not None else []) + \
+            tok.encode(tok.apply_messages(msgs))
+        if len(ids) >= self.args.max_seq_len:
+            raise InputError(f"the conversation has {len(ids)} tokens, more than the context of "
+                             f"{self.args.max_seq_len} holds (at most {self.args.max_seq_len - 1})")
         return ids
 
     def stream(self, prompt, max_new_tokens: int = 64, *, system: str | None = None, raw: bool = False,
@@ -335,6 +355,26 @@ class CassandraModel:
             base = self.load_info.baseline_rss_bytes
             s["peak_rss_above_baseline_over_bf16"] = (rss - base) / bf16 if bf16 and base else None
         return s
+
+
+class Chat:
+    """The conversation so far (system, user and assistant turns); every turn is decoded from the whole
+    conversation rendered by the chat template."""
+
+    def __init__(self, model: CassandraModel, system: str | None = None):
+        self.model = model
+        self.messages: list[dict] = [{"role": "system", "content": system}] if system else []
+
+    def stream(self, text: str, max_new_tokens: int = 256, **kw) -> Iterator[str]:
+        msgs = self.messages + [{"role": "user", "content": text}]
+        ids = self.model.encode_messages(msgs)
+        yield from self.model.stream(ids, max_new_tokens, **kw)
+        self.messages = msgs + [{"role": "assistant", "content": self.model.last.text}]
+
+    def send(self, text: str, max_new_tokens: int = 256, **kw) -> Generation:
+        for _ in self.stream(text, max_new_tokens, **kw):
+            pass
+        return self.model.last
 
 
 def load(model=None, **kw) -> CassandraModel:

@@ -31,6 +31,12 @@ class ChatTokenizer:
         msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user_text}]
         if not self.chat_template:
             return user_text
+        return self.apply_messages(msgs)
+
+    def apply_messages(self, msgs: list[dict]) -> str:
+        """The prompt text for a conversation (``[{"role", "content"}, ...]``) plus the generation prompt."""
+        if not self.chat_template:
+            return "\n".join(m["content"] for m in msgs)
         import jinja2
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 

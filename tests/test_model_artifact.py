@@ -150,3 +150,32 @@ def test_python_api_generate_stream_stop_and_top_k(cass):
         assert "".join(m.stream("the cat", max_new_tokens=12, stop=[stop])) == s.text
     k1 = m.generate("the cat", max_new_tokens=12, temperature=0.7, top_k=1, seed=3)
     assert k1.tokens == g.tokens                       # top-k 1 sampling is greedy decoding
+
+
+def test_chat_turns_carry_the_conversation(cass):
+    m = api.load(str(cass), max_seq_len=128)
+    c = m.chat(system="be brief")
+    first = c.send("the cat", max_new_tokens=5)
+    assert [x["role"] for x in c.messages] == ["system", "user", "assistant"] and c.messages[2]["content"] == first.text
+    second = c.send("and", max_new_tokens=5)
+    assert len(c.messages) == 5
+    # the second turn is decoded from the whole conversation: the same as one prompt of those messages
+    ids = m.encode_messages(c.messages[:4])
+    assert m.generate(ids, 5).tokens == second.tokens and len(ids) > len(m.encode_messages(c.messages[:2]))
+
+
+def test_encode_calibrate_writes_wanda_keep_sets(run, hf, tmp_path):
+    from cassandra_rtl.model.salience import norms_digest, norms_from_json
+
+    out = tmp_path / "cal.cass"
+    r = run("encode", hf, "-o", out, "--calibrate", "--keep-ratio", "0.5", "-q")
+    assert r.returncode == 0, r.stderr
+    al = artifact.open_artifact(out).alloc
+    assert al.salience["kind"] == "wanda" and norms_digest(norms_from_json(al.salience["norms"])) == al.salience["digest"]
+    mag = tmp_path / "mag.cass"
+    assert run("encode", hf, "-o", mag, "--draft-config", "uniform", "--keep-ratio", "0.5", "-q").returncode == 0
+    a, b = read_container(out, verification=False), read_container(mag, verification=False)
+    assert any(decode_draft(a.tensors[n]).tobytes() != decode_draft(b.tensors[n]).tobytes()
+               for n in a.tensors if a.tensors[n].shape.__len__() == 2)       # activation-aware keep sets differ
+    g, _ = _gen(run, "--cass", str(out), "--compare")
+    assert g["lossless_vs_plain"] is True and g["draft_config"]["salience"] == "wanda"

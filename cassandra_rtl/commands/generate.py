@@ -142,12 +142,45 @@ def run(args) -> int:
     else:
         sys.stdout.write("\n\n")
         print(_table(summary))
+    if args.chat:
+        _chat(m, args, g, kw, quiet)
     if summary.get("lossless_vs_plain") is False or (summary.get("sampling_check") or {}).get("ok") is False:
         what = ("the sampled tokens do not follow the target's distribution (sampling check)"
                 if "sampling_check" in summary else "speculative output differs from plain greedy decoding")
         print(f"cassandra-rtl generate: error: {what}", file=sys.stderr)
         return 1
     return 0
+
+
+def _chat(m, args, first, kw, quiet) -> None:
+    """--chat: more user turns from stdin (one line each; an empty line or EOF ends), each answered with the
+    whole conversation as the prompt."""
+    c = m.chat(args.system)
+    c.messages += [{"role": "user", "content": args.prompt}, {"role": "assistant", "content": first.text}]
+    tty = sys.stdin.isatty()
+    kw = {k: v for k, v in kw.items() if k not in ("system", "raw")}
+    while True:
+        if tty:
+            sys.stderr.write("> ")
+            sys.stderr.flush()
+        line = sys.stdin.readline()
+        if not line or not line.strip() or line.strip() in ("/exit", "/quit"):
+            return
+        pieces = c.stream(line.rstrip("\n"), args.max_new_tokens, **kw)
+        for piece in pieces:
+            if not quiet:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+        g = m.last
+        if quiet:
+            print(json.dumps({"turn": len(c.messages) // 2, "text": g.text, "tokens": g.tokens,
+                              "acceptance_rate": g.metrics["acceptance_rate"],
+                              "cpu_tokens_per_s": g.metrics["cpu_tokens_per_s"]}))
+        else:
+            rate = g.metrics["acceptance_rate"]
+            sys.stdout.write(f"\n[{len(g.tokens)} tokens, acceptance "
+                             f"{'-' if rate is None else f'{rate:.2f}'}]\n")
+        sys.stdout.flush()
 
 
 def register(sub):
@@ -161,6 +194,8 @@ def register(sub):
     p.add_argument("--verify", action="store_true", help="also check every tensor's full decode against the "
                    "digest of the checkpoint's bits recorded in the container (the section CRCs are always checked)")
     p.add_argument("--system", default=None, help="system message for the chat template")
+    p.add_argument("--chat", action="store_true", help="multi-turn: after the answer to --prompt, read more user "
+                   "turns from stdin (one per line; an empty line or EOF ends)")
     p.add_argument("--stop", action="append", default=None, metavar="TEXT",
                    help="stop when the text contains TEXT (not printed; repeatable)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64)
