@@ -90,7 +90,7 @@ def through_rtl(steps, config: str) -> dict:
     for batches in steps:                     # one harness run per step, as generate --rtl would do
         BE.encode_many_with_rtl(batches, config, stats=st, strict=False)
     wall = time.perf_counter() - t0
-    steady = BE.EncoderStats()                # every vector of the run in one batch per (layer, K/V): no reprogramming cost per step
+    steady = BE.EncoderStats()                # every vector of a (layer, K/V) in one batch: no per-step programming
     merged = {}
     for batches in steps:
         for i, (bits, cfg, books) in enumerate(batches):
