@@ -1,51 +1,61 @@
-"""Cassandra-2 decoder v2: the decoupled, pipelined C2 decoder (issue 12). Decodes format v1 bit for bit.
+"""Cassandra-2 decoder v2: the decoupled, pipelined C2 decoder (issue 12). Reads format 2.0 (docs/FORMAT.md
+section 4 and the chunk / pair-group changes), and so format v1 bit for bit (A = 1, no pairs).
 
 docs/HARDWARE.md section 2c is the contract; the port-level interface (stream ports and payloads, register
 map, busy / error / error_code, error bits, sticky error with drain and CLEAR_ERROR, chunk framing) is
-v1's (section 2a), so every harness runs it by config name.
+v1's (section 2a) plus the format 2.0 registers CHUNK (log2 A) and VERIF_PAIRS (SPEC_PAIRS is ignored:
+C2 has no speculation book), so every harness runs it by config name.
 
 Why v1 is slow: its one-cycle loop runs spec.mx fields -> elements -> draft-zero flags -> verif code lanes
 and rest prefix sums -> lane fit -> every reader's take. But C2's draft reads no variable-length field:
-every superblock's spec.mx chunk has a length that follows from (G, m, k, n_s), and once the keep bitmap
-is known the bits of every beat are known too. So the v2 draft path has no cross-plane loop at all:
+every superblock's spec.mx bits follow from (G, m, k, n_s), and once the keep bitmap is known the bits of
+every beat are known too. So the v2 draft path has no cross-plane loop at all:
 
-  spec_mx --> INGEST (per-chunk word counter; framing checked here: OVERRUN / TOO_LONG / padding)
-                |-- words holding bitmap bits --> BITMAP FIFO (whole words, no shifter)
-                '-- words holding X bytes and fields --> TakeRing F (hw/take_ring.py)
-  ISSUE  (stage I, registered): a beat's kept flags = L bits of the bitmap head word, prefix counts,
-         field offsets kp_i*(m+2) (+ the X bytes on the superblock's first beat), its take; KEEP check.
+  spec_mx --> INGEST (chunk position tracker: where each word lies among the chunk's superblocks; framing
+                |      checked here: OVERRUN / TOO_LONG / padding)
+                |-- words holding keep-bitmap bits --> BITMAP FIFO (whole words, no shifter)
+                '-- every word --> TakeRing F (hw/take_ring.py; skips the bitmaps it does not read)
+  ISSUE  (stage I, registered): a beat's kept flags = L bits of the bitmap FIFO's two head words at the
+         bitmap pointer, prefix counts, field offsets kp_i*(m+2) (+ the X bytes on a superblock's first
+         beat), its take; at a superblock's final beat the skip of the next bitmap (and the chunk's
+         padding at a chunk's last superblock); KEEP check.
   FETCH  (stage S2, registered): fires when F's avail covers I.take (a registered compare); registers the
-         F window (X region + L fields) and advances F by I.take.
+         F window (X region + L fields) and advances F by I.take. When a first beat's X bytes and fields
+         do not fit the two-word view from F's offset, an X-only step goes first (one cycle).
   DRAFT  (stage S3, registered): fields at their offsets, the block's X (one MX block per beat, since
-         L divides 32), draft value per lane (FORMAT section 4); in full mode also the draft-zero flags,
-         their prefix counts and the rest-field offsets (prefix sum of widths).
-  VERIFY -> OUT (registered): full mode takes the beat's rest bits from verif.rest (registered take) and
-         its delta codes from the code ring of hw/code_plane.py, which parses verif.codes on its own,
-         ahead of the beats; the exact values are assembled into the output register.
+         L divides 32), draft value per lane (FORMAT section 4); in full mode also the draft-zero flags
+         and their prefix counts.
+  CODES  (stage S4, registered; full mode): pops the beat's delta codes from the code ring of
+         hw/code_plane.py (which parses verif.codes on its own, ahead of the beats): per draft-zero lane
+         the group q, its pair flag, both candidate exponents X - S[b_q] / X - S[b_q + 1]; the rest-field
+         widths (+1 for a pair group's suffix bit) and their prefix sums (offsets, take).
+  VERIFY -> OUT (registered): full mode takes the beat's rest bits from verif.rest (registered take),
+         picks each pair's symbol by its suffix bit (the rest field's first bit) and assembles the exact
+         values into the output register.
 
 Loops that must close in one cycle (logic depth, unit gates, estimated):
-  * TakeRing F pointer: avail (from nwords, off) >= I.take -> fire -> off/head/nwords update (~20);
-  * ISSUE: bitmap position / superblock counters -> next beat's registers, enabled by fire (~30, the
-    data path through popcount and the offset multiplies ends in a register, it is not a loop);
-  * verif.rest reader (v1 BitReader): avail >= S3.rest_take -> commit -> pointer (~30);
+  * TakeRing F pointer: avail (from nwords, off) >= I.take -> fire -> off/head/nwords update (~28: two
+    adds, the end round-up, the drop clamp);
+  * ISSUE: bitmap pointer / superblock counters -> next beat's registers, enabled by fire (~30, the data
+    path through the bitmap select, popcount and the offset multiplies ends in a register, not a loop);
+  * INGEST: the chunk position (q, superblock in chunk) -> compares against the layout registers (~20);
+  * verif.rest reader (v1 BitReader): avail >= S4.rest_take -> commit -> pointer (~30);
   * verif.codes: hw/code_plane.py (shared with the C1 decoder v2) parses a fixed 16 bits per cycle into
     a ring of codes; its loops are the segment position (~8) and the zero-run carry / replay (~15);
     the beat pops its codes (pointer add).
-Measured (generic flow, decoder_c2v2_l8): critical path 37 levels, 1.96 ns (~511 MHz, 1.41x the PE), a
-feed-forward path from the bitmap FIFO head through the kept flags and prefix count into stage I.
 Errors are raised from registered state or at the stage that would otherwise act on bad data; a beat
 that errs is not issued, so no wrong value is ever emitted.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from ..errors import ConfigError
-from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, MX_BLOCK
+from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, MX_BLOCK
 from .bitreader import BitReader, thermometer
-from .decoder import BF16_BITS, CFG_DATA_BITS, ERROR_BITS, FIELD_MAX, DecoderC1, Err
+from .decoder import BF16_BITS, CFG_DATA_BITS, ERROR_BITS, FIELD_MAX, DecoderC1, Err, Reg
 from .decoder_c2 import DecoderC2, c2_decoder_signature, prefix_sums
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane
 from .code_plane import Kind as CpKind
@@ -57,7 +67,11 @@ X_BITS = 8
 X_REGION = X_BITS * G_MAX // MX_BLOCK            # 64: the X bytes of a superblock
 MXF = BF16_MANTISSA_BITS + 2                     # widest (m+2)-bit spec.mx field: 9
 MAX_LANES = 32                                   # a beat lies inside one MX block: L divides 32
-
+SB_BITS_MAX = G_MAX + X_REGION + MXF * G_MAX     # spec.mx bits of one superblock (2,624)
+REST_MAX = FIELD_MAX + 1                         # widest verif.rest field: a pair's suffix bit + 8 bits
+MAX_CHUNK_LOG = 6                                # format 2.0: A = 2^CHUNK <= 64 ...
+MAX_CHUNK_VALUES = 1024                          # ... with A * G <= 1024
+CHUNK_REG_MAX = 7                                # the CHUNK register saturates here (CONFIG)
 
 
 def _pow2(v) -> bool:
@@ -79,13 +93,16 @@ class DecoderC2v2(DecoderC1):
                      more codes is re-parsed from the next code, one bubble in the code plane only)
         code_depth   entries of the code ring (default: the power of two >= 2 (Lc + 1) + 2 (Lv + 1), so the
                      plane's room check never holds it back while a beat waits; 32 at L = 8)
-        bitmap_words depth of the bitmap word FIFO (default G_MAX / IW + 1: the next superblock's bitmap
-                     is taken in while the current one is decoded, so superblocks follow without a bubble)
+        bitmap_words depth of the bitmap word FIFO, 2..16 (default G_MAX / IW + 2: a beat reads two words,
+                     and the next superblock's first bitmap word is taken in while the current one is
+                     decoded, so superblocks follow without a bubble)
+        field_slots  word slots of the spec.mx field ring F (default 4: the final beat of a superblock skips
+                     the next superblock's bitmap, up to G bits, and the next beat's bits must be in)
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
                  code_seg: int = 16, code_lanes: int | None = None, code_depth: int | None = None,
-                 bitmap_words: int | None = None):
+                 bitmap_words: int | None = None, field_slots: int | None = None):
         if not _pow2(lanes) or lanes > MAX_LANES:
             raise ConfigError(f"lanes must be a power of two 1..{MAX_LANES} (a beat lies in one MX block), "
                               f"got {lanes!r}")
@@ -100,46 +117,84 @@ class DecoderC2v2(DecoderC1):
         if code_depth is None:          # room for two passes and two beats' pops: the plane never waits
             code_depth = 1 << ceil_log2(2 * (code_lanes + 1) + 2 * (verif_lanes + 1))
         code_depth = CodePlane.resolve(word, code_seg, code_lanes, code_depth, verif_lanes + 1)[3]  # or ConfigError
-        bitmap_words = G_MAX // word + 1 if bitmap_words is None else bitmap_words
-        if not isinstance(bitmap_words, int) or not 1 <= bitmap_words <= 16:
-            raise ConfigError(f"bitmap_words must be 1..16, got {bitmap_words!r}")
+        bitmap_words = G_MAX // word + 2 if bitmap_words is None else bitmap_words
+        if not isinstance(bitmap_words, int) or not 2 <= bitmap_words <= 16:
+            raise ConfigError(f"bitmap_words must be 2..16 (a beat's kept flags may span two words), "
+                              f"got {bitmap_words!r}")
+        field_slots = 4 if field_slots is None else field_slots
+        if not isinstance(field_slots, int) or not 3 <= field_slots <= 16:
+            raise ConfigError(f"field_slots must be 3..16, got {field_slots!r}")
         self.lanes, self.word, self.verif_lanes = lanes, word, verif_lanes
         self.code_seg, self.code_lanes, self.code_depth = code_seg, code_lanes, code_depth
-        self.bitmap_words = bitmap_words
+        self.bitmap_words, self.field_slots = bitmap_words, field_slots
         # F window: the X region + L widest fields (at most the two-word view)
         self.fwin = min(2 * word, X_REGION + MXF * lanes)
         wiring.Component.__init__(self, c2_decoder_signature(lanes, word))
 
+    # ------------------------------------------------------------------------- format 2.0 registers
+    def _registers(self, m):
+        r = super()._registers(m)
+        r["chunk"] = Signal(range(CHUNK_REG_MAX + 1), name="reg_chunk")      # log2 A (saturated)
+        r["verif_pairs"] = Signal(K_MAX, name="reg_verif_pairs")
+        return r
+
+    def _write_registers(self, m, r, start, clear):
+        super()._write_registers(m, r, start, clear)
+        cfg = self.cfg
+        addr, wdata = cfg.payload.addr, cfg.payload.data
+        with m.If(cfg.valid & cfg.ready):
+            with m.Switch(addr):
+                with m.Case(Reg.CHUNK):
+                    m.d.sync += r["chunk"].eq(Mux(wdata > CHUNK_REG_MAX, CHUNK_REG_MAX, wdata))
+                with m.Case(Reg.VERIF_PAIRS):
+                    m.d.sync += r["verif_pairs"].eq(wdata)
+
+    def _config_error(self, r):
+        """v1's checks, and CHUNK: log2 A <= 6 with A * G <= 1024 (format 2.0 section 1)."""
+        chunk_bad = Const(0, 1)
+        for gv in ALLOWED_GROUP_SIZES:
+            limit = min(exact_log2(MAX_CHUNK_VALUES // gv), MAX_CHUNK_LOG)
+            chunk_bad = chunk_bad | ((r["g"] == gv) & (r["chunk"] > limit))
+        return super()._config_error(r) | chunk_bad
+
     # ------------------------------------------------------------------------------------------ layout
     def _layout(self, m, r, n, ks, prune, name):
-        """Registered spec.mx chunk layout of a superblock of ``n`` values with ``ks`` kept (one cycle late)."""
-        IW = self.word
-        wb = exact_log2(IW)
+        """Registered spec.mx layout of a superblock of ``n`` values with ``ks`` kept (one cycle late):
+        bitmap bits, X bits, all its bits, and the bits after its bitmap (X + fields)."""
         bm = Signal(range(G_MAX + 1), name=f"{name}_bm_c")
         xb = Signal(range(X_REGION + 1), name=f"{name}_xb_c")
-        bits = Signal(range(G_MAX + X_REGION + MXF * G_MAX + 1), name=f"{name}_bits_c")
+        xf = Signal(range(SB_BITS_MAX + 1), name=f"{name}_xf_c")
         m.d.comb += [bm.eq(Mux(prune, n, 0)), xb.eq(((n + MX_BLOCK - 1) >> 5) << 3),
-                     bits.eq(bm + xb + ks * (r["m"] + 2))]
-        max_words = -(-(G_MAX + X_REGION + MXF * G_MAX) // IW)
+                     xf.eq(xb + ks * (r["m"] + 2))]
         lay = {"n": Signal(range(G_MAX + 1), name=f"{name}_n"),
                "ks": Signal(range(G_MAX + 1), name=f"{name}_ks"),
                "xb": Signal(range(X_REGION + 1), name=f"{name}_xb"),
-               "words": Signal(range(max_words + 1), name=f"{name}_words"),      # words of the chunk
-               "bm_words": Signal(range(G_MAX // IW + 2), name=f"{name}_bm_words"),  # words with bitmap bits
-               "f_first": Signal(range(G_MAX // IW + 1), name=f"{name}_f_first"),    # first word with X bits
-               "f_off": Signal(wb, name=f"{name}_f_off"),                           # where X starts in it
-               "pad": Signal(wb, name=f"{name}_pad"),                               # content bits of the last word
-               "split": Signal(name=f"{name}_split")}
-        m.d.sync += [
-            lay["n"].eq(n), lay["ks"].eq(ks), lay["xb"].eq(xb),
-            lay["words"].eq((bits + IW - 1) >> wb),
-            lay["bm_words"].eq((bm + IW - 1) >> wb), lay["f_first"].eq(bm >> wb),
-            lay["f_off"].eq(bm[:wb]), lay["pad"].eq(bits[:wb]),
-            # the first beat's X bytes and fields would not fit the two-word view: an X-only step first
-            lay["split"].eq((bm[:wb] + xb + (r["m"] + 2) * self.lanes > 2 * IW)
-                            | (xb + (r["m"] + 2) * self.lanes > self.fwin)),
-        ]
+               "bm": Signal(range(G_MAX + 1), name=f"{name}_bm"),
+               "xf": Signal(range(SB_BITS_MAX + 1), name=f"{name}_xf"),        # X + fields
+               "B": Signal(range(SB_BITS_MAX + 1), name=f"{name}_bits"),       # bitmap + X + fields
+               "B2": Signal(range(2 * SB_BITS_MAX + 1), name=f"{name}_bits2")}  # two superblocks
+        m.d.sync += [lay["n"].eq(n), lay["ks"].eq(ks), lay["xb"].eq(xb), lay["bm"].eq(bm), lay["xf"].eq(xf),
+                     lay["B"].eq(bm + xf), lay["B2"].eq((bm + xf) << 1)]
         return lay
+
+    @staticmethod
+    def _book_groups(m, k, pairs, name):
+        """Groups of the verification book (registered from the registers every cycle): Q = K -
+        popcount(pairs), the group bases b_q = q + popcount(pairs[0:q]) (a 15-entry table), and ``bad``: a
+        pair bit at q >= Q (the mask does not describe K symbols)."""
+        pc = prefix_sums(m, [pairs[i] for i in range(K_MAX)], bits_for(K_MAX), f"{name}_pc")   # (<= 15)
+        q = Signal(range(K_MAX + 1), name=f"{name}_q")
+        bases = [Signal(4, name=f"{name}_b{i}") for i in range(K_MAX)]
+        bad = Signal(name=f"{name}_pairs_bad")
+        ok_q = Signal(5, name=f"{name}_q_c")
+        m.d.comb += ok_q.eq(k - pc[K_MAX])
+        m.d.sync += q.eq(ok_q[:4])
+        over = pc[K_MAX] > k
+        for i in range(K_MAX):
+            m.d.sync += bases[i].eq(i + pc[i])
+            over = over | (pairs[i] & (ok_q[:4] <= i))
+        m.d.sync += bad.eq(over)
+        return q, bases, bad
 
     # ------------------------------------------------------------------------------------------ elaborate
     def elaborate(self, platform):
@@ -157,8 +212,10 @@ class DecoderC2v2(DecoderC1):
         m.d.comb += bn.eq(Mux(full, Lv, L))
         flush = Signal(name="flush")                   # an error abandons the tensor: empty every buffer
         m.d.comb += flush.eq(raise_err.any())
+        amask = Signal(MAX_CHUNK_LOG, name="chunk_mask")              # A - 1
+        verif_q, verif_base, verif_pbad = self._book_groups(m, r["verif_k"], r["verif_pairs"], "verif")
 
-        # ---- tensor setup: the chunk layouts of a full superblock and of the last one. k_s of the last
+        # ---- tensor setup: the layouts of a full superblock and of the last one. k_s of the last
         # superblock by a radix-4 serial multiply (no wide multiplier in any one-cycle path); 10 cycles.
         setup = Signal(range(16), name="setup")                        # 0 = idle / done
         lay_ok = Signal(name="lay_ok")
@@ -168,10 +225,12 @@ class DecoderC2v2(DecoderC1):
         mul_acc = Signal(2 * bits_for(G_MAX) + 2, name="mul_acc")    # k * n_last
         ks_last = Signal(range(G_MAX + 1), name="ks_last")
         nsb = Signal(CFG_DATA_BITS, name="nsb")                        # superblocks of the tensor
+        nchunks = Signal(CFG_DATA_BITS, name="nchunks")                # chunks of the tensor
         lay_full = self._layout(m, r, r["g"], r["k"], prune, "lf")
         lay_last = self._layout(m, r, n_last, ks_last, prune, "ll")
         g_mask = Signal(bits_for(G_MAX), name="g_mask")
         m.d.comb += g_mask.eq(r["g"] - 1)
+        setup_err = Signal(name="setup_config_err")    # a bad pair mask (checked once registered)
         with m.If(setup != 0):
             m.d.sync += setup.eq(setup + 1)
             with m.Switch(setup):
@@ -182,7 +241,8 @@ class DecoderC2v2(DecoderC1):
                             with m.Case(g):
                                 m.d.sync += nsb.eq((r["numel"] + g - 1) >> exact_log2(g))
                 with m.Case(2):
-                    m.d.sync += mul_b.eq(n_last)
+                    m.d.sync += [mul_b.eq(n_last), nchunks.eq((nsb + amask) >> r["chunk"])]
+                    m.d.comb += setup_err.eq(full & verif_pbad)
                 with m.Case(3, 4, 5, 6, 7):
                     m.d.sync += [mul_acc.eq(mul_acc + mul_a * mul_b[:2]), mul_a.eq(mul_a << 2),
                                  mul_b.eq(mul_b >> 2)]
@@ -193,61 +253,98 @@ class DecoderC2v2(DecoderC1):
                                 m.d.sync += ks_last.eq((mul_acc + g - 1) >> exact_log2(g))
                 with m.Case(9):                 # the layouts are registered from ks_last in this cycle
                     m.d.sync += [setup.eq(0), lay_ok.eq(1)]
-        f_init = Signal(name="f_init")                 # the F offset of the tensor's first chunk is not set yet
+        f_init = Signal(name="f_init")                 # F has not skipped the tensor's first bitmap yet
         started = Signal(name="started")                              # decoding (layouts valid)
         m.d.comb += started.eq(busy & lay_ok)
+        drain = Signal(name="drain")
+        m.d.comb += drain.eq(err.any() & ~busy)
 
-        # ---- spec.mx ingest: per-chunk word counter, bitmap words to the FIFO, X/field words to F
-        F = TakeRing(IW, self.fwin, slots=3, take_max=self.fwin)
+        # ---- spec.mx ingest. A chunk holds its superblocks' [bitmap][X][fields] back to back; the tracker
+        # knows where the next word lies among them: q = start of the current superblock relative to the
+        # word's first bit (<= 0 when it began in an earlier word), s_in = its index in the chunk. A word
+        # in which two or more superblocks start takes one cycle per extra start (only when a superblock
+        # has fewer bits than half a word). The chunk ends in the word when its last superblock ends there:
+        # the current one, or the next one if that starts in the word too.
+        F = TakeRing(IW, self.fwin, slots=self.field_slots, take_max=self.fwin, skip_max=G_MAX)
         m.submodules.spec_mx_ring = F
         nbw = self.bitmap_words
         bm_slots = Array(Signal(IW, name=f"bm_slot{i}") for i in range(nbw))
         bm_head = Signal(range(nbw), name="bm_head")
         bm_count = Signal(range(nbw + 1), name="bm_count")
-        in_j = Signal(range(G_MAX * (MXF + 2) // 8 + 2), name="in_j")          # word index in the chunk
-        in_rem = Signal(CFG_DATA_BITS, name="in_rem")                            # values not yet ingested
+        qw = bits_for(2 * SB_BITS_MAX + IW) + 1
+        in_q = Signal(signed(qw), name="in_q")
+        in_s = Signal(MAX_CHUNK_LOG, name="in_s")                 # superblock index in the chunk
+        in_rem = Signal(CFG_DATA_BITS, name="in_rem")             # superblocks not yet finished (this one too)
         in_on = Signal(name="in_on")
-        in_last = Signal(name="in_last")
-        m.d.comb += in_last.eq(in_rem <= r["g"])
-        li = {k: Mux(in_last, lay_last[k], lay_full[k]) for k in lay_full}
-        to_bm = Signal(name="to_bm")
-        to_f = Signal(name="to_f")
-        m.d.comb += [to_bm.eq(prune & (in_j < li["bm_words"])), to_f.eq(in_j >= li["f_first"])]
+        in_cur_last = Signal(name="in_cur_last")
+        m.d.comb += in_cur_last.eq(in_rem == 1)
+        in_B = Signal(range(SB_BITS_MAX + 1), name="in_B")
+        in_bm = Signal(range(G_MAX + 1), name="in_bm")
+        m.d.comb += [in_B.eq(Mux(in_cur_last, lay_last["B"], lay_full["B"])),
+                     in_bm.eq(Mux(in_cur_last, lay_last["bm"], lay_full["bm"]))]
+        has_next = Signal(name="in_has_next")
+        has_next2 = Signal(name="in_has_next2")
+        m.d.comb += [has_next.eq((in_s != amask) & ~in_cur_last),
+                     has_next2.eq(has_next & (in_s + 1 != amask) & (in_rem != 2))]
+        qb = Signal(signed(qw), name="in_qb")                     # start of the next superblock
+        m.d.comb += qb.eq(in_q + in_B)
+        adv1 = Signal(name="in_adv1")                              # the next superblock starts in this word
+        adv2 = Signal(name="in_adv2")                              # ... and the one after it too
+        final_w = Signal(name="in_final_word")                     # the chunk ends in this word
+        nB = Signal(range(SB_BITS_MAX + 1), name="in_next_B")      # bits of the next superblock
+        m.d.comb += nB.eq(Mux(in_rem == 2, lay_last["B"], lay_full["B"]))
+        qe = Signal(signed(qw), name="in_qe")                     # end of the next superblock
+        m.d.comb += qe.eq(qb + nB)
+        fin2 = Signal(name="in_final2")                            # the next superblock ends the chunk here
+        m.d.comb += [adv1.eq(has_next & (qb <= IW)),
+                     adv2.eq(adv1 & has_next2 & (in_q + lay_full["B2"] <= IW)),
+                     fin2.eq(adv1 & ~has_next2 & (qe <= IW)),
+                     final_w.eq((~has_next & (qb <= IW)) | fin2)]
+        to_bm = Signal(name="to_bm")                               # the word holds bitmap bits
+        m.d.comb += to_bm.eq(prune & ((in_q + in_bm > 0) | (adv1 & (qb < IW))))
         mx = self.spec_mx
-        drain = Signal(name="drain")
-        m.d.comb += drain.eq(err.any() & ~busy)
-        m.d.comb += mx.ready.eq(drain | (in_on & started & (~to_bm | (bm_count < nbw)) & (~to_f | F.inp.ready)))
+        in_go = Signal(name="in_go")
+        m.d.comb += in_go.eq(in_on & started)
+        m.d.comb += mx.ready.eq(drain | (in_go & ~adv2 & (~to_bm | (bm_count < nbw)) & F.inp.ready))
         acc = Signal(name="mx_accept")
         m.d.comb += acc.eq(mx.valid & mx.ready & ~drain)
-        final_w = Signal(name="in_final_word")
-        m.d.comb += final_w.eq(in_j == li["words"] - 1)
+        pad_from = Signal(range(IW + 1), name="in_pad_from")       # content bits of the chunk's last word
+        m.d.comb += pad_from.eq(Mux(has_next, qe, qb))
         pad_bad = Signal(name="in_pad_bad")
-        m.d.comb += pad_bad.eq((li["pad"] != 0) & (mx.payload.data & ~thermometer(li["pad"], IW)).any())
+        m.d.comb += pad_bad.eq((mx.payload.data & ~thermometer(pad_from, IW)).any())
         in_err_ov = Signal(name="in_err_overrun")
         in_err_tl = Signal(name="in_err_too_long")
         m.d.comb += [in_err_ov.eq(acc & mx.payload.last & ~final_w),
                      in_err_tl.eq(acc & final_w & (~mx.payload.last | pad_bad))]
-        m.d.comb += [F.inp.valid.eq(acc & to_f), F.inp.payload.eq(mx.payload.data), F.flush.eq(flush | drain)]
+        m.d.comb += [F.inp.valid.eq(acc), F.inp.payload.eq(mx.payload.data), F.flush.eq(flush | drain)]
         bm_push = Signal(name="bm_push")
-        bm_pop = Signal(name="bm_pop")
+        bm_pop = Signal(range(3), name="bm_pop")
         m.d.comb += bm_push.eq(acc & to_bm)
         bm_wslot = Signal(range(nbw), name="bm_wslot")
         m.d.comb += bm_wslot.eq(Mux(bm_head + bm_count >= nbw, bm_head + bm_count - nbw, bm_head + bm_count))
         with m.If(bm_push):
             m.d.sync += bm_slots[bm_wslot].eq(mx.payload.data)
-        with m.If(flush | drain):
+        bm_nxt = Signal(range(nbw), name="bm_head_next")
+        m.d.comb += bm_nxt.eq(Mux(bm_head == nbw - 1, 0, bm_head + 1))
+        with m.If(flush | drain | start):
             m.d.sync += [bm_head.eq(0), bm_count.eq(0)]
         with m.Else():
             m.d.sync += bm_count.eq(bm_count + bm_push - bm_pop)
-            with m.If(bm_pop):
-                m.d.sync += bm_head.eq(Mux(bm_head == nbw - 1, 0, bm_head + 1))
-        with m.If(acc):
+            with m.If(bm_pop == 1):
+                m.d.sync += bm_head.eq(bm_nxt)
+            with m.Elif(bm_pop == 2):
+                m.d.sync += bm_head.eq(Mux(bm_head >= nbw - 2, bm_head + 2 - nbw, bm_head + 2))
+        with m.If(in_go & adv2):
+            m.d.sync += [in_s.eq(in_s + 1), in_rem.eq(in_rem - 1), in_q.eq(qb)]
+        with m.Elif(acc):
             with m.If(final_w):
-                m.d.sync += [in_j.eq(0), in_rem.eq(in_rem - li["n"])]
-                with m.If(in_rem == li["n"]):
+                m.d.sync += [in_q.eq(0), in_s.eq(0), in_rem.eq(in_rem - 1 - fin2)]
+                with m.If(in_rem == 1 + fin2):
                     m.d.sync += in_on.eq(0)
+            with m.Elif(adv1):
+                m.d.sync += [in_s.eq(in_s + 1), in_rem.eq(in_rem - 1), in_q.eq(qb - IW)]
             with m.Else():
-                m.d.sync += in_j.eq(in_j + 1)
+                m.d.sync += in_q.eq(in_q - IW)
 
         # ---- ISSUE (stage I)
         sb_left = Signal(range(G_MAX + 1), name="is_sb_left")  # values of the superblock not yet issued
@@ -257,6 +354,8 @@ class DecoderC2v2(DecoderC1):
         xpend = Signal(name="is_xpend")                        # the next beat reads the X region
         vpos = Signal(range(G_MAX + 1), name="is_vpos")        # values issued in this superblock
         kacc = Signal(range(G_MAX + 1), name="is_kacc")        # kept values issued in this superblock
+        cs = Signal(MAX_CHUNK_LOG, name="is_cs")               # the superblock's index in its chunk
+        bptr = Signal(wb, name="is_bptr")                      # bitmap bit of the beat in the FIFO head word
         is_on = Signal(name="is_on")
         sb_init = Signal(name="is_sb_init")                    # START: load the first superblock
 
@@ -269,34 +368,57 @@ class DecoderC2v2(DecoderC1):
         ls = {k: Mux(sb_last, lay_last[k], lay_full[k]) for k in lay_full}
         n = Signal(range(L + 1), name="is_n")
         m.d.comb += n.eq(Mux(sb_left < bn, sb_left, bn))
-        pseudo = Signal(name="is_pseudo")                      # X-only step (split superblocks)
-        m.d.comb += pseudo.eq(xpend & ls["split"])
-        bm_word = Signal(IW, name="bm_word")
-        m.d.comb += bm_word.eq(bm_slots[bm_head])
+        bm_two = Signal(2 * IW, name="bm_two")
+        m.d.comb += bm_two.eq(Cat(bm_slots[bm_head], bm_slots[bm_nxt]))
         lane_mask = Signal(L, name="is_lane_mask")
-        m.d.comb += lane_mask.eq(Mux(pseudo, 0, thermometer(n, L)))
+        m.d.comb += lane_mask.eq(thermometer(n, L))
         kept = Signal(L, name="is_kept")
-        m.d.comb += kept.eq(Mux(prune, bm_word.bit_select(vpos[:wb], L), Const((1 << L) - 1, L)) & lane_mask)
+        m.d.comb += kept.eq(Mux(prune, bm_two.bit_select(bptr, L), Const((1 << L) - 1, L)) & lane_mask)
         kp = prefix_counts(m, kept, L, "is_kp")
         xbase = Signal(range(X_REGION + 1), name="is_xbase")
         m.d.comb += xbase.eq(Mux(xpend, ls["xb"], 0))
+        tnx = Signal(range(MXF * L + 1), name="is_take_fields")
+        m.d.comb += tnx.eq(kp[L] * fw)
         take = Signal(range(self.fwin + 1), name="is_take")
-        m.d.comb += take.eq(xbase + kp[L] * fw)
+        m.d.comb += take.eq(xbase + tnx)
         final = Signal(name="is_final")
-        m.d.comb += final.eq(~pseudo & (n == sb_left))
+        m.d.comb += final.eq(n == sb_left)
+        chunk_last = Signal(name="is_chunk_last")              # the superblock is its chunk's last
+        m.d.comb += chunk_last.eq((cs == amask) | sb_last)
         kept_now = Signal(range(G_MAX + L + 1), name="is_kept_now")
         m.d.comb += kept_now.eq(kacc + kp[L])
         keep_bad = Signal(name="is_keep_bad")
         m.d.comb += keep_bad.eq((kept_now > ls["ks"]) | (final & (kept_now != ls["ks"])))
+        # bitmap FIFO: the beat's flags may run into the next word; the final beat of a superblock pops the
+        # words up to the one where the next superblock's bitmap starts (the words in between hold no
+        # bitmap bit, so they were never pushed)
+        bt = Signal(wb + 1, name="is_bm_end")                  # bptr + n
+        m.d.comb += bt.eq(bptr + n)
+        straddle = Signal(name="is_bm_straddle")
+        m.d.comb += straddle.eq(bt > IW)
         bm_ok = Signal(name="is_bm_ok")
-        m.d.comb += bm_ok.eq(~prune | pseudo | (bm_count != 0))
+        m.d.comb += bm_ok.eq(~prune | (bm_count > straddle))
+        e_hi = Signal(name="is_bm_last_word")                  # the bitmap's last bit is in the second word
+        m.d.comb += e_hi.eq(straddle)
+        bu = Signal(range(IW + L + SB_BITS_MAX + 1), name="is_next_bitmap")   # next bitmap start
+        m.d.comb += bu.eq(bt + lay_full["xf"])
+        pops = Signal(range(3), name="is_bm_pops")
+        bptr_next = Signal(wb, name="is_bptr_next")
+        with m.If(~final):
+            m.d.comb += [pops.eq(bt[wb]), bptr_next.eq(bt[:wb])]
+        with m.Elif(chunk_last):
+            m.d.comb += [pops.eq(e_hi + 1), bptr_next.eq(0)]
+        with m.Else():
+            m.d.comb += [pops.eq(e_hi + (bu[wb:] != e_hi)), bptr_next.eq(bu[:wb])]
 
         I = {"v": Signal(name="I_valid"), "take": Signal(len(take), name="I_take"),
+             "tnx": Signal(len(tnx), name="I_take_fields"), "xbits": Signal(len(xbase), name="I_xbits"),
+             "slack": Signal(bits_for(2 * IW), name="I_slack"), "xdone": Signal(name="I_xdone"),
              "kept": Signal(L, name="I_kept"), "n": Signal(range(L + 1), name="I_n"),
              "kp": [Signal(range(L + 1), name=f"I_kp{i}") for i in range(L)], "xb": Signal(4, name="I_xb"),
              "xload": Signal(name="I_xload"), "blk": Signal(3, name="I_blk"), "final": Signal(name="I_final"),
-             "last": Signal(name="I_last"), "pseudo": Signal(name="I_pseudo"),
-             "next_off": Signal(wb, name="I_next_off")}
+             "last": Signal(name="I_last"), "cend": Signal(name="I_chunk_end"),
+             "skip": Signal(range(G_MAX + 1), name="I_skip")}
         fire1 = Signal(name="fire1")
         i_free = Signal(name="i_free")
         m.d.comb += i_free.eq(~I["v"] | fire1)
@@ -309,44 +431,60 @@ class DecoderC2v2(DecoderC1):
         with m.If(i_free):
             m.d.sync += I["v"].eq(issue)
         with m.If(issue):
-            m.d.sync += [I["take"].eq(take), I["kept"].eq(kept), I["n"].eq(Mux(pseudo, 0, n)),
+            m.d.sync += [I["take"].eq(take), I["tnx"].eq(tnx), I["xbits"].eq(xbase), I["slack"].eq(2 * IW - take),
+                         I["xdone"].eq(0), I["kept"].eq(kept), I["n"].eq(n),
                          I["xload"].eq(xpend), I["blk"].eq(vpos[5:8]), I["final"].eq(final),
-                         I["last"].eq(final & sb_last), I["pseudo"].eq(pseudo),
-                         I["next_off"].eq(Mux(nxt_last, lay_last["f_off"], lay_full["f_off"]))]
+                         I["last"].eq(final & sb_last), I["cend"].eq(final & chunk_last),
+                         I["skip"].eq(Mux(final & ~sb_last, Mux(nxt_last, lay_last["bm"], lay_full["bm"]), 0))]
             m.d.sync += [I["kp"][i].eq(kp[i]) for i in range(L)] + [I["xb"].eq(xbase >> 3)]
-            m.d.sync += xpend.eq(0)
+            m.d.sync += [xpend.eq(0), bptr.eq(bptr_next)]
             with m.If(final):
                 m.d.sync += load_superblock(after)
+                m.d.sync += cs.eq(Mux(chunk_last, 0, cs + 1))
                 with m.If(sb_last):
                     m.d.sync += is_on.eq(0)
-            with m.Elif(~pseudo):
+            with m.Else():
                 m.d.sync += [vpos.eq(vpos + n), kacc.eq(kept_now), sb_left.eq(sb_left - n)]
-        m.d.comb += bm_pop.eq(issue & ~pseudo & prune & (final | ((vpos[:wb] + n) >> wb != 0)))
+        m.d.comb += bm_pop.eq(Mux(issue & prune, pops, 0))
         with m.If(sb_init):
-            m.d.sync += [sb_init.eq(0)] + load_superblock(r["numel"])
+            m.d.sync += [sb_init.eq(0), cs.eq(0), bptr.eq(0)] + load_superblock(r["numel"])
 
-        # ---- FETCH (stage S2): fires when F holds the beat's bits
+        # ---- FETCH (stage S2): fires when F holds the beat's bits. A first beat whose X bytes and fields
+        # would run past F's two-word view (F's offset > 2 IW - take) takes its X bytes alone first.
         S2 = {"v": Signal(name="S2_valid"), "win": Signal(self.fwin, name="S2_win"),
               "kept": Signal(L, name="S2_kept"), "n": Signal(range(L + 1), name="S2_n"),
               "kp": [Signal(range(L + 1), name=f"S2_kp{i}") for i in range(L)], "xb": Signal(4, name="S2_xb"),
               "xload": Signal(name="S2_xload"), "blk": Signal(3, name="S2_blk"), "final": Signal(name="S2_final"),
-              "last": Signal(name="S2_last"), "pseudo": Signal(name="S2_pseudo")}
+              "last": Signal(name="S2_last"), "cend": Signal(name="S2_chunk_end"), "pseudo": Signal(name="S2_pseudo")}
         s2_free = Signal(name="s2_free")
-        m.d.comb += fire1.eq(I["v"] & s2_free & (F.avail >= I["take"]))
-        m.d.comb += [F.fire.eq(fire1), F.take.eq(I["take"]), F.end.eq(I["final"]),
-                     F.next_off.eq(Mux(f_init, Mux(r["numel"] <= r["g"], lay_last["f_off"], lay_full["f_off"]),
-                                       I["next_off"])),
-                     F.set_off.eq(f_init & started)]
-        with m.If(f_init & started):
+        over = Signal(name="f_over")                   # X + fields do not fit the view from F's offset
+        m.d.comb += over.eq(I["xload"] & ~I["xdone"] & (F.off > I["slack"]))
+        eff_take = Signal(len(take), name="f_take")
+        m.d.comb += eff_take.eq(Mux(I["xdone"], I["tnx"], I["take"]))
+        fire_x = Signal(name="fire_x")                 # the X-only step
+        m.d.comb += [fire1.eq(I["v"] & s2_free & ~over & (F.avail >= eff_take)),
+                     fire_x.eq(I["v"] & s2_free & over & (F.avail >= I["xbits"]))]
+        f_skip0 = Signal(name="f_skip_first")          # START: skip the first superblock's bitmap
+        m.d.comb += f_skip0.eq(f_init & started)
+        m.d.comb += [F.fire.eq(fire1 | fire_x | f_skip0),
+                     F.take.eq(Mux(fire_x, I["xbits"], Mux(fire1, eff_take, 0))),
+                     F.end.eq(fire1 & I["cend"]),
+                     F.skip.eq(Mux(fire1, I["skip"],
+                                   Mux(f_skip0, Mux(r["numel"] <= r["g"], lay_last["bm"], lay_full["bm"]), 0)))]
+        with m.If(f_skip0):
             m.d.sync += f_init.eq(0)
+        with m.If(fire_x):
+            m.d.sync += I["xdone"].eq(1)
         with m.If(s2_free):
-            m.d.sync += S2["v"].eq(fire1)
-        with m.If(fire1):
-            m.d.sync += [S2["win"].eq(F.win)] + [S2[k].eq(I[k]) for k in
-                                                 ("kept", "n", "xload", "blk", "final", "last", "pseudo")]
-            m.d.sync += [S2["kp"][i].eq(I["kp"][i]) for i in range(L)] + [S2["xb"].eq(I["xb"])]
+            m.d.sync += S2["v"].eq(fire1 | fire_x)
+        with m.If(fire1 | fire_x):
+            m.d.sync += [S2["win"].eq(F.win), S2["pseudo"].eq(fire_x),
+                         S2["xload"].eq(fire_x | (I["xload"] & ~I["xdone"])),
+                         S2["xb"].eq(Mux(I["xdone"], 0, I["xb"]))]
+            m.d.sync += [S2[k].eq(I[k]) for k in ("kept", "n", "blk", "final", "last", "cend")]
+            m.d.sync += [S2["kp"][i].eq(I["kp"][i]) for i in range(L)]
 
-        # ---- DRAFT (S2 -> S3): fields, X of the beat's block, draft values; full-mode verif bookkeeping
+        # ---- DRAFT (S2 -> S3): fields, X of the beat's block, draft values; full-mode draft-zero flags
         xreg = Signal(X_REGION, name="xreg")
         xsrc = Signal(X_REGION, name="xsrc")
         m.d.comb += xsrc.eq(Mux(S2["xload"], S2["win"][:X_REGION], xreg))
@@ -380,17 +518,14 @@ class DecoderC2v2(DecoderC1):
         dz = Signal(Lv, name="dz")                                    # draft-zero lanes (full mode: < Lv)
         m.d.comb += dz.eq(Cat(*[~ln["nz"] for ln in lanes[:Lv]]) & in_beat[:Lv])
         pz = prefix_counts(m, dz, Lv, "pz")
-        widths = [Mux(in_beat[i], lanes[i]["rest_w"], 0) for i in range(Lv)]
-        ro = prefix_sums(m, widths, bits_for(FIELD_MAX * Lv), "ro")
 
         S3 = {"v": Signal(name="S3_valid"),
               "draft": [Signal(BF16_BITS, name=f"S3_draft{i}") for i in range(L)],
               # full-mode bookkeeping of the first Lv lanes only (a full-mode beat holds at most Lv values)
               "dz": Signal(Lv, name="S3_dz"), "pz": [Signal(range(Lv + 1), name=f"S3_pz{i}") for i in range(Lv + 1)],
-              "ro": [Signal(bits_for(FIELD_MAX * Lv), name=f"S3_ro{i}") for i in range(Lv + 1)],
               "rw": [Signal(4, name=f"S3_rw{i}") for i in range(Lv)],
               "x": Signal(X_BITS, name="S3_x"), "n": Signal(range(L + 1), name="S3_n"),
-              "final": Signal(name="S3_final"), "last": Signal(name="S3_last")}
+              "final": Signal(name="S3_final"), "last": Signal(name="S3_last"), "cend": Signal(name="S3_chunk_end")}
         s3_free = Signal(name="s3_free")
         m.d.comb += s2_free.eq(~S2["v"] | s3_free)
         with m.If(s3_free):
@@ -399,118 +534,192 @@ class DecoderC2v2(DecoderC1):
                 with m.If(S2["xload"]):
                     m.d.sync += xreg.eq(S2["win"][:X_REGION])
                 m.d.sync += [S3["dz"].eq(dz), S3["x"].eq(xb_beat), S3["n"].eq(S2["n"]),
-                             S3["final"].eq(S2["final"]), S3["last"].eq(S2["last"])]
+                             S3["final"].eq(S2["final"]), S3["last"].eq(S2["last"]), S3["cend"].eq(S2["cend"])]
                 m.d.sync += [S3["draft"][i].eq(ln["draft"]) for i, ln in enumerate(lanes)]
-                m.d.sync += [S3["rw"][i].eq(lanes[i]["rest_w"]) for i in range(Lv)]
+                m.d.sync += [S3["rw"][i].eq(Mux(in_beat[i], lanes[i]["rest_w"], 0)) for i in range(Lv)]
                 m.d.sync += [S3["pz"][i].eq(pz[i]) for i in range(Lv + 1)]
-                m.d.sync += [S3["ro"][i].eq(ro[i]) for i in range(Lv + 1)]
 
-        # ---- VERIFY -> OUT: full mode takes the rest bits and the delta codes of the beat
-        R = BitReader(IW, FIELD_MAX * Lv)
-        m.submodules.verif_rest_rd = R
-        wiring.connect(m, wiring.flipped(self.verif_rest), R.inp)
-        m.d.comb += [R.enable.eq(started & full), R.drain.eq(drain), R.flush.eq(flush)]
+        # ---- CODES (S3 -> S4): the beat's delta codes from the code ring (full mode)
         # verif.codes: the shared fixed-rate code plane (hw/code_plane.py) parses the tensor's chunks ahead
-        # of the beats into a ring of codes / escapes / END markers; a beat pops its nd codes (+ END).
-        CP = CodePlane(word=IW, seg=self.code_seg, lanes=self.code_lanes, depth=self.code_depth, pops=Lv + 1)
+        # of the beats into a ring of codes (group q, pair flag) / escapes / END markers; a beat pops its nd
+        # codes (+ END on a chunk's last beat).
+        CP = CodePlane(word=IW, seg=self.code_seg, lanes=self.code_lanes, depth=self.code_depth, pops=Lv + 1,
+                       pair_flags=True)
         m.submodules.verif_codes_plane = CP
         wiring.connect(m, wiring.flipped(self.verif_codes), CP.inp)
         cp_init = Signal(name="cp_init")                # the code plane has not been started for the tensor
-        m.d.comb += [CP.k.eq(r["verif_k"]), CP.chunks.eq(nsb), CP.start.eq(cp_init & started & full),
+        m.d.comb += [CP.k.eq(verif_q), CP.pairs.eq(r["verif_pairs"]), CP.chunks.eq(nchunks),
+                     CP.start.eq(cp_init & started & full),
                      CP.enable.eq(started & full), CP.drain.eq(drain), CP.flush.eq(flush)]
         with m.If(started):
             m.d.sync += cp_init.eq(0)
 
-        # the beat's needs: nd deltas (+ the END marker on a superblock's final beat), rest bits
-        nd = Signal(range(L + 1), name="v_nd")
+        nd = Signal(range(Lv + 1), name="c_nd")
         m.d.comb += nd.eq(S3["pz"][Lv])
-        need = Signal(range(Lv + 2), name="v_need")
-        m.d.comb += need.eq(nd + S3["final"])
-        q_at = []
-        for j in range(Lv + 1):
+        need = Signal(range(Lv + 2), name="c_need")
+        m.d.comb += need.eq(nd + S3["cend"])
+        tab = list(r["verif_tab"]) + [Const(0, BF16_EXPONENT_BITS)]
+        tab_arr = Array(tab)
+        tab1_arr = Array(tab[1:] + [Const(0, BF16_EXPONENT_BITS)])      # S[b + 1]
+        base_arr = Array(verif_base + [Const(0, 4)])
+        ent_d0, ent_d1, ent_pair = [], [], []
+        for j in range(Lv):
             ent = CP.win[j]
-            dl = Signal(X_BITS, name=f"cp_delta{j}")
-            m.d.comb += dl.eq(Mux(ent.kind == CpKind.ESC, ent.val, r["verif_tab"][ent.val[:4]]))
-            q_at.append((ent.kind, dl, ent.val))
+            is_esc = ent.kind == CpKind.ESC
+            b = Signal(4, name=f"c_base{j}")
+            m.d.comb += b.eq(base_arr[ent.val[:4]])
+            d0 = Signal(X_BITS, name=f"c_delta0_{j}")
+            d1 = Signal(X_BITS, name=f"c_delta1_{j}")
+            pr = Signal(name=f"c_pair{j}")
+            m.d.comb += [d0.eq(Mux(is_esc, ent.val, tab_arr[b])), d1.eq(tab1_arr[b]),
+                         pr.eq((ent.kind == CpKind.CODE) & ent.val[4])]
+            ent_d0.append(d0)
+            ent_d1.append(d1)
+            ent_pair.append(pr)
         # A marker among the first nd entries: END -> OVERRUN (CODE if the zero run before the chunk end is
-        # longer than K), BAD -> CODE; on a final beat, anything but a clean END in place nd -> TOO_LONG.
-        # The beat is judged as soon as a marker shows up among the entries present.
-        q_have = Signal(name="v_q_have")
-        q_err_ov = Signal(name="v_q_overrun")
-        q_err_code = Signal(name="v_q_code")
-        q_err_tl = Signal(name="v_q_too_long")
+        # longer than Q), BAD -> CODE; on a chunk's last beat, anything but a clean END in place nd ->
+        # TOO_LONG. The beat is judged as soon as a marker shows up among the entries present.
+        q_have = Signal(name="c_have")
+        q_err_ov = Signal(name="c_overrun")
+        q_err_code = Signal(name="c_code")
+        q_err_tl = Signal(name="c_too_long")
         clean = Const(1, 1)                      # entries before j are present codes / escapes
         ov_terms, code_terms, tl_terms, seen_terms = [], [], [], []
         for j in range(Lv + 1):
-            kind, _, val = q_at[j]
+            ent = CP.win[j]
+            kind, val = ent.kind, ent.val
             present = CP.count > j
             is_code = (kind == CpKind.CODE) | (kind == CpKind.ESC)
             marker = clean & present & ~is_code
             is_end = kind == CpKind.END
             ov_terms.append((j < nd) & marker & is_end & ~(val & END_LONG_RUN).any())
             code_terms.append((j < nd) & marker & (~is_end | (val & END_LONG_RUN).any()))
-            tl_terms.append((j == nd) & S3["final"] & clean & present & (~is_end | (val & END_PAD_ERR).any()))
+            tl_terms.append((j == nd) & S3["cend"] & clean & present & (~is_end | (val & END_PAD_ERR).any()))
             seen_terms.append((j < need) & marker)
             clean = clean & present & is_code
         m.d.comb += [q_err_ov.eq(Cat(*ov_terms).any()), q_err_code.eq(Cat(*code_terms).any()),
                      q_err_tl.eq(Cat(*tl_terms).any()),
                      q_have.eq((CP.count >= need) | Cat(*seen_terms).any())]
-        rest_take = Signal(range(FIELD_MAX * L + 1), name="v_rest_take")
-        m.d.comb += rest_take.eq(S3["ro"][Lv])
+        # per lane: its code (entry pz_i), pair flag, candidate exponents; rest widths and offsets
+        c_lane = []
+        widths = []
+        for i in range(Lv):
+            sel = S3["pz"][i]
+            ln = {"pair": Signal(name=f"c_lpair{i}"), "e0": Signal(BF16_EXPONENT_BITS, name=f"c_e0_{i}"),
+                  "e1": Signal(BF16_EXPONENT_BITS, name=f"c_e1_{i}"), "neg0": Signal(name=f"c_neg0_{i}"),
+                  "neg1": Signal(name=f"c_neg1_{i}")}
+            d0 = Signal(X_BITS, name=f"c_ld0_{i}")
+            d1 = Signal(X_BITS, name=f"c_ld1_{i}")
+            if i:
+                m.d.comb += [d0.eq(Array(ent_d0[:i + 1])[sel]), d1.eq(Array(ent_d1[:i + 1])[sel]),
+                             ln["pair"].eq(S3["dz"][i] & Array(ent_pair[:i + 1])[sel])]
+            else:
+                m.d.comb += [d0.eq(ent_d0[0]), d1.eq(ent_d1[0]), ln["pair"].eq(S3["dz"][0] & ent_pair[0])]
+            m.d.comb += [ln["e0"].eq(S3["x"] - d0), ln["e1"].eq(S3["x"] - d1),
+                         ln["neg0"].eq(S3["dz"][i] & (d0 > S3["x"])), ln["neg1"].eq(S3["dz"][i] & (d1 > S3["x"]))]
+            c_lane.append(ln)
+            widths.append(S3["rw"][i] + ln["pair"])
+        ro = prefix_sums(m, widths, bits_for(REST_MAX * Lv), "ro")
+
+        S4 = {"v": Signal(name="S4_valid"),
+              "draft": [Signal(BF16_BITS, name=f"S4_draft{i}") for i in range(L)],
+              "dz": Signal(Lv, name="S4_dz"), "pair": Signal(Lv, name="S4_pair"),
+              "e0": [Signal(BF16_EXPONENT_BITS, name=f"S4_e0_{i}") for i in range(Lv)],
+              "e1": [Signal(BF16_EXPONENT_BITS, name=f"S4_e1_{i}") for i in range(Lv)],
+              "neg0": Signal(Lv, name="S4_neg0"), "neg1": Signal(Lv, name="S4_neg1"),
+              "rw": [Signal(4, name=f"S4_rw{i}") for i in range(Lv)],
+              "ro": [Signal(bits_for(REST_MAX * Lv), name=f"S4_ro{i}") for i in range(Lv + 1)],
+              "n": Signal(range(L + 1), name="S4_n"), "final": Signal(name="S4_final"),
+              "last": Signal(name="S4_last"), "cend": Signal(name="S4_chunk_end"),
+              "err_ov": Signal(name="S4_err_overrun"), "err_code": Signal(name="S4_err_code"),
+              "err_tl": Signal(name="S4_err_too_long")}
+        s4_free = Signal(name="s4_free")
+        c_fire = Signal(name="c_fire")
+        m.d.comb += c_fire.eq(S3["v"] & s4_free & (~full | q_have))
+        m.d.comb += s3_free.eq(~S3["v"] | c_fire)
+        c_err = Signal(name="c_err")
+        m.d.comb += c_err.eq(full & (q_err_ov | q_err_code | q_err_tl))
+        m.d.comb += CP.pop.eq(Mux(c_fire & full & ~c_err, need, 0))
+        with m.If(s4_free):
+            m.d.sync += S4["v"].eq(c_fire)
+        with m.If(c_fire):
+            m.d.sync += [S4["draft"][i].eq(S3["draft"][i]) for i in range(L)]
+            m.d.sync += [S4[k].eq(S3[k]) for k in ("dz", "n", "final", "last", "cend")]
+            m.d.sync += [S4["rw"][i].eq(S3["rw"][i]) for i in range(Lv)]
+            m.d.sync += [S4["ro"][i].eq(ro[i]) for i in range(Lv + 1)]
+            m.d.sync += [S4["pair"].eq(Cat(*[ln["pair"] for ln in c_lane])),
+                         S4["neg0"].eq(Cat(*[ln["neg0"] for ln in c_lane])),
+                         S4["neg1"].eq(Cat(*[ln["neg1"] for ln in c_lane]))]
+            m.d.sync += [S4["e0"][i].eq(c_lane[i]["e0"]) for i in range(Lv)]
+            m.d.sync += [S4["e1"][i].eq(c_lane[i]["e1"]) for i in range(Lv)]
+            m.d.sync += [S4["err_ov"].eq(full & q_err_ov), S4["err_code"].eq(full & q_err_code),
+                         S4["err_tl"].eq(full & q_err_tl)]
+
+        # ---- VERIFY -> OUT: full mode takes the rest bits of the beat
+        R = BitReader(IW, REST_MAX * Lv)
+        m.submodules.verif_rest_rd = R
+        wiring.connect(m, wiring.flipped(self.verif_rest), R.inp)
+        m.d.comb += [R.enable.eq(started & full), R.drain.eq(drain), R.flush.eq(flush)]
+        rest_take = Signal(range(REST_MAX * Lv + 1), name="v_rest_take")
+        m.d.comb += rest_take.eq(S4["ro"][Lv])
         rest_have = Signal(name="v_rest_have")
         m.d.comb += rest_have.eq(R.avail >= rest_take)
         rest_ov = Signal(name="v_rest_overrun")
         m.d.comb += rest_ov.eq(R.end_seen & ~rest_have)
-        m.d.comb += [R.take.eq(rest_take), R.skip.eq(S3["final"])]
+        m.d.comb += [R.take.eq(rest_take), R.skip.eq(S4["cend"])]
 
-        # assembly of the exact values (full mode)
+        # assembly of the exact values (full mode): a pair group's suffix bit t is the rest field's first
+        # bit and picks S[b_q + t]; the 8 bits after it are (s << 7) | f
         values = []
         neg_terms = []
         for i in range(L):
             if i < Lv:
-                rf = Signal(FIELD_MAX, name=f"rest_f{i}")
-                m.d.comb += rf.eq((R.win >> S3["ro"][i]) & ~(Const(0xFF, FIELD_MAX) << S3["rw"][i]))
-                dlt = Signal(X_BITS, name=f"delta{i}")
-                m.d.comb += dlt.eq(Array(d for _, d, _ in q_at[:Lv])[S3["pz"][i]])
+                rf = Signal(REST_MAX, name=f"rest_f{i}")
+                m.d.comb += rf.eq(R.win >> S4["ro"][i])
+                t = Signal(name=f"suffix{i}")
+                m.d.comb += t.eq(S4["pair"][i] & rf[0])
+                body = Signal(FIELD_MAX, name=f"rest_body{i}")
+                m.d.comb += body.eq(Mux(S4["pair"][i], rf[1:], rf[:FIELD_MAX]))
+                low = Signal(FIELD_MAX, name=f"rest_low{i}")          # a non-draft-zero lane's cut bits
+                m.d.comb += low.eq(rf[:FIELD_MAX] & ~(Const(0xFF, FIELD_MAX) << S4["rw"][i]))
                 e = Signal(BF16_EXPONENT_BITS, name=f"vexp{i}")
-                m.d.comb += e.eq(S3["x"] - dlt)
-                isdz = S3["dz"][i]
-                neg_terms.append(isdz & (dlt > S3["x"]))
+                m.d.comb += e.eq(Mux(t, S4["e1"][i], S4["e0"][i]))
+                neg_terms.append(Mux(t, S4["neg1"][i], S4["neg0"][i]))
                 fullv = Signal(BF16_BITS, name=f"full{i}")
-                m.d.comb += fullv.eq(Mux(isdz, Cat(rf[:BF16_MANTISSA_BITS], e, rf[BF16_MANTISSA_BITS]),
-                                         S3["draft"][i] | rf))
-                values.append(Mux(full, fullv, S3["draft"][i]))
+                m.d.comb += fullv.eq(Mux(S4["dz"][i], Cat(body[:BF16_MANTISSA_BITS], e, body[BF16_MANTISSA_BITS]),
+                                         S4["draft"][i] | low))
+                values.append(Mux(full, fullv, S4["draft"][i]))
             else:
-                values.append(S3["draft"][i])
+                values.append(S4["draft"][i])
         neg = Signal(name="v_neg")
         m.d.comb += neg.eq(Cat(*neg_terms).any())
 
         adv = Signal(name="adv")
         m.d.comb += adv.eq(~self.out.valid | self.out.ready)
-        v_ready = Signal(name="v_ready")                       # the beat's verification data is in
-        m.d.comb += v_ready.eq(~full | (q_have & (rest_have | rest_ov)
-                                         & ~(S3["final"] & rest_have & ~R.skip_ok & ~R.skip_err)))
+        v_ready = Signal(name="v_ready")                       # the beat's rest bits are in
+        m.d.comb += v_ready.eq(~full | ((rest_have | rest_ov)
+                                        & ~(S4["cend"] & rest_have & ~R.skip_ok & ~R.skip_err)))
         v_err = Signal(ERROR_BITS, name="v_err")
-        with m.If(S3["v"] & full & v_ready):
+        with m.If(S4["v"] & full & v_ready):
+            ov = S4["err_ov"] | rest_ov
+            ce = ~ov & (S4["err_code"] | neg)
             m.d.comb += [
-                v_err[Err.OVERRUN].eq(q_err_ov | rest_ov),
-                v_err[Err.CODE].eq(~q_err_ov & ~rest_ov & (q_err_code | neg)),
-                v_err[Err.TOO_LONG].eq(~q_err_ov & ~rest_ov & ~q_err_code & ~neg &
-                                       (q_err_tl | (S3["final"] & R.skip_err))),
+                v_err[Err.OVERRUN].eq(ov),
+                v_err[Err.CODE].eq(ce),
+                v_err[Err.TOO_LONG].eq(~ov & ~ce & (S4["err_tl"] | (S4["cend"] & R.skip_err))),
             ]
         fire_v = Signal(name="fire_v")
-        m.d.comb += fire_v.eq(S3["v"] & adv & v_ready & ~v_err.any())
-        m.d.comb += s3_free.eq(~S3["v"] | fire_v)
+        m.d.comb += fire_v.eq(S4["v"] & adv & v_ready & ~v_err.any())
+        m.d.comb += s4_free.eq(~S4["v"] | fire_v)
         m.d.comb += R.commit.eq(fire_v & full)
-        m.d.comb += CP.pop.eq(Mux(fire_v & full, need, 0))
 
         with m.If(adv):
             m.d.sync += self.out.valid.eq(fire_v)
         with m.If(fire_v):
-            m.d.sync += [self.out.payload.count.eq(S3["n"]), self.out.payload.sb_end.eq(S3["final"]),
-                         self.out.payload.last.eq(S3["last"])]
+            m.d.sync += [self.out.payload.count.eq(S4["n"]), self.out.payload.sb_end.eq(S4["final"]),
+                         self.out.payload.last.eq(S4["last"])]
             for i in range(L):
-                m.d.sync += self.out.payload.lanes[i].eq(Mux(i < S3["n"], values[i], 0))
+                m.d.sync += self.out.payload.lanes[i].eq(Mux(i < S4["n"], values[i], 0))
 
         # ---- START, errors, busy
         cfg_bad = self._config_error(r)
@@ -518,20 +727,23 @@ class DecoderC2v2(DecoderC1):
         with m.If(start & ~busy & ~err.any()):
             m.d.comb += [raise_err[Err.CONFIG].eq(cfg_bad), raise_err[Err.NO_BOOK].eq(~cfg_bad & no_book)]
             with m.If(~cfg_bad & ~no_book):
-                m.d.sync += [busy.eq(1), setup.eq(1), lay_ok.eq(0), in_on.eq(1), in_j.eq(0),
-                             in_rem.eq(r["numel"]), is_on.eq(1), sb_init.eq(1), f_init.eq(1),
-                             cp_init.eq(1)]
+                m.d.sync += [busy.eq(1), setup.eq(1), lay_ok.eq(0), in_on.eq(1), in_q.eq(0), in_s.eq(0),
+                             in_rem.eq(0), is_on.eq(1), sb_init.eq(1), f_init.eq(1), cp_init.eq(1),
+                             amask.eq((1 << r["chunk"]) - 1)]
+        with m.If(setup == 9):
+            m.d.sync += in_rem.eq(nsb)
         with m.If(busy):
             m.d.comb += [
+                raise_err[Err.CONFIG].eq(setup_err),
                 raise_err[Err.OVERRUN].eq(in_err_ov | v_err[Err.OVERRUN]),
                 raise_err[Err.TOO_LONG].eq(in_err_tl | v_err[Err.TOO_LONG]),
                 raise_err[Err.KEEP].eq(keep_err),
                 raise_err[Err.CODE].eq(v_err[Err.CODE]),
             ]
-        with m.If(fire_v & S3["last"]):
+        with m.If(fire_v & S4["last"]):
             m.d.sync += busy.eq(0)
         with m.If(flush):
-            m.d.sync += [I["v"].eq(0), S2["v"].eq(0), S3["v"].eq(0), sb_init.eq(0)]
+            m.d.sync += [I["v"].eq(0), S2["v"].eq(0), S3["v"].eq(0), S4["v"].eq(0), sb_init.eq(0)]
         with m.If(raise_err.any()):
             m.d.sync += [err.eq(err | raise_err), busy.eq(0), in_on.eq(0), is_on.eq(0), setup.eq(0),
                          lay_ok.eq(0)]

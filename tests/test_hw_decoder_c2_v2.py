@@ -16,8 +16,11 @@ import pytest
 
 from cassandra_rtl.errors import ConfigError
 from cassandra_rtl.golden.codebook import Codebook
+from cassandra_rtl.golden.codec import encode_tensor
+from cassandra_rtl.golden.config import CodecConfig
+from cassandra_rtl.hw.decoder import Err, Reg
 from cassandra_rtl.hw.decoder_c2_v2 import DecoderC2v2
-from cassandra_rtl.hw.simutil import DecodeJob, Stalls, run_decoder
+from cassandra_rtl.hw.simutil import DecodeJob, Stalls, decoder_planes, decoder_program, run_decoder
 from hw_helpers import check, check_recovers, check_reset_mid_stream, weights
 from test_hw_decoder_c2 import ERROR_KINDS, RECOVERY_KINDS, _error_case, _sorted_patterns, _spread_patterns, c2
 
@@ -60,7 +63,7 @@ def test_c2v2_kv_kind_same_stream():
     run(DecoderC2v2(4), [DecodeJob(enc, True), DecodeJob(enc, False)], seed=17)
 
 
-@pytest.mark.parametrize("kw", [{"bitmap_words": 1}, {"code_lanes": 1},
+@pytest.mark.parametrize("kw", [{"bitmap_words": 2, "field_slots": 3}, {"code_lanes": 1},
                                 {"verif_lanes": 4, "code_lanes": 2}, {"code_seg": 32, "code_depth": 64}])
 def test_c2v2_small_buffers_and_lane_counts(kw):
     """Minimal bitmap FIFO, one code per code-plane pass, full-rate full mode (Lv = L) with few code
@@ -197,7 +200,7 @@ def test_c2v2_malformed_raises_sticky_error_and_recovers(kind):
 @pytest.mark.parametrize("kw", [{"lanes": 0}, {"lanes": 3}, {"lanes": 64}, {"lanes": 4, "word": 48},
                                 {"lanes": 8, "word": 64}, {"lanes": 4, "verif_lanes": 8},
                                 {"lanes": 4, "verif_lanes": 3}, {"lanes": 4, "code_seg": 8},
-                                {"lanes": 4, "code_lanes": 0}, {"lanes": 4, "bitmap_words": 0},
+                                {"lanes": 4, "code_lanes": 0}, {"lanes": 4, "bitmap_words": 1},
                                 {"lanes": 4, "code_depth": 24}])
 def test_c2v2_rejects_bad_parameters(kw):
     with pytest.raises(ConfigError):
@@ -223,3 +226,130 @@ def test_c2v2_reset_mid_stream_returns_to_idle():
     enc = c2(weights(256, 31), 64, 3, 0.5)
     dut = DecoderC2v2(4)
     check_reset_mid_stream(dut, enc, word=dut.word, ticks=20)
+
+
+# ------------------------------------------------------------------------------------------- format 2.0
+
+def c2f2(bits, group, m, keep=None, keep_count=None, A=1, pairs=None, kind="weight"):
+    """A format 2.0 C2 tensor: chunks of ``A`` superblocks; ``pairs`` = None (no pair groups), "alt" (every
+    other group of the first half of the golden book is a pair) or "all" (the first half all pairs). Golden
+    only chooses pairs where they pay, which small random tensors rarely show, so the masks are set here."""
+    cfg = CodecConfig(scheme="c2", group_size=group, mantissa_bits=m, keep_ratio=keep, keep_count=keep_count,
+                      kind=kind, chunk_superblocks=A, pair_codes=False)
+    enc = encode_tensor(bits, cfg)
+    if pairs is None:
+        return enc
+    syms = enc.verif_book.symbols
+    step = 2 if pairs == "alt" else 1
+    mask = sum(1 << q for q in range(0, len(syms) // 2, step))
+    return encode_tensor(bits, cfg, books=(None, Codebook(syms, mask)))
+
+
+@pytest.mark.parametrize("lanes,full,m,keep,group,A,pairs", [
+    (4, True, 3, 0.5, 64, 2, "alt"), (4, True, 3, 0.3, 32, 8, "all"), (4, False, 3, 1.0, 64, 8, None),
+    (8, True, 2, 1.0, 128, 8, "alt"), (8, False, 5, 0.5, 128, 8, None), (4, True, 6, 0.3, 64, 1, "all"),
+    (8, True, 3, 0.5, 32, 2, None),
+    pytest.param(8, True, 7, 0.3, 256, 4, "alt", marks=pytest.mark.slow),
+    pytest.param(16, True, 3, 0.5, 64, 16, "all", marks=pytest.mark.slow),
+])
+def test_c2v2_format2_random_tensor(lanes, full, m, keep, group, A, pairs):
+    """Chunks of A superblocks (partial last chunk and superblock) and pair groups in the verification
+    book, against golden, with idles on every input and backpressure."""
+    bits = weights(3 * A * group - 37 + lanes, seed=lanes * 7 + m)
+    enc = c2f2(bits, group, m, keep, A=A, pairs=pairs)
+    assert enc.nchunks == 3 and (pairs is None) == (enc.verif_book.pairs == 0)
+    run(DecoderC2v2(lanes), [DecodeJob(enc, full)], seed=lanes + m + A)
+
+
+def test_c2v2_format2_back_to_back_with_v1():
+    """2.0 and v1 tensors back to back (CHUNK / VERIF_PAIRS rewritten only when they change), both modes."""
+    bits = weights(700, 4)
+    a = c2f2(bits, 64, 3, 0.5, A=8, pairs="alt")
+    b = c2(bits[:300], 32, 4, 1.0)
+    d = c2f2(bits[:500], 128, 2, 0.3, A=2, pairs="all")
+    jobs = [DecodeJob(a, True), DecodeJob(b, True), DecodeJob(d, False), DecodeJob(d, True), DecodeJob(a, False)]
+    run(DecoderC2v2(4), jobs, seed=4)
+
+
+@pytest.mark.parametrize("group,m,keep_count,A", [
+    (32, 0, 1, 32),     # 42-bit superblocks: three start in one 128-bit word (the ingest holds the word)
+    (32, 0, 32, 8),     # no bitmap, 72-bit superblocks
+    (256, 7, 250, 4),   # 256-bit bitmaps, X + 8 fields past the two-word view (X-only steps)
+])
+def test_c2v2_format2_superblock_sizes(group, m, keep_count, A):
+    bits = weights(2 * A * group + 3 * group // 2, seed=group + m)
+    bits[:32] = 0x0001                                    # a block of subnormals (X = 0)
+    bits[32:64] = 0x7F7F                                  # a block of X = 254 ...
+    bits[64] = 0x7F80                                     # ... and one of Inf (X = 255)
+    enc = c2f2(bits, group, m, keep_count=keep_count, A=A, pairs="alt")
+    run(DecoderC2v2(8), [DecodeJob(enc, False), DecodeJob(enc, True)], seed=group)
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_c2v2_format2_bf16_pattern_spread(full):
+    """The pattern spread of the v1 test (every exponent, X = 0..255, subnormal drafts, escapes) in chunks
+    of 8 superblocks with pair groups."""
+    enc = c2f2(_spread_patterns()[:1280], 128, 2, 0.75, A=8, pairs="all")
+    run(DecoderC2v2(4), [DecodeJob(enc, full)], seed=9)
+
+
+@pytest.mark.parametrize("group,keep,A", [(128, 0.5, 8), (32, 0.5, 32), (256, 1.0, 4)])
+def test_c2v2_format2_no_bubbles(group, keep, A):
+    """No stalls: one full beat per cycle inside and across chunks (superblocks back to back in a chunk)."""
+    bits = weights(16 * group, 3)
+    enc = c2f2(bits, group, 3, keep, A=A, pairs="alt")
+    for full, per_beat in ((False, 8), (True, 4)):
+        res = run(DecoderC2v2(8), [DecodeJob(enc, full)], stall=0.0)
+        beats = len(res.meta[0])
+        assert beats == 16 * group // per_beat
+        assert res.cycles <= beats + 22, f"full={full}: {res.cycles} cycles for {beats} beats"
+
+
+def _f2_error_case(kind):
+    enc = c2f2(weights(600, 21), 64, 3, 0.3, A=4, pairs="alt")      # spec.mx chunk 0: 90 bytes
+    planes = decoder_planes(enc, True, 64)
+    job = DecodeJob(enc, True, planes=planes)
+    first_last = {p: [i for i, (_, l) in enumerate(w) if l][0] for p, w in planes.items()}
+    w = {p: list(v) for p, v in planes.items()}
+    if kind in ("chunk", "chunk_g256"):   # CHUNK beyond 6, or A * G > 1024
+        group = 256 if kind == "chunk_g256" else 64
+        e = c2(weights(300, 1), group, 3, 0.5)
+        prog = [(int(Reg.CHUNK), 3 if group == 256 else 7)] + decoder_program(e, True, force_format2=False)
+        return DecodeJob(e, True, program=prog), Err.CONFIG
+    if kind == "pairs":                   # a pair bit at q >= Q
+        prog = [(int(Reg.VERIF_PAIRS), 1 << 14) if a == Reg.VERIF_PAIRS else (a, d)
+                for a, d in decoder_program(enc, True, force_format2=True)]
+        job.program = prog
+        return job, Err.CONFIG
+    if kind in ("overrun_mx", "overrun_rest"):    # chunk 0 ends one word early
+        p = "spec_mx" if kind == "overrun_mx" else "verif_rest"
+        i = first_last[p]
+        w[p][i - 1] = (w[p][i - 1][0], 1)
+        del w[p][i]
+    elif kind == "too_long_mx":            # an extra zero word before chunk 0's last
+        w["spec_mx"].insert(first_last["spec_mx"], (0, 0))
+    elif kind == "padding_mx":             # a non-zero top bit in chunk 0's last word
+        i = first_last["spec_mx"]
+        w["spec_mx"][i] = (w["spec_mx"][i][0] | 1 << 63, 1)
+    elif kind == "overrun_codes":          # verif.codes chunk 0 ends after its first word
+        w["verif_codes"] = [(w["verif_codes"][0][0], 1)] + w["verif_codes"][first_last["verif_codes"] + 1:]
+    job.planes = w
+    bit = {"overrun_mx": Err.OVERRUN, "overrun_rest": Err.OVERRUN, "too_long_mx": Err.TOO_LONG,
+           "padding_mx": Err.TOO_LONG, "overrun_codes": Err.OVERRUN}[kind]
+    return job, bit
+
+
+@pytest.mark.parametrize("kind", ["chunk", "chunk_g256", "pairs", "overrun_mx", "overrun_rest", "too_long_mx",
+                                  "padding_mx", "overrun_codes"])
+def test_c2v2_format2_malformed_raises_error(kind):
+    """Bad format 2.0 registers raise CONFIG; malformed chunks of several superblocks raise v1's bits."""
+    dut = DecoderC2v2(4, word=64) if kind != "chunk_g256" else DecoderC2v2(4)
+    bad, bit = _f2_error_case(kind)
+    if kind == "chunk_g256":
+        bad.planes = None
+    res = run_decoder(dut, [bad], Stalls(STALL, STALL, seed=3), max_cycles=6000, expect_error=True)
+    assert res.error_code == 1 << bit, f"expected error bit {bit}, got {res.error_code:#x}"
+    assert res.busy == 0
+    if kind in ("pairs", "overrun_mx"):
+        bad, _ = _f2_error_case(kind)
+        check_recovers(dut, bad, c2f2(weights(300, 2), 32, 3, 0.5, A=4, pairs="alt"), pre_wait=100)
