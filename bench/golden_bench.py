@@ -5,6 +5,13 @@
                                  [--impl native|numpy|both]
     python bench/golden_bench.py --marking        # pruned mark as a symbol vs a bitmap (FORMAT.md §3.3)
     python bench/golden_bench.py --accounting     # where every bit goes at keep 1.0 / 0.5 / 0.3 (FORMAT.md)
+    python bench/golden_bench.py --accounting --chunk-superblocks 8 --pairs    # the same for format 2.0 features
+    python bench/golden_bench.py --totals [--tensors layers:0,10,20,29 | all | synthetic]
+                                  # total bits/value, C1 and C2 x keep 1.0/0.5/0.3, v1 policy vs 2.0 policy
+
+``--tensors`` (accounting and totals): ``all`` (the 210 linear weights, default), ``layers:0,10,20,29`` (the
+layers bench/peers.py uses) or ``synthetic`` (bench/peers.py's held-out-style tensors). Tensors with 2.0
+features run on the numpy codec until the compiled one reads them (codec._use_native).
 
 Throughput is MB/s of bf16 (2 bytes per value) over wall-clock time on this machine; the CPU time is
 printed too, since other jobs on a shared machine inflate wall-clock time. ``--impl`` picks the codec
@@ -21,22 +28,43 @@ from pathlib import Path
 
 import numpy as np
 
+from cassandra_rtl.errors import ConfigError
 from cassandra_rtl.golden.codebook import build_codebook
 from cassandra_rtl.golden.codec import decode_draft, decode_full, encode_tensor, keep_mask
-from cassandra_rtl.golden.config import BF16_MANTISSA_BITS, PRUNED, CodecConfig
+from cassandra_rtl.golden.config import BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, PRUNED, CodecConfig
 from cassandra_rtl.golden.io import bundled_model_path, read_tensors
 from cassandra_rtl.golden.stats import aggregate, entropy_bits, huffman_bits, tensor_stats, unary_rank_bits
 from cassandra_rtl.progress import progress
 
 
-def linear_weights(max_tensors: int | None):
+def linear_weights(max_tensors: int | None, which: str = "all"):
+    if which == "synthetic":
+        sys.path.insert(0, str(Path(__file__).parent))
+        from peers import synthetic_tensors
+        yield from synthetic_tensors()[: max_tensors or None]
+        return
+    layers = None if which == "all" else {int(x) for x in which.split(":", 1)[1].split(",")}
     n = 0
     for name, bits in read_tensors(bundled_model_path()):
         if bits.ndim == 2 and not name.startswith("token_embd"):
+            if layers is not None and not (name.startswith("blk.") and int(name.split(".")[1]) in layers):
+                continue
             yield name, bits
             n += 1
             if max_tensors and n >= max_tensors:
                 return
+
+
+def tensor_set(value: str) -> str:
+    if value in ("all", "synthetic"):
+        return value
+    if value.startswith("layers:"):
+        try:
+            [int(x) for x in value.split(":", 1)[1].split(",")]
+            return value
+        except ValueError:
+            pass
+    raise argparse.ArgumentTypeError(f"--tensors must be all, synthetic or layers:N,N,...; got {value!r}")
 
 
 def book_bits(symbols: np.ndarray, required=None) -> float:
@@ -98,15 +126,17 @@ def throughput(args, impl: str = "auto", tensors=None) -> dict:
 
 
 def accounting(args) -> dict:
-    """C1 bit accounting on SmolLM2's linear weights: every bit of every plane and index, by what it carries
-    (the sums equal the encoded sizes; checked). Bits per value, value-weighted over the tensors."""
+    """C1 bit accounting: every bit of every plane and index, by what it carries (the sums equal the encoded
+    sizes; checked). Bits per value, value-weighted over the tensors. Chunks of ``--chunk-superblocks``
+    superblocks, pair groups with ``--pairs`` (their suffix bits are rows of the companion planes)."""
     keeps = (1.0, 0.5, 0.3)
-    tensors = list(linear_weights(args.max_tensors))
+    tensors = list(linear_weights(args.max_tensors, args.tensors))
     values = sum(b.size for _, b in tensors)
     m = args.mantissa_bits
     rows: dict[float, dict] = {}
     for keep in keeps:
-        cfg = CodecConfig(scheme="c1", keep_ratio=keep, mantissa_bits=m, group_size=args.group_size)
+        cfg = CodecConfig(scheme="c1", keep_ratio=keep, mantissa_bits=m, group_size=args.group_size,
+                          chunk_superblocks=args.chunk_superblocks, pair_codes=args.pairs)
         acc: dict[str, float] = {}
 
         def add(key, bits_):
@@ -119,44 +149,100 @@ def accounting(args) -> dict:
             e = ((flat >> 7) & 0xFF).astype(np.int64)
             sym = np.where(kept, e, PRUNED)
             sb, vb = enc.spec_book, enc.verif_book
-            sl = sb.code_lengths()[sym]
-            sesc = sb.rank_table()[sym] == sb.K
+            g = sb.group_table()[sym]
+            sesc = g == sb.Q
+            sl = np.where(sesc, sb.Q + 1 + ESCAPE_PAYLOAD_BITS, g + 1)        # code-plane bits
+            ssuf = sb.pair_bits()[g]                                          # suffix bits (in spec.signman)
             add("spec.codes: kept exponents", sl[kept & ~sesc].sum())
             add("spec.codes: pruned mark P", sl[~kept].sum())
             add("spec.codes: escapes (code + 8 raw bits)", sl[sesc].sum())
             add("spec.codes: chunk padding", 8 * len(enc.planes["spec.codes"]) - sl.sum())
             add("spec.codes: index", 8 * enc.index_bytes("spec.codes"))
             nk = int(kept.sum())
+            add("spec.signman: suffix bits of pair groups", ssuf[kept].sum())
             add(f"spec.signman: sign + {m} mantissa bits", nk * (1 + m))
-            add("spec.signman: chunk padding", 8 * len(enc.planes["spec.signman"]) - nk * (1 + m))
+            add("spec.signman: chunk padding", 8 * len(enc.planes["spec.signman"]) - nk * (1 + m) - ssuf[kept].sum())
+            add("spec.signman: index", 8 * enc.index_bytes("spec.signman"))
             pe = e[~kept]
-            vl = vb.code_lengths()[pe]
-            vesc = vb.rank_table()[pe] == vb.K
+            gv = vb.group_table()[pe]
+            vesc = gv == vb.Q
+            vl = np.where(vesc, vb.Q + 1 + ESCAPE_PAYLOAD_BITS, gv + 1)
+            vsuf = vb.pair_bits()[gv]
             add("verif.codes: pruned exponents", vl[~vesc].sum())
             add("verif.codes: escapes (code + 8 raw bits)", vl[vesc].sum())
             add("verif.codes: chunk padding", 8 * len(enc.planes["verif.codes"]) - vl.sum())
             add("verif.codes: index", 8 * enc.index_bytes("verif.codes"))
-            rest = nk * (BF16_MANTISSA_BITS - m) + (flat.size - nk) * 8
+            rest = nk * (BF16_MANTISSA_BITS - m) + (flat.size - nk) * 8 + vsuf.sum()
+            add("verif.rest: suffix bits of pair groups", vsuf.sum())
             add(f"verif.rest: kept low {BF16_MANTISSA_BITS - m} mantissa bits",  nk * (BF16_MANTISSA_BITS - m))
             add("verif.rest: pruned sign + 7 mantissa bits", (flat.size - nk) * 8)
             add("verif.rest: chunk padding", 8 * len(enc.planes["verif.rest"]) - rest)
+            add("verif.rest: index", 8 * enc.index_bytes("verif.rest"))
+            add("ref. exponent code, all values (code-plane bits without P, escapes, suffix bits)",
+                sl.sum() + ssuf.sum() + vl.sum() + vsuf.sum() - sl[~kept].sum())
             add("ref. entropy of the spec.codes symbols (exponent or P), per tensor",
                 entropy_bits(np.bincount(sym, minlength=PRUNED + 1)) * flat.size)
+            add("ref. Huffman of the spec.codes symbols (exponent or P), per tensor",
+                huffman_bits(np.bincount(sym, minlength=PRUNED + 1)) * flat.size)
             add("ref. entropy of the pruned exponents, per tensor",
                 entropy_bits(np.bincount(pe, minlength=256)) * pe.size if pe.size else 0.0)
+            add("ref. Huffman of the pruned exponents, per tensor",
+                huffman_bits(np.bincount(pe, minlength=256)) * pe.size if pe.size else 0.0)
             add("ref. exponent entropy (all values), per tensor", entropy_bits(np.bincount(e, minlength=256)) * flat.size)
             add("ref. exponent Huffman (all values), per tensor", huffman_bits(np.bincount(e, minlength=256)) * flat.size)
             add("total (encoded sizes)", 8 * (enc.spec_nbytes + enc.verif_nbytes))
             add("speculation (encoded sizes)", 8 * enc.spec_nbytes)
         per = {k: v / values for k, v in acc.items()}
-        parts = sum(v for k, v in per.items() if ":" in k)
+        parts = sum(v for k, v in per.items() if ":" in k and not k.startswith("ref."))
         if abs(parts - per["total (encoded sizes)"]) > 1e-9:
             sys.exit(f"accounting does not add up at keep {keep}: {parts} vs {per['total (encoded sizes)']}")
         rows[keep] = per
-    return {"command": "python bench/golden_bench.py --accounting" + (f" --max-tensors {args.max_tensors}"
-                                                                       if args.max_tensors else ""),
-            "scheme": "c1", "group_size": args.group_size, "mantissa_bits": m, "values": values,
+    cmd = "python bench/golden_bench.py --accounting"
+    cmd += f" --chunk-superblocks {args.chunk_superblocks}" if args.chunk_superblocks != 1 else ""
+    cmd += " --pairs" if args.pairs else ""
+    cmd += f" --tensors {args.tensors}" if args.tensors != "all" else ""
+    cmd += f" --max-tensors {args.max_tensors}" if args.max_tensors else ""
+    return {"command": cmd, "scheme": "c1", "group_size": args.group_size, "mantissa_bits": m,
+            "chunk_superblocks": args.chunk_superblocks, "pair_codes": args.pairs, "values": values,
             "tensors": len(tensors), "bits_per_value": {str(k): v for k, v in rows.items()}}
+
+
+def totals(args) -> dict:
+    """Total bits/value (speculation + verification incl. indexes and padding), C1 and C2 at keep 1.0 / 0.5 /
+    0.3: format 1.0 (A = 1, no pairs) vs the 2.0 golden policy (A = 1024 / G, pairs). Every round trip is
+    checked."""
+    tensors = list(linear_weights(args.max_tensors, args.tensors))
+    values = sum(b.size for _, b in tensors)
+    out = {}
+    policies = {"v1": dict(chunk_superblocks=1, pair_codes=False),
+                "v2": dict(chunk_superblocks=1024 // args.group_size, pair_codes=True)}
+    for scheme in ("c1", "c2"):
+        for keep in (1.0, 0.5, 0.3):
+            for pol, kw in policies.items():
+                cfg = CodecConfig(scheme=scheme, keep_ratio=keep, mantissa_bits=args.mantissa_bits,
+                                  group_size=args.group_size, **kw)
+                nbytes = spec = 0
+                for name, bits in progress(tensors, desc=f"{scheme} keep {keep} {pol}", unit="tensor"):
+                    enc = encode_tensor(bits, cfg)
+                    if not np.array_equal(decode_full(enc), bits):
+                        sys.exit(f"round trip failed on {name} ({scheme} keep {keep} {pol})")
+                    nbytes += enc.spec_nbytes + enc.verif_nbytes
+                    spec += enc.spec_nbytes
+                out[f"{scheme} keep {keep} {pol}"] = {"total": 8 * nbytes / values, "speculation": 8 * spec / values}
+    cmd = "python bench/golden_bench.py --totals" + (f" --tensors {args.tensors}" if args.tensors != "all" else "")
+    return {"command": cmd, "group_size": args.group_size, "mantissa_bits": args.mantissa_bits,
+            "values": values, "tensors": len(tensors), "bits_per_value": out}
+
+
+def totals_table(r: dict) -> str:
+    b = r["bits_per_value"]
+    lines = ["| scheme | keep | v1.0 total | 2.0 total | 2.0 − v1.0 | v1.0 spec | 2.0 spec |", "|---|---|---|---|---|---|---|"]
+    for scheme in ("c1", "c2"):
+        for keep in (1.0, 0.5, 0.3):
+            v1, v2 = b[f"{scheme} keep {keep} v1"], b[f"{scheme} keep {keep} v2"]
+            lines.append(f"| {scheme.upper()} | {keep} | {v1['total']:.3f} | **{v2['total']:.3f}** | "
+                         f"{v2['total'] - v1['total']:+.3f} | {v1['speculation']:.3f} | {v2['speculation']:.3f} |")
+    return "\n".join(lines)
 
 
 def accounting_table(r: dict) -> str:
@@ -180,18 +266,36 @@ def main() -> None:
     ap.add_argument("--max-tensors", type=int, default=None, help="only the first N linear weights")
     ap.add_argument("--marking", action="store_true", help="compare ways of marking pruned values")
     ap.add_argument("--accounting", action="store_true", help="C1 bit accounting at keep 1.0 / 0.5 / 0.3")
+    ap.add_argument("--chunk-superblocks", type=int, default=1, help="A for --accounting (format 2.0 chunks)")
+    ap.add_argument("--pairs", action="store_true", help="pair groups in the books for --accounting (format 2.0)")
+    ap.add_argument("--totals", action="store_true", help="total bits/value, v1.0 vs the 2.0 policy")
+    ap.add_argument("--tensors", type=tensor_set, default="all", help="all | layers:0,10,20,29 | synthetic")
     ap.add_argument("--impl", default="both", choices=["native", "numpy", "both"])
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.marking:
         marking(args)
         return
+    try:
+        CodecConfig(group_size=args.group_size, chunk_superblocks=args.chunk_superblocks)
+    except ConfigError as exc:
+        sys.exit(f"golden_bench: {exc}")
+    out = Path("build/bench")
     if args.accounting:
         r = accounting(args)
-        out = Path("build/bench")
         out.mkdir(parents=True, exist_ok=True)
-        (out / "accounting.json").write_text(json.dumps(r, indent=2))
+        tag = "" if (args.chunk_superblocks, args.pairs) == (1, False) else f"-A{args.chunk_superblocks}" + (
+            "-pairs" if args.pairs else "")
+        tag += "" if args.tensors == "all" else "-" + args.tensors.replace(":", "").replace(",", "_")
+        (out / f"accounting{tag}.json").write_text(json.dumps(r, indent=2))
         print(json.dumps(r, indent=2) if args.json else accounting_table(r))
+        return
+    if args.totals:
+        r = totals(args)
+        out.mkdir(parents=True, exist_ok=True)
+        tag = "" if args.tensors == "all" else "-" + args.tensors.replace(":", "").replace(",", "_")
+        (out / f"totals{tag}.json").write_text(json.dumps(r, indent=2))
+        print(json.dumps(r, indent=2) if args.json else totals_table(r))
         return
     impls = ("native", "numpy") if args.impl == "both" else (args.impl,)
     tensors = list(linear_weights(args.max_tensors))

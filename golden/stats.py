@@ -5,7 +5,8 @@ import heapq
 
 import numpy as np
 
-from .codec import INDEXED, PLANES, EncodedTensor, decode_full
+from .codec import PLANES, EncodedTensor, _decode_c1_spec, _decode_c2_spec, decode_full
+from .config import PRUNED
 
 
 def entropy_bits(counts: np.ndarray) -> float:
@@ -39,6 +40,21 @@ def unary_rank_bits(counts: np.ndarray) -> float:
     return float((c * np.arange(1, len(c) + 1)).sum() / c.sum()) if c.sum() else 0.0
 
 
+def suffix_bits(enc: EncodedTensor, bits: np.ndarray) -> int:
+    """Suffix bits of pair groups (FORMAT.md §3.1) the companion planes carry: the part of the exponent code
+    that lives outside the code planes (0 without pairs)."""
+    if not ((enc.spec_book is not None and enc.spec_book.pairs) or enc.verif_book.pairs):
+        return 0
+    e = ((np.asarray(bits).reshape(-1) >> 7) & 0xFF).astype(np.int64)
+    vb = enc.verif_book
+    if enc.config.scheme == "c1":
+        _, kept, sym, *_ = _decode_c1_spec(enc)
+        sb = enc.spec_book
+        return int(sb.pair_bits()[sb.group_table()[sym[kept]]].sum() + vb.pair_bits()[vb.group_table()[e[~kept]]].sum())
+    _, _, nz, Xv, *_ = _decode_c2_spec(enc)
+    return int(vb.pair_bits()[vb.group_table()[np.minimum(Xv - e, PRUNED)[~nz]]].sum())
+
+
 def tensor_stats(enc: EncodedTensor, original_bits: np.ndarray | None = None) -> dict:
     """Sizes from the real planes and indexes; exponent statistics from the (decoded) original bits."""
     n = max(enc.numel, 1)
@@ -57,12 +73,15 @@ def tensor_stats(enc: EncodedTensor, original_bits: np.ndarray | None = None) ->
             "verification": 8 * enc.verif_nbytes / n,
         },
         "planes_bits_per_value": planes,
-        "index_bits_per_value": sum(8 * enc.index_bytes(p) for p in INDEXED[scheme]) / n,
+        "index_bits_per_value": sum(8 * enc.index_bytes(p) for p in enc.indexed_planes) / n,
         "exponent_entropy_bits": entropy_bits(e_counts),
         "exponent_huffman_bits": huffman_bits(e_counts),
         "exponent_unary_rank_bits": unary_rank_bits(e_counts),
         "exponent_code_bits": sum(8 * len(enc.planes[p]) for p in code_planes) / n,
+        "exponent_suffix_bits": suffix_bits(enc, bits) / n,     # pair groups: code bits in the companion planes
         "escapes_possible_K": {"spec": enc.spec_book.K if enc.spec_book else None, "verif": enc.verif_book.K},
+        "chunk_superblocks": enc.chunk_superblocks,
+        "pairs": {"spec": enc.spec_book.pairs if enc.spec_book else None, "verif": enc.verif_book.pairs},
         "_exponent_counts": e_counts,
     }
 
@@ -91,6 +110,7 @@ def aggregate(stats: list[dict]) -> dict:
         "exponent_huffman_bits": huffman_bits(pooled),
         "exponent_unary_rank_bits": unary_rank_bits(pooled),
         "exponent_code_bits": wmean(lambda s: s["exponent_code_bits"]),
+        "exponent_suffix_bits": wmean(lambda s: s.get("exponent_suffix_bits", 0.0)),
     }
 
 
