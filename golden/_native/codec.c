@@ -89,6 +89,11 @@ static inline void put_code(wr_t *w, int32_t ce, int Q, int sym) {
 #define DEC_PAIR(d) (((d) >> 18) & 1)
 #define DEC_SYM(d, t) ((((uint32_t)(d)) >> (9 * (t))) & 0x1FF)     /* t = 0: S[b_q]; t = 1: S[b_q + 1] */
 
+static const uint32_t WMASK[33] = {                                   /* WMASK[w] = 2^w - 1 */
+    0x0, 0x1, 0x3, 0x7, 0xF, 0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF, 0x3FFF, 0x7FFF,
+    0xFFFF, 0x1FFFF, 0x3FFFF, 0x7FFFF, 0xFFFFF, 0x1FFFFF, 0x3FFFFF, 0x7FFFFF, 0xFFFFFF, 0x1FFFFFF,
+    0x3FFFFFF, 0x7FFFFFF, 0xFFFFFFF, 0x1FFFFFFF, 0x3FFFFFFF, 0x7FFFFFFF, 0xFFFFFFFF};
+
 /* Decode `count` codes starting at stream bit `start` of a chunk ending at bit `end`; returns the bits
  * used, or -1. out[i] = the group's decoder entry (escape: raw | raw << 9, no pair). The codes are taken
  * from a 64-bit register refilled when fewer than 24 bits (the longest code) remain, so the loop-carried
@@ -349,7 +354,8 @@ static inline __attribute__((always_inline)) int c1_decode_body(
     (void)codes_len; (void)signman_len; (void)vcodes_len; (void)rest_len;     /* checked by the caller */
     int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A;
     int32_t sym[256], pe[257];
-    const uint32_t mmask = (1u << m) - 1;
+    uint32_t smtab[256];                /* signman field (s << m) | top m mantissa bits -> draft bits but e */
+    for (uint32_t f = 0; f < (2u << m); f++) smtab[f] = ((f >> m) << 15) | ((f & ((1u << m) - 1)) << (7 - m));
     for (int64_t c = 0; c < nch; c++) {
         int64_t s_hi = imin64(nsb, (c + 1) * A);
         int64_t cpos = codes_off[c] * 8, cend = codes_off[c + 1] * 8;
@@ -384,15 +390,14 @@ static inline __attribute__((always_inline)) int c1_decode_body(
                 uint32_t km = 0u - (uint32_t)kp;                    /* mask arithmetic: kp is data-dependent */
                 int ps = HS ? DEC_PAIR(d) : 0;
                 int ws = (int)((uint32_t)(1 + m + ps) & km);
-                uint32_t fs = (uint32_t)peek(signman, spos) & ((1u << ws) - 1);
+                uint32_t fs = (uint32_t)peek(signman, spos) & WMASK[ws];
                 spos += ws;
                 int t = HS ? (int)(fs & (uint32_t)ps) : 0;
-                fs >>= ps;
-                uint32_t vk = ((fs >> m) << 15) | ((DEC_SYM(d, t) & 0xFF) << 7) | ((fs & mmask) << (7 - m));
+                uint32_t vk = smtab[fs >> ps] | ((DEC_SYM(d, t) & 0xFF) << 7);
                 if (merged) {
                     int32_t dv = pe[j];
                     int w = (int)(((uint32_t)(7 - m) & km) | (8u & ~km));
-                    uint32_t r = (uint32_t)peek(rest, rpos) & ((1u << w) - 1);
+                    uint32_t r = (uint32_t)peek(rest, rpos) & WMASK[w];
                     rpos += w;
                     uint32_t vp = ((r >> 7) << 15) | ((uint32_t)dv << 7) | (r & 0x7F);
                     j += !kp;
