@@ -200,7 +200,7 @@ class CassandraModel:
             t1 = time.perf_counter()
             cpath.parent.mkdir(parents=True, exist_ok=True)
             w = art_mod.write_artifact(ck, alloc, cpath, digest=digest, progress=progress,
-                                       producer="cassandra-rtl generate (model cache)")
+                                       producer="cassandra-rtl generate (model cache)", consume=True)
             say(f"[generate] model cache: encoded {path.name} once into {cpath} ({w['bytes'] / 1e6:.1f} MB, "
                 f"{time.perf_counter() - t1:.1f} s); later runs load it (--cache-dir DIR, --no-cache)")
             del ck

@@ -173,9 +173,10 @@ def tokenizer_from_json(d):
 
 
 # ------------------------------------------------------------------------------------------ writing
-def encode_checkpoint(ck, alloc: Allocation, progress=None):
+def encode_checkpoint(ck, alloc: Allocation, progress=None, consume: bool = False):
     """Yields ``(name, EncodedTensor)`` for every tensor of ``ck``: 2-D weights with ``alloc``'s config and
-    salience, 1-D exact. ``decode_full`` is checked against the checkpoint's bits here, once, at encode time."""
+    salience, 1-D exact. ``decode_full`` is checked against the checkpoint's bits here, once, at encode time.
+    ``consume``: drop each tensor from ``ck.bits`` once it is encoded (the checkpoint is not needed again)."""
     alloc.check(ck)
     sal = alloc.salience_for(ck)
     names = list(ck.bits)
@@ -188,6 +189,8 @@ def encode_checkpoint(ck, alloc: Allocation, progress=None):
             enc = encode_tensor(b, vec)
         if not np.array_equal(decode_full(enc).reshape(b.shape), b):
             raise AssertionError(f"decode_full({name}) differs from the original bits")
+        if consume:
+            del ck.bits[name], b
         if progress:
             progress(i + 1, len(names), f"encode {name}")
         yield name, enc
@@ -205,16 +208,18 @@ def artifact_meta(ck, alloc: Allocation, digest: str | None = None, producer: st
 
 
 def write_artifact(ck, alloc: Allocation, path, digest: str | None = None, progress=None,
-                   producer: str = "cassandra-rtl encode") -> dict:
-    """Encode ``ck`` with ``alloc`` into the model artifact ``path`` (atomic: complete or absent)."""
+                   producer: str = "cassandra-rtl encode", consume: bool = False) -> dict:
+    """Encode ``ck`` with ``alloc`` into the model artifact ``path`` (atomic: complete or absent).
+    ``consume``: empty ``ck.bits`` while encoding (peak memory: the encoded model twice, not the checkpoint too)."""
     from cassandra_rtl.golden.container import write_container
 
     t0 = time.perf_counter()
     meta = artifact_meta(ck, alloc, digest, producer)
-    enc = dict(encode_checkpoint(ck, alloc, progress))
+    values = int(sum(b.size for b in ck.bits.values()))
+    enc = dict(encode_checkpoint(ck, alloc, progress, consume))
     write_container(path, enc, meta)
     return {"path": str(path), "bytes": Path(path).stat().st_size, "tensors": len(enc),
-            "values": int(sum(b.size for b in ck.bits.values())), "seconds": time.perf_counter() - t0}
+            "values": values, "seconds": time.perf_counter() - t0}
 
 
 # ------------------------------------------------------------------------------------------ reading

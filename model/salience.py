@@ -126,13 +126,17 @@ def salience(name: str, bits: np.ndarray, kind: str, norms: dict[str, np.ndarray
     xn = np.asarray(norms[key], dtype=np.float64)
     if xn.shape[0] != bits.shape[1]:
         raise ConfigError(f"channel norms {key} have {xn.shape[0]} entries, {name} has {bits.shape[1]} inputs")
-    w = np.abs(_f64(bits))
+    w = _f64(bits)                 # the same float64 operations as |w| * x, in place (one tensor-sized array)
+    np.abs(w, out=w)
     w[~np.isfinite(w)] = 1e300  # NaN/Inf weights (never in real checkpoints) rank first
-    return w * xn[None, :]
+    w *= xn[None, :]
+    return w
 
 
 def _f64(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    u = bits.astype(np.uint32)
+    u <<= 16
+    return u.view(np.float32).astype(np.float64)
 
 
 def salience_fn(kind: str, norms=None, tied: bool = True):

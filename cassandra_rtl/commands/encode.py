@@ -107,8 +107,7 @@ def encode_model_artifact(args) -> dict:
                                                            "source": "target greedy"},
                           "norms": norms_to_json(norms), "digest": norms_digest(norms)}
     alloc.model = inp.name
-    info = write_artifact(ck, alloc, args.output, digest=source_digest(inp), progress=prog)
-    info["values"] = int(sum(b.size for b in ck.bits.values()))
+    info = write_artifact(ck, alloc, args.output, digest=source_digest(inp), progress=prog, consume=True)
     info["bf16_bytes"] = 2 * info["values"]
     return info
 
