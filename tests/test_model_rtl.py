@@ -22,3 +22,22 @@ def test_rtl_in_the_loop_tiny():
     r = eng.generate(prompt, 10, drafter=d, gamma=3)
     assert r.tokens == ref.tokens
     assert d.info["rtl_weight_tensors"] == 7 and d.info["rtl_kv"]
+
+
+def test_rtl_in_the_loop_from_a_model_artifact(tmp_path):
+    """--rtl on the artifact path: the chosen layers' draft streams are decoded from the container by the RTL
+    (asserted equal to golden while loading), the draft is the same as without --rtl, generation unchanged."""
+    bulk = pytest.importorskip("cassandra_rtl.tb.bulk")
+    if not bulk.available():
+        pytest.skip("Verilator not available")
+    from cassandra_rtl.model import api
+    from cassandra_rtl.model.testing import write_hf_folder
+
+    hf = write_hf_folder(tmp_path / "hf", head_dim=64, n_heads=2, n_kv_heads=1, dim=128, hidden_dim=256)
+    plain = api.load(hf, mantissa_bits=2, cache_dir=tmp_path / "c", say=None)
+    m = api.load(hf, mantissa_bits=2, cache_dir=tmp_path / "c", rtl=True, rtl_layers=[1], say=None)
+    assert m.load_info.kind == "cache-hit"
+    a, b = plain.generate("the cat", 10), m.generate("the cat", 10)
+    assert a.tokens == b.tokens == plain.generate("the cat", 10, speculative=False).tokens
+    assert b.metrics["rtl_weight_tensors"] == 7 and b.metrics["rtl_kv"]
+    assert b.metrics["draft_weight_bytes"] == a.metrics["draft_weight_bytes"]
