@@ -1,6 +1,7 @@
 """Malformed planes with the CRC bypassed (EncodedTensor built directly): every §5/§7 format error
 (impossible code, overrun, trailing bytes, non-zero padding, wrong keep count, bad exponent delta) must
-raise FormatError, never decode silently. Each mutation is first confirmed invalid by the reference."""
+raise FormatError, never decode silently. Each mutation is first confirmed invalid by the reference.
+Every test runs on format 1.0 tensors and on 2.0 tensors (chunks of 2 superblocks, books with pairs)."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,15 +19,39 @@ PLANES = {"c1": ["spec.codes", "spec.signman", "verif.codes", "verif.rest"],
 CASES = [(s, p) for s in PLANES for p in PLANES[s]]
 
 
-@pytest.fixture(scope="module")
-def encoded():
+def _pair_books(enc):
+    """The golden books with pair groups wherever allowed (P stays a singleton): 2.0 companion fields."""
+    def paired(book):
+        if book is None:
+            return None
+        syms, mask, q, i = book.symbols or (0, 1, 2, 3, 4, 5), 0, 0, 0       # (the golden C2 book is empty here)
+        while i < len(syms):
+            if i + 1 < len(syms) and R.P not in syms[i: i + 2] and q % 2 == 0:
+                mask |= 1 << q
+                i += 2
+            else:
+                i += 1
+            q += 1
+        return Codebook(syms, mask)
+    return paired(enc.spec_book), paired(enc.verif_book)
+
+
+@pytest.fixture(scope="module", params=["v1", "v2"])
+def encoded(request):
     from conftest import _weights
     out = {}
+    A = 1 if request.param == "v1" else 2
     for scheme in PLANES:
         bits = _weights(5 * G + 7, seed=21, special=0.15)
-        enc = encode_tensor(bits, CodecConfig(scheme=scheme, group_size=G, mantissa_bits=M, keep_count=K))
+        cfg = CodecConfig(scheme=scheme, group_size=G, mantissa_bits=M, keep_count=K, chunk_superblocks=A)
+        enc = encode_tensor(bits, cfg)
+        if A > 1:
+            enc = encode_tensor(bits, cfg, books=_pair_books(enc))
+            assert enc.verif_book.pairs and (enc.spec_book is None or enc.spec_book.pairs)
         spec = list(enc.spec_book.symbols) if enc.spec_book is not None else None
-        ref = R.encode(bits.tolist(), scheme, G, M, K, books=(spec, list(enc.verif_book.symbols)))
+        sp = enc.spec_book.pairs if enc.spec_book is not None else 0
+        ref = R.encode(bits.tolist(), scheme, G, M, K, books=(spec, list(enc.verif_book.symbols)), A=A,
+                       pairs=(sp, enc.verif_book.pairs))
         out[scheme] = (bits, enc, ref)
     return out
 
@@ -53,7 +78,9 @@ def ref_rejects(enc, full=True):
     spec = list(enc.spec_book.symbols) if enc.spec_book is not None else None
     with pytest.raises(R.RefFormatError):
         R.decode(enc.planes, offs, enc.numel, cfg.scheme, cfg.group_size, cfg.mantissa_bits, cfg.keep_count,
-                 spec, list(enc.verif_book.symbols), full=full)
+                 spec, list(enc.verif_book.symbols), full=full, A=cfg.chunk_superblocks,
+                 spec_pairs=enc.spec_book.pairs if enc.spec_book is not None else 0,
+                 verif_pairs=enc.verif_book.pairs)
 
 
 def golden_rejects(bad, name, original):
@@ -134,7 +161,7 @@ def test_c1_keep_count_other_than_k_s(encoded):
 def test_c2_bitmap_keep_count_other_than_k_s(encoded):
     _, enc, _ = encoded["c2"]
     ch = [bytearray(c) for c in _chunks(enc, "spec.mx")]
-    ch[1][0] ^= 0x01                                    # bit 0 of superblock 1's chunk: its first keep flag
+    ch[1][0] ^= 0x01                                    # bit 0 of chunk 1: its first superblock's first keep flag
     golden_rejects(with_chunks(enc, "spec.mx", [bytes(c) for c in ch]), "spec.mx", enc)
 
 
@@ -147,9 +174,9 @@ def test_c2_delta_larger_than_shared_exponent(encoded):
     X = R.block_max_exponent(bits, G)
     w = R.BitWriter()
     chunks = _chunks(enc, "verif.codes")
-    for s, (start, n) in enumerate(R.superblocks(len(flat), G)):
+    for s, chunk in enumerate(R.chunk_ranges(len(flat), G, enc.config.chunk_superblocks)):
         first = True
-        for i in range(start, start + n):
+        for i in (i for start, n in chunk for i in range(start, start + n)):
             _, e, f = R.fields(flat[i])
             c = M - (max(int(X[i]), 1) - max(e, 1))
             elem = ((int(e > 0) << 7 | f) >> (7 - c)) if c >= 0 else 0
@@ -158,7 +185,7 @@ def test_c2_delta_larger_than_shared_exponent(encoded):
                 if s == 2 and first:
                     assert X[i] < 255
                     delta, first = 255, False
-                w.write_code(book, delta)
+                w.write_code(book, delta, enc.verif_book.pairs)
         ch = w.chunk()
         if s != 2:
             assert ch == chunks[s]                       # the writer reproduces the untouched chunks
@@ -193,3 +220,21 @@ def test_c1_book_without_pruned_mark(encoded):
     bad = EncodedTensor(enc.shape, enc.config, book, enc.verif_book, dict(enc.planes), dict(enc.offsets))
     with pytest.raises(FormatError):
         decode_full(bad)
+
+
+def test_suffix_bit_flip_changes_the_value_not_silently_the_format(encoded):
+    """A flipped suffix bit in a pair group is a valid stream (another symbol of the same group): golden
+    and the reference must decode it to the same (different) value."""
+    bits, enc, ref = encoded["c1"]
+    if not enc.spec_book.pairs:
+        pytest.skip("format 1.0: no suffix bits")
+    ch = [bytearray(c) for c in _chunks(enc, "spec.signman")]
+    ch[0][0] ^= 0x01                                    # the first kept value's first field bit
+    bad = with_chunks(enc, "spec.signman", [bytes(c) for c in ch])
+    cfg = enc.config
+    offs = {p: list(bad.offsets[p]) for p in bad.offsets}
+    want, _ = R.decode(bad.planes, offs, bad.numel, "c1", G, M, K, list(enc.spec_book.symbols),
+                       list(enc.verif_book.symbols), full=False, A=cfg.chunk_superblocks,
+                       spec_pairs=enc.spec_book.pairs, verif_pairs=enc.verif_book.pairs)
+    got = decode_draft(bad).reshape(-1).tolist()
+    assert got == want and got != decode_draft(enc).reshape(-1).tolist()

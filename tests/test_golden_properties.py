@@ -184,3 +184,46 @@ def test_arbitrary_fixed_books_escape_heavy(case):
     mixed with ranked codes in the same chunk."""
     bits, cfg, spec, verif = case
     check_against_reference(bits, cfg, books=(spec, verif))
+
+
+# ------------------------------------------------------------------------- format 2.0: chunks and pairs
+
+@st.composite
+def configs2(draw, schemes=("c1", "c2"), sizes=(32, 64)):
+    """Configs with chunks of A superblocks and golden books with pair groups (format 2.0)."""
+    base = draw(configs(schemes, sizes))
+    A = draw(st.sampled_from([a for a in (1, 2, 4, 8, 16, 32) if a * base.group_size <= 1024]))
+    return CodecConfig(scheme=base.scheme, group_size=base.group_size, mantissa_bits=base.mantissa_bits,
+                       keep_count=base.keep_count, chunk_superblocks=A, pair_codes=draw(st.booleans()))
+
+
+@settings(max_examples=40 * SCALE, **SETTINGS)
+@given(bits=tensors(max_values=500), cfg=configs2())
+def test_format2_byte_exact_vs_reference(bits, cfg):
+    check_against_reference(bits, cfg)
+
+
+def _random_mask(draw, syms):
+    """A valid pair mask for the list ``syms``: pairs anywhere except around P."""
+    mask, q, i = 0, 0, 0
+    while i < len(syms):
+        if i + 1 < len(syms) and R.P not in syms[i: i + 2] and draw(st.booleans()):
+            mask |= 1 << q
+            i += 2
+        else:
+            i += 1
+        q += 1
+    return mask
+
+
+@settings(max_examples=40 * SCALE, **SETTINGS)
+@given(case=book_case(), data=st.data())
+def test_format2_arbitrary_books_with_pairs(case, data):
+    """Any valid book with any valid pair mask decodes (escapes after Q zeros, suffix bits in the
+    companion fields), in chunks of A superblocks."""
+    bits, cfg, spec, verif = case
+    A = data.draw(st.sampled_from([a for a in (1, 2, 4) if a * cfg.group_size <= 1024]))
+    cfg = CodecConfig(scheme=cfg.scheme, group_size=cfg.group_size, mantissa_bits=cfg.mantissa_bits,
+                      keep_count=cfg.keep_count, chunk_superblocks=A)
+    pairs = (_random_mask(data.draw, spec) if spec is not None else 0, _random_mask(data.draw, verif))
+    check_against_reference(bits, cfg, books=(spec, verif), pairs=pairs)
