@@ -336,9 +336,9 @@ class DecoderC1v2(DecoderC1):
         b_rest_take = Signal(range(FIELD_MAX * Lv + 1))
         b_pc = Signal(range(Lv + 1))
 
-        f_fire = Signal()
+        j_go = Signal()          # the beat in the beat register moves on to J's register
         adv1 = Signal()
-        m.d.comb += adv1.eq(~b_valid | f_fire)
+        m.d.comb += adv1.eq(~b_valid | j_go)
         i_go = Signal()          # a good beat leaves I
         i_stop = Signal()        # an error beat leaves I
         # The pop does not wait for the tail / KEEP checks (they need the kept count): a beat that carries an
@@ -387,35 +387,26 @@ class DecoderC1v2(DecoderC1):
         with m.If(i_stop):
             m.d.sync += issuing.eq(0)
 
-        # ------------------------------------------------------------------ F: fetch
-        # The verification codes of the beat are at the front of V's ring; a pair code among them widens its
-        # pruned value's rest field by the suffix bit, so the rest offsets and take add a prefix count of
-        # those flags (registered V state, the beat's registered pruned positions).
+        # ------------------------------------------------------------------ J: verification codes
+        # The beat's verification codes are at the front of V's ring. A pair code among them widens its
+        # pruned value's rest field by the suffix bit, so J adds the prefix count of their pair flags to the
+        # rest offsets and take and registers them with each pruned lane's code (F's takes stay registered:
+        # no path from V's read pointer reaches the readers' pointers or F's fire).
         vw = V.win
         vcount = V.count
         v_is_code = [vw[j].kind[1] == 0 for j in range(Lv + 1)]
-        vpair = Signal(Lv, name="f_vpair")
+        vpair = Signal(Lv, name="j_vpair")
         for j in range(Lv):
             m.d.comb += vpair[j].eq((vw[j].kind == Kind.CODE) & vw[j].val[4])
         vp = prefix_counts(m, vpair, Lv, "vp")
         vp_of = Array(vp[j] for j in range(Lv + 1))
-        rest_take = Signal(range(SUFFIX_FIELD * Lv + 1), name="f_rest_take")
-        m.d.comb += rest_take.eq(b_rest_take + vp_of[b_pc])
-        out_free = ~self.out.valid | self.out.ready
-        m.d.comb += [M.take.eq(b_sm_take), M.skip.eq(b_cend), R.take.eq(rest_take), R.skip.eq(b_cend)]
-        m_have = (M.avail >= b_sm_take) & (~b_cend | M.end_seen)
-        m_over = M.end_seen & (M.avail < b_sm_take)
-        m_long = b_cend & M.end_seen & (M.avail >= b_sm_take) & M.skip_err
         v_have = vcount >= b_pc + b_cend
         vok = Const(1, 1)
         for j in range(Lv):
             vok = vok & ((j >= b_pc) | v_is_code[j])
         v_codes_ok = Signal()
         m.d.comb += v_codes_ok.eq(vok)
-        v_in = v_have & v_codes_ok                      # the beat's verification codes are in: rest_take holds
-        r_have = (R.avail >= rest_take) & (~b_cend | R.end_seen)
-        r_over = v_in & R.end_seen & (R.avail < rest_take)
-        r_long = v_in & b_cend & R.end_seen & (R.avail >= rest_take) & R.skip_err
+        v_in = v_have & v_codes_ok                      # the beat's verification codes are in
         v_code_err, v_over = Const(0, 1), Const(0, 1)
         before = Const(1, 1)
         for j in range(Lv):
@@ -424,24 +415,69 @@ class DecoderC1v2(DecoderC1):
             v_code_err = v_code_err | (here & ((vw[j].kind == Kind.BAD) | long_end))
             v_over = v_over | (here & (vw[j].kind == Kind.END) & ~long_end)
             before = before & v_is_code[j]
-        vtail = Signal(len(vw[0].as_value()), name="f_vtail")
+        vtail = Signal(len(vw[0].as_value()), name="j_vtail")
         m.d.comb += vtail.eq(Array(vw[j].as_value() for j in range(Lv + 1))[b_pc])
         v_long = b_cend & v_have & v_codes_ok & ((vtail[8:10] != Kind.END) | vtail[0])
+        j_err = Signal(4, name="j_err")
+        with m.If(b_err.any()):
+            m.d.comb += j_err.eq(b_err)
+        with m.Else():
+            m.d.comb += j_err.eq(Mux(full, Cat(v_code_err, v_over & ~v_code_err, v_long, 0), 0))
+
+        # J register (J -> F): the beat, with the rest offsets / take final and each lane's verification code
+        c_valid = Signal()
+        c_err = Signal(4)
+        c_n = Signal(range(L + 1))
+        c_fin = Signal()
+        c_cend = Signal()
+        c_last = Signal()
+        c_kept = Signal(L)
+        c_esc = Signal(L)
+        c_spair = Signal(L)
+        c_val = [Signal(8, name=f"c_val{j}") for j in range(L)]
+        c_sm_off = [Signal(range(SUFFIX_FIELD * L + 1), name=f"c_sm_off{j}") for j in range(L)]
+        c_rest_off = [Signal(range(SUFFIX_FIELD * Lv + 1), name=f"c_rest_off{j}") for j in range(Lv)]
+        c_ve = [Signal(len(vw[0].as_value()), name=f"c_vent{j}") for j in range(Lv)]
+        c_sm_take = Signal(range(SUFFIX_FIELD * L + 1))
+        c_rest_take = Signal(range(SUFFIX_FIELD * Lv + 1))
+
+        f_fire = Signal()
+        adv2 = Signal()
+        m.d.comb += adv2.eq(~c_valid | f_fire)
+        m.d.comb += j_go.eq(b_valid & adv2 & (~full | v_in | j_err.any()))
+        m.d.comb += V.pop.eq(Mux(j_go & full & v_in, b_pc + b_cend, 0))
+        with m.If(adv2):
+            m.d.sync += c_valid.eq(j_go)
+        with m.If(j_go):
+            vents = Array(vw[j].as_value() for j in range(Lv))
+            m.d.sync += [c_err.eq(j_err), c_n.eq(b_n), c_fin.eq(b_fin), c_cend.eq(b_cend), c_last.eq(b_last),
+                         c_kept.eq(b_kept), c_esc.eq(b_esc), c_spair.eq(b_spair), c_sm_take.eq(b_sm_take),
+                         c_rest_take.eq(b_rest_take + vp_of[b_pc])]
+            for j in range(L):
+                m.d.sync += [c_val[j].eq(b_val[j]), c_sm_off[j].eq(b_sm_off[j])]
+            for j in range(Lv):
+                m.d.sync += [c_rest_off[j].eq(b_rest_off[j] + vp_of[b_pp[j]]), c_ve[j].eq(vents[b_pp[j]])]
+
+        # ------------------------------------------------------------------ F: fetch
+        out_free = ~self.out.valid | self.out.ready
+        m.d.comb += [M.take.eq(c_sm_take), M.skip.eq(c_cend), R.take.eq(c_rest_take), R.skip.eq(c_cend)]
+        m_have = (M.avail >= c_sm_take) & (~c_cend | M.end_seen)
+        m_over = M.end_seen & (M.avail < c_sm_take)
+        m_long = c_cend & M.end_seen & (M.avail >= c_sm_take) & M.skip_err
+        r_have = (R.avail >= c_rest_take) & (~c_cend | R.end_seen)
+        r_over = R.end_seen & (R.avail < c_rest_take)
+        r_long = c_cend & R.end_seen & (R.avail >= c_rest_take) & R.skip_err
 
         f_err = Signal(4, name="f_err")
-        with m.If(b_valid):
-            with m.If(b_err.any()):
-                m.d.comb += f_err.eq(b_err)
+        with m.If(c_valid):
+            with m.If(c_err.any()):
+                m.d.comb += f_err.eq(c_err)
             with m.Else():
-                m.d.comb += f_err.eq(Cat(full & v_code_err,
-                                         m_over | (full & (r_over | (v_over & ~v_code_err))),
-                                         m_long | (full & (r_long | v_long)),
-                                         0))
+                m.d.comb += f_err.eq(Cat(0, m_over | (full & r_over), m_long | (full & r_long), 0))
         f_ready = Signal()
-        m.d.comb += f_ready.eq(m_have & (~full | (r_have & v_in)))
-        m.d.comb += f_fire.eq(b_valid & ~f_err.any() & out_free & f_ready)
-        m.d.comb += [M.commit.eq(f_fire), R.commit.eq(f_fire & full),
-                     V.pop.eq(Mux(f_fire & full, b_pc + b_cend, 0))]
+        m.d.comb += f_ready.eq(m_have & (~full | r_have))
+        m.d.comb += f_fire.eq(c_valid & ~f_err.any() & out_free & f_ready)
+        m.d.comb += [M.commit.eq(f_fire), R.commit.eq(f_fire & full)]
 
         # fields, book lookups and assembly (registered into out). A field is read 9 bits wide at its offset:
         # with a suffix bit, bit 0 is t (the symbol is the group's base + t) and the v1 field follows it.
@@ -449,40 +485,38 @@ class DecoderC1v2(DecoderC1):
         with m.If(adv):
             m.d.sync += self.out.valid.eq(f_fire)
         with m.If(f_fire):
-            m.d.sync += [self.out.payload.count.eq(b_n), self.out.payload.sb_end.eq(b_fin),
-                         self.out.payload.last.eq(b_last)]
-            vents = Array(vw[j].as_value() for j in range(Lv))
+            m.d.sync += [self.out.payload.count.eq(c_n), self.out.payload.sb_end.eq(c_fin),
+                         self.out.payload.last.eq(c_last)]
             for i in range(L):
                 sm9 = Signal(SUFFIX_FIELD, name=f"f_sm9_{i}")
-                m.d.comb += sm9.eq(M.win >> b_sm_off[i])
+                m.d.comb += sm9.eq(M.win >> c_sm_off[i])
                 smf = Signal(FIELD_MAX, name=f"f_sm{i}")
-                m.d.comb += smf.eq(Mux(b_spair[i], sm9[1:], sm9[:FIELD_MAX]) & ~(Const(0xFF, FIELD_MAX) << fm))
+                m.d.comb += smf.eq(Mux(c_spair[i], sm9[1:], sm9[:FIELD_MAX]) & ~(Const(0xFF, FIELD_MAX) << fm))
                 t = Signal(FIELD_MAX, name=f"f_lo{i}")
                 m.d.comb += t.eq(smf << fr)
                 sidx = Signal(4, name=f"f_sidx{i}")
-                m.d.comb += sidx.eq(b_val[i][:4] + (b_spair[i] & sm9[0]))
+                m.d.comb += sidx.eq(c_val[i][:4] + (c_spair[i] & sm9[0]))
                 sym = Signal(9, name=f"f_sym{i}")
-                m.d.comb += sym.eq(Mux(b_esc[i], b_val[i], r["spec_tab"][sidx]))
+                m.d.comb += sym.eq(Mux(c_esc[i], c_val[i], r["spec_tab"][sidx]))
                 draft = Cat(t[:BF16_MANTISSA_BITS], sym[:BF16_EXPONENT_BITS], t[BF16_MANTISSA_BITS])
                 if i < Lv:
-                    ve = Signal(10, name=f"f_vent{i}")
-                    m.d.comb += ve.eq(vents[b_pp[i]])
+                    ve = c_ve[i]
                     v_pair = (ve[8:10] == Kind.CODE) & ve[4]
                     rf9 = Signal(SUFFIX_FIELD, name=f"f_rest9_{i}")
-                    m.d.comb += rf9.eq(R.win >> (b_rest_off[i] + vp_of[b_pp[i]]))
-                    width = Mux(b_kept[i], fr, FIELD_MAX)
+                    m.d.comb += rf9.eq(R.win >> c_rest_off[i])
+                    width = Mux(c_kept[i], fr, FIELD_MAX)
                     rf = Signal(FIELD_MAX, name=f"f_rest{i}")
-                    m.d.comb += rf.eq(Mux(~b_kept[i] & v_pair, rf9[1:], rf9[:FIELD_MAX])
+                    m.d.comb += rf.eq(Mux(~c_kept[i] & v_pair, rf9[1:], rf9[:FIELD_MAX])
                                       & ~(Const(0xFF, FIELD_MAX) << width))
                     vidx = Signal(4, name=f"f_vidx{i}")
                     m.d.comb += vidx.eq(verif_base[ve[:4]] + (v_pair & rf9[0]))
                     vexp = Signal(BF16_EXPONENT_BITS, name=f"f_vexp{i}")
                     m.d.comb += vexp.eq(Mux(ve[8:10] == Kind.ESC, ve[:8], r["verif_tab"][vidx]))
                     exact_pruned = Cat(rf[:BF16_MANTISSA_BITS], vexp, rf[BF16_MANTISSA_BITS])
-                    value = Mux(b_kept[i], draft | Mux(full, rf, 0), Mux(full, exact_pruned, 0))
+                    value = Mux(c_kept[i], draft | Mux(full, rf, 0), Mux(full, exact_pruned, 0))
                 else:
-                    value = Mux(b_kept[i], draft, 0)
-                m.d.sync += self.out.payload.lanes[i].eq(Mux(i < b_n, value, 0))
+                    value = Mux(c_kept[i], draft, 0)
+                m.d.sync += self.out.payload.lanes[i].eq(Mux(i < c_n, value, 0))
 
         # ------------------------------------------------------------------ control state, errors
         cfg_bad = self._config_error(r)
@@ -497,11 +531,11 @@ class DecoderC1v2(DecoderC1):
         # registered group tables in the INIT cycle (before anything is parsed)
         with m.If(init & (spec_pbad | p_paired | (full & verif_pbad))):
             m.d.comb += raise_err[Err.CONFIG].eq(1)
-        with m.If(f_fire & b_last):
+        with m.If(f_fire & c_last):
             m.d.sync += busy.eq(0)
         with m.If(raise_err.any()):
             m.d.sync += [err.eq(err | raise_err), busy.eq(0), pre_init.eq(0), init.eq(0), issuing.eq(0),
-                         b_valid.eq(0)]
+                         b_valid.eq(0), c_valid.eq(0)]
         with m.Elif(clear & ~busy):
             m.d.sync += err.eq(0)
         return m
