@@ -155,13 +155,17 @@ V2_CASES = [(scheme, G, A, pairs, keep) for scheme in ("c1", "c2") for G in (32,
 @pytest.mark.parametrize("scheme,G,A,pairs,keep", V2_CASES)
 def test_format2_random_tensors(weight_bits, scheme, G, A, pairs, keep):
     """Chunks of A superblocks x pair groups on/off: a partial last chunk with a partial last superblock, an
-    exact number of chunks, one value; books built by the golden DP (so pairs are present when they pay)."""
+    exact number of chunks, one value; books built by the golden DP (pairs where they pay) and, with pairs
+    on, books of pairs over the frequent symbols (every plane then carries suffix bits)."""
     m = (0, 3, 7)[(G + A) % 3]
     cfg = CodecConfig(scheme=scheme, group_size=G, mantissa_bits=m, keep_ratio=keep, chunk_superblocks=A,
                       pair_codes=pairs)
     for n, seed in ((2 * A * G + (A // 2) * G + 7, 1), (3 * A * G, 2), (1, 3)):
-        ref = check(weight_bits(n, seed=seed + G + A, special=0.05), cfg)
+        bits = weight_bits(n, seed=seed + G + A, special=0.05)
+        ref = check(bits, cfg)
         assert ref.nchunks == -(-ref.nsb // A)
+        if pairs and seed == 1:                 # pairs in every book, whatever the golden DP chose
+            check(bits, cfg, books=_pair_books(bits, scheme))
 
 
 def test_format2_cases_hold_pairs(weight_bits):
