@@ -230,7 +230,8 @@ class CassandraModel:
         stop = tok.stop_ids if tok else set(args.eos_token_ids)
         if draft == "cassandra":
             d, tcost = cassandra_drafter(target, loaded.draft, alloc.kv_cfg(args.head_dim), loaded.spec_bytes,
-                                         loaded.full_bytes, kv_fn, cfg0=alloc.cfg_for("layers.0.wq"))
+                                         loaded.full_bytes, kv_fn[0], cfg0=alloc.cfg_for("layers.0.wq"),
+                                         kv_encode=kv_fn[1])
             d.encoded.seconds = loaded.seconds
             d.info["encode_s"] = 0.0
             d.info["load_s"] = loaded.seconds
@@ -238,6 +239,10 @@ class CassandraModel:
             if rtl:
                 d.info["rtl_weight_tensors"] = len(loaded.rtl_tensors)
                 d.info["rtl_kv"] = d.kv_view.decode is not None
+                d.info["rtl"] = d.kv_view.rtl          # filled in place by every step (KVSpecView.sync)
+                d.kv_view.rtl["weight_tensors"] = len(loaded.rtl_tensors)
+                d.kv_view.rtl["weight_values"] = loaded.rtl_values
+                d.kv_view.rtl["weight_mismatches"] = 0      # a mismatch stops the load (AssertionError)
             eng = Engine(target, tcost, stop_ids=stop, baseline_cost=bf16_cost(target))
             return cls(eng, d, target, tok, args, source, alloc, info, alloc.gamma)
         # other drafts read only the target (decoded from the container)
@@ -411,10 +416,10 @@ def _check_layers(n_layers, rtl_layers, skip_layers, n_skip):
 
 def _rtl_fns(rtl: bool, draft: str, alloc):
     if not rtl:
-        return None, None
+        return None, (None, None)
     if draft != "cassandra":
         raise ConfigError("--rtl decodes the Cassandra draft's streams: use it with --draft cassandra")
-    from .runner import rtl_decoder, rtl_kv_decoder
+    from .runner import rtl_decoder, rtl_kv_decoder, rtl_kv_encoder
 
     dec = rtl_decoder()
 
@@ -425,4 +430,4 @@ def _rtl_fns(rtl: bool, draft: str, alloc):
             return decode_draft(enc)
         return dec(name, enc)
 
-    return fn, rtl_kv_decoder()
+    return fn, (rtl_kv_decoder(), rtl_kv_encoder(alloc.kv.scheme))

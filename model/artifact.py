@@ -390,6 +390,7 @@ class Loaded:
     seconds: float
     rtl_tensors: list = field(default_factory=list)
     verified: bool = False
+    rtl_values: int = 0              # weight values whose draft decode came from the RTL (== golden, asserted)
 
 
 def decode_into(dst: np.ndarray, enc, fn, step_values: int = 1 << 22) -> None:
@@ -431,7 +432,7 @@ def load_models(tensors, args: ModelArgs, draft: bool = True, rtl=None, rtl_laye
         dm = Transformer(args).eval() if draft else None
     tw = target.named_weights()
     dw = dm.named_weights() if dm is not None else {}
-    spec_bytes, full_bytes, rtl_names, seen = {}, {}, [], set()
+    spec_bytes, full_bytes, rtl_names, seen, rtl_values = {}, {}, [], set(), 0
     chosen = None if rtl_layers is None else tuple(f"layers.{i}." for i in rtl_layers)
     for i, (name, enc) in enumerate(tensors):
         if name not in tw:
@@ -455,6 +456,7 @@ def load_models(tensors, args: ModelArgs, draft: bool = True, rtl=None, rtl_laye
                     if not np.array_equal(r, db):
                         raise AssertionError(f"RTL draft decode of {name} differs from the golden decode_draft")
                     rtl_names.append(name)
+                    rtl_values += db.size
                     del r
                 spec_bytes[name] = enc.spec_nbytes
             else:
@@ -469,7 +471,7 @@ def load_models(tensors, args: ModelArgs, draft: bool = True, rtl=None, rtl_laye
     if missing:
         raise InputError(f"the container lacks tensors {sorted(missing)[:3]}")
     return Loaded(target, dm, spec_bytes, full_bytes, time.perf_counter() - t0, rtl_names,
-                  digests is not None or originals is not None)
+                  digests is not None or originals is not None, rtl_values)
 
 
 def cache_path(cache_dir, digest: str, alloc: Allocation, source_name: str) -> Path:

@@ -179,7 +179,7 @@ def uniform_cfg(keep_ratio: float = 1.0, mantissa_bits: int = 3, group_size: int
 
 def build_cassandra(ck: Checkpoint, target: Transformer, weight_cfg_for=None, kv_cfg: CodecConfig | None = None,
                     salience_for=None, progress=None, decode=None, encoded: EncodedModel | None = None,
-                    cache_dir=None, kv_decode=None) -> tuple[ModelDrafter, Cost]:
+                    cache_dir=None, kv_decode=None, kv_encode=None) -> tuple[ModelDrafter, Cost]:
     """The Cassandra draft + the target's cost when it reads the format (spec + verif streams)."""
     em = encoded or encode_model(ck, weight_cfg_for or uniform_cfg(), salience_for, progress, decode, cache_dir)
     # the target must be exactly the checkpoint (decode_full was checked per tensor in encode_model)
@@ -187,19 +187,19 @@ def build_cassandra(ck: Checkpoint, target: Transformer, weight_cfg_for=None, kv
     draft_bits.update(em.draft_bits)
     draft = ck.build(draft_bits)
     cfg0 = (weight_cfg_for or uniform_cfg())("layers.0.wq", None)
-    return cassandra_drafter(target, draft, kv_cfg, em.spec_bytes, em.full_bytes, kv_decode, em, cfg0)
+    return cassandra_drafter(target, draft, kv_cfg, em.spec_bytes, em.full_bytes, kv_decode, em, cfg0, kv_encode)
 
 
 def cassandra_drafter(target: Transformer, draft: Transformer, kv_cfg: CodecConfig | None, spec_bytes: dict,
                       full_bytes: dict, kv_decode=None, encoded: "EncodedModel | None" = None,
-                      cfg0: CodecConfig | None = None) -> tuple[ModelDrafter, Cost]:
+                      cfg0: CodecConfig | None = None, kv_encode=None) -> tuple[ModelDrafter, Cost]:
     """The Cassandra drafter around a draft model whose 2-D weights are the speculation view; the
     target's cost reads ``full_bytes`` (spec + verif) and the draft's ``spec_bytes`` per 2-D tensor."""
     a = target.args
     kv_cfg = kv_cfg or CodecConfig(keep_ratio=1.0, mantissa_bits=3, group_size=a.head_dim, kind="kv")
     if kv_cfg.group_size != a.head_dim:
         raise ConfigError(f"KV group size must equal head_dim={a.head_dim} (one superblock per KV vector)")
-    view = KVSpecView(kv_cfg, a.n_layers, kv_decode)
+    view = KVSpecView(kv_cfg, a.n_layers, kv_decode, kv_encode)
     tcost = bf16_cost(target, bytes_per_tensor=full_bytes)
     dcost = bf16_cost(draft, bytes_per_tensor=spec_bytes)
     vecs_per_token = 2 * a.n_layers * a.n_kv_heads  # K and V vectors per token

@@ -18,10 +18,14 @@ from .transformer import KVCache
 class KVSpecView:
     """Encodes target K/V slices into the format and fills a draft cache with their speculation view."""
 
-    def __init__(self, cfg, n_layers: int, decode=None):
+    def __init__(self, cfg, n_layers: int, decode=None, encode=None):
         """``decode(enc) -> uint16`` optionally replaces decode_kv_draft (the RTL in the loop); its output is
-        asserted equal to the golden decode."""
+        asserted equal to the golden decode. ``encode(bits, cfg, books) -> EncodedTensor`` (with ``.many`` for
+        one co-simulation run per step and ``.stats``) optionally replaces encode_kv: the RTL KV encoder
+        (cassandra_rtl.tb.bulk_encoder.rtl_kv_encoder), which asserts its planes equal to golden's."""
         self.decode = decode
+        self.encode = encode
+        self.rtl: dict = {}  # counters of the RTL in the loop, filled in place (the drafter's info["rtl"])
         self.cfg = cfg
         self.n_layers = n_layers
         self.books = None
@@ -43,20 +47,32 @@ class KVSpecView:
     def sync(self, target: KVCache, draft: KVCache, start: int, stop: int) -> None:
         if stop <= start:
             return
-        jobs = []
+        work = []
         for li in range(self.n_layers):
             for j, (src, dst) in enumerate(((target.k, draft.k), (target.v, draft.v))):
                 sl = src[li, :, start:stop]  # [nkv, n, hd]
-                enc = encode_kv(self._bits(sl), self.cfg, self.books[li][j])
-                self.spec_bytes += enc.spec_nbytes
-                self.verif_bytes += enc.verif_nbytes
-                jobs.append((li, dst, sl.shape, enc, decode_kv_draft(enc)))
+                work.append((li, dst, sl.shape, (self._bits(sl), self.cfg, self.books[li][j])))
+        if self.encode is not None:  # the RTL KV encoder: every layer's K and V of this step in one run
+            many = getattr(self.encode, "many", None)
+            encs = many([b for *_, b in work]) if many else [self.encode(*b) for *_, b in work]
+            st = getattr(self.encode, "stats", None)
+            if st is not None:
+                self.rtl.update(kv_vectors_encoded=st.vectors, kv_encode_mismatches=st.mismatches,
+                                kv_encode_cycles=st.cycles, kv_encode_sim_seconds=round(st.seconds, 4))
+        else:
+            encs = [encode_kv(*b) for *_, b in work]
+        jobs = []
+        for (li, dst, shape, _), enc in zip(work, encs):
+            self.spec_bytes += enc.spec_nbytes
+            self.verif_bytes += enc.verif_nbytes
+            jobs.append((li, dst, shape, enc, decode_kv_draft(enc)))
         if self.decode is not None:  # the RTL in the loop: one co-simulation run per step when batched
             many = getattr(self.decode, "many", None)
             rtl = many([e for *_, e, _ in jobs]) if many else [self.decode(e) for *_, e, _ in jobs]
             for (li, *_, d), r in zip(jobs, rtl):
                 if not np.array_equal(np.asarray(r).reshape(d.shape), d):
                     raise AssertionError(f"RTL KV draft decode differs from the golden one (layer {li})")
+            self.rtl["kv_vectors_decoded"] = self.rtl.get("kv_vectors_decoded", 0) + sum(e.nsb for e in encs)
         for li, dst, shape, enc, d in jobs:
             view = bits_to_bf16(d).view(stop - start, shape[0], shape[2])
             dst[li, :, start:stop] = view.transpose(0, 1)

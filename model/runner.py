@@ -71,6 +71,22 @@ def rtl_kv_decoder():
     return fn
 
 
+RTL_KV_ENCODER = {"c1": "encoder_kv_c1_l2", "c2": "encoder_kv_c2_l2"}  # hw/configs.py, docs/HARDWARE.md 3 / 3a
+
+
+def rtl_kv_encoder(scheme: str = "c1"):
+    """The RTL KV encoder in place of golden.kv.encode_kv (cassandra_rtl.tb.bulk_encoder.rtl_kv_encoder: every
+    plane word asserted equal to golden, ``.many`` = one co-simulation run per step, ``.stats`` its counters),
+    or None when the co-simulation path is unavailable."""
+    try:
+        from cassandra_rtl.tb import bulk_encoder
+    except ImportError:
+        return None
+    if not bulk_encoder.available():
+        return None
+    return bulk_encoder.rtl_kv_encoder(RTL_KV_ENCODER[scheme])
+
+
 def rtl_decoder():
     """The RTL-in-the-loop draft decoder ``decode(name, enc) -> uint16``: the generated decoder's Verilog run by
     the verification work's bulk co-simulation (cassandra_rtl.tb.bulk.decode_with_rtl). Raises a one-line
@@ -138,10 +154,13 @@ def build(ck: Checkpoint, draft: str, o: DraftOptions, progress=None, encoded=No
                 rtl_names.append(name)
             return out
     d, tcost = build_cassandra(ck, target, lambda n, s: wcfg, kcfg, progress=progress, decode=dec,
-                               encoded=encoded, cache_dir=o.cache_dir, kv_decode=rtl_kv_decoder() if o.rtl else None)
+                               encoded=encoded, cache_dir=o.cache_dir, kv_decode=rtl_kv_decoder() if o.rtl else None,
+                               kv_encode=rtl_kv_encoder(kcfg.scheme) if o.rtl else None)
     if o.rtl:
         d.info["rtl_weight_tensors"] = len(rtl_names)
         d.info["rtl_kv"] = d.kv_view.decode is not None
+        d.info["rtl"] = d.kv_view.rtl
+        d.kv_view.rtl["weight_tensors"] = len(rtl_names)
     return Engine(target, tcost, stop_ids=stop, baseline_cost=bf16_cost(target)), d, target
 
 
