@@ -2,7 +2,7 @@
 """Golden codec benchmark (not a test): throughput and bits/value vs entropy on SmolLM2's linear weights.
 
     python bench/golden_bench.py [--scheme c1] [--keep-ratio 1.0] [--mantissa-bits 3] [--max-tensors N]
-                                 [--impl native|numpy|both]
+                                 [--impl native|numpy|both] [--chunk-superblocks A] [--pairs] [--tensors ...]
     python bench/golden_bench.py --marking        # pruned mark as a symbol vs a bitmap (FORMAT.md §3.3)
     python bench/golden_bench.py --accounting     # where every bit goes at keep 1.0 / 0.5 / 0.3 (FORMAT.md)
     python bench/golden_bench.py --accounting --chunk-superblocks 8 --pairs    # the same for format 2.0 features
@@ -90,8 +90,8 @@ def marking(args) -> None:
 
 def throughput(args, impl: str = "auto", tensors=None) -> dict:
     cfg = CodecConfig(scheme=args.scheme, keep_ratio=args.keep_ratio, mantissa_bits=args.mantissa_bits,
-                      group_size=args.group_size)
-    tensors = list(linear_weights(args.max_tensors)) if tensors is None else tensors
+                      group_size=args.group_size, chunk_superblocks=args.chunk_superblocks, pair_codes=args.pairs)
+    tensors = list(linear_weights(args.max_tensors, args.tensors)) if tensors is None else tensors
     values = sum(b.size for _, b in tensors)
     t = {"encode": 0.0, "decode_full": 0.0, "decode_draft": 0.0}
     c = dict(t)
@@ -266,8 +266,8 @@ def main() -> None:
     ap.add_argument("--max-tensors", type=int, default=None, help="only the first N linear weights")
     ap.add_argument("--marking", action="store_true", help="compare ways of marking pruned values")
     ap.add_argument("--accounting", action="store_true", help="C1 bit accounting at keep 1.0 / 0.5 / 0.3")
-    ap.add_argument("--chunk-superblocks", type=int, default=1, help="A for --accounting (format 2.0 chunks)")
-    ap.add_argument("--pairs", action="store_true", help="pair groups in the books for --accounting (format 2.0)")
+    ap.add_argument("--chunk-superblocks", type=int, default=1, help="A: superblocks per chunk (format 2.0)")
+    ap.add_argument("--pairs", action="store_true", help="pair groups in the golden books (format 2.0)")
     ap.add_argument("--totals", action="store_true", help="total bits/value, v1.0 vs the 2.0 policy")
     ap.add_argument("--tensors", type=tensor_set, default="all", help="all | layers:0,10,20,29 | synthetic")
     ap.add_argument("--impl", default="both", choices=["native", "numpy", "both"])
@@ -298,7 +298,7 @@ def main() -> None:
         print(json.dumps(r, indent=2) if args.json else totals_table(r))
         return
     impls = ("native", "numpy") if args.impl == "both" else (args.impl,)
-    tensors = list(linear_weights(args.max_tensors))
+    tensors = list(linear_weights(args.max_tensors, args.tensors))
     results = [throughput(args, impl, tensors) for impl in impls]
     if args.json:
         print(json.dumps(results if len(results) > 1 else results[0], indent=2))

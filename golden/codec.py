@@ -397,8 +397,9 @@ def decode_codes(plane: bytes, offsets: np.ndarray, counts: np.ndarray, book: Co
     out = np.empty(total, dtype=np.int64)
     raw = np.zeros(total, dtype=np.int64)
     out_start = bitpack.exclusive_cumsum(counts)
-    if len(offsets) != nsb + 1 or offsets[-1] != len(plane):
-        raise FormatError(f"{name}: index does not cover the plane")
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if len(offsets) != nsb + 1 or offsets[-1] != len(plane) or offsets[0] != 0 or np.any(np.diff(offsets) < 0):
+        raise FormatError(f"{name}: chunk offsets do not increase from 0 to the plane length")
     chunk_bits = np.diff(offsets) * 8
     ones = np.flatnonzero(np.unpackbits(np.frombuffer(plane, dtype=np.uint8), bitorder="little"))
     # Chunk of every one: a per-byte owner table is cheaper than a binary search per one.
@@ -512,8 +513,10 @@ def _plane_offsets(enc: EncodedTensor, name: str) -> np.ndarray:
         if off is None:
             raise FormatError(f"{name}: index missing")
         off = np.asarray(off, dtype=np.int64)
-        if len(off) != nch + 1 or off[-1] != len(data):
+        if off.ndim != 1 or len(off) != nch + 1 or off[-1] != len(data):
             raise FormatError(f"{name}: index does not cover the plane")
+        if off[0] != 0 or np.any(np.diff(off) < 0):
+            raise FormatError(f"{name}: chunk offsets do not increase from 0 to the plane length")
         return off
     if name in INDEXED[cfg.scheme]:               # C1 verif.codes when nothing is pruned: empty, no index
         if len(data):

@@ -238,3 +238,18 @@ def test_suffix_bit_flip_changes_the_value_not_silently_the_format(encoded):
                        spec_pairs=enc.spec_book.pairs, verif_pairs=enc.verif_book.pairs)
     got = decode_draft(bad).reshape(-1).tolist()
     assert got == want and got != decode_draft(enc).reshape(-1).tolist()
+
+
+@pytest.mark.parametrize("scheme,name", [("c1", "spec.codes"), ("c2", "verif.codes"), ("c2", "verif.rest")])
+def test_decreasing_stored_offsets_are_a_format_error(encoded, scheme, name):
+    """A hand-built tensor whose stored offsets go backwards (one chunk moved over its neighbour): a
+    FormatError, not a numpy ValueError (found by native-v2's fuzz)."""
+    _, enc, _ = encoded[scheme]
+    off = np.array(enc.offsets[name], dtype=np.int64)
+    off[1] = off[2] + 1
+    bad = EncodedTensor(enc.shape, enc.config, enc.spec_book, enc.verif_book, dict(enc.planes),
+                        {**enc.offsets, name: off})
+    with pytest.raises(FormatError, match="do not increase"):
+        decode_full(bad, impl="numpy")
+    with pytest.raises(FormatError):
+        decode_full(bad)

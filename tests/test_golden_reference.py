@@ -32,7 +32,9 @@ def check_against_reference(bits, cfg, salience=None, books=None, compare_books=
     N, G, m, k, A = len(flat), cfg.group_size, cfg.mantissa_bits, cfg.keep_count, cfg.chunk_superblocks
     gbooks = None if books is None else (Codebook(tuple(books[0]), pairs[0]) if books[0] is not None else None,
                                          Codebook(tuple(books[1]), pairs[1]))
-    enc = encode_tensor(bits, cfg, salience=salience, books=gbooks)
+    enc = encode_tensor(bits, cfg, salience=salience, books=gbooks, impl="numpy")     # the normative codec
+    auto = encode_tensor(bits, cfg, salience=salience, books=gbooks)                   # and the dispatch (C)
+    assert auto.planes == enc.planes and _books(auto) == _books(enc) and _pairs(auto) == _pairs(enc)
     if books is None and compare_books:
         try:
             ref_auto = R.encode(flat, cfg.scheme, G, m, k, salience=salience, A=A, pair_codes=cfg.pair_codes)
@@ -61,8 +63,9 @@ def check_against_reference(bits, cfg, salience=None, books=None, compare_books=
     draft, kept2 = R.decode(enc.planes, offs, N, cfg.scheme, G, m, k, spec_book, verif_book, full=False, **kw)
     assert full == flat
     assert kept == kept2 == ref.kept
-    assert decode_full(enc).reshape(-1).tolist() == flat
-    assert decode_draft(enc).reshape(-1).tolist() == draft
+    for impl in ("numpy", "auto"):
+        assert decode_full(enc, impl=impl).reshape(-1).tolist() == flat
+        assert decode_draft(enc, impl=impl).reshape(-1).tolist() == draft
     X = R.block_max_exponent(np.asarray(flat, dtype=np.uint16), G) if cfg.scheme == "c2" else None
     for i, v in enumerate(flat):
         want = R.draft_c1(v, m, kept[i]) if cfg.scheme == "c1" else R.draft_c2(v, m, int(X[i]), kept[i])
