@@ -129,7 +129,8 @@ def run(args) -> int:
     summary["threads"] = __import__("torch").get_num_threads()
     if args.compare and sp.greedy and m.drafter is not None and args.draft != "int8":
         ref = m.generate(ids, args.max_new_tokens, speculative=False, **{**kw, "stop": ()})
-        summary["lossless_vs_plain"] = ref.tokens == g.tokens[:len(ref.tokens)] if g.stop else ref.tokens == g.tokens
+        # a stop string ends the speculative run early: its tokens must be a prefix of plain decoding's
+        summary["lossless_vs_plain"] = g.tokens == ref.tokens[:len(g.tokens)] if g.stop else ref.tokens == g.tokens
     elif args.compare and not sp.greedy and m.drafter is not None:
         # Sampling: losslessness is distributional, so check the emitted tokens against the target's own
         # distribution over repeated runs (model/sampling_check.py) instead of token identity.
