@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 V1_RETIRED = ROOT / "synth" / "v1_retired.json"
 # the last commit whose hw/configs.py registered the v1 decoders (their flows' commands ran there)
-V1_LAST_COMMIT = None
+V1_LAST_COMMIT = "d0f60ad"
 
 # v1 block -> its replacement this round (same role, same interface)
 SUCCESSORS = {

@@ -7,13 +7,10 @@ Defaults and why:
 
 * ``zero_counter_w64_l8`` / ``zero_counter_w128_l16``: the zero counters inside the two decoders
   (window = 8 bits per lane: the mean SmolLM2 code is ~2.8 bits, the longest non-escape code 15).
-* ``decoder_c1_l4``: a cheap decoder for exhaustive simulation (32-bit words).
-* ``decoder_c1_l8``: 8 values/cycle, 64-bit plane words (a 64-bit DMA channel per plane).
-* ``decoder_c1_l8_v4`` / ``decoder_c1_l16_v8``: the same with half the verification lanes (full mode at
-  L/2 values/cycle, which still saturates the memory: full mode reads ~11 bits/value).
-* ``decoder_c1_l16``: 16 values/cycle, 128-bit plane words. Every plane needs at most 8 bits per
-  value (a pruned value's rest field; signman at m = 7), so word = 8 * L sustains L values/cycle in
-  every configuration of the format.
+* ``decoder_c1v2_l4`` / ``decoder_c1v2_l8`` / ``decoder_c1v2_l8_v4``: the C1 decoder v2 (hw/decoder_c1_v2.py;
+  ``_v4``: full mode at L/2 values/cycle), ``decoder_c2v2_l8`` / ``decoder_c2v2_l16``: the C2 decoder v2. The v1
+  decoders (``decoder_c1_l4`` / ``_l8`` / ``_l8_v4`` / ``_l16`` / ``_l16_v8``, ``decoder_c2_l8`` / ``_l16``) are
+  retired: registered here up to commit d0f60ad; their synthesis rows are synth/v1_retired.json.
 * ``encoder_kv_c1_l2`` / ``encoder_kv_c2_l2`` (the defaults) and ``*_l8``: the online KV encoders (hw/encoder.py,
   hw/encoder_c2.py), 2 (8) values/cycle, 64-bit plane words; see ``_encoder_factories``.
 """
@@ -23,8 +20,6 @@ from typing import Callable
 
 from amaranth.lib import wiring
 
-from .decoder import DecoderC1
-from .decoder_c2 import DecoderC2
 from .zero_counter import ZeroCounter
 
 NAMED_CONFIGS: dict[str, Callable[[], wiring.Component]] = {}
@@ -41,42 +36,11 @@ for _w, _l in ((64, 8), (128, 16)):
               block="zero_counter", lanes=_l, window=_w, values_per_cycle=_l, latency_cycles=1,
               description=f"parallel zero counter, {_w}-bit window, {_l} codes/cycle, registered outputs")
 
-for _l, _word in ((4, 32), (8, 64), (16, 128)):
-    _register(f"decoder_c1_l{_l}", lambda l=_l, w=_word: DecoderC1(lanes=l, word=w),
-              block="decoder_c1", lanes=_l, word=_word, window=max(24, 8 * _l), values_per_cycle=_l,
-              latency_cycles=2,
-              description=f"Cassandra-1 decoder, {_l} bf16 values/cycle, {_word}-bit plane words")
-
-# The same decoders with half the verification lanes: full mode reads ~11 bits/value from memory against
-# ~3-5 for the draft, so at one memory bandwidth it needs less than half the values/cycle; halving the
-# verification zero counter, readers and rest-field logic saves area (docs/HARDWARE.md, "Verification lanes").
-for _l, _word in ((8, 64), (16, 128)):
-    _register(f"decoder_c1_l{_l}_v{_l // 2}",
-              lambda l=_l, w=_word: DecoderC1(lanes=l, word=w, verif_lanes=l // 2),
-              block="decoder_c1", lanes=_l, word=_word, window=max(24, 8 * _l), verif_lanes=_l // 2,
-              verif_word=max(32, 4 * _l), verif_window=max(24, 4 * _l),
-              values_per_cycle=_l, values_per_cycle_full=_l // 2, latency_cycles=2,
-              description=f"Cassandra-1 decoder, {_l} bf16 values/cycle in draft mode, {_l // 2} in full mode; "
-                          f"{_word}-bit speculation and {max(32, 4 * _l)}-bit verification plane words")
-
-# C2 decoder: spec.mx needs up to ~10.3 bits per value (bitmap 1 + X 0.25 + m+2 <= 9 per kept value), so the
-# plane words are 16 * L bits (no configuration of the format starves the input); docs/HARDWARE.md 2a.
-for _l, _word in ((8, 128), (16, 256)):
-    _register(f"decoder_c2_l{_l}", lambda l=_l, w=_word: DecoderC2(lanes=l, word=w),
-              block="decoder_c2", lanes=_l, word=_word, window=max(24, 8 * _l), mx_window=9 * _l + 160,
-              # one beat per cycle; with k < G a full superblock of G <= 128 reads its header on its first
-              # beat, G = 256 (and a partial last superblock) spends ceil(n_s / mx_window) HEAD cycles
-              values_per_cycle=_l, values_per_cycle_pruning_g256=round(256 / (256 / _l + 1), 2),
-              latency_cycles=2,
-              description=f"Cassandra-2 (MX shared exponent) decoder, {_l} bf16 values/cycle, "
-                          f"{_word}-bit plane words")
-
-
 # ---- C2 decoder v2 (hw/decoder_c2_v2.py, docs/HARDWARE.md 2c) -- owned by the C2 v2 work; keep separate ----
-# block "decoder_c2": the same interface family as v1 (tb/bulk picks the C2 framing by that name).
-# Same ports, payloads and registers as decoder_c2_*; decoupled pipeline, no cross-plane one-cycle loop;
+# block "decoder_c2": the C2 interface family (tb/bulk picks the C2 framing by that name).
+# The ports, payloads and registers of docs/HARDWARE.md 2a; decoupled pipeline, no cross-plane one-cycle loop;
 # verif.codes through hw/code_plane.py (16 bits per cycle). Full mode at L/2 values/cycle (verif_lanes),
-# like decoder_c1_*_v*: it reads ~3x the bits per value of the draft (SmolLM2, m = 3, keep 0.5: 3.75 vs 11.5).
+# like decoder_c1v2_l8_v4: it reads ~3x the bits per value of the draft (SmolLM2, m = 3, keep 0.5: 3.75 vs 11.5).
 def _c2v2_factories():
     from .decoder_c2_v2 import DecoderC2v2
     for l, word in ((8, 128), (16, 256)):
@@ -92,8 +56,8 @@ _c2v2_factories()
 
 
 # ---- C1 decoder v2 (hw/decoder_c1_v2.py, docs/HARDWARE.md 2b) -- owned by the C1 v2 work; keep separate ----
-# Same ports, payloads, registers and errors as decoder_c1_*; pipelined, no cross-plane one-cycle loop.
-# ``_v4``: full mode at L/2 values/cycle (verif_lanes, as decoder_c1_l8_v4), every plane word 8L bits.
+# The ports, payloads, registers and errors of docs/HARDWARE.md 2; pipelined, no cross-plane one-cycle loop.
+# ``_v4``: full mode at L/2 values/cycle (verif_lanes), every plane word 8L bits.
 def _c1v2_factories():
     from .decoder_c1_v2 import DecoderC1v2
     for l, word, lv in ((4, 32, 4), (8, 64, 8), (8, 64, 4)):

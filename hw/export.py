@@ -35,15 +35,14 @@ HANDSHAKE = ("valid/ready streams: a transfer happens on a rising clk edge with 
 
 BLOCK_NOTES = {
     "zero_counter": "Combinational core with one output register: outputs describe the `data` of the previous cycle.",
-    "decoder_c1": ("Program through `cfg` while busy = 0, then START; every plane chunk ends with a `last` word "
-                   "(an empty chunk is one zero word). See docs/HARDWARE.md section 2."),
-    "decoder_c1v2": ("Pipelined C1 decoder (v2): the same ports, registers, errors and chunk framing as decoder_c1; "
-                     "START -> first beat ~7 cycles, errors raised 1-3 cycles later than v1, beats not cut at "
-                     "escapes. See docs/HARDWARE.md section 2b."),
+    "decoder_c1v2": ("Program through `cfg` while busy = 0, then START; every plane chunk ends with a `last` word "
+                     "(an empty chunk is one zero word). Ports, registers and errors: docs/HARDWARE.md section 2; "
+                     "the pipelined decoder: section 2b (START -> first beat ~7 cycles, errors raised from "
+                     "registered state, beats not cut at escapes)."),
     "encoder_kv_c1": "See docs/HARDWARE.md section 3.",
     "decoder_c2": ("Program through `cfg` while busy = 0 (no speculation book; VERIF_* = book over the exponent "
-                   "deltas), then START; chunk framing as decoder_c1. See docs/HARDWARE.md section 2a (v1) and 2c "
-                   "(the pipelined v2, decoder_c2v2_*: same ports; full-mode beats hold at most L/2 values)."),
+                   "deltas), then START; chunk framing as the C1 decoder. Ports and registers: docs/HARDWARE.md "
+                   "section 2a; the pipelined decoder: section 2c (full-mode beats hold at most L/2 values)."),
 }
 
 

