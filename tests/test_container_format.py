@@ -23,7 +23,8 @@ CONFIGS = {
     "c2.pruned": (CodecConfig(scheme="c2", group_size=32, mantissa_bits=3, keep_count=9), (5, 77)),
     "c1.all": (CodecConfig(scheme="c1", group_size=32, mantissa_bits=7), (101,)),
     "c2.all": (CodecConfig(scheme="c2", group_size=128, mantissa_bits=0), (3, 200)),
-    "c1.big": (CodecConfig(scheme="c1", group_size=32, mantissa_bits=3, keep_count=31), (40, 32)),  # 40 sbs
+    "c1.big": (CodecConfig(scheme="c1", group_size=32, mantissa_bits=3, keep_count=31, chunk_superblocks=1),
+               (40, 32)),  # 40 superblocks = 40 chunks
     # format 2.0: chunks of A superblocks, pair groups in the books
     "c1.v2": (CodecConfig(scheme="c1", group_size=32, mantissa_bits=3, keep_count=12, chunk_superblocks=4,
                           pair_codes=True), (6, 70)),
@@ -195,7 +196,8 @@ def _patch_index(path, tensor, plane, mutate):
     ref = entry["indexes"][plane]
     sec = bytearray(c["sections"][ref["section"]])
     data = bytes(sec[ref["offset"]: ref["offset"] + ref["length"]])
-    nsb = len(R.superblocks(int(np.prod(entry["shape"])), entry["config"]["group_size"]))
+    nsb = len(R.chunk_ranges(int(np.prod(entry["shape"])), entry["config"]["group_size"],
+                             entry["config"]["chunk_superblocks"]))          # index entries = chunks
     na = (nsb + 15) // 16
     assert 4 * na + 2 * nsb == ref["length"]
     anchors = list(struct.unpack_from(f"<{na}I", data, 0))

@@ -47,7 +47,7 @@ def test_round_trip_chunks_and_pairs(scheme, G, A, keep):
 def test_pairs_are_used_and_save_bits():
     rng = np.random.default_rng(5)
     bits = _bits(rng, 1 << 16)
-    v1 = encode_tensor(bits, CodecConfig(), impl="numpy")
+    v1 = encode_tensor(bits, CodecConfig(chunk_superblocks=1, pair_codes=False), impl="numpy")
     v2 = encode_tensor(bits, CodecConfig(chunk_superblocks=8, pair_codes=True), impl="numpy")
     assert v2.spec_book.pairs != 0 and "spec.signman" in v2.indexed_planes
     assert v2.spec_nbytes + v2.verif_nbytes < v1.spec_nbytes + v1.verif_nbytes
@@ -66,10 +66,11 @@ def test_slices_at_chunk_boundaries():
         slice_superblocks(enc, 2, 8)
 
 
-def test_v1_config_is_format_1():
+def test_v1_config_is_format_1(monkeypatch):
+    monkeypatch.setattr(config, "FORMAT2_DEFAULTS", False)
     cfg = CodecConfig()
     assert (cfg.chunk_superblocks, cfg.pair_codes) == (1, False)
-    assert config.FORMAT2_DEFAULTS is False
+    assert (CodecConfig(group_size=32).chunk_superblocks, kv_config(64).pair_codes) == (1, False)
 
 
 def test_policy_when_format2_defaults(monkeypatch):
@@ -195,7 +196,7 @@ def test_native_guard_sends_format2_to_numpy(monkeypatch):
     bits = _bits(np.random.default_rng(0), 1000)
     enc = encode_tensor(bits, CodecConfig(chunk_superblocks=2), impl="auto")
     assert calls == [] and enc.nchunks == 4
-    encode_tensor(bits, CodecConfig(), impl="auto")
+    encode_tensor(bits, CodecConfig(chunk_superblocks=1, pair_codes=False), impl="auto")
     assert calls == ["native"]
 
 

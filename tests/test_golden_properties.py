@@ -60,11 +60,14 @@ def test_roundtrip(bits, cfg):
 def _kept_from_stream(enc, n):
     """Which values the stream marks as kept, read by the reference decoder (speculation only)."""
     cfg = enc.config
-    offs = {p: list(enc.offsets[p]) for p in R.indexed_planes(cfg.scheme, cfg.group_size, cfg.keep_count)
+    sp = enc.spec_book.pairs if enc.spec_book is not None else 0
+    vp = enc.verif_book.pairs
+    offs = {p: list(enc.offsets[p]) for p in R.indexed_planes(cfg.scheme, cfg.group_size, cfg.keep_count, sp, vp)
             if p in enc.offsets}
     spec = list(enc.spec_book.symbols) if enc.spec_book is not None else None
     draft, kept = R.decode(enc.planes, offs, n, cfg.scheme, cfg.group_size, cfg.mantissa_bits, cfg.keep_count,
-                           spec, list(enc.verif_book.symbols), full=False)
+                           spec, list(enc.verif_book.symbols), full=False, A=cfg.chunk_superblocks,
+                           spec_pairs=sp, verif_pairs=vp)
     return np.array(draft, dtype=np.uint16), np.array(kept, dtype=bool)
 
 
