@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from cassandra_rtl.errors import ConfigError, FormatError, InputError
+from cassandra_rtl.golden.config import CodecConfig
 
 from . import artifact as art_mod
 from .allocation import Allocation, uniform
@@ -84,7 +85,6 @@ def choose_allocation(model_path: Path | None, n_layers: int | None, draft_confi
     k = 1.0 if keep_ratio is None else keep_ratio
     m = 3 if mantissa_bits is None else mantissa_bits
     kvm = m if kv_mantissa_bits is None else kv_mantissa_bits
-    CodecConfig = __import__("cassandra_rtl.golden.config", fromlist=["CodecConfig"]).CodecConfig
     kv = CodecConfig(scheme=scheme, keep_ratio=kv_keep_ratio, mantissa_bits=kvm, group_size=64, kind="kv")
     al = uniform(n_layers or 1, scheme=scheme, keep_ratio=k, mantissa_bits=m, group_size=group_size, kv=kv)
     return f"uniform draft: {scheme} keep {k} m {m}, KV m {kvm}", al

@@ -203,11 +203,12 @@ def register(sub):
     p.add_argument("--draft", default="cassandra", choices=["cassandra", "layerskip", "ngram", "none", "int8"],
                    help="draft source; 'none' = plain bf16 decoding, 'int8' = INT8 weight-only plain decoding")
     p.add_argument("--gamma", type=int_range(1, 64), default=None,
-                   help="draft length, 1..64 (initial length with --adaptive; default 4, or the gamma recorded in --draft-config)")
+                   help="draft length, 1..64 (initial length with --adaptive; default: the gamma recorded in the "
+                   "draft allocation, 4 for a uniform draft)")
     p.add_argument("--adaptive", action="store_true", help="adapt gamma: +2 after a fully accepted draft, -1 else")
     p.add_argument("--keep-ratio", type=float_range(0, 1, lo_open=True), default=None,
-                   help="Cassandra: fraction of weights the draft keeps (uniform draft; default 1.0, and the tuned allocation for the bundled model when no "
-                   "uniform option is given)")
+                   help="Cassandra: fraction of weights the draft keeps (uniform draft; default 1.0, and the tuned "
+                   "allocation for the bundled model when no uniform option is given)")
     p.add_argument("--mantissa-bits", type=int_range(0, 7), default=None,
                    help="Cassandra: mantissa bits the draft keeps (0..7; uniform draft, default 3)")
     p.add_argument("--group-size", type=int, default=128, choices=[32, 64, 128, 256],
@@ -236,7 +237,8 @@ def register(sub):
                    "identity; sampling: check the emitted tokens against the target distribution over 50 runs")
     p.add_argument("--rtl", action="store_true", help="decode the draft's streams through the RTL in simulation")
     p.add_argument("--rtl-layers", type=layer_list, default=None,
-                   help="with --rtl: 'all' or comma-separated layer indices whose weight streams go through the RTL (the rest use the golden decoder)")
+                   help="with --rtl: 'all' or comma-separated layer indices whose weight streams go through the RTL "
+                   "(the rest use the golden decoder; the draft is the same either way)")
     p.add_argument("--cache-dir", default=None, help="model cache folder (default ~/.cache/cassandra-rtl, or "
                    "$XDG_CACHE_HOME/cassandra-rtl): one model artifact per model content and draft allocation")
     p.add_argument("--no-cache", action="store_true", help="encode in memory and write nothing to the model cache")
