@@ -10,8 +10,8 @@
                                   # total bits/value, C1 and C2 x keep 1.0/0.5/0.3, v1 policy vs 2.0 policy
 
 ``--tensors`` (accounting and totals): ``all`` (the 210 linear weights, default), ``layers:0,10,20,29`` (the
-layers bench/peers.py uses) or ``synthetic`` (bench/peers.py's held-out-style tensors). Tensors with 2.0
-features run on the numpy codec until the compiled one reads them (codec._use_native).
+layers bench/peers.py uses) or ``synthetic`` (bench/peers.py's held-out-style tensors). Accounting and totals
+use the default dispatch (the compiled codec when it builds and reads the tensor's features, else numpy).
 
 Throughput is MB/s of bf16 (2 bytes per value) over wall-clock time on this machine; the CPU time is
 printed too, since other jobs on a shared machine inflate wall-clock time. ``--impl`` picks the codec
