@@ -28,7 +28,7 @@ def _table(s: dict) -> str:
         ("  of which draft (MB)", f(s["draft_bytes_per_token"] / 1e6, "{:.2f}")),
         ("bf16 autoregressive bytes / token (MB)", f(s["bf16_ar_bytes_per_token"] / 1e6, "{:.2f}")),
         ("CPU tokens/s (decode)", f(s["cpu_tokens_per_s"], "{:.2f}")),
-        ("ready to decode (s)", f(s.get("ready_s"), "{:.1f}")),
+        ("ready to decode (s, CPU s)", f"{f(s.get('ready_s'), '{:.1f}')}, {f(s.get('ready_cpu_s'), '{:.1f}')}"),
         ("peak RSS (MB) / bf16 weights", f"{f(s.get('peak_rss_bytes', 0) / 1e6, '{:.0f}')} / "
          f"{f(s.get('bf16_weight_bytes_all', 0) / 1e6, '{:.0f}')} = {f(s.get('peak_rss_over_bf16'), '{:.2f}x')}"),
     ]
@@ -113,6 +113,7 @@ def run(args) -> int:
         if what and not quiet and args.draft == "cassandra":
             print(f"[generate] draft: {what}", file=sys.stderr)
     ready_s = time.perf_counter() - t_start
+    ready_cpu_s = time.process_time()           # CPU time of the process so far (load-independent)
     gamma = args.gamma or m.gamma
     kw = dict(system=args.system, raw=args.raw, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
               seed=args.seed, gamma=gamma, adaptive=args.adaptive, stop=args.stop or ())
@@ -126,6 +127,7 @@ def run(args) -> int:
     summary["text"] = g.text
     summary["stop"] = g.stop
     summary["ready_s"] = ready_s                # start of the command (after the interpreter) -> ready to decode
+    summary["ready_cpu_s"] = ready_cpu_s
     summary["threads"] = __import__("torch").get_num_threads()
     if args.compare and sp.greedy and m.drafter is not None and args.draft != "int8":
         ref = m.generate(ids, args.max_new_tokens, speculative=False, **{**kw, "stop": ()})
