@@ -425,9 +425,7 @@ def _rtl_fns(rtl: bool, draft: str, alloc):
 
     def fn(name, enc):
         if enc.config.scheme != "c1":            # the generated decoder reads c1; golden decodes the rest
-            from cassandra_rtl.golden.codec import decode_draft
-
-            return decode_draft(enc)
+            return None
         return dec(name, enc)
 
     return fn, (rtl_kv_decoder(), rtl_kv_encoder(alloc.kv.scheme))

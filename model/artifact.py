@@ -420,7 +420,7 @@ def load_models(tensors, args: ModelArgs, draft: bool = True, rtl=None, rtl_laye
     pairs, one tensor at a time into preallocated parameters.
 
     ``rtl(name, enc)`` optionally decodes the draft's streams through the RTL (asserted equal to golden)
-    for the layers in ``rtl_layers`` (None: every 2-D tensor). ``digests`` (name -> tensor_digest): check
+    for the layers in ``rtl_layers`` (None: every 2-D tensor); it returns None for a tensor it cannot read. ``digests`` (name -> tensor_digest): check
     every full decode against them (``--verify``). ``originals`` (name -> bits): the checkpoint itself is
     at hand (encode and run in one process), so the target takes its bits and ``decode_full`` is checked
     against them."""
@@ -451,8 +451,9 @@ def load_models(tensors, args: ModelArgs, draft: bool = True, rtl=None, rtl_laye
             db = _param_bits(dw[name]).reshape(-1)
             if len(shape) == 2:
                 decode_into(db, enc, decode_draft, step_values)
-                if rtl is not None and (chosen is None or name.startswith(chosen)):
-                    r = np.asarray(rtl(name, enc)).reshape(-1)
+                r = rtl(name, enc) if rtl is not None and (chosen is None or name.startswith(chosen)) else None
+                if r is not None:                      # None: a tensor the RTL does not read (golden decodes it)
+                    r = np.asarray(r).reshape(-1)
                     if not np.array_equal(r, db):
                         raise AssertionError(f"RTL draft decode of {name} differs from the golden decode_draft")
                     rtl_names.append(name)
