@@ -180,3 +180,20 @@ def test_encode_calibrate_writes_wanda_keep_sets(run, hf, tmp_path):
                for n in a.tensors if a.tensors[n].shape.__len__() == 2)       # activation-aware keep sets differ
     g, _ = _gen(run, "--cass", str(out), "--compare")
     assert g["lossless_vs_plain"] is True and g["draft_config"]["salience"] == "wanda"
+
+
+@pytest.mark.parametrize("cfg", [dict(keep_ratio=0.75, mantissa_bits=3, chunk_superblocks=8, pair_codes=True),
+                                 dict(scheme="c2", keep_ratio=0.5, mantissa_bits=3, chunk_superblocks=4,
+                                      pair_codes=True)])
+def test_sliced_decode_of_format_2_tensors(cfg):
+    """Chunks of several superblocks: the slices start and end on chunk boundaries."""
+    from cassandra_rtl.golden.codec import encode_tensor
+    from cassandra_rtl.golden.config import CodecConfig
+
+    rng = np.random.default_rng(0)
+    bits = (rng.normal(0, 0.02, (300, 577)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    enc = encode_tensor(bits, CodecConfig(**cfg))
+    for fn in (decode_full, decode_draft):
+        dst = np.zeros(bits.size, np.uint16)
+        artifact.decode_into(dst, enc, fn, step_values=3000)
+        assert np.array_equal(dst, fn(enc).reshape(-1))
