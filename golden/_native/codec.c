@@ -94,20 +94,65 @@ static const uint32_t WMASK[33] = {                                   /* WMASK[w
     0xFFFF, 0x1FFFF, 0x3FFFF, 0x7FFFF, 0xFFFFF, 0x1FFFFF, 0x3FFFFF, 0x7FFFFF, 0xFFFFFF, 0x1FFFFFF,
     0x3FFFFFF, 0x7FFFFFF, 0xFFFFFFF, 0x1FFFFFFF, 0x3FFFFFFF, 0x7FFFFFFF, 0xFFFFFFFF};
 
+/* Byte table of the code parse: for the 8 bits b at a code boundary, the codes that end inside them:
+ * count (bits 0-3), bits they take (4-7), their largest group (8-10), their groups, 3 bits each (16+).
+ * A byte whose codes all have groups < Q, within the codes still due, is parsed in one step. */
+typedef uint64_t code_lut_t[256];
+
+static void build_code_lut(code_lut_t lut) {
+    for (int b = 0; b < 256; b++) {
+        uint64_t e = 0, qs = 0;
+        int cnt = 0, z = 0, len = 0, mq = 0;
+        for (int i = 0; i < 8; i++) {
+            if ((b >> i) & 1) {
+                qs |= (uint64_t)z << (3 * cnt);
+                mq = z > mq ? z : mq;
+                cnt++;
+                len = i + 1;
+                z = 0;
+            } else {
+                z++;
+            }
+        }
+        e = (uint64_t)cnt | ((uint64_t)len << 4) | ((uint64_t)mq << 8) | (qs << 16);
+        lut[b] = e;
+    }
+}
+
 /* Decode `count` codes starting at stream bit `start` of a chunk ending at bit `end`; returns the bits
- * used, or -1. out[i] = the group's decoder entry (escape: raw | raw << 9, no pair). The codes are taken
- * from a 64-bit register refilled when fewer than 24 bits (the longest code) remain, so the loop-carried
- * chain per code is ctz + shift, not a memory load. */
+ * used, or -1. out[i] = the group's decoder entry (escape: raw | raw << 9, no pair); out must have 8
+ * entries of slack (a byte step stores 8). The codes are taken from a 64-bit register refilled when fewer
+ * than 24 bits (the longest code) remain: a byte of short codes per table step, else one code (ctz). */
+static void build_pair_table(const int32_t *table, int K, uint64_t *t64) {   /* entries of groups q0, q1 < 8 */
+    for (int q = 0; q < 64; q++) {
+        int q0 = q & 7, q1 = q >> 3;
+        t64[q] = (uint64_t)(uint32_t)(q0 < K ? table[q0] : 0) | ((uint64_t)(uint32_t)(q1 < K ? table[q1] : 0) << 32);
+    }
+}
+
 static int64_t get_codes(const uint8_t *p, int64_t start, int64_t end, int64_t count,
-                         const int32_t *table, int K, int32_t *out) {
+                         const int32_t *table, int K, const uint64_t *lut, const uint64_t *t64, int32_t *out) {
     int64_t pos = start;
     uint64_t buf = peek(p, pos);
     int avail = 64 - (int)(pos & 7);
     const uint64_t guard = 1ull << (K + 1);    /* a run of more than K zeros stops at the guard bit */
-    for (int64_t i = 0; i < count; i++) {
+    int64_t i = 0;
+    while (i < count) {
         if (avail < 24) {
             buf = peek(p, pos);
             avail = 64 - (int)(pos & 7);
+        }
+        uint64_t e = lut[buf & 0xFF];
+        int cnt = (int)(e & 15);
+        if (cnt && (int)((e >> 8) & 7) < K && cnt <= count - i) {
+            uint64_t qs = e >> 16;
+            for (int j = 0; j < 4; j++) memcpy(out + i + 2 * j, &t64[(qs >> (6 * j)) & 63], 8);
+            int n = (int)((e >> 4) & 15);
+            i += cnt;
+            buf >>= n;
+            avail -= n;
+            pos += n;
+            continue;
         }
         int r = __builtin_ctzll(buf | guard), n;
         if (r < K) {
@@ -120,6 +165,7 @@ static int64_t get_codes(const uint8_t *p, int64_t start, int64_t end, int64_t c
         } else {
             return -1;                         /* impossible code */
         }
+        i++;
         buf >>= n;
         avail -= n;
         pos += n;
@@ -353,7 +399,12 @@ static inline __attribute__((always_inline)) int c1_decode_body(
         const int32_t *spec_dec, int spec_Q, const int32_t *verif_dec, int verif_Q, uint16_t *out) {
     (void)codes_len; (void)signman_len; (void)vcodes_len; (void)rest_len;     /* checked by the caller */
     int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A;
-    int32_t sym[256], pe[257];
+    int32_t sym[256 + 8], pe[257 + 8];                  /* + 8: get_codes' byte steps store 8 entries */
+    code_lut_t lut;
+    uint64_t spec_t64[64], verif_t64[64];
+    build_code_lut(lut);
+    build_pair_table(spec_dec, spec_Q, spec_t64);
+    build_pair_table(verif_dec, verif_Q, verif_t64);
     uint32_t smtab[256];                /* signman field (s << m) | top m mantissa bits -> draft bits but e */
     for (uint32_t f = 0; f < (2u << m); f++) smtab[f] = ((f >> m) << 15) | ((f & ((1u << m) - 1)) << (7 - m));
     for (int64_t c = 0; c < nch; c++) {
@@ -364,7 +415,7 @@ static inline __attribute__((always_inline)) int c1_decode_body(
         int64_t rpos = full ? rest_off[c] * 8 : 0;
         for (int64_t s = c * A; s < s_hi; s++) {
             int64_t s0 = s * G, n = imin64(G, N - s0), ks = kept_in(k, n, G);
-            int64_t u = get_codes(codes, cpos, cend, n, spec_dec, spec_Q, sym);
+            int64_t u = get_codes(codes, cpos, cend, n, spec_dec, spec_Q, lut, spec_t64, sym);
             if (u < 0) return 2;
             cpos += u;
             int64_t nk = 0;
@@ -372,7 +423,7 @@ static inline __attribute__((always_inline)) int c1_decode_body(
             if (nk != ks) return 3;
             int64_t np_ = n - ks;
             if (full && np_) {
-                u = get_codes(vcodes, vpos, vend, np_, verif_dec, verif_Q, pe);
+                u = get_codes(vcodes, vpos, vend, np_, verif_dec, verif_Q, lut, verif_t64, pe);
                 if (u < 0) return 5;
                 vpos += u;
             }
