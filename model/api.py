@@ -188,7 +188,7 @@ class CassandraModel:
                         m.load_info.seconds = time.perf_counter() - t0
                         m.load_info.baseline_rss_bytes = base_rss
                         m.load_info.extra["draft_choice"] = what
-                        return m
+                        return m._with_gamma(gamma)
         ck = load(path, max_seq_len=1 << 20)      # the model's own context; --max-seq-len applies when loading
         _check_layers(ck.args.n_layers, rtl_layers, skip_layers, n_skip)
         if precheck:
@@ -209,7 +209,7 @@ class CassandraModel:
             m.load_info.seconds = time.perf_counter() - t0
             m.load_info.baseline_rss_bytes = base_rss
             m.load_info.extra["draft_choice"] = what
-            return m
+            return m._with_gamma(gamma)
         # no cache: encode and decode one tensor at a time in memory (the checkpoint's bits are the check)
         args = _with_context(ck.args, max_seq_len)
         rtl_fn, kv_fn = _rtl_fns(rtl, draft, alloc)
@@ -220,7 +220,7 @@ class CassandraModel:
         info = LoadInfo("memory", 0.0, None, None, True, base_rss, {"draft_choice": what})
         m = cls._assemble(loaded, args, tok, source, alloc, info, draft, rtl, kv_fn, None, 0, progress)
         info.seconds = time.perf_counter() - t0
-        return m
+        return m._with_gamma(gamma)
 
     @classmethod
     def _assemble(cls, loaded, args, tok, source, alloc, info, draft, rtl, kv_fn, skip_layers, n_skip, progress):
@@ -252,6 +252,11 @@ class CassandraModel:
         ck = Checkpoint(args, {n: art_mod._param_bits(p) for n, p in target.named_weights().items()}, tok, source)
         eng, d, tgt = build(ck, draft, DraftOptions(skip_layers=skip_layers, n_skip=n_skip), progress=progress)
         return cls(eng, d, tgt, tok, args, source, alloc, info, 4)
+
+    def _with_gamma(self, gamma):
+        if gamma:
+            self.gamma = int(gamma)
+        return self
 
     # ------------------------------------------------------------------------------------ decoding
     def encode_prompt(self, prompt: str, system: str | None = None, raw: bool = False) -> list[int]:
