@@ -528,14 +528,19 @@ static inline __attribute__((always_inline)) int c2_decode_body(
     int t_xeff = -1;                            /* the tables below hold this xeff's entries */
     int Xs[256 / MX_BLOCK];
     const uint32_t fmask = (1u << (m + 2)) - 1, emask = (1u << (m + 1)) - 1, mmask = (1u << m) - 1;
-    const uint64_t guard = 1ull << (verif_Q + 1);
+    uint8_t dzf[256], rw[256];                      /* per value: draft-zero, verif.rest width (no suffix) */
+    int32_t delta[256 + 8];                         /* + 8: get_codes' byte steps store 8 entries */
+    code_lut_t lut;
+    uint64_t t64[64];
+    if (full) {
+        build_code_lut(lut);
+        build_pair_table(verif_dec, verif_Q, t64);
+    }
     for (int64_t c = 0; c < nch; c++) {
         int64_t s_hi = imin64(nsb, (c + 1) * A);
         int64_t pos = mx_off[c] * 8;
         int64_t cpos = full ? vcodes_off[c] * 8 : 0, cend = full ? vcodes_off[c + 1] * 8 : 0;
         int64_t rpos = full ? rest_off[c] * 8 : 0;
-        uint64_t cbuf = full ? peek(vcodes, cpos) : 0;
-        int cavail = 64 - (int)(cpos & 7);
         int bad = 0;
         for (int64_t s = c * A; s < s_hi; s++) {
             int64_t s0 = s * G, n = imin64(G, N - s0), ks = kept_in(k, n, G);
@@ -558,10 +563,11 @@ static inline __attribute__((always_inline)) int c2_decode_body(
             for (int64_t b = 0; b < nmx; b++) Xs[b] = (int)(peek(mx, pos + 8 * b) & 0xFF);
             pos += 8 * nmx;
             if (full) {
-                /* Full decode in one pass: the draft of each value, then (draft-zero values only, by mask
-                 * arithmetic) the next verif.codes code from a register refilled below 24 bits, and its
-                 * verif.rest field (its first bit the suffix of a pair group). Same results and checks as
-                 * decoding the planes one after the other. */
+                /* Full decode: the draft of each value through a per-X table (element -> draft bits, rest
+                 * width), the draft-zero values' verif.codes (get_codes: a byte of short codes per step),
+                 * then every value's verif.rest field (a pair group's suffix bit first). Measured faster
+                 * than one pass taking each code inline (2.0 pairs: +9..16 %). */
+                int64_t ndz = 0;
                 for (int64_t b = 0; b < nmx; b++) {
                     int x = Xs[b], xeff = imax(x, 1);
                     if (xeff != t_xeff) {           /* element -> (draft bits without sign, rest width), per X */
@@ -585,33 +591,32 @@ static inline __attribute__((always_inline)) int c2_decode_body(
                         uint32_t f = (uint32_t)peek(mx, pos) & fmask & km;
                         pos += (m + 2) & km;
                         uint32_t sign = f >> (m + 1), el = f & emask;
-                        uint32_t v = (sign << 15) | t_draft[el];              /* draft of a non-zero element */
-                        int dz = el == 0;
-                        uint32_t dzm = 0u - (uint32_t)dz;
-                        if (cavail < 24) {
-                            cbuf = peek(vcodes, cpos);
-                            cavail = 64 - (int)(cpos & 7);
-                        }
-                        int r = __builtin_ctzll(cbuf | guard);
-                        int esc = r == verif_Q;
-                        bad |= dz & (r > verif_Q);
-                        int32_t raw = (int32_t)((cbuf >> (verif_Q + 1)) & 0xFF);
-                        int32_t dd = esc ? (raw | (raw << 9)) : verif_dec[r < verif_Q ? r : 0];
-                        int nb = (esc ? verif_Q + 1 + ESC_BITS : r + 1) & (int)dzm;
-                        cbuf >>= nb;
-                        cavail -= nb;
-                        cpos += nb;
-                        int pv = HP ? (DEC_PAIR(dd) & dz) : 0;
-                        int w = t_w[el] + pv;                             /* 8 (+ suffix) for el = 0 */
-                        uint32_t rr = (uint32_t)peek(rest, rpos) & ((1u << w) - 1);
-                        rpos += w;
-                        int tv = HP ? (int)(rr & (uint32_t)pv) : 0;
-                        int e = x - (int)DEC_SYM(dd, tv);
-                        rr >>= pv;
-                        bad |= dz & (e < 0);
-                        uint32_t vdz = ((rr >> 7) << 15) | ((uint32_t)(e & 0xFF) << 7) | (rr & 0x7F);
-                        out[s0 + i] = (uint16_t)((vdz & dzm) | ((v | rr) & ~dzm));
+                        out[s0 + i] = (uint16_t)((sign << 15) | t_draft[el]);   /* draft (el > 0) */
+                        dzf[i] = (uint8_t)(el == 0);
+                        rw[i] = t_w[el];                                       /* 8 for el = 0 */
+                        ndz += el == 0;
                     }
+                }
+                int64_t u = get_codes(vcodes, cpos, cend, ndz, verif_dec, verif_Q, lut, t64, delta);
+                if (u < 0) return 5;
+                cpos += u;
+                delta[ndz] = 0;                      /* read (masked off) by values after the last draft-zero one */
+                int64_t j = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    int dz = dzf[i], x = Xs[i / MX_BLOCK];
+                    uint32_t dzm = 0u - (uint32_t)dz;                       /* mask arithmetic: dz is data-dependent */
+                    int32_t dd = delta[j];
+                    j += dz;
+                    int pv = HP ? (DEC_PAIR(dd) & dz) : 0;
+                    int w = rw[i] + pv;                                     /* + the suffix bit of a pair group */
+                    uint32_t rr = (uint32_t)peek(rest, rpos) & ((1u << w) - 1);
+                    rpos += w;
+                    int tv = HP ? (int)(rr & (uint32_t)pv) : 0;
+                    int e = x - (int)DEC_SYM(dd, tv);
+                    rr >>= pv;
+                    bad |= dz & (e < 0);
+                    uint32_t vdz = ((rr >> 7) << 15) | ((uint32_t)(e & 0xFF) << 7) | (rr & 0x7F);
+                    out[s0 + i] = (uint16_t)((vdz & dzm) | ((out[s0 + i] | rr) & ~dzm));
                 }
                 continue;
             }
