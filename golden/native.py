@@ -24,6 +24,7 @@ pruned mark) go to the numpy path directly, so behaviour on bad input is exactly
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -168,22 +169,34 @@ def _ptr(a: np.ndarray | None):
     return None if a is None else a.ctypes.data
 
 
-def _enc_table(book: Codebook) -> np.ndarray:
-    """Encoder table, per symbol 0..256: group q | pair << 8 | suffix t << 9 (q = Q: escape)."""
+@functools.lru_cache(maxsize=256)
+def _tables(book: Codebook) -> tuple[np.ndarray, np.ndarray, int]:
+    """(encoder table, decoder table, Q) of a book (Codebook is frozen and hashable: cached per book).
+    Encoder, per symbol 0..256: group q | pair << 8 | suffix t << 9 (q = Q: escape).
+    Decoder, per group q < Q: S[b_q] | S[b_q + pair] << 9 | pair << 18."""
     g = book.group_table()
-    pair = book.pair_bits()[g]
-    return np.ascontiguousarray(g | (pair << 8) | (book.suffix_table() << 9), dtype=np.int32)
+    pair = book.pair_bits()
+    enc = np.ascontiguousarray(g | (pair[g] << 8) | (book.suffix_table() << 9), dtype=np.int32)
+    Q = book.Q
+    dec = np.zeros(max(Q, 1), dtype=np.int32)
+    if Q:
+        syms, b = book.symbol_table(), book.group_starts()[:-1]
+        dec[:Q] = syms[b] | (syms[b + pair[:-1]] << 9) | (pair[:-1] << 18)
+    enc.flags.writeable = dec.flags.writeable = False
+    return enc, dec, Q
 
 
-def _dec_table(book: Codebook) -> np.ndarray:
-    """Decoder table, per group q < Q: S[b_q] | S[b_q + pair] << 9 | pair << 18."""
-    t = np.zeros(max(book.Q, 1), dtype=np.int32)
-    if book.Q:
-        syms, b, pair = book.symbol_table(), book.group_starts()[:-1], book.pair_bits()[:-1]
-        t[: book.Q] = syms[b] | (syms[b + pair] << 9) | (pair << 18)
-    return t
-
-
+def _fixed_offsets(name: str, numel: int, cfg: CodecConfig) -> np.ndarray:
+    """codec.fixed_offsets without per-superblock arrays: every chunk but the last has the same size."""
+    G, A = cfg.group_size, cfg.chunk_superblocks
+    nsb = _np.superblock_count(numel, G)
+    nch = (nsb + A - 1) // A
+    n_last = numel - (nsb - 1) * G
+    full, last = (int(_np.fixed_superblock_bits(name, np.array([n]), np.array([cfg.kept_in(n)]), cfg)[0])
+                  for n in (G, n_last))
+    off = np.arange(nch + 1, dtype=np.int64) * ((A * full + 7) >> 3)
+    off[nch] = off[nch - 1] + (((nsb - (nch - 1) * A - 1) * full + last + 7) >> 3)
+    return off
 
 
 # ------------------------------------------------------------------------------------------------ encode
@@ -216,8 +229,8 @@ def encode_tensor(bits, cfg: CodecConfig, salience=None, books=None) -> _np.Enco
         signman, rest = np.empty(2 * N + nch + 16, np.uint8), np.empty(2 * N + nch + 16, np.uint8)
         off = np.empty((4, nch + 1), np.int64)
         lens = np.zeros(4, np.int64)
-        se, ve = _enc_table(spec_book), _enc_table(verif_book)        # held: ctypes gets bare addresses
-        lib.c1_pack(_ptr(flat), _ptr(kept), N, G, m, A, _ptr(se), spec_book.Q, _ptr(ve), verif_book.Q,
+        (se, _, sQ), (ve, _, vQ) = _tables(spec_book), _tables(verif_book)   # held: ctypes gets bare addresses
+        lib.c1_pack(_ptr(flat), _ptr(kept), N, G, m, A, _ptr(se), sQ, _ptr(ve), vQ,
                     _ptr(codes), _ptr(signman), _ptr(vcodes), _ptr(rest), _ptr(off), _ptr(lens))
         names = ("spec.codes", "spec.signman", "verif.codes", "verif.rest")
         bufs = (codes, signman, vcodes, rest)
@@ -232,8 +245,8 @@ def encode_tensor(bits, cfg: CodecConfig, salience=None, books=None) -> _np.Enco
         rest = np.empty(2 * N + nch + 16, np.uint8)
         off = np.empty((3, nch + 1), np.int64)
         lens = np.zeros(3, np.int64)
-        ve = _enc_table(verif_book)
-        lib.c2_pack(_ptr(flat), _ptr(kept), _ptr(X), N, G, m, A, int(cfg.prunes), _ptr(ve), verif_book.Q,
+        ve, _, vQ = _tables(verif_book)
+        lib.c2_pack(_ptr(flat), _ptr(kept), _ptr(X), N, G, m, A, int(cfg.prunes), _ptr(ve), vQ,
                     _ptr(mx), _ptr(vcodes), _ptr(rest), _ptr(off), _ptr(lens))
         names = ("spec.mx", "verif.codes", "verif.rest")
         bufs = (mx, vcodes, rest)
@@ -271,7 +284,7 @@ def _plane(enc, name):
         if n:
             raise _Fallback
         return buf, n, None
-    off = _np.fixed_offsets(name, enc.numel, enc.config)
+    off = _fixed_offsets(name, enc.numel, enc.config)
     if off[-1] != n:
         raise _Fallback
     return buf, n, off
@@ -288,11 +301,11 @@ def _decode(enc: _np.EncodedTensor, full: bool) -> np.ndarray:
     G, m, k, A = cfg.group_size, cfg.mantissa_bits, cfg.keep_count, cfg.chunk_superblocks
     lib = load()
     out = np.empty(N, dtype=np.uint16)
-    vt = _dec_table(enc.verif_book)
+    _, vt, vQ = _tables(enc.verif_book)
     if cfg.scheme == "c1":
         if enc.spec_book is None:
             raise _Fallback
-        st = _dec_table(enc.spec_book)
+        _, st, sQ = _tables(enc.spec_book)
         codes, codes_len, co = _plane(enc, "spec.codes")
         signman, sm_len, so = _plane(enc, "spec.signman")
         vcodes = rest = vo = ro = None
@@ -302,7 +315,7 @@ def _decode(enc: _np.EncodedTensor, full: bool) -> np.ndarray:
             rest, rest_len, ro = _plane(enc, "verif.rest")
         rc = lib.c1_decode(N, G, m, k, A, int(full), _ptr(codes), codes_len, _ptr(co), _ptr(signman), sm_len,
                            _ptr(so), _ptr(vcodes), vc_len, _ptr(vo), _ptr(rest), rest_len, _ptr(ro),
-                           _ptr(st), enc.spec_book.Q, _ptr(vt), enc.verif_book.Q, _slack(cfg), _ptr(out))
+                           _ptr(st), sQ, _ptr(vt), vQ, _slack(cfg), _ptr(out))
     else:
         mx, mx_len, mo = _plane(enc, "spec.mx")
         vcodes = rest = vo = ro = None
@@ -311,7 +324,7 @@ def _decode(enc: _np.EncodedTensor, full: bool) -> np.ndarray:
             vcodes, vc_len, vo = _plane(enc, "verif.codes")
             rest, rest_len, ro = _plane(enc, "verif.rest")
         rc = lib.c2_decode(N, G, m, k, A, int(full), _ptr(mx), mx_len, _ptr(mo), _ptr(vcodes), vc_len, _ptr(vo),
-                           _ptr(rest), rest_len, _ptr(ro), _ptr(vt), enc.verif_book.Q, _slack(cfg), _ptr(out))
+                           _ptr(rest), rest_len, _ptr(ro), _ptr(vt), vQ, _slack(cfg), _ptr(out))
     if rc != 0:
         raise _Fallback
     return out.reshape(enc.shape)

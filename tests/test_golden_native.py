@@ -168,6 +168,19 @@ def test_format2_random_tensors(weight_bits, scheme, G, A, pairs, keep):
             check(bits, cfg, books=_pair_books(bits, scheme))
 
 
+def test_fixed_plane_offsets_match_numpy():
+    """native._fixed_offsets (no per-superblock arrays) == codec.fixed_offsets, partial last chunks included."""
+    for scheme, names in (("c1", ("spec.signman", "verif.rest")), ("c2", ("spec.mx",))):
+        for G in (32, 256):
+            for A in _a_values(G):
+                for k in (G, G // 2, 1):
+                    cfg = CodecConfig(scheme=scheme, group_size=G, mantissa_bits=3, keep_count=k, chunk_superblocks=A)
+                    for n in (1, G - 1, A * G, 3 * A * G + G + 5):
+                        for name in names:
+                            np.testing.assert_array_equal(native._fixed_offsets(name, n, cfg),
+                                                          codec.fixed_offsets(name, n, cfg))
+
+
 def test_format2_cases_hold_pairs(weight_bits):
     """The random cases above do exercise pair groups and indexed companion planes (else they test v1 only)."""
     bits = weight_bits(8 * 128 * 3, seed=5, special=0.05)
