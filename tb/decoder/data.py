@@ -179,12 +179,49 @@ GGUF = Path(__file__).resolve().parents[2] / ".venv/lib/python3.11/site-packages
 LIN_NPY = Path(os.environ.get("CASSANDRA_LIN_NPY", "/tmp/lin.npy"))
 
 
+CACHE_DIR = Path(__file__).resolve().parents[2] / "build" / "cache"
+_FLAT = None
+
+
+def _cache_path() -> Path:
+    """build/cache/smollm2_linear_bits-<key>.npy; the key names the GGUF (size, mtime) and this conversion."""
+    st = GGUF.stat()
+    return CACHE_DIR / f"smollm2_linear_bits-v1-{st.st_size}-{st.st_mtime_ns}.npy"
+
+
 def smollm2_linear_bits() -> np.ndarray:
     """SmolLM2-135M's linear weights as flat uint16 bf16 bits (/tmp/lin.npy when present, else the GGUF
-    dequantised and rounded to bf16). Memory-mapped when possible."""
+    dequantised and rounded to bf16). Memory-mapped when possible.
+
+    The dequantisation (~10-20 s for 106 M values) runs once per GGUF: the result is kept in
+    build/cache/ (memory-mapped by every later call, also across the testbench processes) and in this
+    process. It used to run in each cocotb test that samples SmolLM2, 2 per decoder and 1 per encoder
+    configuration of `make sim`."""
+    global _FLAT
     if LIN_NPY.exists():
         return np.load(LIN_NPY, mmap_mode="r").reshape(-1)
-    return np.concatenate([b.reshape(-1) for _, b in smollm2_tensors()])
+    if _FLAT is not None:
+        return _FLAT
+    if not GGUF.exists():
+        raise FileNotFoundError(f"SmolLM2 GGUF not found at {GGUF}")
+    path = _cache_path()
+    if path.exists():
+        try:
+            _FLAT = np.load(path, mmap_mode="r").reshape(-1)
+            return _FLAT
+        except (OSError, ValueError):        # a truncated file of an interrupted writer: convert again
+            pass
+    flat = np.concatenate([b.reshape(-1) for _, b in smollm2_tensors()])
+    try:
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        with open(tmp, "wb") as fh:
+            np.save(fh, flat)
+        os.replace(tmp, path)                  # atomic: a concurrent reader sees the whole file or none
+    except OSError:
+        pass                                   # read-only tree: just not cached on disk
+    _FLAT = flat
+    return flat
 
 
 def smollm2_tensors():
