@@ -97,12 +97,15 @@ class DecoderC2v2(DecoderC1):
                      and the next superblock's first bitmap word is taken in while the current one is
                      decoded, so superblocks follow without a bubble)
         field_slots  word slots of the spec.mx field ring F (default 4: the final beat of a superblock skips
-                     the next superblock's bitmap, up to G bits, and the next beat's bits must be in)
+                     the next superblock's bitmap, up to G bits, and the next beat's bits must be in; 3 and
+                     bitmap_words = 3 cost a bubble per superblock at G = 256 with pruning only)
+        code_word_slots  word slots of the code plane (2, 4 or 8; default 2: verif.codes is parsed in 16-bit
+                     segments, IW / 16 passes per word, so a second slot hides every word's arrival)
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
                  code_seg: int = 16, code_lanes: int | None = None, code_depth: int | None = None,
-                 bitmap_words: int | None = None, field_slots: int | None = None):
+                 bitmap_words: int | None = None, field_slots: int | None = None, code_word_slots: int = 2):
         if not _pow2(lanes) or lanes > MAX_LANES:
             raise ConfigError(f"lanes must be a power of two 1..{MAX_LANES} (a beat lies in one MX block), "
                               f"got {lanes!r}")
@@ -116,7 +119,8 @@ class DecoderC2v2(DecoderC1):
         code_lanes = min(code_seg, max(7, verif_lanes + 3)) if code_lanes is None else code_lanes
         if code_depth is None:          # room for two passes and two beats' pops: the plane never waits
             code_depth = 1 << ceil_log2(2 * (code_lanes + 1) + 2 * (verif_lanes + 1))
-        code_depth = CodePlane.resolve(word, code_seg, code_lanes, code_depth, verif_lanes + 1)[3]  # or ConfigError
+        code_depth = CodePlane.resolve(word, code_seg, code_lanes, code_depth, verif_lanes + 1,
+                                       code_word_slots)[3]                                     # or ConfigError
         bitmap_words = G_MAX // word + 2 if bitmap_words is None else bitmap_words
         if not isinstance(bitmap_words, int) or not 2 <= bitmap_words <= 16:
             raise ConfigError(f"bitmap_words must be 2..16 (a beat's kept flags may span two words), "
@@ -126,7 +130,7 @@ class DecoderC2v2(DecoderC1):
             raise ConfigError(f"field_slots must be 3..16, got {field_slots!r}")
         self.lanes, self.word, self.verif_lanes = lanes, word, verif_lanes
         self.code_seg, self.code_lanes, self.code_depth = code_seg, code_lanes, code_depth
-        self.bitmap_words, self.field_slots = bitmap_words, field_slots
+        self.bitmap_words, self.field_slots, self.code_word_slots = bitmap_words, field_slots, code_word_slots
         # F window: the X region + L widest fields (at most the two-word view)
         self.fwin = min(2 * word, X_REGION + MXF * lanes)
         wiring.Component.__init__(self, c2_decoder_signature(lanes, word))
@@ -466,11 +470,12 @@ class DecoderC2v2(DecoderC1):
                      fire_x.eq(I["v"] & s2_free & over & (F.avail >= I["xbits"]))]
         f_skip0 = Signal(name="f_skip_first")          # START: skip the first superblock's bitmap
         m.d.comb += f_skip0.eq(f_init & started)
+        # (take / end / skip from registers only, F uses them when it fires: the stall chain ends at F.fire)
         m.d.comb += [F.fire.eq(fire1 | fire_x | f_skip0),
-                     F.take.eq(Mux(fire_x, I["xbits"], Mux(fire1, eff_take, 0))),
-                     F.end.eq(fire1 & I["cend"]),
-                     F.skip.eq(Mux(fire1, I["skip"],
-                                   Mux(f_skip0, Mux(r["numel"] <= r["g"], lay_last["bm"], lay_full["bm"]), 0)))]
+                     F.take.eq(Mux(f_init, 0, Mux(over, I["xbits"], eff_take))),
+                     F.end.eq(~f_init & ~over & I["cend"]),
+                     F.skip.eq(Mux(f_init, Mux(r["numel"] <= r["g"], lay_last["bm"], lay_full["bm"]),
+                                   Mux(over, 0, I["skip"])))]
         with m.If(f_skip0):
             m.d.sync += f_init.eq(0)
         with m.If(fire_x):
@@ -544,7 +549,7 @@ class DecoderC2v2(DecoderC1):
         # of the beats into a ring of codes (group q, pair flag) / escapes / END markers; a beat pops its nd
         # codes (+ END on a chunk's last beat).
         CP = CodePlane(word=IW, seg=self.code_seg, lanes=self.code_lanes, depth=self.code_depth, pops=Lv + 1,
-                       pair_flags=True)
+                       word_slots=self.code_word_slots, pair_flags=True)
         m.submodules.verif_codes_plane = CP
         wiring.connect(m, wiring.flipped(self.verif_codes), CP.inp)
         cp_init = Signal(name="cp_init")                # the code plane has not been started for the tensor
@@ -632,7 +637,8 @@ class DecoderC2v2(DecoderC1):
               "n": Signal(range(L + 1), name="S4_n"), "final": Signal(name="S4_final"),
               "last": Signal(name="S4_last"), "cend": Signal(name="S4_chunk_end"),
               "err_ov": Signal(name="S4_err_overrun"), "err_code": Signal(name="S4_err_code"),
-              "err_tl": Signal(name="S4_err_too_long")}
+              "err_tl": Signal(name="S4_err_too_long"),
+              "mneg": Signal(name="S4_maybe_neg")}          # some lane's exponent may be < 0 (see VERIFY)
         s4_free = Signal(name="s4_free")
         c_fire = Signal(name="c_fire")
         m.d.comb += c_fire.eq(S3["v"] & s4_free & (~full | q_have))
@@ -653,7 +659,8 @@ class DecoderC2v2(DecoderC1):
             m.d.sync += [S4["e0"][i].eq(c_lane[i]["e0"]) for i in range(Lv)]
             m.d.sync += [S4["e1"][i].eq(c_lane[i]["e1"]) for i in range(Lv)]
             m.d.sync += [S4["err_ov"].eq(full & q_err_ov), S4["err_code"].eq(full & q_err_code),
-                         S4["err_tl"].eq(full & q_err_tl)]
+                         S4["err_tl"].eq(full & q_err_tl),
+                         S4["mneg"].eq(full & Cat(*[ln["neg0"] | (ln["pair"] & ln["neg1"]) for ln in c_lane]).any())]
 
         # ---- VERIFY -> OUT: full mode takes the rest bits of the beat
         R = BitReader(IW, REST_MAX * Lv)
@@ -699,17 +706,29 @@ class DecoderC2v2(DecoderC1):
         v_ready = Signal(name="v_ready")                       # the beat's rest bits are in
         m.d.comb += v_ready.eq(~full | ((rest_have | rest_ov)
                                         & ~(S4["cend"] & rest_have & ~R.skip_ok & ~R.skip_err)))
+        # X - delta < 0 (CODE) depends on a pair's suffix bit, read from verif.rest in this stage: kept out
+        # of the rest reader's loop (rp -> window -> suffix -> error -> commit -> rp). A beat that may have
+        # a negative exponent (S4.mneg: some candidate is; rare, X near 0) waits one cycle while the
+        # actual check is registered (neg_done, neg_r), then fires or raises CODE.
+        neg_done = Signal(name="v_neg_done")
+        neg_r = Signal(name="v_neg_r")
+        neg_wait = Signal(name="v_neg_wait")
+        m.d.comb += neg_wait.eq(S4["mneg"] & ~neg_done)
         v_err = Signal(ERROR_BITS, name="v_err")
         with m.If(S4["v"] & full & v_ready):
             ov = S4["err_ov"] | rest_ov
-            ce = ~ov & (S4["err_code"] | neg)
+            ce = ~ov & (S4["err_code"] | (neg_done & neg_r))
             m.d.comb += [
                 v_err[Err.OVERRUN].eq(ov),
                 v_err[Err.CODE].eq(ce),
-                v_err[Err.TOO_LONG].eq(~ov & ~ce & (S4["err_tl"] | (S4["cend"] & R.skip_err))),
+                v_err[Err.TOO_LONG].eq(~ov & ~ce & ~neg_wait & (S4["err_tl"] | (S4["cend"] & R.skip_err))),
             ]
+            with m.If(neg_wait):
+                m.d.sync += [neg_done.eq(1), neg_r.eq(neg)]
         fire_v = Signal(name="fire_v")
-        m.d.comb += fire_v.eq(S4["v"] & adv & v_ready & ~v_err.any())
+        m.d.comb += fire_v.eq(S4["v"] & adv & v_ready & ~v_err.any() & ~neg_wait)
+        with m.If(fire_v | flush):
+            m.d.sync += neg_done.eq(0)
         m.d.comb += s4_free.eq(~S4["v"] | fire_v)
         m.d.comb += R.commit.eq(fire_v & full)
 
@@ -732,13 +751,19 @@ class DecoderC2v2(DecoderC1):
                              amask.eq((1 << r["chunk"]) - 1)]
         with m.If(setup == 9):
             m.d.sync += in_rem.eq(nsb)
+        # The issue stage's KEEP check and VERIFY's errors are registered before they are raised (they hold
+        # their beat, which is not issued / not fired, so nothing wrong goes out in that cycle): the flush
+        # they cause then starts from a register instead of ending the issue and rest-reader loops.
+        keep_err_r = Signal(name="keep_err_r")
+        v_err_r = Signal(ERROR_BITS, name="v_err_r")
+        m.d.sync += [keep_err_r.eq(busy & keep_err & ~flush), v_err_r.eq(Mux(busy & ~flush, v_err, 0))]
         with m.If(busy):
             m.d.comb += [
                 raise_err[Err.CONFIG].eq(setup_err),
-                raise_err[Err.OVERRUN].eq(in_err_ov | v_err[Err.OVERRUN]),
-                raise_err[Err.TOO_LONG].eq(in_err_tl | v_err[Err.TOO_LONG]),
-                raise_err[Err.KEEP].eq(keep_err),
-                raise_err[Err.CODE].eq(v_err[Err.CODE]),
+                raise_err[Err.OVERRUN].eq(in_err_ov | v_err_r[Err.OVERRUN]),
+                raise_err[Err.TOO_LONG].eq(in_err_tl | v_err_r[Err.TOO_LONG]),
+                raise_err[Err.KEEP].eq(keep_err_r),
+                raise_err[Err.CODE].eq(v_err_r[Err.CODE]),
             ]
         with m.If(fire_v & S4["last"]):
             m.d.sync += busy.eq(0)
