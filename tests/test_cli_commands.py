@@ -87,6 +87,26 @@ def test_npy_uint16_roundtrip_and_draft(tmp_path, capsys, weight_bits, scheme):
     np.testing.assert_array_equal(draft.reshape(-1), want)
 
 
+@pytest.mark.parametrize("scheme", ["c1", "c2"])
+def test_format2_options_roundtrip(tmp_path, capsys, weight_bits, scheme):
+    """--chunk-superblocks / --pairs reach the container (FORMAT.md §1, §3.1) and decode losslessly."""
+    bits = weight_bits(7 * 300, seed=4, special=0.02).reshape(7, 300)
+    np.save(tmp_path / "w.npy", bits)
+    rc, _, _ = cli_inproc(capsys, "encode", tmp_path / "w.npy", "-o", tmp_path / "w.cass", "--scheme", scheme,
+                          "--keep-ratio", "0.5", "--group-size", "32", "--chunk-superblocks", "4", "--pairs")
+    assert rc == 0
+    t = R.read_container(tmp_path / "w.cass")["header"]["tensors"][0]
+    assert t["config"]["chunk_superblocks"] == 4
+    assert any(t["pairs"].values()), t["pairs"]          # these exponents make the DP choose a pair somewhere
+    rc, _, _ = cli_inproc(capsys, "decode", tmp_path / "w.cass", "-o", tmp_path / "full.npy")
+    assert rc == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "full.npy"), bits)
+    rc, _, _ = cli_inproc(capsys, "encode", tmp_path / "w.npy", "-o", tmp_path / "w1.cass", "--scheme", scheme,
+                          "--group-size", "32", "--chunk-superblocks", "1", "--no-pairs")
+    t1 = R.read_container(tmp_path / "w1.cass")["header"]["tensors"][0]
+    assert rc == 0 and t1["config"]["chunk_superblocks"] == 1 and not any(t1.get("pairs", {}).values())
+
+
 def test_default_options(tmp_path, capsys, weight_bits):
     np.save(tmp_path / "w.npy", weight_bits(3 * 128, seed=2).reshape(3, 128))
     rc, _, _ = cli_inproc(capsys, "encode", tmp_path / "w.npy", "-o", tmp_path / "w.cass")
@@ -278,7 +298,10 @@ def test_draft_decode_ignores_a_corrupt_verification_section(good_cass, tmp_path
                                                ("--keep-ratio", "-0.5", "keep ratio"), ("--keep-ratio", "nan", "keep ratio"),
                                                ("--mantissa-bits", "8", "mantissa"), ("--mantissa-bits", "-1", "mantissa"),
                                                ("--group-size", "100", "group size"), ("--group-size", "512", "group size"),
-                                               ("--group-size", "0", "group size")])
+                                               ("--group-size", "0", "group size"),
+                                               ("--chunk-superblocks", "3", "chunk_superblocks"),
+                                               ("--chunk-superblocks", "16", "at most 1024"),
+                                               ("--chunk-superblocks", "0", "chunk_superblocks")])
 def test_invalid_config(tmp_path, weight_bits, option, value, word, run):
     np.save(tmp_path / "w.npy", weight_bits(256, seed=11).reshape(2, 128))
     r = (cli if value == "1.5" else run)("encode", tmp_path / "w.npy", "-o", tmp_path / "w.cass", option, value)

@@ -1,6 +1,7 @@
 """`cassandra-rtl encode INPUT -o OUT.cass`: split tensors into speculation and verification data."""
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
@@ -28,16 +29,23 @@ def add_codec_options(p):
                    help="mantissa bits the draft keeps, 0..7 (default 3)")
     p.add_argument("--group-size", type=int, default=DEFAULTS["group_size"],
                    help="superblock size G: 32, 64, 128 or 256 (default 128)")
+    p.add_argument("--chunk-superblocks", type=int, default=None, metavar="A",
+                   help="format 2.0: superblocks per chunk, a power of two <= 64 with A*G <= 1024 "
+                        "(default: the format's policy, 1024/G for weights)")
+    p.add_argument("--pairs", action=argparse.BooleanOptionalAction, default=None,
+                   help="format 2.0: pair groups in the codebooks (default: the format's policy, on for weights)")
 
 
 def config_from_args(args) -> CodecConfig:
     return CodecConfig(scheme=args.scheme, keep_ratio=args.keep_ratio, mantissa_bits=args.mantissa_bits,
-                       group_size=args.group_size)
+                       group_size=args.group_size, chunk_superblocks=getattr(args, "chunk_superblocks", None),
+                       pair_codes=getattr(args, "pairs", None))
 
 
 def config_for(name: str, ndim: int, base: CodecConfig) -> CodecConfig:
     if ndim == 1:
-        return CodecConfig(scheme=base.scheme, group_size=base.group_size, **VECTOR_CONFIG)
+        return CodecConfig(scheme=base.scheme, group_size=base.group_size, chunk_superblocks=base.chunk_superblocks,
+                           pair_codes=base.pair_codes, **VECTOR_CONFIG)
     return base
 
 

@@ -38,6 +38,9 @@ def format_table(s: dict) -> str:
         ("exponent Huffman / plain rank-unary", f"{s['exponent_huffman_bits']:.3f} / {s['exponent_unary_rank_bits']:.3f}"),
         ("exponent code bits (coded planes)", f"{s['exponent_code_bits']:.3f}"),
     ]
+    if s.get("exponent_suffix_bits"):   # format 2.0 pair groups: the rest of the code sits in the companion fields
+        rows.append(("  + pair suffix bits (companion planes)", f"{s['exponent_suffix_bits']:.3f}  "
+                     f"(code total {s['exponent_code_bits'] + s['exponent_suffix_bits']:.3f})"))
     rows += [(f"  plane {p}", f"{v:.3f} bits/value") for p, v in s["planes_bits_per_value"].items()]
     w = max(len(r[0]) for r in rows)
     return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
