@@ -29,7 +29,8 @@ import numpy as np
 
 from cassandra_rtl.errors import ConfigError
 from cassandra_rtl.golden.codebook import build_codebook
-from cassandra_rtl.golden.codec import fixed_plane_nbytes, index_nbytes, keep_mask, superblock_count
+from cassandra_rtl.golden.codec import (chunk_count, fixed_plane_nbytes, index_nbytes, keep_mask, per_chunk,
+                                        superblock_count)
 from cassandra_rtl.golden.config import ESCAPE_PAYLOAD_BITS, MX_BLOCK, PRUNED, CodecConfig
 
 from .proxy import ProxyModel, input_norm_key
@@ -168,21 +169,31 @@ def draft_bits(bits: np.ndarray, cfg: CodecConfig, kept: np.ndarray) -> np.ndarr
 
 
 def spec_nbytes(bits: np.ndarray, cfg: CodecConfig, kept: np.ndarray) -> int:
-    """``encode_tensor(bits, cfg, salience).spec_nbytes`` without packing the planes."""
+    """``encode_tensor(bits, cfg, salience).spec_nbytes`` without packing the planes (format 2.0: chunks
+    of A superblocks, pair groups whose suffix bits sit in spec.signman, FORMAT.md §1, §3)."""
     N = bits.size
     if cfg.scheme == "c2":
         return fixed_plane_nbytes("spec.mx", N, cfg)
     G = cfg.group_size
     nsb = superblock_count(N, G)
+    nch = chunk_count(N, cfg)
     e = ((bits.reshape(-1) >> 7) & 0xFF).astype(np.int64)
     sym = np.where(kept, e, PRUNED)
-    book = build_codebook(np.bincount(sym, minlength=PRUNED + 1), required=PRUNED)
-    ranks = book.rank_table()[sym]
-    widths = np.where(ranks == book.K, book.K + 1 + ESCAPE_PAYLOAD_BITS, ranks + 1)
+    book = build_codebook(np.bincount(sym, minlength=PRUNED + 1), required=PRUNED, pairs=cfg.pair_codes)
+    groups = book.group_table()[sym]
+    widths = np.where(groups == book.Q, book.Q + 1 + ESCAPE_PAYLOAD_BITS, groups + 1)
     pad = nsb * G - N
-    per_sb = np.concatenate([widths, np.zeros(pad, np.int64)]).reshape(nsb, G).sum(1)
-    codes = int(((per_sb + 7) >> 3).sum())
-    return codes + index_nbytes(nsb) + fixed_plane_nbytes("spec.signman", N, cfg)
+
+    def chunk_bytes(per_value: np.ndarray) -> int:
+        per_sb = np.concatenate([per_value, np.zeros(pad, np.int64)]).reshape(nsb, G).sum(1)
+        return int(((per_chunk(per_sb, cfg) + 7) >> 3).sum())
+
+    codes = chunk_bytes(widths) + index_nbytes(nch)
+    if not book.pairs:
+        return codes + fixed_plane_nbytes("spec.signman", N, cfg)
+    suffix = np.where(kept, book.pair_bits()[groups], 0)          # P is never in a pair: pruned values add 0
+    signman = chunk_bytes(np.where(kept, 1 + cfg.mantissa_bits, 0) + suffix)
+    return codes + signman + index_nbytes(nch)                      # spec.signman is indexed with pairs
 
 
 def describe_norms(norms: dict[str, np.ndarray]) -> str:

@@ -38,10 +38,12 @@ def _bits(shape, seed=0):
 @pytest.mark.parametrize("keep", [1.0, 0.75, 0.3])
 @pytest.mark.parametrize("m", [0, 2, 7])
 @pytest.mark.parametrize("with_sal", [False, True])
-def test_emulation_equals_golden(scheme, keep, m, with_sal):
+@pytest.mark.parametrize("layout", [(1, False), (4, True), (16, False)], ids=["1.0", "A4-pairs", "A16"])
+def test_emulation_equals_golden(scheme, keep, m, with_sal, layout):
     bits, x = _bits((24, 200), seed=int(keep * 10) + m)
     sal = np.abs(x) * np.linspace(0.1, 2.0, 200)[None] if with_sal else None
-    cfg = CodecConfig(scheme=scheme, keep_ratio=keep, mantissa_bits=m, group_size=64)
+    cfg = CodecConfig(scheme=scheme, keep_ratio=keep, mantissa_bits=m, group_size=64,
+                      chunk_superblocks=layout[0], pair_codes=layout[1])
     enc = encode_tensor(bits, cfg, salience=sal)
     kept = kept_mask(bits, cfg, sal)
     assert np.array_equal(draft_bits(bits, cfg, kept), decode_draft(enc).reshape(bits.shape))
