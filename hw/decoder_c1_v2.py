@@ -1,34 +1,43 @@
-"""Cassandra-1 decoder v2: the same ports, registers and errors as DecoderC1 (hw/decoder.py), built as a
-pipeline without a cross-plane loop (issue 12; docs/HARDWARE.md section 2b).
+"""Cassandra-1 decoder v2: DecoderC1's ports, registers and errors (hw/decoder.py) plus the format 2.0
+registers CHUNK / SPEC_PAIRS / VERIF_PAIRS, built as a pipeline without a cross-plane loop (issue 12;
+docs/HARDWARE.md section 2b). Reads format 2.0 (chunks of A = 2^CHUNK superblocks, books with pair
+groups) and, as its case A = 1 without pairs, every v1.0 stream bit for bit.
 
 Stages (every arrow into a stage is a register):
 
-    spec_codes  -> CodePlane (S bits/cycle, ranks into a ring) --\
-                                                                  I: issue (pops need [+ END] codes)
-                                                                  |   kept = rank != rank(P); kp/pp prefix
-                                                                  |   counts; reader offsets and takes
-                                                                  v   (registered beat, errors carried in it)
-    spec_signman -> BitReader ---------------------------------> F: fetch: fires when every plane the mode
-    verif_rest   -> BitReader ---------------------------------> |  reads has the beat's bits (registered
-    verif_codes  -> CodePlane (ranks into a ring) -------------> |  takes); fields at registered offsets,
-                                                                  |  book lookups, assembly
-                                                                  v
-                                                                out register (count, sb_end, last)
+    spec_codes  -> CodePlane (S bits/cycle, runs q into a ring) --\
+                                                                    I: issue (pops need [+ END at a chunk
+                                                                    |  end]); kept = q != q_P; base b_q and
+                                                                    |  suffix flag per lane; kp/pp/sp prefix
+                                                                    |  counts; offsets, takes, errors
+                                                                    v  (beat register)
+    verif_codes -> CodePlane (+ pair flag per code) -------------> J: the beat's verification codes: pair
+                                                                    |  flag prefix count -> rest offsets /
+                                                                    v  take; each lane's code (J register)
+    spec_signman -> SlotReader ----------------------------------> F: fetch: fires when every reader the
+    verif_rest   -> SlotReader ----------------------------------> |  mode uses has the beat's bits
+                                                                    |  (registered takes); fields 9 bits wide
+                                                                    |  at registered offsets (suffix bit t
+                                                                    |  first), book lookups at b_q + t
+                                                                    v
+                                                                  out register (count, sb_end, last)
 
-Loops that close in one cycle (logic depth in generic gates, estimated):
-  * code plane A/B (hw/code_plane.py): segment position <- +1 or a replay position (~15);
+Loops that close in one cycle (logic depth in generic gates; synthesised: docs/HARDWARE.md 2b):
+  * code plane A/B (hw/code_plane.py): segment position <- +1 or a replay position (critical: ~40);
   * issue: ring read pointer -> window of L+1 entries (6 mux levels) -> all-codes / END checks -> pop count
-    -> read pointer (+ the F-stage fire that frees the beat register) (~30);
-  * fetch: reader bit pointer += registered take when every reader's ``avail`` covers its take (~25).
+    -> read pointer (+ J's move that frees the beat register) (< 40);
+  * J: V ring read pointer -> window -> codes present -> pop -> read pointer (+ F's fire) (< 40);
+  * fetch: reader bit pointer += registered take when every reader's ``avail`` covers its take (< 40).
 The v1 decoder's single loop (window -> zero counter -> book -> prefix counts -> lane fit over all planes
--> reader shift, ~225 levels at L = 8) is gone: the planes only meet in F, through registered takes.
+-> reader shift, ~225 levels at L = 8) is gone: the planes only meet in J and F, through registered takes.
 
-Differences from v1 at the ports: none in the payloads, registers, error bits or framing. The latency is
-longer (START -> first beat about 6 cycles, a word -> its beat about 5) and beats are no longer cut at
-escapes: every beat is full except a partial superblock's last beat (the code plane spends one extra cycle
-per escape instead, absorbed by its spare bandwidth). Errors are raised from registered state, up to two
-cycles after v1 would raise them; the beats before the erroneous one are still emitted, the erroneous one
-and everything after it are not (as in v1).
+Differences from v1 at the ports: the format 2.0 registers; none in the payloads, error bits or framing
+(plane words are framed per chunk, one superblock per chunk in v1.0). The latency is longer (START ->
+first beat 8 cycles with the words buffered, a word -> its beat about 6) and beats are no longer cut at escapes: every beat
+is full except a partial superblock's last beat (the code plane spends one extra cycle per escape
+instead, absorbed by its spare bandwidth). Errors are raised from registered state, up to four cycles
+after v1 would raise them; the beats before the erroneous one are still emitted, the erroneous one and
+everything after it are not (as in v1).
 """
 from __future__ import annotations
 
