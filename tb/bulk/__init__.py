@@ -7,7 +7,9 @@ harness (tb/bulk/harness.cpp), no per-cycle Python.
 
 The harness is built once per decoder configuration into build/bulk/<config>/ (file-locked, rebuilt when
 the Verilog or harness.cpp changes). Plane framing follows docs/HARDWARE.md ("Input words"), vectorised
-with numpy here. Raises ToolMissingError when Verilator or a C++ compiler is missing, RtlError when the
+with numpy here, one frame per chunk of golden's ``plane_offsets`` (format 2.0: a chunk holds
+``chunk_superblocks`` superblocks); the format 2.0 registers (CHUNK, SPEC_PAIRS, VERIF_PAIRS) are written
+before START when they change from tensor to tensor (hw/simutil.format2_writes; none for v1.0 streams). Raises ToolMissingError when Verilator or a C++ compiler is missing, RtlError when the
 decoder raises its error output, hangs or breaks the output protocol.
 """
 from __future__ import annotations
@@ -110,7 +112,7 @@ def build_harness(config: str = DEFAULT_CONFIG) -> Path:
 # -------------------------------------------------------------------------------------------- framing
 
 def frame_plane(enc: EncodedTensor, plane: str, word_bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """(data bytes [nwords, word_bits/8], last flags [nwords]) of a whole plane, vectorised: chunk s of
+    """(data bytes [nwords, word_bits/8], last flags [nwords]) of a whole plane, vectorised: chunk c of
     nb bytes -> max(1, ceil(nb/wb)) words, LSB first, zero-padded, last=1 on its final word."""
     wb = word_bits // 8
     off = plane_offsets(enc, plane).astype(np.int64)
