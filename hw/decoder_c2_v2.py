@@ -45,6 +45,9 @@ Loops that must close in one cycle (logic depth, unit gates, estimated):
     the beat pops its codes (pointer add).
 Errors are raised from registered state or at the stage that would otherwise act on bad data; a beat
 that errs is not issued, so no wrong value is ever emitted.
+Measured (generic flow, decoder_c2v2_l8): 67.1 k GE, critical path 38 levels, 1.79 ns (~558 MHz, 1.54x the
+PE), a feed-forward path from the bitmap FIFO head through the two-word kept select, the prefix count and
+the keep count into stage I.
 """
 from __future__ import annotations
 

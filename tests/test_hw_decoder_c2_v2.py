@@ -143,7 +143,8 @@ def test_c2v2_boundary_configs(group, m, keep_count, numel):
 def test_c2v2_split_first_beat():
     """L = 8, 128-bit words, G = 256 with pruning, m = 7 and a last superblock of 250 values: its X bytes
     start at bit 122 of the chunk's second word and X + 8 fields exceed the two-word view, so the first
-    beat is preceded by an X-only step (``split``); every other superblock reads X with its first beat."""
+    beat is preceded by an X-only step (F's offset > 2 IW - take); every other superblock reads X with its
+    first beat."""
     bits = weights(256 + 250, 5)
     enc = c2(bits, 256, 7, keep_count=250)
     dut = DecoderC2v2(8)
