@@ -133,7 +133,8 @@ def aggregate_by_type(rows: list[dict]) -> dict[str, dict]:
             "entropy": w(lambda r: entropy_bits(np.asarray(r["exponent_counts"]))),
             "huffman": w(lambda r: huffman_bits(np.asarray(r["exponent_counts"]))),
             "unary_rank": w(lambda r: unary_rank_bits(np.asarray(r["exponent_counts"]))),
-            "code": w(lambda r: r["exponent_code_bits"]),
+            # format 2.0 pair groups keep part of each code in the companion field: count it
+            "code": w(lambda r: r["exponent_code_bits"] + r.get("exponent_suffix_bits", 0.0)),
             "pooled_entropy": entropy_bits(pooled),
             "total_bits": w(lambda r: r["bits_per_value"]["total"]),
             "spec_bits": w(lambda r: r["bits_per_value"]["speculation"]),
@@ -151,7 +152,7 @@ def plot(agg: dict, out, fname: str, footer: dict) -> str:
     types = [t for t in TYPES if t in agg]
     series = [("entropy", "exponent entropy (per-tensor)", "#4c72b0"),
               ("huffman", "Huffman (per-tensor)", "#55a868"),
-              ("code", "our C1 code (real code planes)", "#c44e52"),
+              ("code", "our C1 code (code planes + pair suffix bits)", "#c44e52"),
               ("unary_rank", "plain rank-unary (no cap/escape)", "#8172b2")]
     fig, ax = plt.subplots(figsize=(10, 5.2))
     x = np.arange(len(types))
