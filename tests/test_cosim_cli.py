@@ -108,3 +108,21 @@ def test_cosim_rejects_float_npy(tmp_path, capsys):
     np.save(p, np.ones(10, np.float32))
     rc, out = _run(capsys, p)
     assert rc == 2 and "uint16" in out.err
+
+
+def test_cosim_format2_container_whole_chunks(tmp_path, capsys):
+    """A format 2.0 tensor (chunks of 4 superblocks, pair books) through the RTL; --max-values stops at a
+    chunk boundary, where a decoder can start (FORMAT.md §1)."""
+    if not bulk.available():
+        pytest.skip("Verilator not available")
+    from cassandra_rtl.golden.container import write_container
+
+    rng = np.random.default_rng(12)
+    cfg = CodecConfig(group_size=64, keep_ratio=0.5, chunk_superblocks=4, pair_codes=True)
+    enc = encode_tensor(D.weights_like(rng, 64 * 300).reshape(64, 300), cfg)
+    assert enc.nchunks > 4 and (enc.spec_book.pairs or enc.verif_book.pairs)
+    write_container(tmp_path / "m2.cass", {"w": enc})
+    for mode in ("draft", "full"):
+        rc, out = _run(capsys, tmp_path / "m2.cass", "--mode", mode, "--max-values", "1000", "--json")
+        rep = json.loads(out.out)
+        assert rc == 0 and rep["mismatches"] == 0 and rep["values"] == 4 * 256, out

@@ -29,23 +29,12 @@ from ..errors import FormatError
 
 
 def head(enc, n: int):
-    """The first ceil(n/G) superblocks of ``enc`` as a tensor of its own (whole superblocks only)."""
-    from ..golden.codec import INDEXED, PLANES, EncodedTensor, plane_offsets
+    """The first chunks of ``enc`` holding at least ``n`` values, as a tensor of its own (whole chunks of
+    ``chunk_superblocks`` superblocks: FORMAT.md §1, a decoder starts only at a chunk)."""
+    from ..golden.codec import slice_chunks
 
-    G = enc.config.group_size
-    nsb = min(enc.nsb, max(1, -(-n // G)))
-    if nsb == enc.nsb:
-        return enc
-    numel = nsb * G
-    planes, offsets = {}, {}
-    for p in PLANES[enc.config.scheme][0] + PLANES[enc.config.scheme][1]:
-        if p not in enc.planes:
-            continue
-        off = plane_offsets(enc, p)
-        planes[p] = enc.planes[p][: int(off[nsb])]
-        if p in INDEXED[enc.config.scheme]:
-            offsets[p] = np.asarray(off[: nsb + 1])
-    return EncodedTensor((numel,), enc.config, enc.spec_book, enc.verif_book, planes, offsets)
+    nch = min(enc.nchunks, max(1, -(-n // enc.config.chunk_values)))
+    return enc if nch == enc.nchunks else slice_chunks(enc, 0, nch)
 
 
 def decoder_configs() -> dict[str, str]:
@@ -232,7 +221,7 @@ def register(sub):
     p.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
     p.add_argument("--mode", default="full", choices=["draft", "full"])
     p.add_argument("--max-values", type=positive_int, default=None, help="stop after about N values (whole "
-                   "superblocks; N >= 1; default: every value)")
+                   "chunks of superblocks; N >= 1; default: every value)")
     p.add_argument("--json", action="store_true", help="print a JSON report")
     p.add_argument("--config", default=None, help="decoder configuration (hw/configs.py): a decoder_c1v2_* for "
                    "Cassandra-1 tensors, a decoder_c2v2_* for Cassandra-2 (default: decoder_c1v2_l8, or decoder_c2v2_l8 "
