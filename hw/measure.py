@@ -13,7 +13,8 @@ Every decoded value is compared with the golden decode. Reported: values/cycle (
 per-tensor register programming) and values/beat (the steady-state lane occupancy).
 ``--scheme c2`` encodes the same tensors with Cassandra-2 for a ``decoder_c2_*`` config (Amaranth only:
 the bulk harness drives the C1 ports). ``--chunk A --pairs``: format 2.0 streams (chunks of A
-superblocks, books with pair groups; default: v1.0 streams, A = 1 without pairs).
+superblocks, books with pair groups); ``--chunk 1 --no-pairs``: v1.0 streams; default: golden's policy
+(``golden.config.FORMAT2_DEFAULTS``: v1.0 while it is False).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from ..errors import ConfigError
 
 
 def sample_tensors(keep: float, max_values: int, m: int = 3, group: int = 128, scheme: str = "c1",
-                   chunk: int = 1, pairs: bool = False):
+                   chunk: int | None = None, pairs: bool | None = None):
     from ..golden.codec import encode_tensor
     from ..golden.config import CodecConfig
     from ..golden.io import bundled_model_path, read_tensors
@@ -48,7 +49,7 @@ def sample_tensors(keep: float, max_values: int, m: int = 3, group: int = 128, s
 
 
 def measure(config: str, mode: str, keep: float, max_values: int, amaranth: bool = False, scheme: str = "c1",
-            m: int = 3, chunk: int = 1, pairs: bool = False) -> dict:
+            m: int = 3, chunk: int | None = None, pairs: bool | None = None) -> dict:
     from ..golden.codec import decode_draft, decode_full
 
     t0 = time.time()
@@ -76,7 +77,9 @@ def measure(config: str, mode: str, keep: float, max_values: int, amaranth: bool
                      for o, e in zip(outs, encs))
     code_bits = sum(len(e.planes[p]) * 8 for e in encs for p in e.planes
                     if p.startswith("spec") or full)
-    return {"config": config, "scheme": scheme, "m": m, "mode": mode, "keep": keep, "chunk": chunk, "pairs": pairs,
+    cfg0 = encs[0].config if encs else None
+    return {"config": config, "scheme": scheme, "m": m, "mode": mode, "keep": keep,
+            "chunk": cfg0.chunk_superblocks if cfg0 else chunk, "pairs": cfg0.pair_codes if cfg0 else pairs,
             "bits_per_value": round(code_bits / values, 4) if values else 0.0,
             "tensors": len(encs), "values": values,
             "cycles": cycles, "beats": beats, "values_per_cycle": round(values / cycles, 3),
@@ -93,8 +96,10 @@ def main(argv=None) -> int:
     ap.add_argument("--amaranth", action="store_true")
     ap.add_argument("--scheme", choices=("c1", "c2"), default="c1")
     ap.add_argument("--mbits", type=int, default=3, help="draft mantissa bits m")
-    ap.add_argument("--chunk", type=int, default=1, help="format 2.0: superblocks per chunk A (1 = v1.0 framing)")
-    ap.add_argument("--pairs", action="store_true", help="format 2.0: books with pair groups")
+    ap.add_argument("--chunk", type=int, default=None,
+                    help="format 2.0: superblocks per chunk A (1 = v1.0 framing; default: golden's policy)")
+    ap.add_argument("--pairs", action=argparse.BooleanOptionalAction, default=None,
+                    help="format 2.0: books with pair groups (default: golden's policy)")
     a = ap.parse_args(argv)
     try:
         res = measure(a.config, a.mode, a.keep, a.max_values, a.amaranth, a.scheme, a.mbits, a.chunk, a.pairs)
