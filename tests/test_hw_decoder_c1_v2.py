@@ -24,6 +24,7 @@ from cassandra_rtl.hw.simutil import DecodeJob, Stalls, chunk_words, decoder_pla
 from hw_helpers import check, check_recovers, check_reset_mid_stream, weights
 
 STALL = float(os.environ.get("HW_STALL", "0.3"))
+V1 = dict(chunk_superblocks=1, pair_codes=False)     # format 1.0 streams, whatever golden's defaults are
 
 
 # ------------------------------------------------------------------------------------------- code plane
@@ -145,7 +146,7 @@ def test_code_plane_pair_flags():
                                                pytest.param(8, False, 7, 1.0, marks=pytest.mark.slow)])
 def test_v2_random_tensor(lanes, full, m, keep):
     bits = weights(200 + lanes * 5, seed=lanes * 7 + m)          # partial last superblock
-    enc = encode_tensor(bits, CodecConfig(group_size=64, mantissa_bits=m, keep_ratio=keep))
+    enc = encode_tensor(bits, CodecConfig(group_size=64, mantissa_bits=m, keep_ratio=keep, **V1))
     jobs = [DecodeJob(enc, full)]
     check(run_decoder(DecoderC1v2(lanes), jobs, Stalls(STALL, STALL, seed=lanes + m)), jobs)
 
@@ -164,11 +165,16 @@ def test_v2_bf16_patterns_and_reprogramming():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("full", [False, True])
-def test_v2_all_65536_patterns(full):
+@pytest.mark.parametrize("full,fmt2", [(False, False), (True, False), (False, True), (True, True)])
+def test_v2_all_65536_patterns(full, fmt2):
+    """Every bf16 pattern once; with fmt2: format 2.0, chunks of 4 superblocks of 256, all-pairs books."""
     pats = np.arange(65536, dtype=np.uint16)
     np.random.default_rng(1).shuffle(pats)
-    enc = encode_tensor(pats, CodecConfig(group_size=256, mantissa_bits=3, keep_ratio=0.5))
+    if fmt2:
+        enc = paired_tensor(pats, CodecConfig(group_size=256, mantissa_bits=3, keep_ratio=0.5,
+                                              chunk_superblocks=4, pair_codes=True))
+    else:
+        enc = encode_tensor(pats, CodecConfig(group_size=256, mantissa_bits=3, keep_ratio=0.5, **V1))
     jobs = [DecodeJob(enc, full)]
     check(run_decoder(DecoderC1v2(4, 32), jobs, Stalls(0.1, 0.1, seed=1), max_cycles=10**6), jobs)
 
@@ -220,7 +226,7 @@ def test_v2_superblock_boundaries_without_bubbles():
     """G = 32 at L = 4 (a superblock every 8 beats), no stalls: one beat per cycle across the boundaries
     and across two back-to-back tensors, so the run takes the beats plus the fixed pipeline latency and
     the host's register writes (a bubble per superblock would add 1 cycle per superblock: 24 here)."""
-    enc = encode_tensor(weights(12 * 32, 3), CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5))
+    enc = encode_tensor(weights(12 * 32, 3), CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5, **V1))
     jobs = [DecodeJob(enc, False), DecodeJob(enc, False)]
     res = run_decoder(DecoderC1v2(4, 32), jobs, Stalls())
     check(res, jobs)
@@ -290,7 +296,8 @@ def test_v2_format2_escapes_pairs_and_mixed_sequence():
                                                       chunk_superblocks=a, pair_codes=True),
                                     books=(spec, verif)), full)
             for m, a, full in ((7, 4, True), (0, 2, True), (7, 1, False))]
-    jobs.insert(2, DecodeJob(encode_tensor(bits, CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5)), True))
+    jobs.insert(2, DecodeJob(encode_tensor(bits, CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5, **V1)),
+                             True))
     check(run_decoder(DecoderC1v2(4, 32), jobs, Stalls(STALL, STALL, seed=6)), jobs)
 
 
@@ -312,7 +319,7 @@ def _error_case(kind, chunk=1):
     superblocks, books with pair groups), so a chunk below spans several superblocks."""
     bits = weights(128 * chunk, 21)
     if chunk == 1:
-        enc = encode_tensor(bits, CodecConfig(group_size=64, mantissa_bits=3, keep_ratio=0.5))
+        enc = encode_tensor(bits, CodecConfig(group_size=64, mantissa_bits=3, keep_ratio=0.5, **V1))
     else:
         enc = paired_tensor(bits, CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5,
                                               chunk_superblocks=chunk, pair_codes=True))
@@ -439,8 +446,9 @@ def test_v2_port_interface_is_v1s():
 
 
 def test_code_plane_on_golden_chunks():
-    """The speculation and verification code planes of a golden tensor (with escapes) parse as the golden
-    decoder reads them."""
-    enc = encode_tensor(_forced_books_tensor(), CodecConfig(group_size=32, mantissa_bits=4, keep_count=20))
+    """The speculation and verification code planes of a golden tensor (with escapes; format 2.0: chunks of
+    4 superblocks, golden's pair groups, so the escape run is Q) parse as the golden decoder reads them."""
+    enc = encode_tensor(_forced_books_tensor(), CodecConfig(group_size=32, mantissa_bits=4, keep_count=20,
+                                                            chunk_superblocks=4, pair_codes=True))
     for plane, book in (("spec.codes", enc.spec_book), ("verif.codes", enc.verif_book)):
-        run_code_plane(CodePlane(64, 32, pops=9), plane_chunks(enc, plane), book.K, seed=1, idle=STALL)
+        run_code_plane(CodePlane(64, 32, pops=9), plane_chunks(enc, plane), book.Q, seed=1, idle=STALL)
