@@ -119,7 +119,7 @@ class DecoderC2v2(DecoderC1):
         verif_lanes = max(1, lanes // 2) if verif_lanes is None else verif_lanes
         if not _pow2(verif_lanes) or verif_lanes > lanes:
             raise ConfigError(f"verif_lanes must be a power of two 1..lanes ({lanes}), got {verif_lanes!r}")
-        code_lanes = min(code_seg, max(7, verif_lanes + 3)) if code_lanes is None else code_lanes
+        code_lanes = min(code_seg, max(5, verif_lanes + 1)) if code_lanes is None else code_lanes
         if code_depth is None:          # room for two passes and two beats' pops: the plane never waits
             code_depth = 1 << ceil_log2(2 * (code_lanes + 1) + 2 * (verif_lanes + 1))
         code_depth = CodePlane.resolve(word, code_seg, code_lanes, code_depth, verif_lanes + 1,
