@@ -78,13 +78,14 @@ def rotate_window(m, items, shift, outputs, name):
     n = len(items)
     nb = exact_log2(n)
     vec = list(items)
+    full = outputs >= n                                 # every position is needed: a full rotator
     for b in reversed(range(nb)):
         step = 1 << b
-        keep = min(n, outputs + step - 1) if b else outputs
+        keep = n if full else (min(n, outputs + step - 1) if b else outputs)
         nxt = []
         for i in range(keep):
             s = Signal(len(vec[0]), name=f"{name}_r{b}_{i}")
-            hi = vec[(i + step) % n] if b == nb - 1 else vec[i + step]
+            hi = vec[(i + step) % n] if (b == nb - 1 or full) else vec[i + step]
             m.d.comb += s.eq(Mux(shift[b], hi, vec[i]))
             nxt.append(s)
         vec = nxt
@@ -127,6 +128,12 @@ class CodePlane(wiring.Component):
                 one is freed costs a pass cycle, so 2 suits planes parsed over >= 4 passes per word
         pair_flags  CODE entries carry ``pairs[q]`` in ``val`` bit 4 (a ``pairs`` input is added; default
                 False: the C2 decoder v2's interface)
+        esc_fifo    E > 0: escape payloads go to an E-entry side FIFO instead of the ring entries, which
+                shrink to ``val`` = 4 bits (+ the pair bit): ESC entries then carry no value, the consumer
+                reads the payloads in order from ``esc`` and pops them with ``esc_pop``. B holds a pass
+                while the FIFO is full, so E must exceed the most ESC entries a consumer can need at once
+                (the decoder's L codes + END: E >= L + 1), or a beat could wait on a held pass. 0: payloads
+                in the entries (default; the C2 decoder v2's interface)
 
     Ports
         inp     In(stream {data: IW, last: 1})   plane words, chunk framing as docs/HARDWARE.md "Input words"
@@ -138,6 +145,8 @@ class CodePlane(wiring.Component):
         drain   In(1)      accept and drop words (also empties the block)
         flush   In(1)      empty the block (words, passes, ring); stops parsing
         win     Out(P x entry_layout)  ring entries from the read pointer; entry j is valid for j < count
+        esc     Out(min(E, P) x 8)     (only with ``esc_fifo``) escape payloads from the FIFO's read pointer
+        esc_pop In(bits_for(min(E, P)))  (only with ``esc_fifo``) payloads consumed this cycle
         count   Out(bits_for(D))       entries in the ring
         pop     In(bits_for(P))        entries consumed this cycle (<= count, <= P)
         parsing Out(1)     chunks of the current tensor remain to be parsed
@@ -166,19 +175,29 @@ class CodePlane(wiring.Component):
         return word, seg, lanes, depth, pops
 
     def __init__(self, word: int = 64, seg: int | None = None, lanes: int | None = None,
-                 depth: int | None = None, pops: int = 9, word_slots: int = WORD_SLOTS, pair_flags: bool = False):
+                 depth: int | None = None, pops: int = 9, word_slots: int = WORD_SLOTS, pair_flags: bool = False,
+                 esc_fifo: int = 0):
         word, seg, lanes, depth, pops = self.resolve(word, seg, lanes, depth, pops, word_slots)
+        if not isinstance(esc_fifo, int) or esc_fifo < 0 or (esc_fifo and (esc_fifo < 2 or esc_fifo & (esc_fifo - 1))):
+            raise ConfigError(f"code plane escape FIFO must be 0 or a power of two >= 2, got {esc_fifo!r}")
         self.word_slots = word_slots
         self.pair_flags = bool(pair_flags)
+        self.esc_fifo = esc_fifo
+        self.esc_pops = min(esc_fifo, pops)
+        vbits = 4 + int(self.pair_flags) if esc_fifo else ESCAPE_PAYLOAD_BITS
+        self.entry_layout = data.StructLayout({"val": vbits, "kind": 2})
         self.word, self.seg, self.lanes, self.depth, self.pops = word, seg, lanes, depth, pops
         ports = {"pairs": In(K_MAX)} if self.pair_flags else {}
+        if esc_fifo:
+            ports["esc"] = Out(data.ArrayLayout(ESCAPE_PAYLOAD_BITS, self.esc_pops))
+            ports["esc_pop"] = In(bits_for(self.esc_pops))
         super().__init__({
             **ports,
             "inp": In(stream.Signature(word_layout(word))),
             "k": In(range(K_MAX + 1)),
             "start": In(1), "chunks": In(32),
             "enable": In(1), "drain": In(1), "flush": In(1),
-            "win": Out(data.ArrayLayout(entry_layout, pops)),
+            "win": Out(data.ArrayLayout(self.entry_layout, pops)),
             "count": Out(bits_for(depth)),
             "pop": In(bits_for(pops)),
             "parsing": Out(1),
@@ -213,6 +232,7 @@ class CodePlane(wiring.Component):
                     m.d.sync += [wring[i].eq(self.inp.payload.data), wlast[i].eq(self.inp.payload.last)]
 
         # ------------------------------------------------------------------ R: the ring of codes
+        entry_layout = self.entry_layout
         ring = [Signal(entry_layout, name=f"ent{i}") for i in range(D)]
         wp = Signal(exact_log2(D) + 1)
         rp = Signal(exact_log2(D) + 1)
@@ -275,7 +295,12 @@ class CodePlane(wiring.Component):
         # (its codes + END; a registered bound, so no rank logic in this path); otherwise it holds.
         b_accept = Signal()
         b_more = Signal()                                # the pass in B stopped at the lane limit
-        m.d.comb += b_accept.eq(b_valid & ((fill + b_count + 1) <= D))
+        E = self.esc_fifo
+        efill = Signal(range(E + 1)) if E else None      # escape payloads in the side FIFO
+        room = (fill + b_count + 1) <= D
+        if E:
+            room = room & (efill < E)                   # a registered bound, as the ring's
+        m.d.comb += b_accept.eq(b_valid & room)
         # fire: B is free, the word is buffered (and the next one for the lookahead), and A is not past the
         # end of a chunk B has not finished.
         word_in = a_off < nwords
@@ -391,7 +416,7 @@ class CodePlane(wiring.Component):
                 if self.pair_flags:                  # the group's pair bit (q < Q <= 15 for a CODE)
                     cval = Cat(cval, self.pairs.bit_select(rank[j][:4], 1))
                 m.d.comb += [code.kind.eq(Mux(esc[j], Kind.ESC, Mux(bad[j], Kind.BAD, Kind.CODE))),
-                             code.val.eq(Mux(esc[j], payload, cval))]
+                             code.val.eq(Mux(esc[j], 0 if self.esc_fifo else payload, cval))]
                 m.d.comb += e.eq(Mux(j < n_codes, code, end_entry))
             else:
                 m.d.comb += e.eq(end_entry)
@@ -404,6 +429,25 @@ class CodePlane(wiring.Component):
             for i in range(D):
                 with m.If(wmask[i]):
                     m.d.sync += ring[i].eq(placed[i])
+
+        # escape side FIFO: B pushes the written escape's payload (at most one per pass), the consumer pops
+        if E:
+            efifo = [Signal(ESCAPE_PAYLOAD_BITS, name=f"esc{i}") for i in range(E)]
+            ewp = Signal(exact_log2(E))
+            erp = Signal(exact_log2(E))
+            push = Signal()
+            m.d.comb += push.eq(b_accept & esc_any & ~overrun)
+            ewin = rotate_window(m, efifo, erp, self.esc_pops, "er") if E > 1 else efifo
+            for j in range(self.esc_pops):
+                m.d.comb += self.esc[j].eq(ewin[j])
+            with m.If(empty):
+                m.d.sync += [ewp.eq(0), erp.eq(0), efill.eq(0)]
+            with m.Else():
+                m.d.sync += [ewp.eq(ewp + push), erp.eq(erp + self.esc_pop), efill.eq(efill + push - self.esc_pop)]
+                with m.If(push):
+                    for i in range(E):
+                        with m.If(ewp == i):
+                            m.d.sync += efifo[i].eq(payload)
 
         # B state: carry, content flags, chunk count, word ring head
         m.d.comb += freed.eq(done & b_lastw)

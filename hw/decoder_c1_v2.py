@@ -198,7 +198,9 @@ class DecoderC1v2(DecoderC1):
         full, mm = r["full"], r["m"]
 
         # ------------------------------------------------------------------ planes
-        S = CodePlane(IW, self.seg, self.code_lanes, depth=self.code_depth, pops=L + 1)
+        # escape payloads in a side FIFO of >= L + 1 entries (the ring entries shrink from 10 to 6 bits)
+        S = CodePlane(IW, self.seg, self.code_lanes, depth=self.code_depth, pops=L + 1,
+                      esc_fifo=1 << ceil_log2(L + 1))
         V = CodePlane(IW, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots,
                       pair_flags=True)
         M = SlotReader(IW, SUFFIX_FIELD * L, reader_slots(IW, SUFFIX_FIELD * L))
@@ -298,7 +300,8 @@ class DecoderC1v2(DecoderC1):
             before = before & is_code[j]
         tail = Signal(len(sw[0].as_value()), name="i_tail")
         m.d.comb += tail.eq(Array(sw[j].as_value() for j in range(L + 1))[need])
-        tail_kind = tail[8:10]
+        kb = len(sw[0].val)                             # kind bits follow the value bits
+        tail_kind = tail[kb:kb + 2]
         tail_bad = (tail_kind != Kind.END) | (tail[0] if END_PAD_ERR == 1 else 0)
         e_long = Signal()
         m.d.comb += e_long.eq(cend & have & codes_ok & tail_bad)
@@ -317,6 +320,12 @@ class DecoderC1v2(DecoderC1):
         kp = prefix_counts(m, kept, L, "kp")
         pp = prefix_counts(m, pruned, L, "pp")
         sp = prefix_counts(m, spair, L, "sp")
+        # escaped symbols come from the plane's side FIFO, in order: lane j takes entry ep_j
+        escl = Signal(L, name="i_esc")
+        for j in range(L):
+            m.d.comb += escl[j].eq((j < need) & (sw[j].kind == Kind.ESC))
+        ep = prefix_counts(m, escl, L, "ep")
+        esc_win = Array(S.esc[j] for j in range(S.esc_pops))
         kc, pc = kp[L], pp[L]
         e_keep = Signal()
         m.d.comb += e_keep.eq(fin & have & codes_ok & ~tail_bad & ((kept_cnt + kc) != sb_k))
@@ -356,7 +365,8 @@ class DecoderC1v2(DecoderC1):
         m.d.comb += early.eq(e_code | e_over)
         m.d.comb += [i_go.eq(issuing & adv1 & ((have & codes_ok) | early)),
                      i_stop.eq(i_go & i_err.any())]
-        m.d.comb += S.pop.eq(Mux(issuing & adv1 & have & codes_ok, need + cend, 0))     # <= count
+        m.d.comb += [S.pop.eq(Mux(issuing & adv1 & have & codes_ok, need + cend, 0)),     # <= count
+                     S.esc_pop.eq(Mux(issuing & adv1 & have & codes_ok, ep[L], 0))]
         with m.If(adv1):
             m.d.sync += b_valid.eq(i_go)
         with m.If(i_go):
@@ -367,7 +377,7 @@ class DecoderC1v2(DecoderC1):
                          b_rest_take.eq(kc * fr + pc * FIELD_MAX)]
             for j in range(L):
                 m.d.sync += [b_esc[j].eq(sw[j].kind == Kind.ESC),
-                             b_val[j].eq(Mux(sw[j].kind == Kind.ESC, sw[j].val, base[j])),
+                             b_val[j].eq(Mux(sw[j].kind == Kind.ESC, esc_win[ep[j]], base[j])),
                              b_sm_off[j].eq(kp[j] * fm + sp[j])]
             for j in range(Lv):
                 m.d.sync += [b_pp[j].eq(pp[j]), b_rest_off[j].eq(kp[j] * fr + pp[j] * FIELD_MAX)]
