@@ -132,7 +132,7 @@ def frame_plane(enc: EncodedTensor, plane: str, word_bits: int) -> tuple[np.ndar
 
 
 def write_job(path: Path, encs: list[EncodedTensor], full: bool, lanes: int, word_bits: int, scheme: str = "c1"):
-    from cassandra_rtl.hw.simutil import format2_writes
+    from cassandra_rtl.hw.simutil import format2_writes, track_format2
 
     regs2: dict = {}                 # the decoder's format 2.0 registers (the harness starts from reset: 0)
     with open(path, "wb") as fh:
@@ -141,8 +141,11 @@ def write_job(path: Path, encs: list[EncodedTensor], full: bool, lanes: int, wor
             if enc.config.scheme != scheme:
                 raise ValueError(f"a {enc.config.scheme} tensor cannot go through the {scheme} decoder "
                                  f"(use a decoder_{enc.config.scheme}_* configuration)")
-            # CHUNK / SPEC_PAIRS / VERIF_PAIRS before START, only when they change (none for v1.0 streams)
-            regs = F.program(enc, full, start=False) + format2_writes(enc, full, regs2) + F.program(enc, full)[-1:]
+            # CHUNK / SPEC_PAIRS / VERIF_PAIRS before START when they change and the framing's program has not
+            # written them itself (none for v1.0 streams after reset)
+            base = F.program(enc, full, start=False)
+            track_format2(regs2, base)
+            regs = base + format2_writes(enc, full, regs2) + F.program(enc, full)[-1:]
             fh.write(struct.pack("<I", len(regs)))
             fh.write(np.array(regs, dtype="<u4").tobytes())
             fh.write(struct.pack("<Q", enc.numel))
