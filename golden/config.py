@@ -29,10 +29,11 @@ INDEX_ANCHOR_STRIDE = 16          # index: one u32 anchor per 16 chunks, one u16
 ALLOWED_CHUNK_SUPERBLOCKS = (1, 2, 4, 8, 16, 32, 64)   # A: superblocks per chunk (§1), with A * G <= 1024
 MAX_CHUNK_VALUES = 1024           # A * G bound: 16 chunks * 1024 values * 24 bits / 8 < 2**16 (u16 offsets)
 
-# Golden defaults of the format 2.0 features (FORMAT.md §1, §3.1). While False, CodecConfig(chunk_superblocks=None,
-# pair_codes=None) resolves to 1 / False: bit for bit format 1.0's planes. When True: the golden policy, weights
-# A = 1024 / G with pair groups, KV (kind="kv") A = 1 without pairs. Explicit values always override.
-FORMAT2_DEFAULTS = False
+# Golden defaults of the format 2.0 features (FORMAT.md §1, §3.1). True (since both RTL decoders read 2.0):
+# CodecConfig(chunk_superblocks=None, pair_codes=None) resolves to the golden policy, weights A = 1024 / G
+# with pair groups, KV (kind="kv") A = 1 without pairs (what the RTL KV encoders write). False would give
+# format 1.0's planes bit for bit (A = 1, no pairs). Explicit values always override.
+FORMAT2_DEFAULTS = True
 
 SCHEMES = ("c1", "c2")
 KINDS = ("weight", "kv")

@@ -222,16 +222,21 @@ def test_stats_json(tmp_path, capsys, weight_bits):
     e = np.concatenate([(a.reshape(-1) >> 7) & 0xFF, (b.reshape(-1) >> 7) & 0xFF])
     p = np.array(list(Counter(e.tolist()).values()), dtype=float) / n
     assert math.isclose(s["exponent_entropy_bits"], float(-(p * np.log2(p)).sum()), rel_tol=1e-9)
-    # Exponent code bits: the rank-unary code lengths (escapes included) plus at most 7 padding bits a chunk.
-    code_bits, chunks = 0, 0
+    # Exponent code bits (FORMAT.md §3.1): q + 1 code-plane bits for a symbol of group q (escapes Q + 9), plus
+    # at most 7 padding bits a chunk; a pair group's suffix bit sits in the companion field (suffix bits).
+    code_bits, suffix_bits, chunks = 0, 0, 0
     for t, bits in zip(c["header"]["tensors"], (a, b)):
-        book = t["books"]["spec"]
+        groups = R.book_groups(t["books"]["spec"], t["pairs"]["spec"] or 0)
+        where = {sym: (q, len(g)) for q, g in enumerate(groups) for sym in g}
         for v in bits.reshape(-1).tolist():
-            ex = (v >> 7) & 0xFF
-            code_bits += book.index(ex) + 1 if ex in book else len(book) + 9
-        chunks += len(R.superblocks(bits.size, 64))
+            q, size = where.get((v >> 7) & 0xFF, (len(groups) + 8, 1))
+            code_bits += q + 1
+            suffix_bits += size - 1
+        chunks += -(-len(R.superblocks(bits.size, 64)) // t["config"]["chunk_superblocks"])
     assert code_bits / n <= s["exponent_code_bits"] <= (code_bits + 7 * chunks) / n
-    assert s["exponent_code_bits"] >= s["exponent_entropy_bits"] - 0.05    # a code cannot beat the entropy
+    assert math.isclose(s["exponent_suffix_bits"], suffix_bits / n, rel_tol=1e-9)
+    # a code cannot beat the entropy (the slack: per-tensor books of tiny tensors vs the pooled entropy)
+    assert s["exponent_code_bits"] + s["exponent_suffix_bits"] >= s["exponent_entropy_bits"] - 0.05
 
 
 def test_stats_table(tmp_path, capsys, weight_bits):

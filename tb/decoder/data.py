@@ -9,7 +9,8 @@ import numpy as np
 
 from cassandra_rtl.golden.codebook import Codebook
 from cassandra_rtl.golden.codec import encode_tensor
-from cassandra_rtl.golden.config import ALLOWED_GROUP_SIZES, K_MAX, PRUNED, CodecConfig
+from cassandra_rtl.golden.config import (ALLOWED_CHUNK_SUPERBLOCKS, ALLOWED_GROUP_SIZES, K_MAX, MAX_CHUNK_VALUES, PRUNED,
+                                         CodecConfig)
 
 
 def f32_to_bf16(x: np.ndarray) -> np.ndarray:
@@ -60,7 +61,10 @@ def random_config(rng: np.random.Generator, G: int | None = None) -> CodecConfig
     m = int(rng.integers(0, 8))
     r = rng.random()
     k = G if r < 0.3 else 1 if r < 0.4 else int(rng.integers(1, G + 1))
-    return CodecConfig(scheme="c1", group_size=G, mantissa_bits=m, keep_count=k)
+    # format 2.0 layouts too: any legal chunk size (A * G <= 1024), pair books most of the time
+    A = int(rng.choice([a for a in ALLOWED_CHUNK_SUPERBLOCKS if a * G <= MAX_CHUNK_VALUES]))
+    return CodecConfig(scheme="c1", group_size=G, mantissa_bits=m, keep_count=k, chunk_superblocks=A,
+                       pair_codes=bool(rng.random() < 0.7))
 
 
 def random_numel(rng: np.random.Generator, G: int, max_sb: int) -> int:
@@ -119,8 +123,9 @@ def deep_rank_books(bits: np.ndarray, cfg: CodecConfig, K: int = K_MAX):
 
 # ------------------------------------------------------------------------------------------ Cassandra-2
 
-def c2cfg(G: int, m: int, k: int) -> CodecConfig:
-    return CodecConfig(scheme="c2", group_size=G, mantissa_bits=m, keep_count=k)
+def c2cfg(G: int, m: int, k: int, **layout) -> CodecConfig:
+    """``layout``: chunk_superblocks / pair_codes (default: golden's policy)."""
+    return CodecConfig(scheme="c2", group_size=G, mantissa_bits=m, keep_count=k, **layout)
 
 
 def random_c2_config(rng) -> CodecConfig:

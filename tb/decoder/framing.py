@@ -9,6 +9,7 @@ from cassandra_rtl.golden.codec import PLANES, EncodedTensor, decode_draft, deco
 
 # Register map (docs/HARDWARE.md "Registers").
 CTRL, MODE, MBITS, KEEP, GROUP, NUMEL, SPEC_K, VERIF_K = 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07
+CHUNK, SPEC_PAIRS, VERIF_PAIRS = 0x08, 0x09, 0x0A      # format 2.0: log2 superblocks per chunk, pair masks
 SPEC_SYM, VERIF_SYM = 0x10, 0x20
 CTRL_START, CTRL_CLEAR_ERROR = 1, 2
 
@@ -30,10 +31,15 @@ def ports(scheme: str) -> dict[str, str]:
 
 
 def program(enc: EncodedTensor, full: bool, start: bool = True, books: bool = True) -> list[tuple[int, int]]:
-    """Register writes (addr, data) for one tensor: MODE, MBITS, KEEP, GROUP, NUMEL, books, START."""
+    """Register writes (addr, data) for one tensor: MODE, MBITS, KEEP, GROUP, NUMEL, the format 2.0 CHUNK
+    and pair masks (always written, so a tensor never inherits the previous one's), books, START."""
     c = enc.config
     w = [(MODE, int(full)), (MBITS, c.mantissa_bits), (KEEP, c.keep_count), (GROUP, c.group_size),
-         (NUMEL, enc.numel)]
+         (NUMEL, enc.numel), (CHUNK, int(c.chunk_superblocks).bit_length() - 1)]
+    if enc.spec_book is not None:
+        w.append((SPEC_PAIRS, int(enc.spec_book.pairs)))
+    if full:
+        w.append((VERIF_PAIRS, int(enc.verif_book.pairs)))
     if books:
         if enc.spec_book is not None:          # C2 has no speculation book (SPEC_* accepted and ignored)
             w += [(SPEC_SYM + r, s) for r, s in enumerate(enc.spec_book.symbols)] + [(SPEC_K, enc.spec_book.K)]
@@ -62,7 +68,7 @@ def planes_read(enc: EncodedTensor, full: bool) -> tuple[str, ...]:
 
 
 def plane_words(enc: EncodedTensor, full: bool, word_bits) -> dict[str, list[list[tuple[int, int]]]]:
-    """port name -> per-superblock list of (data, last) words; ``word_bits`` is one width for every
+    """port name -> per-chunk list of (data, last) words (a chunk = chunk_superblocks superblocks); ``word_bits`` is one width for every
     port or a {port: width} map (decoders with fewer verification lanes have narrower verif ports)."""
     names = ports(enc.config.scheme)
     width = (lambda port: word_bits[port]) if isinstance(word_bits, dict) else (lambda port: word_bits)

@@ -194,7 +194,10 @@ async def malformed_streams(dut, ctx):
     cov = ctx.cov
     cov.define("dec.error", list(F.ERROR_NAMES.values()))
     IW = h.IW
-    cfg = CodecConfig(group_size=64, mantissa_bits=3, keep_count=48)
+    # The mutations locate superblock chunks and rank-unary code lengths: format 1.0 layout (A = 1, no
+    # pairs). Format 2.0's chunk and pair errors are covered by tests/test_hw_decoder_c1_v2.py.
+    V1 = dict(chunk_superblocks=1, pair_codes=False)
+    cfg = CodecConfig(group_size=64, mantissa_bits=3, keep_count=48, **V1)
     good = D.encode(D.weights_like(rng, 64 * 2 + 9), cfg)
     cases = []
     for full in (False, True):
@@ -202,7 +205,7 @@ async def malformed_streams(dut, ctx):
         for name, bit, planes in _mutations(enc, full, IW, rng, h.port_words):
             cases.append((f"{name}/{'full' if full else 'draft'}", bit, enc, full, planes, None))
     # KEEP: codes that keep 40 values per superblock, programmed as keep 48
-    enc40 = D.encode(D.weights_like(rng, 64 * 2), CodecConfig(group_size=64, mantissa_bits=3, keep_count=40))
+    enc40 = D.encode(D.weights_like(rng, 64 * 2), CodecConfig(group_size=64, mantissa_bits=3, keep_count=40, **V1))
     prog = [(a, 48 if a == F.KEEP else d) for a, d in F.program(enc40, False)]
     cases.append(("keep_count", F.ERR_KEEP, enc40, False, None, prog))
     # CONFIG: invalid registers at START

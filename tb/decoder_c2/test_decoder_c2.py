@@ -213,15 +213,18 @@ async def malformed_streams(dut, ctx):
     h = DecoderHarness(dut, ctx)
     ctx.cov.define("dec.error", list(F.ERROR_NAMES.values()))
     IW = h.IW
-    good = D.encode(D.weights_like(rng, 64 * 2 + 9), D.c2cfg(64, 3, 40))
+    # The mutations locate per-superblock chunks: format 1.0 layout (A = 1, no pairs). Format 2.0's chunk
+    # and pair errors are covered by tests/test_hw_decoder_c2_v2.py.
+    V1 = dict(chunk_superblocks=1, pair_codes=False)
+    good = D.encode(D.weights_like(rng, 64 * 2 + 9), D.c2cfg(64, 3, 40, **V1))
     cases = []
     for full in (False, True):
         for G, k in ((64, 40), (256, 100)):          # G = 256: the bitmap is read in HEAD cycles
-            enc = D.encode(D.weights_like(rng, G * 3), D.c2cfg(G, 3, k))
+            enc = D.encode(D.weights_like(rng, G * 3), D.c2cfg(G, 3, k, **V1))
             for name, bit, planes, prog in _mutations(enc, full, IW, rng):
                 cases.append((f"{name}/G{G}/{'full' if full else 'draft'}", bit, enc, full, planes, prog))
     # OVERRUN inside the bitmap: a G = 256 spec.mx chunk cut after its first word (128 of 256 bitmap bits)
-    enc = D.encode(D.weights_like(rng, 512), D.c2cfg(256, 3, 100))
+    enc = D.encode(D.weights_like(rng, 512), D.c2cfg(256, 3, 100, **V1))
     pw = F.plane_words(enc, False, IW)
     if IW < 256:
         pw["spec_mx"][0] = [(pw["spec_mx"][0][0][0], 1)]
