@@ -120,7 +120,8 @@ def throughput(args, impl: str = "auto", tensors=None) -> dict:
         "bits_per_value": agg["bits_per_value"],
         "exponent": {"entropy_pooled": entropy_bits(pooled), "entropy_per_tensor": agg["exponent_entropy_per_tensor_bits"],
                      "huffman_pooled": huffman_bits(pooled), "plain_rank_unary_pooled": unary_rank_bits(pooled),
-                     "code_bits_per_value": agg["exponent_code_bits"]},
+                     "code_bits_per_value": agg["exponent_code_bits"],
+                     "suffix_bits_per_value": agg.get("exponent_suffix_bits", 0.0)},
     }
     return result
 
@@ -198,8 +199,7 @@ def accounting(args) -> dict:
             sys.exit(f"accounting does not add up at keep {keep}: {parts} vs {per['total (encoded sizes)']}")
         rows[keep] = per
     cmd = "python bench/golden_bench.py --accounting"
-    cmd += f" --chunk-superblocks {args.chunk_superblocks}" if args.chunk_superblocks != 1 else ""
-    cmd += " --pairs" if args.pairs else ""
+    cmd += f" --chunk-superblocks {args.chunk_superblocks} --{'' if args.pairs else 'no-'}pairs"
     cmd += f" --tensors {args.tensors}" if args.tensors != "all" else ""
     cmd += f" --max-tensors {args.max_tensors}" if args.max_tensors else ""
     return {"command": cmd, "scheme": "c1", "group_size": args.group_size, "mantissa_bits": m,
@@ -266,8 +266,10 @@ def main() -> None:
     ap.add_argument("--max-tensors", type=int, default=None, help="only the first N linear weights")
     ap.add_argument("--marking", action="store_true", help="compare ways of marking pruned values")
     ap.add_argument("--accounting", action="store_true", help="C1 bit accounting at keep 1.0 / 0.5 / 0.3")
-    ap.add_argument("--chunk-superblocks", type=int, default=1, help="A: superblocks per chunk (format 2.0)")
-    ap.add_argument("--pairs", action="store_true", help="pair groups in the golden books (format 2.0)")
+    ap.add_argument("--chunk-superblocks", type=int, default=None,
+                    help="A: superblocks per chunk (format 2.0; default: the format's policy, 1024/G; 1 = format 1.0)")
+    ap.add_argument("--pairs", action=argparse.BooleanOptionalAction, default=None,
+                    help="pair groups in the golden books (format 2.0; default: the format's policy, on)")
     ap.add_argument("--totals", action="store_true", help="total bits/value, v1.0 vs the 2.0 policy")
     ap.add_argument("--tensors", type=tensor_set, default="all", help="all | layers:0,10,20,29 | synthetic")
     ap.add_argument("--impl", default="both", choices=["native", "numpy", "both"])
@@ -276,10 +278,11 @@ def main() -> None:
     if args.marking:
         marking(args)
         return
-    try:
-        CodecConfig(group_size=args.group_size, chunk_superblocks=args.chunk_superblocks)
+    try:      # resolve the format 2.0 options to what the golden policy gives, so every figure names them
+        base = CodecConfig(group_size=args.group_size, chunk_superblocks=args.chunk_superblocks, pair_codes=args.pairs)
     except ConfigError as exc:
         sys.exit(f"golden_bench: {exc}")
+    args.chunk_superblocks, args.pairs = base.chunk_superblocks, base.pair_codes
     out = Path("build/bench")
     if args.accounting:
         r = accounting(args)
@@ -314,7 +317,8 @@ def main() -> None:
     e = r["exponent"]
     print(f"  exponent: entropy {e['entropy_pooled']:.3f} (per tensor {e['entropy_per_tensor']:.3f}), Huffman "
           f"{e['huffman_pooled']:.3f}, plain rank-unary {e['plain_rank_unary_pooled']:.3f}, "
-          f"our code planes {e['code_bits_per_value']:.3f} bits/value")
+          f"our code {e['code_bits_per_value'] + e['suffix_bits_per_value']:.3f} bits/value (code planes "
+          f"{e['code_bits_per_value']:.3f} + pair suffix bits {e['suffix_bits_per_value']:.3f})")
 
 
 if __name__ == "__main__":
