@@ -51,6 +51,35 @@ CTRL_START = 1 << 0
 CTRL_CLEAR_ERROR = 1 << 1
 
 
+CHUNK_REG_MAX = 7      # the CHUNK register saturates here; values above log2(1024 / G) raise CONFIG at START
+
+
+class Format2Registers:
+    """Mixin of the format 2.0 registers (docs/HARDWARE.md, FORMAT.md §1, §3.1) for a decoder built on
+    DecoderC1's register file: CHUNK (log2 superblocks per chunk) and the pair mask of every book in
+    ``PAIR_BOOKS`` (C2 has no speculation book). Put it before the base class."""
+    PAIR_BOOKS = ("spec", "verif")
+
+    def _registers(self, m):
+        r = super()._registers(m)
+        r["chunk"] = Signal(range(CHUNK_REG_MAX + 1), name="reg_chunk")        # log2 A (saturated)
+        for book in self.PAIR_BOOKS:
+            r[f"{book}_pairs"] = Signal(K_MAX, name=f"reg_{book}_pairs")
+        return r
+
+    def _write_registers(self, m, r, start, clear):
+        super()._write_registers(m, r, start, clear)
+        cfg = self.cfg
+        addr, wdata = cfg.payload.addr, cfg.payload.data
+        with m.If(cfg.valid & cfg.ready):
+            with m.Switch(addr):
+                with m.Case(Reg.CHUNK):
+                    m.d.sync += r["chunk"].eq(Mux(wdata > CHUNK_REG_MAX, CHUNK_REG_MAX, wdata))
+                for book in self.PAIR_BOOKS:
+                    with m.Case(Reg.SPEC_PAIRS if book == "spec" else Reg.VERIF_PAIRS):
+                        m.d.sync += r[f"{book}_pairs"].eq(wdata)
+
+
 def codebook_register_cases(m, r, wdata):
     """The codebook cases of a ``cfg`` write (K of each book, then its rank -> symbol entries), shared by
     the decoder and the encoder; call inside ``with m.Switch(addr)``. ``r`` holds spec_k / verif_k,

@@ -49,13 +49,12 @@ from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, PRUNED
 from .bitreader import BitReader
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane, Kind
-from .decoder import FIELD_MAX, DecoderC1, Err, Reg
+from .decoder import FIELD_MAX, DecoderC1, Err, Format2Registers, Reg
 from .zero_counter import prefix_counts
 
 GMAX = max(ALLOWED_GROUP_SIZES)
 MAX_CHUNK_SUPERBLOCKS = 64          # format 2.0: A = 2^CHUNK in 1..64, A * G <= 1024
 MAX_CHUNK_VALUES = 1024
-MAX_CHUNK_REG = 7                   # CHUNK register width (values above 6 saturate here: CONFIG)
 SUFFIX_FIELD = FIELD_MAX + 1        # a field with its pair suffix bit in front (9 bits)
 
 
@@ -104,7 +103,7 @@ def default_segment(lanes: int, word: int) -> int:
     return max(16, min(word, 1 << (4 * lanes - 1).bit_length()))
 
 
-class DecoderC1v2(DecoderC1):
+class DecoderC1v2(Format2Registers, DecoderC1):
     """Cassandra-1 decoder v2, ``lanes`` bf16 values per cycle (draft or full mode, set per tensor).
 
     Parameters
@@ -143,26 +142,7 @@ class DecoderC1v2(DecoderC1):
         CodePlane.resolve(word, self.seg, self.code_lanes, depth=code_depth, pops=lanes + 1)
         CodePlane.resolve(word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots)
 
-    # ---------------------------------------------------------------------- format 2.0 registers
-    def _registers(self, m):
-        r = super()._registers(m)
-        r["chunk"] = Signal(range(MAX_CHUNK_REG + 1), name="reg_chunk")       # log2 A (saturated)
-        r["spec_pairs"] = Signal(K_MAX, name="reg_spec_pairs")
-        r["verif_pairs"] = Signal(K_MAX, name="reg_verif_pairs")
-        return r
-
-    def _write_registers(self, m, r, start, clear):
-        super()._write_registers(m, r, start, clear)
-        cfg = self.cfg
-        addr, wdata = cfg.payload.addr, cfg.payload.data
-        with m.If(cfg.valid & cfg.ready):
-            with m.Switch(addr):
-                with m.Case(Reg.CHUNK):
-                    m.d.sync += r["chunk"].eq(Mux(wdata > MAX_CHUNK_REG, MAX_CHUNK_REG, wdata))
-                with m.Case(Reg.SPEC_PAIRS):
-                    m.d.sync += r["spec_pairs"].eq(wdata)
-                with m.Case(Reg.VERIF_PAIRS):
-                    m.d.sync += r["verif_pairs"].eq(wdata)
+    # format 2.0 registers (CHUNK, SPEC_PAIRS, VERIF_PAIRS): Format2Registers (hw/decoder.py)
 
     def _config_error(self, r):
         """v1's checks, and CHUNK: log2 A <= 6 with A * G <= 1024 (FORMAT 2.0 section 1)."""

@@ -58,7 +58,7 @@ from amaranth.utils import bits_for, ceil_log2, exact_log2
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, MX_BLOCK
 from .bitreader import BitReader, thermometer
-from .decoder import BF16_BITS, CFG_DATA_BITS, ERROR_BITS, FIELD_MAX, DecoderC1, Err, Reg
+from .decoder import BF16_BITS, CFG_DATA_BITS, ERROR_BITS, FIELD_MAX, DecoderC1, Err, Format2Registers, Reg
 from .decoder_c2 import DecoderC2, c2_decoder_signature, prefix_sums
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane
 from .code_plane import Kind as CpKind
@@ -74,14 +74,13 @@ SB_BITS_MAX = G_MAX + X_REGION + MXF * G_MAX     # spec.mx bits of one superbloc
 REST_MAX = FIELD_MAX + 1                         # widest verif.rest field: a pair's suffix bit + 8 bits
 MAX_CHUNK_LOG = 6                                # format 2.0: A = 2^CHUNK <= 64 ...
 MAX_CHUNK_VALUES = 1024                          # ... with A * G <= 1024
-CHUNK_REG_MAX = 7                                # the CHUNK register saturates here (CONFIG)
 
 
 def _pow2(v) -> bool:
     return isinstance(v, int) and v >= 1 and not v & (v - 1)
 
 
-class DecoderC2v2(DecoderC1):
+class DecoderC2v2(Format2Registers, DecoderC1):
     """Cassandra-2 decoder v2, ``lanes`` bf16 values per beat in draft mode, ``verif_lanes`` in full mode.
 
     Parameters
@@ -138,23 +137,8 @@ class DecoderC2v2(DecoderC1):
         self.fwin = min(2 * word, X_REGION + MXF * lanes)
         wiring.Component.__init__(self, c2_decoder_signature(lanes, word))
 
-    # ------------------------------------------------------------------------- format 2.0 registers
-    def _registers(self, m):
-        r = super()._registers(m)
-        r["chunk"] = Signal(range(CHUNK_REG_MAX + 1), name="reg_chunk")      # log2 A (saturated)
-        r["verif_pairs"] = Signal(K_MAX, name="reg_verif_pairs")
-        return r
-
-    def _write_registers(self, m, r, start, clear):
-        super()._write_registers(m, r, start, clear)
-        cfg = self.cfg
-        addr, wdata = cfg.payload.addr, cfg.payload.data
-        with m.If(cfg.valid & cfg.ready):
-            with m.Switch(addr):
-                with m.Case(Reg.CHUNK):
-                    m.d.sync += r["chunk"].eq(Mux(wdata > CHUNK_REG_MAX, CHUNK_REG_MAX, wdata))
-                with m.Case(Reg.VERIF_PAIRS):
-                    m.d.sync += r["verif_pairs"].eq(wdata)
+    # format 2.0 registers (CHUNK, VERIF_PAIRS; C2 has no speculation book): Format2Registers (hw/decoder.py)
+    PAIR_BOOKS = ("verif",)
 
     def _config_error(self, r):
         """v1's checks, and CHUNK: log2 A <= 6 with A * G <= 1024 (format 2.0 section 1)."""

@@ -18,25 +18,11 @@ from cassandra_rtl.golden.config import PRUNED
 from cassandra_rtl.golden.kv import calibrate_kv_codebooks, encode_kv, kv_config
 from cassandra_rtl.tb import bulk_encoder as BE
 from cassandra_rtl.tb.decoder import data as D
+from cassandra_rtl.tb.decoder.data import kv_vectors
 
 pytestmark = pytest.mark.sim
 
 QUICK = {"c1": "encoder_kv_c1_l2", "c2": "encoder_kv_c2_l2"}
-
-
-def kv_vectors(rng, n, G, kind):
-    """KV-like vectors (the kinds of tb/encoder/test_encoder.py::kv_vectors)."""
-    if kind == "small":      # subnormals / tiny normals, MX blocks of subnormals only (X = 0) and of +0
-        x = D.small_exponents(rng, n * G)
-    elif kind == "weights":
-        x = D.weights_like(rng, n * G)
-    elif kind == "uniform":
-        x = D.uniform_bits(rng, n * G)
-    elif kind == "specials":
-        x = D.specials_tensor(rng, n * G)
-    else:   # many equal magnitudes: ties at the keep threshold
-        x = rng.choice(np.array([0x3F80, 0xBF80, 0x4000, 0x0000, 0x3F00], np.uint16), n * G)
-    return x.reshape(n, G).astype(np.uint16)
 
 
 def books_for(rng, x, cfg, style):

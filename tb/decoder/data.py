@@ -252,3 +252,20 @@ def smollm2_sample(rng: np.random.Generator, n: int, rows: int = 4) -> list[np.n
         s = int(rng.integers(0, len(flat) - n))
         out.append(np.array(flat[s: s + n], dtype=np.uint16))
     return out
+
+
+def kv_vectors(rng, n, G, kind=None):
+    """n KV-like vectors of G values (uint16 bf16 bits) of one kind (random if None): weights-like, uniform,
+    specials, ties at the keep threshold, or small exponents (subnormal MX blocks, X = 0)."""
+    kind = kind or rng.choice(["weights", "uniform", "specials", "ties", "small"])
+    if kind == "small":      # subnormals / tiny normals, MX blocks of subnormals only (X = 0) and of +0
+        x = small_exponents(rng, n * G)
+    elif kind == "weights":
+        x = weights_like(rng, n * G)
+    elif kind == "uniform":
+        x = uniform_bits(rng, n * G)
+    elif kind == "specials":
+        x = specials_tensor(rng, n * G)
+    else:   # many equal magnitudes: ties at the keep threshold
+        x = rng.choice(np.array([0x3F80, 0xBF80, 0x4000, 0x0000, 0x3F00], np.uint16), n * G)
+    return x.reshape(n, G).astype(np.uint16)

@@ -15,6 +15,7 @@ from cassandra_rtl.tb.common.bench import env_int, full_run, reset, tb_test
 from cassandra_rtl.tb.common.stream import PROFILES, Sink, Source, lane_packer
 from cassandra_rtl.tb.decoder import data as D
 from cassandra_rtl.tb.decoder import framing as F
+from cassandra_rtl.tb.decoder.data import kv_vectors
 from cassandra_rtl.tb.encoder.regs import program
 
 ERR_FRAME = 6        # hw/encoder.py FRAME_ERR: `last` not on a vector's final beat (not yet in HARDWARE.md)
@@ -113,21 +114,6 @@ class EncoderHarness:
                                  f"words out={[s.transfers for s in self.sinks.values()]} "
                                  f"beats in={self.inp.transfers} cfg writes={self.cfg.transfers}") from None
         assert not int(self.dut.error.value), f"{what}: error_code 0x{int(self.dut.error_code.value):02x}"
-
-
-def kv_vectors(rng, n, G, kind=None):
-    kind = kind or rng.choice(["weights", "uniform", "specials", "ties", "small"])
-    if kind == "small":      # subnormals / tiny normals, MX blocks of subnormals only (X = 0) and of +0
-        x = D.small_exponents(rng, n * G)
-    elif kind == "weights":
-        x = D.weights_like(rng, n * G)
-    elif kind == "uniform":
-        x = D.uniform_bits(rng, n * G)
-    elif kind == "specials":
-        x = D.specials_tensor(rng, n * G)
-    else:   # many equal magnitudes: ties at the keep threshold
-        x = rng.choice(np.array([0x3F80, 0xBF80, 0x4000, 0x0000, 0x3F00], np.uint16), n * G)
-    return x.reshape(n, G)
 
 
 def _books(rng, vectors, cfg, style="calibrated"):
