@@ -328,8 +328,12 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         b_spair = Signal(L)
         b_val = [Signal(8, name=f"b_val{j}") for j in range(L)]     # ESC: the symbol; CODE: its group's base
         b_pp = [Signal(range(Lv + 1), name=f"b_pp{j}") for j in range(Lv)]
-        b_sm_off = [Signal(range(SUFFIX_FIELD * L + 1), name=f"b_sm_off{j}") for j in range(L)]
-        b_rest_off = [Signal(range(FIELD_MAX * Lv + 1), name=f"b_rest_off{j}") for j in range(Lv)]
+        # Field offsets, each as wide as its lane can reach: lane j's field follows j fields of at most 9 bits
+        # (kept: m + 1 + a suffix bit; pruned rest: 8 + a suffix bit), so its offset is <= 9 j. The narrow
+        # registers are what let synthesis drop the window bits a lane never selects (a 72-bit shifter per
+        # lane otherwise: -2.2 k GE at L = 8, docs/HARDWARE.md 2b "Area cuts").
+        b_sm_off = [Signal(range(SUFFIX_FIELD * j + 1), name=f"b_sm_off{j}") for j in range(L)]
+        b_rest_off = [Signal(range(FIELD_MAX * j + 1), name=f"b_rest_off{j}") for j in range(Lv)]
         b_sm_take = Signal(range(SUFFIX_FIELD * L + 1))
         b_rest_take = Signal(range(FIELD_MAX * Lv + 1))
         b_pc = Signal(range(Lv + 1))
@@ -434,8 +438,8 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         c_esc = Signal(L)
         c_spair = Signal(L)
         c_val = [Signal(8, name=f"c_val{j}") for j in range(L)]
-        c_sm_off = [Signal(range(SUFFIX_FIELD * L + 1), name=f"c_sm_off{j}") for j in range(L)]
-        c_rest_off = [Signal(range(SUFFIX_FIELD * Lv + 1), name=f"c_rest_off{j}") for j in range(Lv)]
+        c_sm_off = [Signal(range(SUFFIX_FIELD * j + 1), name=f"c_sm_off{j}") for j in range(L)]
+        c_rest_off = [Signal(range(SUFFIX_FIELD * j + 1), name=f"c_rest_off{j}") for j in range(Lv)]
         c_ve = [Signal(len(vw[0].as_value()), name=f"c_vent{j}") for j in range(Lv)]
         c_sm_take = Signal(range(SUFFIX_FIELD * L + 1))
         c_rest_take = Signal(range(SUFFIX_FIELD * Lv + 1))
