@@ -32,6 +32,18 @@ from .sampling import SamplingParams
 
 DEFAULT_CACHE = "default"
 DRAFTS = ("cassandra", "layerskip", "ngram", "none", "int8")
+DRAFT_MEMORY_ENV = "CASSANDRA_RTL_DRAFT_MEMORY"
+
+
+def default_draft_memory() -> str:
+    """``derived`` (the draft's layers rebuilt from the target's bits as they run: one model in memory) unless
+    ``$CASSANDRA_RTL_DRAFT_MEMORY`` says ``copy`` (the draft decoded into its own parameters)."""
+    import os
+
+    v = os.environ.get(DRAFT_MEMORY_ENV, "").strip() or "derived"
+    if v not in art_mod.DRAFT_MEMORY:
+        raise ConfigError(f"${DRAFT_MEMORY_ENV}={v!r}: choose from {', '.join(art_mod.DRAFT_MEMORY)}")
+    return v
 
 
 def default_cache_dir() -> str:
@@ -105,11 +117,14 @@ class CassandraModel:
     @classmethod
     def from_cass(cls, path, *, draft: str = "cassandra", max_seq_len: int = 2048, verify: bool = False,
                   rtl: bool = False, rtl_layers=None, progress=None, skip_layers=None, n_skip: int = 0,
-                  precheck=None, _kind: str = "cass") -> "CassandraModel":
-        """Load a model artifact (``cassandra-rtl encode MODEL -o F.cass --draft-config ...``)."""
+                  precheck=None, draft_memory: str | None = None, _kind: str = "cass") -> "CassandraModel":
+        """Load a model artifact (``cassandra-rtl encode MODEL -o F.cass --draft-config ...``).
+        ``draft_memory``: ``"derived"`` / ``"copy"`` (``artifact.load_models``; None: ``default_draft_memory()``)."""
         t0 = time.perf_counter()
-        base_rss = art_mod.current_rss_bytes()
+        draft_memory = draft_memory or default_draft_memory()
         a = art_mod.open_artifact(path)
+        art_mod.trim_heap()                       # the header's parse and the tokenizer's build leave freed heap
+        base_rss = art_mod.current_rss_bytes()    # interpreter + torch + tokenizer, before any weight is read
         _check_layers(a.args.n_layers, rtl_layers, skip_layers, n_skip)
         args = _with_context(a.args, max_seq_len)
         if precheck:
@@ -117,10 +132,11 @@ class CassandraModel:
         rtl_fn, kv_fn = _rtl_fns(rtl, draft, a.alloc)
         loaded = art_mod.load_models(a.tensors(), args, draft=(draft == "cassandra"), rtl=rtl_fn,
                                      rtl_layers=rtl_layers, digests=a.info.get("tensor_sha256") if verify else None,
-                                     progress=progress, total=len(a.entries()))
-        info = LoadInfo(_kind, 0.0, str(a.path), a.size, verify, base_rss)
-        m = cls._assemble(loaded, args, a.tokenizer, str(a.path), a.alloc, info, draft, rtl, kv_fn, skip_layers,
-                          n_skip, progress)
+                                     progress=progress, total=len(a.entries()), draft_memory=draft_memory)
+        info = LoadInfo(_kind, 0.0, str(a.path), a.size, verify, base_rss, _draft_memory_info(loaded, draft_memory))
+        tok, alloc, where = a.tokenizer, a.alloc, str(a.path)
+        a = None                                  # the header (tensor list, meta) is not needed any more
+        m = cls._assemble(loaded, args, tok, where, alloc, info, draft, rtl, kv_fn, skip_layers, n_skip, progress)
         info.seconds = time.perf_counter() - t0
         return m
 
@@ -130,7 +146,7 @@ class CassandraModel:
                    group_size: int = 128, cache_dir=DEFAULT_CACHE, max_seq_len: int = 2048, verify: bool = False,
                    rtl: bool = False, rtl_layers=None, skip_layers=None, n_skip: int = 0, gamma=None,
                    progress=None, say: Callable[[str], None] | None = _say_default,
-                   precheck=None) -> "CassandraModel":
+                   precheck=None, draft_memory: str | None = None) -> "CassandraModel":
         """Load a .gguf / Hugging Face folder (None: the bundled SmolLM2). The Cassandra draft goes through a
         model artifact in ``cache_dir`` (encoded once per model content + allocation); ``cache_dir=None``
         encodes in memory. ``precheck(tokenizer, args)`` runs before any slow work (the CLI checks its
@@ -181,12 +197,11 @@ class CassandraModel:
                     try:
                         m = cls.from_cass(cpath, max_seq_len=max_seq_len, verify=verify, rtl=rtl,
                                           rtl_layers=rtl_layers, progress=progress, precheck=precheck,
-                                          _kind="cache-hit")
+                                          draft_memory=draft_memory, _kind="cache-hit")
                     except FormatError as exc:       # written by another version of the format: encode again
                         say(f"[generate] model cache: {cpath.name} is unreadable ({exc}); encoding again")
-                    else:
+                    else:                            # baseline: from_cass's, after the tokenizer
                         m.load_info.seconds = time.perf_counter() - t0
-                        m.load_info.baseline_rss_bytes = base_rss
                         m.load_info.extra["draft_choice"] = what
                         return m._with_gamma(gamma)
         ck = load(path, max_seq_len=1 << 20)      # the model's own context; --max-seq-len applies when loading
@@ -205,7 +220,7 @@ class CassandraModel:
                 f"{time.perf_counter() - t1:.1f} s); later runs load it (--cache-dir DIR, --no-cache)")
             del ck
             m = cls.from_cass(cpath, max_seq_len=max_seq_len, verify=verify, rtl=rtl, rtl_layers=rtl_layers,
-                              progress=progress, _kind="cache-miss")
+                              progress=progress, draft_memory=draft_memory, _kind="cache-miss")
             m.load_info.seconds = time.perf_counter() - t0
             m.load_info.baseline_rss_bytes = base_rss
             m.load_info.extra["draft_choice"] = what
@@ -214,10 +229,12 @@ class CassandraModel:
         args = _with_context(ck.args, max_seq_len)
         rtl_fn, kv_fn = _rtl_fns(rtl, draft, alloc)
         loaded = art_mod.load_models(art_mod.encode_checkpoint(ck, alloc), args, draft=True, rtl=rtl_fn,
-                                     rtl_layers=rtl_layers, originals=ck.bits, progress=progress, total=len(ck.bits))
+                                     rtl_layers=rtl_layers, originals=ck.bits, progress=progress, total=len(ck.bits),
+                                     draft_memory=draft_memory or default_draft_memory())
         tok, source = ck.tokenizer, ck.source
         del ck
-        info = LoadInfo("memory", 0.0, None, None, True, base_rss, {"draft_choice": what})
+        info = LoadInfo("memory", 0.0, None, None, True, base_rss,
+                        {"draft_choice": what, **_draft_memory_info(loaded, draft_memory or default_draft_memory())})
         m = cls._assemble(loaded, args, tok, source, alloc, info, draft, rtl, kv_fn, None, 0, progress)
         info.seconds = time.perf_counter() - t0
         return m._with_gamma(gamma)
@@ -396,9 +413,18 @@ def load(model=None, **kw) -> CassandraModel:
         if bad:
             raise ConfigError(f"a .cass model fixes its draft: {', '.join(bad)} cannot be changed (re-encode instead)")
         keep = {k: v for k, v in kw.items() if k in ("draft", "max_seq_len", "verify", "rtl", "rtl_layers", "progress",
-                                                     "skip_layers", "n_skip")}
+                                                     "skip_layers", "n_skip", "draft_memory")}
         return CassandraModel.from_cass(model, **keep)
     return CassandraModel.from_model(model, **kw)
+
+
+def _draft_memory_info(loaded, mode: str) -> dict:
+    """``draft_memory`` and the bytes the draft holds besides the target (for ``--json``'s ``load``)."""
+    d = loaded.draft
+    if d is None:
+        return {}
+    extra = d.resident_bytes() if isinstance(d, art_mod.DerivedDraft) else d.param_bytes()
+    return {"draft_memory": mode, "draft_resident_bytes": int(extra)}
 
 
 def _with_context(args, max_seq_len):

@@ -60,6 +60,25 @@ def peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def trim_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc ``malloc_trim``): parsing the header and
+    building the tokenizer free tens of MB of small blocks that would otherwise stay resident."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            import ctypes
+
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
+_LIBC = None
+
+
 def current_rss_bytes() -> int:
     try:
         with open("/proc/self/statm") as f:
@@ -414,11 +433,120 @@ def decode_into(dst: np.ndarray, enc, fn, step_values: int = 1 << 22) -> None:
         dst[s * G: s * G + out.size] = out
 
 
+DRAFT_MEMORY = ("derived", "copy")
+
+
+def _c1_mask(m: int) -> int:
+    """The int16 AND mask that keeps sign, exponent and the top ``m`` mantissa bits (FORMAT.md §2.1, C1)."""
+    return int(np.array((0xFFFF << (7 - m)) & 0xFFFF, dtype=np.uint16).view(np.int16))
+
+
+class DerivedDraft(Transformer):
+    """The Cassandra draft without a second copy of its layers (``draft_memory="derived"``).
+
+    A C1 draft weight is the target's bits with the mantissa cut to m bits where the speculation stream
+    keeps the value, 0 where it prunes it (FORMAT.md §2.1). So a layer's draft matrices are rebuilt from the
+    target's parameters into one layer-sized scratch just before the layer runs (``_block``): an AND with the
+    mantissa mask and, for a tensor that prunes, a multiply by its keep bitmap (1 bit per value, packed).
+    ``load_models`` checks every derived tensor against ``decode_draft`` of the speculation stream when it
+    records the bitmap, so the draft computes on exactly the decoded draft's bits. The embedding / LM head
+    (and any tensor that is not derivable, e.g. C2) keep their own decoded storage; 1-D tensors are the
+    target's own (exact in both views)."""
+
+    def __init__(self, args: ModelArgs, target: Transformer):
+        from .transformer import uninitialized_weights
+
+        with uninitialized_weights():
+            super().__init__(args)
+        self.__dict__["_src"] = target           # not a submodule: the target is its own model
+        self._scratch: dict = {}                 # linear name -> one layer-sized bf16 buffer shared by all layers
+        self._plan: list[list] = [[] for _ in range(args.n_layers)]   # per layer: (dst, src, mask, keep bits)
+        self._filled = -1
+        for blk, tblk in zip(self.layers, target.layers):
+            for mod, tmod in ((blk.attn_norm, tblk.attn_norm), (blk.ffn_norm, tblk.ffn_norm),
+                              (blk.attn.q_norm, tblk.attn.q_norm), (blk.attn.k_norm, tblk.attn.k_norm)):
+                if mod is not None:
+                    mod.weight = tmod.weight
+            for n in ("bq", "bk", "bv"):
+                if getattr(blk.attn, n) is not None:
+                    setattr(blk.attn, n, getattr(tblk.attn, n))
+        self.norm.weight = target.norm.weight
+
+    @staticmethod
+    def _owner(blk, n):
+        return blk.attn if n in ("wq", "wk", "wv", "wo") else blk.mlp
+
+    def derive(self, li: int, n: str, mask: int, keep: np.ndarray | None) -> None:
+        """Layer ``li``'s ``n`` becomes a view of the shared scratch, rebuilt from the target before use."""
+        blk, tblk = self.layers[li], self._src.layers[li]
+        src = getattr(self._owner(tblk, n), n)
+        key = (n, tuple(src.shape))
+        if key not in self._scratch:
+            self._scratch[key] = torch.empty(src.shape, dtype=torch.bfloat16)
+        buf = self._scratch[key]
+        setattr(self._owner(blk, n), n, torch.nn.Parameter(buf, requires_grad=False))
+        self._plan[li].append((_param_bits(buf).reshape(-1).view(np.int16),
+                               _param_bits(src).reshape(-1).view(np.int16), np.int16(mask), keep))
+        self._filled = -1
+
+    def own(self, name: str) -> torch.Tensor:
+        """Give ``name`` (a 2-D weight that is not derived) its own storage; returns it."""
+        ref = self.named_weights()[name]
+        t = torch.empty(ref.shape, dtype=torch.bfloat16)
+        if name == "tok_emb":
+            self.tok_emb = torch.nn.Parameter(t, requires_grad=False)
+        elif name == "lm_head":
+            self.lm_head = torch.nn.Parameter(t, requires_grad=False)
+        else:
+            _, i, n = name.split(".")
+            setattr(self._owner(self.layers[int(i)], n), n, torch.nn.Parameter(t, requires_grad=False))
+        return t
+
+    def _fill(self, li: int) -> None:
+        for dst, src, mask, keep in self._plan[li]:
+            np.bitwise_and(src, mask, out=dst)
+            if keep is not None:
+                np.multiply(dst, np.unpackbits(keep, count=dst.size, bitorder="little"), out=dst,
+                            casting="unsafe")
+        self._filled = li
+
+    def _block(self, blk, li, x, start_pos, cache):
+        if self._filled != li and self._plan[li]:
+            self._fill(li)
+        return super()._block(blk, li, x, start_pos, cache)
+
+    def resident_bytes(self) -> int:
+        """Bytes the draft holds besides the target: the scratch, the keep bitmaps, own tensors."""
+        own = sum(p.numel() * 2 for n, p in self.named_weights().items()
+                  if p.dim() == 2 and not any(p.data_ptr() == b.data_ptr() for b in self._scratch.values()))
+        return (sum(b.numel() * 2 for b in self._scratch.values()) + own
+                + sum(k.nbytes for plan in self._plan for _, _, _, k in plan if k is not None))
+
+
+def _derivable(name: str, enc) -> bool:
+    return name.startswith("layers.") and len(enc.shape) == 2 and enc.config.scheme == "c1"
+
+
+def _keep_bits(draft: np.ndarray, target: np.ndarray, mask: int) -> np.ndarray | None | bool:
+    """The keep bitmap that rebuilds ``draft`` from ``target`` (None: nothing pruned; False: not derivable)."""
+    cut = target & np.uint16(mask & 0xFFFF)
+    eq = draft == cut
+    if eq.all():
+        return None
+    if draft[~eq].any():
+        return False
+    return np.packbits(eq, bitorder="little")
+
+
 def load_models(tensors, args: ModelArgs, draft: bool = True, rtl=None, rtl_layers=None, digests=None,
-                originals=None, progress=None, total=None, step_values: int = 1 << 22) -> Loaded:
+                originals=None, progress=None, total=None, step_values: int = 1 << 22,
+                draft_memory: str = "derived") -> Loaded:
     """Build the target (``decode_full``) and the draft (``decode_draft``) from ``(name, EncodedTensor)``
     pairs, one tensor at a time into preallocated parameters.
 
+    ``draft_memory``: ``"derived"`` (default) keeps no copy of the draft's C1 layer matrices: they are
+    rebuilt from the target's bits layer by layer as the draft runs (``DerivedDraft``; every one checked
+    here against ``decode_draft``); ``"copy"`` decodes the whole draft into its own parameters.
     ``rtl(name, enc)`` optionally decodes the draft's streams through the RTL (asserted equal to golden)
     for the layers in ``rtl_layers`` (None: every 2-D tensor); it returns None for a tensor it cannot read. ``digests`` (name -> tensor_digest): check
     every full decode against them (``--verify``). ``originals`` (name -> bits): the checkpoint itself is
@@ -426,10 +554,17 @@ def load_models(tensors, args: ModelArgs, draft: bool = True, rtl=None, rtl_laye
     against them."""
     from .transformer import uninitialized_weights
 
+    if draft_memory not in DRAFT_MEMORY:
+        raise ConfigError(f"unknown draft memory mode {draft_memory!r} (choose from {', '.join(DRAFT_MEMORY)})")
     t0 = time.perf_counter()
     with uninitialized_weights():              # pages become resident as each tensor is decoded into them
         target = Transformer(args).eval()
-        dm = Transformer(args).eval() if draft else None
+        if draft and draft_memory == "copy":
+            dm = Transformer(args).eval()
+    if draft and draft_memory == "derived":
+        dm = DerivedDraft(args, target).eval()
+    elif not draft:
+        dm = None
     tw = target.named_weights()
     dw = dm.named_weights() if dm is not None else {}
     spec_bytes, full_bytes, rtl_names, seen, rtl_values = {}, {}, [], set(), 0
@@ -448,8 +583,14 @@ def load_models(tensors, args: ModelArgs, draft: bool = True, rtl=None, rtl_laye
         elif digests is not None and tensor_digest(tb) != digests.get(name):
             raise FormatError(f"{name}: the full decode differs from the checkpoint's bits (digest mismatch)")
         if dm is not None:
-            db = _param_bits(dw[name]).reshape(-1)
             if len(shape) == 2:
+                derived = isinstance(dm, DerivedDraft) and _derivable(name, enc)
+                if derived:
+                    db = np.empty(tb.size, np.uint16)          # one tensor's draft, checked and dropped
+                elif isinstance(dm, DerivedDraft):
+                    db = _param_bits(dm.own(name)).reshape(-1)
+                else:
+                    db = _param_bits(dw[name]).reshape(-1)
                 decode_into(db, enc, decode_draft, step_values)
                 r = rtl(name, enc) if rtl is not None and (chosen is None or name.startswith(chosen)) else None
                 if r is not None:                      # None: a tensor the RTL does not read (golden decodes it)
@@ -459,9 +600,18 @@ def load_models(tensors, args: ModelArgs, draft: bool = True, rtl=None, rtl_laye
                     rtl_names.append(name)
                     rtl_values += db.size
                     del r
+                if derived:
+                    mask = _c1_mask(enc.config.mantissa_bits)
+                    keep = _keep_bits(db, tb, mask)
+                    if keep is False:                  # never for a C1 stream; kept as a copy if it happens
+                        np.copyto(_param_bits(dm.own(name)).reshape(-1), db)
+                    else:
+                        _, li, n = name.split(".")
+                        dm.derive(int(li), n, mask, keep)
+                    del db
                 spec_bytes[name] = enc.spec_nbytes
-            else:
-                np.copyto(db, tb)
+            elif not isinstance(dm, DerivedDraft):
+                np.copyto(_param_bits(dw[name]).reshape(-1), tb)
         if len(shape) == 2:
             full_bytes[name] = enc.spec_nbytes + enc.verif_nbytes
         seen.add(name)

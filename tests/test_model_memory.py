@@ -1,0 +1,110 @@
+"""Memory of the model path (issue 13 item 2): the derived draft (no second copy of the draft's layers) is
+bit-identical to the decoded speculation stream and generates exactly what the copied draft generates; the
+streamed loaders give the same bits as whole-tensor loading. Tiny random checkpoints only."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cassandra_rtl.errors import ConfigError  # noqa: E402
+from cassandra_rtl.golden.codec import decode_draft  # noqa: E402
+from cassandra_rtl.golden.container import read_container  # noqa: E402
+from cassandra_rtl.model import api, artifact  # noqa: E402
+from cassandra_rtl.model.testing import write_hf_folder  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def hf(tmp_path_factory):
+    return write_hf_folder(tmp_path_factory.mktemp("hf") / "tiny")
+
+
+def _encode(hf, out, *opts):
+    from cassandra_rtl.cli import main
+
+    assert main(["encode", str(hf), "-o", str(out), "--draft-config", "uniform", *opts, "-q"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def cass(hf, tmp_path_factory):          # prunes (keep 0.5) and cuts mantissas: keep bitmaps are needed
+    return _encode(hf, tmp_path_factory.mktemp("c") / "tiny.cass", "--keep-ratio", "0.5", "--mantissa-bits", "2")
+
+
+def _draft_weights(m) -> dict[str, np.ndarray]:
+    """Every draft weight as the forward pass sees it (derived layers rebuilt first)."""
+    d = m.drafter.model
+    out = {}
+    for li in range(d.args.n_layers):
+        if isinstance(d, artifact.DerivedDraft):
+            d._fill(li)
+        for name, p in d.named_weights().items():
+            if name.startswith(f"layers.{li}."):
+                out[name] = artifact._param_bits(p).copy()
+    for name, p in d.named_weights().items():
+        if not name.startswith("layers."):
+            out[name] = artifact._param_bits(p).copy()
+    return out
+
+
+@pytest.mark.parametrize("opts", [("--keep-ratio", "0.5", "--mantissa-bits", "2"),
+                                  ("--keep-ratio", "1.0", "--mantissa-bits", "3"),
+                                  ("--scheme", "c2", "--keep-ratio", "0.75", "--mantissa-bits", "3")])
+def test_derived_draft_is_the_decoded_speculation_stream(hf, tmp_path, opts):
+    path = _encode(hf, tmp_path / "t.cass", *opts)
+    c = read_container(path)
+    m = api.load(str(path), max_seq_len=64, draft_memory="derived")
+    d = m.drafter.model
+    assert isinstance(d, artifact.DerivedDraft)
+    got = _draft_weights(m)
+    for name, enc in c.tensors.items():
+        assert np.array_equal(got[name].reshape(-1), decode_draft(enc).reshape(-1)), name
+    tw = m.target.named_weights()
+    for name, p in d.named_weights().items():            # 1-D tensors are the target's own storage
+        if p.dim() == 1:
+            assert p.data_ptr() == tw[name].data_ptr(), name
+    derived = sum(len(plan) for plan in d._plan)
+    if opts[1] == "c2":
+        assert derived == 0                               # C2 drafts are not derived: each keeps its decode
+    else:
+        assert derived == 7 * d.args.n_layers             # every layer matrix, none copied
+        keeps = [k for plan in d._plan for *_, k in plan]
+        assert all(k is None for k in keeps) == (opts[1] == "1.0")   # a bitmap only where the draft prunes
+    assert m.load_info.extra["draft_memory"] == "derived"
+    assert m.load_info.extra["draft_resident_bytes"] == d.resident_bytes()
+
+
+def test_derived_and_copied_drafts_generate_the_same(cass):
+    a = api.load(str(cass), max_seq_len=64, draft_memory="derived")
+    b = api.load(str(cass), max_seq_len=64, draft_memory="copy")
+    assert not isinstance(b.drafter.model, artifact.DerivedDraft)
+    ga, gb = a.generate("the cat", max_new_tokens=12), b.generate("the cat", max_new_tokens=12)
+    assert ga.tokens == gb.tokens
+    assert ga.metrics["acceptance_rate"] == gb.metrics["acceptance_rate"]
+    assert ga.metrics["draft_weight_bytes"] == gb.metrics["draft_weight_bytes"]
+    assert a.generate("the cat", max_new_tokens=12, speculative=False).tokens == ga.tokens
+    # the draft's logits, bit for bit, on a few positions (derived layers rebuilt on the way)
+    ids = torch.tensor(a.encode_prompt("the cat sat on the mat"))
+    la = a.drafter.model(ids, 0, a.drafter.model.new_cache(64), exact=True)
+    lb = b.drafter.model(ids, 0, b.drafter.model.new_cache(64), exact=True)
+    assert torch.equal(la, lb)
+    assert a.load_info.extra["draft_resident_bytes"] < b.load_info.extra["draft_resident_bytes"]
+
+
+def test_draft_memory_mode_is_checked(cass, monkeypatch):
+    with pytest.raises(ConfigError, match="draft memory"):
+        api.load(str(cass), draft_memory="shared")
+    monkeypatch.setenv(api.DRAFT_MEMORY_ENV, "copy")
+    assert api.default_draft_memory() == "copy"
+    monkeypatch.setenv(api.DRAFT_MEMORY_ENV, "bogus")
+    with pytest.raises(ConfigError, match=api.DRAFT_MEMORY_ENV):
+        api.default_draft_memory()
+
+
+def test_model_path_in_memory_uses_the_derived_draft(hf):
+    m = api.load(str(hf), keep_ratio=0.5, mantissa_bits=2, cache_dir=None, say=None, max_seq_len=64)
+    assert isinstance(m.drafter.model, artifact.DerivedDraft) and m.load_info.kind == "memory"
+    c = api.load(str(hf), keep_ratio=0.5, mantissa_bits=2, cache_dir=None, say=None, max_seq_len=64,
+                 draft_memory="copy")
+    assert m.generate("the cat", max_new_tokens=8).tokens == c.generate("the cat", max_new_tokens=8).tokens
