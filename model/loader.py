@@ -160,6 +160,26 @@ def load_gguf(path: Path, max_seq_len: int = 2048) -> Checkpoint:
         shape = tuple(int(s) for s in reversed(t.shape))  # ggml lists dims innermost first
         return np.asarray(a, dtype=np.float32).reshape(shape)
 
+    def deq_bits(name: str) -> np.ndarray:
+        """bf16 bits of a tensor, dequantized a slice of rows at a time (quantized blocks never straddle a
+        row), so that the float32 temporaries are ~4 M values, not the whole tensor; the file's pages are
+        dropped again afterwards. Equal to ``f32_to_bits(deq(name))`` (elementwise)."""
+        t = tensors[name]
+        shape = tuple(int(s) for s in reversed(t.shape))
+        data = r.data(name)
+        if len(shape) < 2 or data.ndim < 2:
+            out = f32_to_bits(deq(name))
+        else:
+            rows = data.reshape(-1, data.shape[-1])
+            out = np.empty((rows.shape[0], int(np.prod(shape[-1:]))), np.uint16)
+            step = max(1, STREAM_VALUES // max(1, out.shape[1]))
+            for a in range(0, rows.shape[0], step):
+                out[a:a + step] = f32_to_bits(np.asarray(gguf.dequantize(rows[a:a + step], t.tensor_type),
+                                                         dtype=np.float32).reshape(-1, out.shape[1]))
+            out = out.reshape(shape)
+        _drop_map_pages(r, t)
+        return out
+
     names = {"token_embd.weight": "tok_emb", "output_norm.weight": "norm", "output.weight": "lm_head"}
     per_layer = {"attn_q.weight": "wq", "attn_k.weight": "wk", "attn_v.weight": "wv", "attn_output.weight": "wo",
                  "ffn_gate.weight": "w_gate", "ffn_up.weight": "w_up", "ffn_down.weight": "w_down",
@@ -185,13 +205,33 @@ def load_gguf(path: Path, max_seq_len: int = 2048) -> Checkpoint:
             # Never approximate: a tensor the model does not use means an architecture it does not know.
             raise InputError(f"{path}: tensor {gname!r} is not used by the supported {arch} architecture "
                              "(unsupported variant)")
-        a = deq(gname)
+        a = deq_bits(gname)                # a row permutation commutes with the elementwise rounding
         if arch == "llama" and ours.endswith((".wq", ".bq")):
-            a = _unpermute_qk(a.reshape(a.shape[0], -1), args.n_heads).reshape(a.shape)
+            a = np.ascontiguousarray(_unpermute_qk(a.reshape(a.shape[0], -1), args.n_heads).reshape(a.shape))
         elif arch == "llama" and ours.endswith((".wk", ".bk")):
-            a = _unpermute_qk(a.reshape(a.shape[0], -1), args.n_kv_heads).reshape(a.shape)
-        bits[ours] = f32_to_bits(a)
+            a = np.ascontiguousarray(_unpermute_qk(a.reshape(a.shape[0], -1), args.n_kv_heads).reshape(a.shape))
+        bits[ours] = a
     return Checkpoint(args, bits, tok, str(path))
+
+
+STREAM_VALUES = 1 << 22          # values dequantized / converted at a time by the loaders
+
+
+def _drop_map_pages(r, t) -> None:
+    """Drop a GGUF tensor's file pages from the process (they are re-read from the page cache if needed)."""
+    import mmap
+
+    mm = getattr(r, "_map", None)
+    if not isinstance(mm, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    page = mmap.PAGESIZE
+    a0 = t.offset - t.offset % page
+    n = min(len(mm), t.offset + t.n_bytes) - a0
+    if n > 0:
+        try:
+            mm.madvise(mmap.MADV_DONTNEED, a0, n)
+        except (OSError, ValueError):
+            pass
 
 
 # ------------------------------------------------------------------------------------------------ HF
@@ -275,12 +315,11 @@ def load_hf_folder(folder: Path, max_seq_len: int = 2048) -> Checkpoint:
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise InputError(f"{folder}: no *.safetensors files")
-    raw: dict[str, torch.Tensor] = {}
+    keys: list[tuple[Path, str]] = []
     for f in files:
         try:
             with safe_open(str(f), framework="pt") as sf:
-                for k in sf.keys():
-                    raw[k] = sf.get_tensor(k)
+                keys += [(f, k) for k in sf.keys()]
         except Exception as e:  # noqa: BLE001
             raise InputError(f"{f}: cannot read safetensors ({e})") from None
     m = {"model.embed_tokens.weight": "tok_emb", "model.norm.weight": "norm", "lm_head.weight": "lm_head"}
@@ -291,7 +330,7 @@ def load_hf_folder(folder: Path, max_seq_len: int = 2048) -> Checkpoint:
                  "self_attn.k_proj.bias": "bk", "self_attn.v_proj.bias": "bv",
                  "self_attn.q_norm.weight": "q_norm", "self_attn.k_norm.weight": "k_norm"}
     bits = {}
-    for k, t in raw.items():
+    for f, k in keys:
         if k in m:
             ours = m[k]
         elif k.startswith("model.layers.") and k.count(".") >= 3 and k.split(".", 3)[3] in per_layer:
@@ -304,7 +343,18 @@ def load_hf_folder(folder: Path, max_seq_len: int = 2048) -> Checkpoint:
                              "(unsupported variant)")
         if ours == "lm_head" and args.tie_embeddings:
             continue
-        bits[ours] = bf16_to_bits(t.float()) if t.dtype != torch.bfloat16 else bf16_to_bits(t)
+        # one tensor at a time, each file opened (memory-mapped) just for it: the map's pages leave the
+        # process with it, so only the bits being kept are resident, never the checkpoint twice
+        try:
+            with safe_open(str(f), framework="pt") as sf:
+                t = sf.get_tensor(k)
+        except Exception as e:  # noqa: BLE001
+            raise InputError(f"{f}: cannot read safetensors ({e})") from None
+        if t.dtype == torch.bfloat16:
+            bits[ours] = t.contiguous().view(torch.int16).numpy().view(np.uint16)   # no copy: the tensor's own buffer
+        else:
+            bits[ours] = bf16_to_bits(t.float())
+        del t
     if not args.tie_embeddings and "lm_head" not in bits:
         args.tie_embeddings = True
     _check_config_against_weights(cfg_path, args, bits)

@@ -146,8 +146,30 @@ def salience_fn(kind: str, norms=None, tied: bool = True):
 
 
 # ------------------------------------------------------------------------------- exact draft emulation
+KEEP_SLICE_VALUES = 1 << 22     # values per keep-set selection slice (whole superblocks)
+
+
 def kept_mask(bits: np.ndarray, cfg: CodecConfig, sal: np.ndarray | None) -> np.ndarray:
-    return keep_mask(bits.reshape(-1), cfg, None if sal is None else np.asarray(sal).reshape(-1))
+    """``golden.codec.keep_mask`` of the whole tensor, computed a slice of whole superblocks at a time.
+
+    The keep set of a superblock depends on that superblock's values only (FORMAT.md §2: top k_s of the
+    superblock by salience, ties to the lower index; only the last superblock may be short), so the golden
+    function applied to consecutive superblock-aligned slices gives the identical mask, while its
+    temporaries (float64 keys, their negation, the int64 argsort) are a slice's, not ~24 bytes per value of
+    the whole tensor (tested equal: tests/test_model_memory.py)."""
+    flat = bits.reshape(-1)
+    key = None if sal is None else np.asarray(sal).reshape(-1)
+    N, G = flat.size, cfg.group_size
+    step = max(1, KEEP_SLICE_VALUES // G) * G
+    if N <= step or not cfg.prunes:
+        return keep_mask(flat, cfg, key)
+    if key is not None and key.shape[0] != N:
+        return keep_mask(flat, cfg, key)          # golden's own one-line error for a wrong salience size
+    out = np.empty(N, dtype=bool)
+    for a in range(0, N, step):
+        b = min(N, a + step)
+        out[a:b] = keep_mask(flat[a:b], cfg, None if key is None else key[a:b])
+    return out
 
 
 def draft_bits(bits: np.ndarray, cfg: CodecConfig, kept: np.ndarray) -> np.ndarray:

@@ -108,3 +108,58 @@ def test_model_path_in_memory_uses_the_derived_draft(hf):
     c = api.load(str(hf), keep_ratio=0.5, mantissa_bits=2, cache_dir=None, say=None, max_seq_len=64,
                  draft_memory="copy")
     assert m.generate("the cat", max_new_tokens=8).tokens == c.generate("the cat", max_new_tokens=8).tokens
+
+
+def test_streamed_gguf_and_hf_loads_give_the_same_bits(tmp_path, monkeypatch):
+    from cassandra_rtl.model import loader
+    from cassandra_rtl.model.testing import tiny_checkpoint, write_gguf
+
+    g = write_gguf(tmp_path / "t.gguf")
+    whole = loader.load(g).bits
+    monkeypatch.setattr(loader, "STREAM_VALUES", 64)           # a few rows per slice
+    sliced = loader.load(g).bits
+    ref = tiny_checkpoint(0, vocab=len(whole["tok_emb"])).bits   # what write_gguf wrote
+    assert set(sliced) == set(whole) == set(ref)
+    for n in whole:
+        assert np.array_equal(sliced[n], whole[n]) and np.array_equal(sliced[n], ref[n]), n
+    h = write_hf_folder(tmp_path / "hf")
+    for n, b in loader.load(h).bits.items():
+        assert np.array_equal(b, ref[n]), n
+
+
+def test_quantized_rows_dequantize_alike_in_slices():
+    """The premise of the GGUF loader's row slices: a quantized block never straddles a row."""
+    gguf = pytest.importorskip("gguf")
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((40, 256)) * 0.05).astype(np.float32)
+    Q = gguf.GGMLQuantizationType
+    for qt in (Q.Q4_1, Q.Q8_0, Q.Q5_0, Q.Q4_K, Q.Q6_K):
+        if qt in (Q.Q4_K, Q.Q6_K):             # no quantizer in the gguf package: random blocks, any scales
+            block, size = gguf.GGML_QUANT_SIZES[qt]
+            q = rng.integers(0, 256, (40, 256 // block * size), dtype=np.uint8)
+        else:
+            q = gguf.quantize(x, qt)
+        with np.errstate(all="ignore"):
+            whole = gguf.dequantize(q, qt).reshape(40, 256)
+            parts = np.concatenate([gguf.dequantize(q[a:a + 7], qt).reshape(-1, 256) for a in range(0, 40, 7)])
+        assert np.array_equal(whole, parts, equal_nan=True), qt
+
+
+@pytest.mark.parametrize("scheme,n", [("c1", 128 * 37 + 5), ("c1", 128 * 40), ("c2", 64 * 33 + 17)])
+def test_sliced_keep_set_is_the_golden_keep_mask(scheme, n, monkeypatch):
+    from cassandra_rtl.golden.codec import keep_mask
+    from cassandra_rtl.golden.config import CodecConfig
+    from cassandra_rtl.model import salience
+
+    monkeypatch.setattr(salience, "KEEP_SLICE_VALUES", 300)    # several slices and a short last superblock
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0, 1 << 16, n, dtype=np.uint16)
+    bits[::7] = bits[3]                                          # ties in the magnitude key
+    G = 128 if scheme == "c1" else 64
+    for keep in (0.25, 0.5, 0.75, 1.0):
+        cfg = CodecConfig(scheme=scheme, group_size=G, keep_ratio=keep, mantissa_bits=3)
+        sal = np.abs(rng.standard_normal(n))
+        sal[::5] = 0.5                                           # ties in the salience
+        for s in (None, sal):
+            got = salience.kept_mask(bits, cfg, s)
+            assert np.array_equal(got, keep_mask(bits, cfg, s)), (keep, s is None)
