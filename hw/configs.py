@@ -57,17 +57,19 @@ _c2v2_factories()
 
 # ---- C1 decoder v2 (hw/decoder_c1_v2.py, docs/HARDWARE.md 2b) -- owned by the C1 v2 work; keep separate ----
 # The ports, payloads, registers and errors of docs/HARDWARE.md 2; pipelined, no cross-plane one-cycle loop.
-# ``_v4``: full mode at L/2 values/cycle (verif_lanes), every plane word 8L bits.
+# ``_v4``: full mode at L/2 values/cycle (verif_lanes) on 4L-bit verification ports (a beat reads at most 9 Lv
+# rest bits; measured on SmolLM2: 0.995-0.996 of nominal in full mode, docs/HARDWARE.md 2b), 8L-bit speculation ports.
 def _c1v2_factories():
     from .decoder_c1_v2 import DecoderC1v2
-    for l, word, lv in ((4, 32, 4), (8, 64, 8), (8, 64, 4)):
+    for l, word, lv, vw in ((4, 32, 4, 32), (8, 64, 8, 64), (8, 64, 4, 32)):
         name = f"decoder_c1v2_l{l}" + (f"_v{lv}" if lv < l else "")
-        extra = {"verif_lanes": lv, "verif_word": word} if lv < l else {}
-        _register(name, lambda l=l, w=word, lv=lv: DecoderC1v2(lanes=l, word=w, verif_lanes=lv),
+        extra = {"verif_lanes": lv, "verif_word": vw} if lv < l else {}
+        _register(name, lambda l=l, w=word, lv=lv, vw=vw: DecoderC1v2(lanes=l, word=w, verif_lanes=lv, verif_word=vw),
                   block="decoder_c1v2", lanes=l, word=word, **extra,
                   values_per_cycle=l, values_per_cycle_full=lv, latency_cycles=5,
                   description=f"Cassandra-1 decoder v2 (pipelined code planes), {l} bf16 values/cycle in draft "
-                              f"mode, {lv} in full mode, {word}-bit plane words")
+                              f"mode, {lv} in full mode, {word}-bit plane words"
+                              + (f" ({vw}-bit verification words)" if vw != word else ""))
 
 
 _c1v2_factories()

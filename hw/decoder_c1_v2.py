@@ -110,6 +110,8 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         lanes             L, values per output beat in draft mode (1..32)
         word              IW, bits per input word on every plane (a power of two >= 16; default 8*L)
         verif_lanes       Lv <= L, values per beat in full mode (default L)
+        verif_word        bits per input word on the two verification planes (default IW; full mode at Lv lanes
+                          reads at most 9 Lv rest bits a beat, so Lv = 4 fits a 32-bit port at SmolLM2's rates)
         seg, code_lanes   the speculation code plane: bits parsed per cycle (default 4*L, >= 16) and codes
                           per pass (default 2*L)
         code_depth        its ring entries (default: twice the smallest the code plane allows)
@@ -117,22 +119,23 @@ class DecoderC1v2(Format2Registers, DecoderC1):
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
-                 seg: int | None = None, code_lanes: int | None = None, verif_seg: int | None = None,
+                 verif_word: int | None = None, seg: int | None = None, code_lanes: int | None = None, verif_seg: int | None = None,
                  verif_code_lanes: int | None = None, code_depth: int | None = None):
         word = 8 * lanes if isinstance(lanes, int) and word is None else word
-        super().__init__(lanes=lanes, word=word, verif_lanes=verif_lanes, verif_word=word)
-        if word < 16:
-            raise ConfigError(f"decoder v2 input word must be >= 16 bits, got {word!r}")
+        super().__init__(lanes=lanes, word=word, verif_lanes=verif_lanes, verif_word=word if verif_word is None else verif_word)
+        if word < 16 or self.verif_word < 16:
+            raise ConfigError(f"decoder v2 input words must be >= 16 bits, got {word!r} / {self.verif_word!r}")
+        VW = self.verif_word
         Lv = self.verif_lanes
         self.seg = default_segment(lanes, word) if seg is None else seg
-        self.verif_seg = default_segment(Lv, word) if verif_seg is None else verif_seg
+        self.verif_seg = default_segment(Lv, VW) if verif_seg is None else verif_seg
         # codes per pass: 2 per value lane. A segment with more codes takes a second pass right after the
         # first (no bubble: stage A sees the lane limit itself); the zero counter, ring and writer shrink.
         self.code_lanes = min(self.seg, 2 * lanes) if code_lanes is None else code_lanes
         self.verif_code_lanes = min(self.verif_seg, 2 * Lv) if verif_code_lanes is None else verif_code_lanes
         # validate the code plane parameters here (one clear message), not at elaboration
         # the verification plane of a decoder with Lv < L parses each word over >= 4 passes: 2 word slots
-        self.verif_word_slots = 2 if word // self.verif_seg >= 4 else 4
+        self.verif_word_slots = 2 if VW // self.verif_seg >= 4 else 4
         # The speculation ring at twice the smallest depth: B holds a pass while the ring lacks room for it
         # (a registered bound), and at the smallest depth those holds cost the cycles the plane needs at chunk
         # ends (measured, decoder_c1v2_l8_v4 draft keep 1.0: 7.63 values/cycle at 32 entries, 7.93 at 64).
@@ -140,7 +143,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
             code_depth = 2 * CodePlane.resolve(word, self.seg, self.code_lanes, pops=lanes + 1)[3]
         self.code_depth = code_depth
         CodePlane.resolve(word, self.seg, self.code_lanes, depth=code_depth, pops=lanes + 1)
-        CodePlane.resolve(word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots)
+        CodePlane.resolve(VW, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots)
 
     # format 2.0 registers (CHUNK, SPEC_PAIRS, VERIF_PAIRS): Format2Registers (hw/decoder.py)
 
@@ -181,10 +184,10 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         # escape payloads in a side FIFO of >= L + 1 entries (the ring entries shrink from 10 to 6 bits)
         S = CodePlane(IW, self.seg, self.code_lanes, depth=self.code_depth, pops=L + 1,
                       esc_fifo=1 << ceil_log2(L + 1))
-        V = CodePlane(IW, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots,
+        V = CodePlane(self.verif_word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots,
                       pair_flags=True)
         M = SlotReader(IW, SUFFIX_FIELD * L, reader_slots(IW, SUFFIX_FIELD * L))
-        R = SlotReader(IW, SUFFIX_FIELD * Lv, reader_slots(IW, SUFFIX_FIELD * Lv))
+        R = SlotReader(self.verif_word, SUFFIX_FIELD * Lv, reader_slots(self.verif_word, SUFFIX_FIELD * Lv))
         m.submodules.spec_codes_cp = S
         m.submodules.verif_codes_cp = V
         m.submodules.spec_signman_rd = M

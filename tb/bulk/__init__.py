@@ -139,12 +139,17 @@ def frame_plane(enc: EncodedTensor, plane: str, word_bits: int) -> tuple[np.ndar
     return out.reshape(total, wb), last
 
 
-def write_job(path: Path, encs: list[EncodedTensor], full: bool, lanes: int, word_bits: int, scheme: str = "c1"):
+def write_job(path: Path, encs: list[EncodedTensor], full: bool, lanes: int, word_bits: int, scheme: str = "c1",
+              verif_word_bits: int | None = None):
+    """The harness's job file (format in harness.cpp): register writes and framed plane words per tensor;
+    the verification planes at ``verif_word_bits`` (default ``word_bits``)."""
     from cassandra_rtl.hw.simutil import format2_writes, track_format2
+
+    verif_word_bits = word_bits if verif_word_bits is None else verif_word_bits
 
     regs2: dict = {}                 # the decoder's format 2.0 registers (the harness starts from reset: 0)
     with open(path, "wb") as fh:
-        fh.write(b"CASSBULK" + struct.pack("<IIII", 1, lanes, word_bits, len(encs)))
+        fh.write(b"CASSBULK" + struct.pack("<IIIII", 2, lanes, word_bits, verif_word_bits, len(encs)))
         for enc in encs:
             if enc.config.scheme != scheme:
                 raise ValueError(f"a {enc.config.scheme} tensor cannot go through the {scheme} decoder "
@@ -161,7 +166,7 @@ def write_job(path: Path, encs: list[EncodedTensor], full: bool, lanes: int, wor
                 if plane is None or (plane.startswith("verif") and not full):
                     fh.write(struct.pack("<Q", 0))
                     continue
-                d, last = frame_plane(enc, plane, word_bits)
+                d, last = frame_plane(enc, plane, verif_word_bits if plane.startswith("verif") else word_bits)
                 fh.write(struct.pack("<Q", len(last)))
                 fh.write(d.tobytes())
                 fh.write(last.tobytes())
@@ -171,7 +176,7 @@ def _run_job(exe: Path, encs, full, params, idle=0.0, backpressure=0.0, seed=1) 
     with tempfile.TemporaryDirectory(prefix="cass-bulk-", dir=BULK_ROOT) as tmp:
         job, out = Path(tmp) / "job.bin", Path(tmp) / "out.u16"
         write_job(job, encs, full, params["lanes"], params["word"],
-                  "c2" if str(params.get("block", "")).endswith("c2") else "c1")
+                  "c2" if str(params.get("block", "")).endswith("c2") else "c1", params.get("verif_word"))
         cmd = [str(exe), str(job), str(out), "--idle", str(idle), "--backpressure", str(backpressure),
                "--seed", str(seed)]
         res = subprocess.run(cmd, capture_output=True, text=True)

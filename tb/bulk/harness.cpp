@@ -5,10 +5,12 @@
 // output file, and a one-line JSON summary goes to stdout.
 //
 // Job file (little-endian), written by tb/bulk/__init__.py:
-//   "CASSBULK" u32 version=1, u32 lanes, u32 word_bits, u32 ntensors
+//   "CASSBULK" u32 version=2, u32 lanes, u32 word_bits, u32 verif_word_bits, u32 ntensors
 //   per tensor: u32 nregs, nregs x (u32 addr, u32 data), u64 numel,
 //               4 x (u64 nwords, nwords x word_bytes data, nwords x u8 last)   ports: spec_codes,
-//               spec_signman, verif_codes, verif_rest (nwords = 0 for planes the mode does not read)
+//               spec_signman, verif_codes, verif_rest (nwords = 0 for planes the mode does not read);
+//               word_bytes = word_bits / 8 on the speculation ports, verif_word_bits / 8 on the verification
+//               ports (a decoder with fewer verification lanes may have narrower verification ports)
 // Usage: Vharness JOB OUT.u16 [--idle P] [--backpressure P] [--seed S]
 //   --idle P: probability that an input channel idles in a cycle; --backpressure P: out.ready low.
 // Exit status: 0 = every tensor produced numel values with a clean protocol; 3 = decoder error output;
@@ -84,13 +86,14 @@ int main(int argc, char** argv) {
     }
     FILE* f = fopen(argv[1], "rb");
     if (!f) { perror(argv[1]); return 2; }
-    char magic[8]; uint32_t version, lanes, word_bits, ntensors;
-    if (!rd(f, magic, 8) || memcmp(magic, "CASSBULK", 8) || !rd(f, &version, 4) || version != 1 ||
-        !rd(f, &lanes, 4) || !rd(f, &word_bits, 4) || !rd(f, &ntensors, 4)) {
+    char magic[8]; uint32_t version, lanes, word_bits, verif_word_bits, ntensors;
+    if (!rd(f, magic, 8) || memcmp(magic, "CASSBULK", 8) || !rd(f, &version, 4) || version != 2 ||
+        !rd(f, &lanes, 4) || !rd(f, &word_bits, 4) || !rd(f, &verif_word_bits, 4) || !rd(f, &ntensors, 4)) {
         fprintf(stderr, "bad job file\n"); return 2;
     }
-    const int wb = word_bits / 8;
-    const int in_words = word_bits / 32 + 2;                 // data + last bit + slack
+    const uint32_t plane_bits[4] = {word_bits, word_bits, verif_word_bits, verif_word_bits};
+    const uint32_t max_bits = word_bits > verif_word_bits ? word_bits : verif_word_bits;
+    const int in_words = max_bits / 32 + 2;                  // data + last bit + slack
     const int cb = 32 - __builtin_clz(lanes);                // bits_for(lanes)
     const int out_bits = 16 * lanes + cb + 2;
     const int out_words = out_bits / 32 + 2;
@@ -117,7 +120,9 @@ int main(int argc, char** argv) {
         T.regs.resize(nregs);
         for (auto& r : T.regs) if (!rd(f, &r.first, 4) || !rd(f, &r.second, 4)) return 2;
         if (!rd(f, &T.numel, 8)) return 2;
-        for (auto& P : T.planes) {
+        for (int p = 0; p < 4; p++) {
+            Plane& P = T.planes[p];
+            const uint64_t wb = plane_bits[p] / 8;
             if (!rd(f, &P.n, 8)) return 2;
             P.data.resize(P.n * wb); P.last.resize(P.n);
             if (!rd(f, P.data.data(), P.n * wb) || !rd(f, P.last.data(), P.n)) return 2;
@@ -142,9 +147,10 @@ int main(int argc, char** argv) {
             for (int p = 0; p < 4; p++) {
                 Plane& P = T.planes[p];
                 if (v[p]) {
+                    const uint32_t bits = plane_bits[p], wb = bits / 8;
                     std::fill(inbuf.begin(), inbuf.end(), 0);
                     memcpy(inbuf.data(), &P.data[P.ptr * wb], wb);
-                    if (P.last[P.ptr]) inbuf[word_bits >> 5] |= 1u << (word_bits & 31);
+                    if (P.last[P.ptr]) inbuf[bits >> 5] |= 1u << (bits & 31);
                 }
                 switch (p) {
                     case 0: DRIVE(0, SPEC0) break;
