@@ -458,19 +458,18 @@ class DecoderC2v2(Format2Registers, DecoderC1):
 
         # ---- FETCH (stage S2): fires when F holds the beat's bits. A first beat whose X bytes and fields
         # would run past F's two-word view (F's offset > 2 IW - take) takes its X bytes alone first.
-        S2 = {"v": Signal(name="S2_valid"), "win": Signal(self.fwin, name="S2_win"),
+        S2 = {"v": Signal(name="S2_valid"), "fwin": Signal(MXF * L, name="S2_fields"), "x": Signal(X_BITS, name="S2_x"),
               "kept": Signal(L, name="S2_kept"), "n": Signal(range(L + 1), name="S2_n"),
-              "kp": [Signal(range(L + 1), name=f"S2_kp{i}") for i in range(L)], "xb": Signal(4, name="S2_xb"),
-              "xload": Signal(name="S2_xload"), "blk": Signal(3, name="S2_blk"), "final": Signal(name="S2_final"),
-              "last": Signal(name="S2_last"), "cend": Signal(name="S2_chunk_end"), "pseudo": Signal(name="S2_pseudo")}
+              "kp": [Signal(range(L + 1), name=f"S2_kp{i}") for i in range(L)],
+              "final": Signal(name="S2_final"), "last": Signal(name="S2_last"), "cend": Signal(name="S2_chunk_end")}
         s2_free = Signal(name="s2_free")
         over = Signal(name="f_over")                   # X + fields do not fit the view from F's offset
         m.d.comb += over.eq(I["xload"] & ~I["xdone"] & (F.off > I["slack"]))
         eff_take = Signal(len(take), name="f_take")
         m.d.comb += eff_take.eq(Mux(I["xdone"], I["tnx"], I["take"]))
-        fire_x = Signal(name="fire_x")                 # the X-only step
+        fire_x = Signal(name="fire_x")                 # the X-only step (loads the X register, no beat)
         m.d.comb += [fire1.eq(I["v"] & s2_free & ~over & (F.avail >= eff_take)),
-                     fire_x.eq(I["v"] & s2_free & over & (F.avail >= I["xbits"]))]
+                     fire_x.eq(I["v"] & over & (F.avail >= I["xbits"]))]
         f_skip0 = Signal(name="f_skip_first")          # START: skip the first superblock's bitmap
         m.d.comb += f_skip0.eq(f_init & started)
         # (take / end / skip from registers only, F uses them when it fires: the stall chain ends at F.fire)
@@ -483,29 +482,33 @@ class DecoderC2v2(Format2Registers, DecoderC1):
             m.d.sync += f_init.eq(0)
         with m.If(fire_x):
             m.d.sync += I["xdone"].eq(1)
-        with m.If(s2_free):
-            m.d.sync += S2["v"].eq(fire1 | fire_x)
-        with m.If(fire1 | fire_x):
-            m.d.sync += [S2["win"].eq(F.win), S2["pseudo"].eq(fire_x),
-                         S2["xload"].eq(fire_x | (I["xload"] & ~I["xdone"])),
-                         S2["xb"].eq(Mux(I["xdone"], 0, I["xb"]))]
-            m.d.sync += [S2[k].eq(I[k]) for k in ("kept", "n", "blk", "final", "last", "cend")]
-            m.d.sync += [S2["kp"][i].eq(I["kp"][i]) for i in range(L)]
-
-        # ---- DRAFT (S2 -> S3): fields, X of the beat's block, draft values; full-mode draft-zero flags
+        # X of the beat's MX block (L divides 32: one block per beat): a superblock's first beat reads its X
+        # bytes from the window (byte 0: the first beat is in block 0) and loads them into xreg; the later
+        # beats (and a first beat after its X-only step) read xreg. Fields: the window behind the X bytes
+        # (xb = 0 except on a first beat: one of 9 byte shifts), registered in S2.
         xreg = Signal(X_REGION, name="xreg")
-        xsrc = Signal(X_REGION, name="xsrc")
-        m.d.comb += xsrc.eq(Mux(S2["xload"], S2["win"][:X_REGION], xreg))
-        xb_beat = Signal(X_BITS, name="x_beat")
-        m.d.comb += xb_beat.eq(xsrc.word_select(S2["blk"], X_BITS))
-        # Fields: the window behind the beat's X bytes (xb = 0 except on a superblock's first beat: one of 9
-        # byte shifts), cut into L packed (m+2)-bit fields by per-m constant slices; lane i takes packed
-        # field kp_i (kp_i <= i), a small mux instead of a shifter per lane.
-        fwin = Signal(MXF * L, name="fwin")
-        with m.Switch(S2["xb"]):
+        xnow = Signal(name="f_xload")                  # this fire reads the X bytes from the window
+        m.d.comb += xnow.eq(I["xload"] & ~I["xdone"])
+        with m.If(fire_x | (fire1 & xnow)):
+            m.d.sync += xreg.eq(F.win[:X_REGION])
+        fsrc = Signal(MXF * L, name="f_fields")
+        with m.Switch(Mux(I["xdone"], 0, I["xb"])):
             for b in range(X_REGION // X_BITS + 1):
                 with m.Case(b):
-                    m.d.comb += fwin.eq(S2["win"][X_BITS * b:])
+                    m.d.comb += fsrc.eq(F.win[X_BITS * b:])
+        with m.If(s2_free):
+            m.d.sync += S2["v"].eq(fire1)
+        with m.If(fire1):
+            m.d.sync += [S2["fwin"].eq(fsrc),
+                         S2["x"].eq(Mux(xnow, F.win[:X_BITS], xreg.word_select(I["blk"], X_BITS)))]
+            m.d.sync += [S2[k].eq(I[k]) for k in ("kept", "n", "final", "last", "cend")]
+            m.d.sync += [S2["kp"][i].eq(I["kp"][i]) for i in range(L)]
+
+        # ---- DRAFT (S2 -> S3): fields, draft values; full-mode draft-zero flags
+        # Fields: S2's window cut into L packed (m+2)-bit fields by per-m constant slices; lane i takes packed
+        # field kp_i (kp_i <= i), a small mux instead of a shifter per lane.
+        fwin = S2["fwin"]
+        xb_beat = S2["x"]
         packed = []
         for j in range(L):
             pf = Signal(MXF, name=f"packed{j}")
@@ -537,10 +540,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         s3_free = Signal(name="s3_free")
         m.d.comb += s2_free.eq(~S2["v"] | s3_free)
         with m.If(s3_free):
-            m.d.sync += S3["v"].eq(S2["v"] & ~S2["pseudo"])
+            m.d.sync += S3["v"].eq(S2["v"])
             with m.If(S2["v"]):
-                with m.If(S2["xload"]):
-                    m.d.sync += xreg.eq(S2["win"][:X_REGION])
                 m.d.sync += [S3["dz"].eq(dz), S3["x"].eq(xb_beat), S3["n"].eq(S2["n"]),
                              S3["final"].eq(S2["final"]), S3["last"].eq(S2["last"]), S3["cend"].eq(S2["cend"])]
                 m.d.sync += [S3["draft"][i].eq(ln["draft"]) for i, ln in enumerate(lanes)]
