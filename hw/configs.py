@@ -58,17 +58,22 @@ _c2v2_factories()
 # ---- C1 decoder v2 (hw/decoder_c1_v2.py, docs/HARDWARE.md 2b) -- owned by the C1 v2 work; keep separate ----
 # The ports, payloads, registers and errors of docs/HARDWARE.md 2; pipelined, no cross-plane one-cycle loop.
 # ``_v4``: full mode at L/2 values/cycle (verif_lanes) on 4L-bit verification ports (a beat reads at most 9 Lv
-# rest bits; measured on SmolLM2: 0.995-0.996 of nominal in full mode, docs/HARDWARE.md 2b), 8L-bit speculation ports.
+# rest bits; measured on SmolLM2: 0.995-0.996 of nominal in full mode, docs/HARDWARE.md 2b). The L = 8 designs read
+# spec_codes on 4L-bit words (one 32-bit pass a cycle; SmolLM2's codes need ~2.7 L bits) and spec_signman on 8L.
 def _c1v2_factories():
     from .decoder_c1_v2 import DecoderC1v2
-    for l, word, lv, vw in ((4, 32, 4, 32), (8, 64, 8, 64), (8, 64, 4, 32)):
+    for l, word, lv, vw, cw in ((4, 32, 4, 32, 32), (8, 64, 8, 64, 32), (8, 64, 4, 32, 32)):
         name = f"decoder_c1v2_l{l}" + (f"_v{lv}" if lv < l else "")
         extra = {"verif_lanes": lv, "verif_word": vw} if lv < l else {}
-        _register(name, lambda l=l, w=word, lv=lv, vw=vw: DecoderC1v2(lanes=l, word=w, verif_lanes=lv, verif_word=vw),
+        if cw != word:
+            extra["code_word"] = cw
+        _register(name, lambda l=l, w=word, lv=lv, vw=vw, cw=cw: DecoderC1v2(lanes=l, word=w, verif_lanes=lv,
+                                                                            verif_word=vw, code_word=cw),
                   block="decoder_c1v2", lanes=l, word=word, **extra,
                   values_per_cycle=l, values_per_cycle_full=lv, latency_cycles=5,
                   description=f"Cassandra-1 decoder v2 (pipelined code planes), {l} bf16 values/cycle in draft "
                               f"mode, {lv} in full mode, {word}-bit plane words"
+                              + (f" ({cw}-bit spec_codes words)" if cw != word else "")
                               + (f" ({vw}-bit verification words)" if vw != word else ""))
 
 

@@ -145,11 +145,15 @@ class DecoderC1(wiring.Component):
                       per cycle; Lv < L shrinks the verification zero counter, readers and rest-field
                       logic (docs/HARDWARE.md, "Verification lanes").
         verif_word    bits per input word on the verification planes (default IW, or max(32, 8*Lv) when Lv < L)
+        code_word     bits per input word on the speculation code plane ``spec_codes`` (default IW): the codes
+                      average ~2.7 bits against ~4.5 bits of ``spec_signman`` per value, so they may use a
+                      narrower port
         verif_window  code window of the verification zero counter (default W, or max(24, 8*Lv))
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, window: int | None = None,
-                 verif_lanes: int | None = None, verif_word: int | None = None, verif_window: int | None = None):
+                 verif_lanes: int | None = None, verif_word: int | None = None, verif_window: int | None = None,
+                 code_word: int | None = None):
         word = 8 * lanes if word is None else word
         window = max(MAX_CODE_BITS, 8 * lanes) if window is None else window
         check_lanes_word(lanes, word, window)
@@ -161,16 +165,19 @@ class DecoderC1(wiring.Component):
         verif_window = (max(MAX_CODE_BITS, 8 * verif_lanes) if narrow else window) \
             if verif_window is None else verif_window
         check_lanes_word(verif_lanes, verif_word, verif_window)
+        code_word = word if code_word is None else code_word
+        check_lanes_word(lanes, code_word, window)
         self.lanes, self.word, self.window = lanes, word, window
         self.verif_lanes, self.verif_word, self.verif_window = verif_lanes, verif_word, verif_window
         self.field_window = FIELD_MAX * lanes      # L fields of at most 8 bits always fit
         self.verif_field_window = FIELD_MAX * verif_lanes
-        self.port_words = {"spec_codes": word, "spec_signman": word,
+        self.code_word = code_word
+        self.port_words = {"spec_codes": code_word, "spec_signman": word,
                            "verif_codes": verif_word, "verif_rest": verif_word}
         plane = stream.Signature(word_layout(word))
         vplane = stream.Signature(word_layout(verif_word))
         super().__init__({
-            "spec_codes": In(plane), "spec_signman": In(plane),
+            "spec_codes": In(stream.Signature(word_layout(code_word))), "spec_signman": In(plane),
             "verif_codes": In(vplane), "verif_rest": In(vplane),
             "cfg": In(stream.Signature(cfg_layout)),
             "out": Out(stream.Signature(out_layout(lanes))),

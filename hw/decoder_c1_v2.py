@@ -110,6 +110,8 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         lanes             L, values per output beat in draft mode (1..32)
         word              IW, bits per input word on every plane (a power of two >= 16; default 8*L)
         verif_lanes       Lv <= L, values per beat in full mode (default L)
+        code_word         bits per input word on ``spec_codes`` (default IW; >= the segment: one pass of 4 L bits a
+                          cycle, SmolLM2's codes need ~2.7 L)
         verif_word        bits per input word on the two verification planes (default IW; full mode at Lv lanes
                           reads at most 9 Lv rest bits a beat, so Lv = 4 fits a 32-bit port at SmolLM2's rates)
         seg, code_lanes   the speculation code plane: bits parsed per cycle (default 4*L, >= 16) and codes
@@ -119,15 +121,17 @@ class DecoderC1v2(Format2Registers, DecoderC1):
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
-                 verif_word: int | None = None, seg: int | None = None, code_lanes: int | None = None, verif_seg: int | None = None,
+                 verif_word: int | None = None, code_word: int | None = None, seg: int | None = None, code_lanes: int | None = None, verif_seg: int | None = None,
                  verif_code_lanes: int | None = None, code_depth: int | None = None):
         word = 8 * lanes if isinstance(lanes, int) and word is None else word
-        super().__init__(lanes=lanes, word=word, verif_lanes=verif_lanes, verif_word=word if verif_word is None else verif_word)
-        if word < 16 or self.verif_word < 16:
-            raise ConfigError(f"decoder v2 input words must be >= 16 bits, got {word!r} / {self.verif_word!r}")
-        VW = self.verif_word
+        super().__init__(lanes=lanes, word=word, verif_lanes=verif_lanes, verif_word=word if verif_word is None else verif_word,
+                         code_word=code_word)
+        if min(word, self.verif_word, self.code_word) < 16:
+            raise ConfigError(f"decoder v2 input words must be >= 16 bits, got {word!r} / {self.code_word!r} / "
+                              f"{self.verif_word!r}")
+        VW, CW = self.verif_word, self.code_word
         Lv = self.verif_lanes
-        self.seg = default_segment(lanes, word) if seg is None else seg
+        self.seg = default_segment(lanes, CW) if seg is None else seg
         self.verif_seg = default_segment(Lv, VW) if verif_seg is None else verif_seg
         # codes per pass: 2 per value lane. A segment with more codes takes a second pass right after the
         # first (no bubble: stage A sees the lane limit itself); the zero counter, ring and writer shrink.
@@ -140,9 +144,9 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         # (a registered bound), and at the smallest depth those holds cost the cycles the plane needs at chunk
         # ends (measured, decoder_c1v2_l8_v4 draft keep 1.0: 7.63 values/cycle at 32 entries, 7.93 at 64).
         if code_depth is None:
-            code_depth = 2 * CodePlane.resolve(word, self.seg, self.code_lanes, pops=lanes + 1)[3]
+            code_depth = 2 * CodePlane.resolve(CW, self.seg, self.code_lanes, pops=lanes + 1)[3]
         self.code_depth = code_depth
-        CodePlane.resolve(word, self.seg, self.code_lanes, depth=code_depth, pops=lanes + 1)
+        CodePlane.resolve(CW, self.seg, self.code_lanes, depth=code_depth, pops=lanes + 1)
         CodePlane.resolve(VW, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots)
 
     # format 2.0 registers (CHUNK, SPEC_PAIRS, VERIF_PAIRS): Format2Registers (hw/decoder.py)
@@ -182,7 +186,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
 
         # ------------------------------------------------------------------ planes
         # escape payloads in a side FIFO of >= L + 1 entries (the ring entries shrink from 10 to 6 bits)
-        S = CodePlane(IW, self.seg, self.code_lanes, depth=self.code_depth, pops=L + 1,
+        S = CodePlane(self.code_word, self.seg, self.code_lanes, depth=self.code_depth, pops=L + 1,
                       esc_fifo=1 << ceil_log2(L + 1))
         V = CodePlane(self.verif_word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots,
                       pair_flags=True)

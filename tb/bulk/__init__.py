@@ -140,16 +140,21 @@ def frame_plane(enc: EncodedTensor, plane: str, word_bits: int) -> tuple[np.ndar
 
 
 def write_job(path: Path, encs: list[EncodedTensor], full: bool, lanes: int, word_bits: int, scheme: str = "c1",
-              verif_word_bits: int | None = None):
+              verif_word_bits: int | None = None, code_word_bits: int | None = None):
     """The harness's job file (format in harness.cpp): register writes and framed plane words per tensor;
-    the verification planes at ``verif_word_bits`` (default ``word_bits``)."""
+    the verification planes at ``verif_word_bits`` and the code plane at ``code_word_bits`` (default
+    ``word_bits``)."""
     from cassandra_rtl.hw.simutil import format2_writes, track_format2
 
-    verif_word_bits = word_bits if verif_word_bits is None else verif_word_bits
+    order = SCHEME_PORT_ORDER[scheme]
+    bits = [word_bits if verif_word_bits is None or not p or not p.startswith("verif") else verif_word_bits
+            for p in order]
+    if code_word_bits is not None and scheme == "c1":
+        bits[0] = code_word_bits
 
     regs2: dict = {}                 # the decoder's format 2.0 registers (the harness starts from reset: 0)
     with open(path, "wb") as fh:
-        fh.write(b"CASSBULK" + struct.pack("<IIIII", 2, lanes, word_bits, verif_word_bits, len(encs)))
+        fh.write(b"CASSBULK" + struct.pack("<IIIIIII", 2, lanes, *bits, len(encs)))
         for enc in encs:
             if enc.config.scheme != scheme:
                 raise ValueError(f"a {enc.config.scheme} tensor cannot go through the {scheme} decoder "
@@ -162,11 +167,11 @@ def write_job(path: Path, encs: list[EncodedTensor], full: bool, lanes: int, wor
             fh.write(struct.pack("<I", len(regs)))
             fh.write(np.array(regs, dtype="<u4").tobytes())
             fh.write(struct.pack("<Q", enc.numel))
-            for plane in SCHEME_PORT_ORDER[scheme]:
+            for plane, pbits in zip(order, bits):
                 if plane is None or (plane.startswith("verif") and not full):
                     fh.write(struct.pack("<Q", 0))
                     continue
-                d, last = frame_plane(enc, plane, verif_word_bits if plane.startswith("verif") else word_bits)
+                d, last = frame_plane(enc, plane, pbits)
                 fh.write(struct.pack("<Q", len(last)))
                 fh.write(d.tobytes())
                 fh.write(last.tobytes())
@@ -176,7 +181,8 @@ def _run_job(exe: Path, encs, full, params, idle=0.0, backpressure=0.0, seed=1) 
     with tempfile.TemporaryDirectory(prefix="cass-bulk-", dir=BULK_ROOT) as tmp:
         job, out = Path(tmp) / "job.bin", Path(tmp) / "out.u16"
         write_job(job, encs, full, params["lanes"], params["word"],
-                  "c2" if str(params.get("block", "")).endswith("c2") else "c1", params.get("verif_word"))
+                  "c2" if str(params.get("block", "")).endswith("c2") else "c1", params.get("verif_word"),
+                  params.get("code_word"))
         cmd = [str(exe), str(job), str(out), "--idle", str(idle), "--backpressure", str(backpressure),
                "--seed", str(seed)]
         res = subprocess.run(cmd, capture_output=True, text=True)

@@ -5,12 +5,11 @@
 // output file, and a one-line JSON summary goes to stdout.
 //
 // Job file (little-endian), written by tb/bulk/__init__.py:
-//   "CASSBULK" u32 version=2, u32 lanes, u32 word_bits, u32 verif_word_bits, u32 ntensors
+//   "CASSBULK" u32 version=2, u32 lanes, 4 x u32 word_bits (per port, in the order below), u32 ntensors
 //   per tensor: u32 nregs, nregs x (u32 addr, u32 data), u64 numel,
 //               4 x (u64 nwords, nwords x word_bytes data, nwords x u8 last)   ports: spec_codes,
 //               spec_signman, verif_codes, verif_rest (nwords = 0 for planes the mode does not read);
-//               word_bytes = word_bits / 8 on the speculation ports, verif_word_bits / 8 on the verification
-//               ports (a decoder with fewer verification lanes may have narrower verification ports)
+//               word_bytes = that port's word_bits / 8 (a decoder may have narrower code / verification ports)
 // Usage: Vharness JOB OUT.u16 [--idle P] [--backpressure P] [--seed S]
 //   --idle P: probability that an input channel idles in a cycle; --backpressure P: out.ready low.
 // Exit status: 0 = every tensor produced numel values with a clean protocol; 3 = decoder error output;
@@ -86,13 +85,13 @@ int main(int argc, char** argv) {
     }
     FILE* f = fopen(argv[1], "rb");
     if (!f) { perror(argv[1]); return 2; }
-    char magic[8]; uint32_t version, lanes, word_bits, verif_word_bits, ntensors;
+    char magic[8]; uint32_t version, lanes, plane_bits[4], ntensors;
     if (!rd(f, magic, 8) || memcmp(magic, "CASSBULK", 8) || !rd(f, &version, 4) || version != 2 ||
-        !rd(f, &lanes, 4) || !rd(f, &word_bits, 4) || !rd(f, &verif_word_bits, 4) || !rd(f, &ntensors, 4)) {
+        !rd(f, &lanes, 4) || !rd(f, plane_bits, 16) || !rd(f, &ntensors, 4)) {
         fprintf(stderr, "bad job file\n"); return 2;
     }
-    const uint32_t plane_bits[4] = {word_bits, word_bits, verif_word_bits, verif_word_bits};
-    const uint32_t max_bits = word_bits > verif_word_bits ? word_bits : verif_word_bits;
+    uint32_t max_bits = 0;
+    for (uint32_t b : plane_bits) max_bits = b > max_bits ? b : max_bits;
     const int in_words = max_bits / 32 + 2;                  // data + last bit + slack
     const int cb = 32 - __builtin_clz(lanes);                // bits_for(lanes)
     const int out_bits = 16 * lanes + cb + 2;

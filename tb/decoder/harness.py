@@ -41,8 +41,9 @@ class DecoderHarness:
         self.profiles = prof
         cov = ctx.cov
         IW = self.IW
-        # verif_word: a decoder with fewer verification lanes has narrower verification ports
-        self.port_words = {port: int(p.get("verif_word") or IW) if port.startswith("verif") else IW for port in ports}
+        # verif_word / code_word: narrower verification / speculation code ports (hw/configs.py CONFIG_INFO)
+        self.port_words = {port: int(p.get("verif_word") or IW) if port.startswith("verif")
+                           else int(p.get("code_word") or IW) if port == "spec_codes" else IW for port in ports}
         self.cfg = Source(dut, "cfg", ctx.pacer(prof["cfg"]), cov, encode=lambda aw: aw[0] | (aw[1] << 8))
         self.planes = {port: Source(dut, port, ctx.pacer(prof[port]), cov,
                                     encode=lambda w, iw=self.port_words[port]: w[0] | (w[1] << iw))
