@@ -518,11 +518,16 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                         w = mm + 2
                         m.d.comb += pf.eq(fwin[j * w:(j + 1) * w])
             packed.append(pf)
-        lanes = []
+        # The fields go down the pipeline, the draft values are computed once, at VERIFY (one copy of the
+        # L drafts); here only the first Lv lanes' draft-zero flags and rest widths (full mode).
+        fields = []
         for i in range(L):
             f = Signal(MXF, name=f"fld{i}")
             m.d.comb += f.eq(Array(packed[:i + 1])[S2["kp"][i]] if i else packed[0])
-            ln = {"field": f, "x": xb_beat, "kept": S2["kept"][i], "fr": fr}
+            fields.append(f)
+        lanes = []
+        for i in range(Lv):
+            ln = {"field": fields[i], "x": xb_beat, "kept": S2["kept"][i], "fr": fr}
             DecoderC2._draft_lane(self, m, r, ln, i)
             lanes.append(ln)
         in_beat = thermometer(S2["n"], L)
@@ -531,7 +536,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         pz = prefix_counts(m, dz, Lv, "pz")
 
         S3 = {"v": Signal(name="S3_valid"),
-              "draft": [Signal(BF16_BITS, name=f"S3_draft{i}") for i in range(L)],
+              "fld": [Signal(MXF, name=f"S3_field{i}") for i in range(L)], "kept": Signal(L, name="S3_kept"),
               # full-mode bookkeeping of the first Lv lanes only (a full-mode beat holds at most Lv values)
               "dz": Signal(Lv, name="S3_dz"), "pz": [Signal(range(Lv + 1), name=f"S3_pz{i}") for i in range(Lv + 1)],
               "rw": [Signal(4, name=f"S3_rw{i}") for i in range(Lv)],
@@ -544,7 +549,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
             with m.If(S2["v"]):
                 m.d.sync += [S3["dz"].eq(dz), S3["x"].eq(xb_beat), S3["n"].eq(S2["n"]),
                              S3["final"].eq(S2["final"]), S3["last"].eq(S2["last"]), S3["cend"].eq(S2["cend"])]
-                m.d.sync += [S3["draft"][i].eq(ln["draft"]) for i, ln in enumerate(lanes)]
+                m.d.sync += [S3["fld"][i].eq(f) for i, f in enumerate(fields)] + [S3["kept"].eq(S2["kept"])]
                 m.d.sync += [S3["rw"][i].eq(Mux(in_beat[i], lanes[i]["rest_w"], 0)) for i in range(Lv)]
                 m.d.sync += [S3["pz"][i].eq(pz[i]) for i in range(Lv + 1)]
 
@@ -631,7 +636,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         ro = prefix_sums(m, widths, bits_for(REST_MAX * Lv), "ro")
 
         S4 = {"v": Signal(name="S4_valid"),
-              "draft": [Signal(BF16_BITS, name=f"S4_draft{i}") for i in range(L)],
+              "fld": [Signal(MXF, name=f"S4_field{i}") for i in range(L)], "kept": Signal(L, name="S4_kept"),
+              "x": Signal(X_BITS, name="S4_x"),
               "dz": Signal(Lv, name="S4_dz"), "pair": Signal(Lv, name="S4_pair"),
               "e0": [Signal(BF16_EXPONENT_BITS, name=f"S4_e0_{i}") for i in range(Lv)],
               "e1": [Signal(BF16_EXPONENT_BITS, name=f"S4_e1_{i}") for i in range(Lv)],
@@ -653,8 +659,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         with m.If(s4_free):
             m.d.sync += S4["v"].eq(c_fire)
         with m.If(c_fire):
-            m.d.sync += [S4["draft"][i].eq(S3["draft"][i]) for i in range(L)]
-            m.d.sync += [S4[k].eq(S3[k]) for k in ("dz", "n", "final", "last", "cend")]
+            m.d.sync += [S4["fld"][i].eq(S3["fld"][i]) for i in range(L)]
+            m.d.sync += [S4[k].eq(S3[k]) for k in ("kept", "x", "dz", "n", "final", "last", "cend")]
             m.d.sync += [S4["rw"][i].eq(S3["rw"][i]) for i in range(Lv)]
             m.d.sync += [S4["ro"][i].eq(ro[i]) for i in range(Lv + 1)]
             m.d.sync += [S4["pair"].eq(Cat(*[ln["pair"] for ln in c_lane])),
@@ -681,6 +687,11 @@ class DecoderC2v2(Format2Registers, DecoderC1):
 
         # assembly of the exact values (full mode): a pair group's suffix bit t is the rest field's first
         # bit and picks S[b_q + t]; the 8 bits after it are (s << 7) | f
+        drafts = []
+        for i in range(L):                 # the draft values (FORMAT section 4) from S4's fields
+            ln = {"field": S4["fld"][i], "x": S4["x"], "kept": S4["kept"][i], "fr": fr}
+            DecoderC2._draft_lane(self, m, r, ln, i)
+            drafts.append(ln["draft"])
         values = []
         neg_terms = []
         for i in range(L):
@@ -698,10 +709,10 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                 neg_terms.append(Mux(t, S4["neg1"][i], S4["neg0"][i]))
                 fullv = Signal(BF16_BITS, name=f"full{i}")
                 m.d.comb += fullv.eq(Mux(S4["dz"][i], Cat(body[:BF16_MANTISSA_BITS], e, body[BF16_MANTISSA_BITS]),
-                                         S4["draft"][i] | low))
-                values.append(Mux(full, fullv, S4["draft"][i]))
+                                         drafts[i] | low))
+                values.append(Mux(full, fullv, drafts[i]))
             else:
-                values.append(S4["draft"][i])
+                values.append(drafts[i])
         neg = Signal(name="v_neg")
         m.d.comb += neg.eq(Cat(*neg_terms).any())
 
