@@ -422,7 +422,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
              "tnx": Signal(len(tnx), name="I_take_fields"), "xbits": Signal(len(xbase), name="I_xbits"),
              "slack": Signal(bits_for(2 * IW), name="I_slack"), "xdone": Signal(name="I_xdone"),
              "kept": Signal(L, name="I_kept"), "n": Signal(range(L + 1), name="I_n"),
-             "kp": [Signal(range(L + 1), name=f"I_kp{i}") for i in range(L)], "xb": Signal(4, name="I_xb"),
+             "xb": Signal(4, name="I_xb"),
              "xload": Signal(name="I_xload"), "blk": Signal(3, name="I_blk"), "final": Signal(name="I_final"),
              "last": Signal(name="I_last"), "cend": Signal(name="I_chunk_end"),
              "skip": Signal(range(G_MAX + 1), name="I_skip")}
@@ -443,7 +443,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                          I["xload"].eq(xpend), I["blk"].eq(vpos[5:8]), I["final"].eq(final),
                          I["last"].eq(final & sb_last), I["cend"].eq(final & chunk_last),
                          I["skip"].eq(Mux(final & ~sb_last, Mux(nxt_last, lay_last["bm"], lay_full["bm"]), 0))]
-            m.d.sync += [I["kp"][i].eq(kp[i]) for i in range(L)] + [I["xb"].eq(xbase >> 3)]
+            m.d.sync += I["xb"].eq(xbase >> 3)
             m.d.sync += [xpend.eq(0), bptr.eq(bptr_next)]
             with m.If(final):
                 m.d.sync += load_superblock(after)
@@ -460,7 +460,6 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         # would run past F's two-word view (F's offset > 2 IW - take) takes its X bytes alone first.
         S2 = {"v": Signal(name="S2_valid"), "fwin": Signal(MXF * L, name="S2_fields"), "x": Signal(X_BITS, name="S2_x"),
               "kept": Signal(L, name="S2_kept"), "n": Signal(range(L + 1), name="S2_n"),
-              "kp": [Signal(range(L + 1), name=f"S2_kp{i}") for i in range(L)],
               "final": Signal(name="S2_final"), "last": Signal(name="S2_last"), "cend": Signal(name="S2_chunk_end")}
         s2_free = Signal(name="s2_free")
         over = Signal(name="f_over")                   # X + fields do not fit the view from F's offset
@@ -502,7 +501,6 @@ class DecoderC2v2(Format2Registers, DecoderC1):
             m.d.sync += [S2["fwin"].eq(fsrc),
                          S2["x"].eq(Mux(xnow, F.win[:X_BITS], xreg.word_select(I["blk"], X_BITS)))]
             m.d.sync += [S2[k].eq(I[k]) for k in ("kept", "n", "final", "last", "cend")]
-            m.d.sync += [S2["kp"][i].eq(I["kp"][i]) for i in range(L)]
 
         # ---- DRAFT (S2 -> S3): fields, draft values; full-mode draft-zero flags
         # Fields: S2's window cut into L packed (m+2)-bit fields by per-m constant slices; lane i takes packed
@@ -520,10 +518,11 @@ class DecoderC2v2(Format2Registers, DecoderC1):
             packed.append(pf)
         # The fields go down the pipeline, the draft values are computed once, at VERIFY (one copy of the
         # L drafts); here only the first Lv lanes' draft-zero flags and rest widths (full mode).
+        s2_kp = prefix_counts(m, S2["kept"], L, "s2_kp")            # kp_i <= i (recomputed: not registered)
         fields = []
         for i in range(L):
             f = Signal(MXF, name=f"fld{i}")
-            m.d.comb += f.eq(Array(packed[:i + 1])[S2["kp"][i]] if i else packed[0])
+            m.d.comb += f.eq(Array(packed[:i + 1])[s2_kp[i][:bits_for(i)]] if i else packed[0])
             fields.append(f)
         lanes = []
         for i in range(Lv):
@@ -538,7 +537,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         S3 = {"v": Signal(name="S3_valid"),
               "fld": [Signal(MXF, name=f"S3_field{i}") for i in range(L)], "kept": Signal(L, name="S3_kept"),
               # full-mode bookkeeping of the first Lv lanes only (a full-mode beat holds at most Lv values)
-              "dz": Signal(Lv, name="S3_dz"), "pz": [Signal(range(Lv + 1), name=f"S3_pz{i}") for i in range(Lv + 1)],
+              "dz": Signal(Lv, name="S3_dz"), "pz": [Signal(range(i + 1), name=f"S3_pz{i}") for i in range(Lv + 1)],
               "rw": [Signal(4, name=f"S3_rw{i}") for i in range(Lv)],
               "x": Signal(X_BITS, name="S3_x"), "n": Signal(range(L + 1), name="S3_n"),
               "final": Signal(name="S3_final"), "last": Signal(name="S3_last"), "cend": Signal(name="S3_chunk_end")}
@@ -643,7 +642,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
               "e1": [Signal(BF16_EXPONENT_BITS, name=f"S4_e1_{i}") for i in range(Lv)],
               "neg0": Signal(Lv, name="S4_neg0"), "neg1": Signal(Lv, name="S4_neg1"),
               "rw": [Signal(4, name=f"S4_rw{i}") for i in range(Lv)],
-              "ro": [Signal(bits_for(REST_MAX * Lv), name=f"S4_ro{i}") for i in range(Lv + 1)],
+              "ro": [Signal(range(REST_MAX * i + 1), name=f"S4_ro{i}") for i in range(Lv + 1)],   # lane i <= 9 i
               "n": Signal(range(L + 1), name="S4_n"), "final": Signal(name="S4_final"),
               "last": Signal(name="S4_last"), "cend": Signal(name="S4_chunk_end"),
               "err_ov": Signal(name="S4_err_overrun"), "err_code": Signal(name="S4_err_code"),
