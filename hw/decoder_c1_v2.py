@@ -312,7 +312,9 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         for j in range(L):
             m.d.comb += escl[j].eq((j < need) & (sw[j].kind == Kind.ESC))
         ep = prefix_counts(m, escl, L, "ep")
-        esc_win = Array(S.esc[j] for j in range(S.esc_pops))
+        # lane j takes FIFO entry ep_j <= j (one per escaped lane before it): a (j+1)-way select per lane
+        def esc_of(j):
+            return Array(S.esc[i] for i in range(min(j + 1, S.esc_pops)))[ep[j]]
         kc, pc = kp[L], pp[L]
         e_keep = Signal()
         m.d.comb += e_keep.eq(fin & have & codes_ok & ~tail_bad & ((kept_cnt + kc) != sb_k))
@@ -334,7 +336,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         b_esc = Signal(L)
         b_spair = Signal(L)
         b_val = [Signal(8, name=f"b_val{j}") for j in range(L)]     # ESC: the symbol; CODE: its group's base
-        b_pp = [Signal(range(Lv + 1), name=f"b_pp{j}") for j in range(Lv)]
+        b_pp = [Signal(range(j + 1), name=f"b_pp{j}") for j in range(Lv)]     # pp_j <= j
         # Field offsets, each as wide as its lane can reach: lane j's field follows j fields of at most 9 bits
         # (kept: m + 1 + a suffix bit; pruned rest: 8 + a suffix bit), so its offset is <= 9 j. The narrow
         # registers are what let synthesis drop the window bits a lane never selects (a 72-bit shifter per
@@ -368,7 +370,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                          b_rest_take.eq(kc * fr + pc * FIELD_MAX)]
             for j in range(L):
                 m.d.sync += [b_esc[j].eq(sw[j].kind == Kind.ESC),
-                             b_val[j].eq(Mux(sw[j].kind == Kind.ESC, esc_win[ep[j]], base[j])),
+                             b_val[j].eq(Mux(sw[j].kind == Kind.ESC, esc_of(j), base[j])),
                              b_sm_off[j].eq(kp[j] * fm + sp[j])]
             for j in range(Lv):
                 m.d.sync += [b_pp[j].eq(pp[j]), b_rest_off[j].eq(kp[j] * fr + pp[j] * FIELD_MAX)]
@@ -459,14 +461,17 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         with m.If(adv2):
             m.d.sync += c_valid.eq(j_go)
         with m.If(j_go):
-            vents = Array(vw[j].as_value() for j in range(Lv))
+            # pruned lane j is the beat's pp_j-th pruned value, pp_j <= j: (j+1)-way selects
+            def vent_of(j):
+                return Array(vw[i].as_value() for i in range(j + 1))[b_pp[j]]
             m.d.sync += [c_err.eq(j_err), c_n.eq(b_n), c_fin.eq(b_fin), c_cend.eq(b_cend), c_last.eq(b_last),
                          c_kept.eq(b_kept), c_esc.eq(b_esc), c_spair.eq(b_spair), c_sm_take.eq(b_sm_take),
                          c_rest_take.eq(b_rest_take + vp_of[b_pc])]
             for j in range(L):
                 m.d.sync += [c_val[j].eq(b_val[j]), c_sm_off[j].eq(b_sm_off[j])]
             for j in range(Lv):
-                m.d.sync += [c_rest_off[j].eq(b_rest_off[j] + vp_of[b_pp[j]]), c_ve[j].eq(vents[b_pp[j]])]
+                m.d.sync += [c_rest_off[j].eq(b_rest_off[j] + Array(vp[i] for i in range(j + 1))[b_pp[j]]),
+                             c_ve[j].eq(vent_of(j))]
 
         # ------------------------------------------------------------------ F: fetch
         out_free = ~self.out.valid | self.out.ready

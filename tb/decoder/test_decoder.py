@@ -135,8 +135,9 @@ async def reset_mid_stream(dut, ctx):
 
 def _mutations(enc, full, IW, rng, port_words=None):
     """(name, expected error bit, planes) for one tensor: each a minimal corruption of one plane (the
-    speculation planes, IW-bit words)."""
+    speculation planes; spec_codes in its own port's words, which may be narrower than IW)."""
     pw = F.plane_words(enc, full, port_words or IW)
+    CW = (port_words or {}).get("spec_codes", IW)          # spec_codes word bits
     out = []
 
     def copy():
@@ -147,7 +148,7 @@ def _mutations(enc, full, IW, rng, port_words=None):
     s = int(rng.integers(0, len(p["spec_codes"])))
     w = p["spec_codes"][s]
     w[0] = (0, w[0][1])
-    if enc.spec_book.K + 1 < IW:
+    if enc.spec_book.K + 1 < CW:
         out.append(("code", F.ERR_CODE, p))
     # OVERRUN: a spec.codes chunk cut short (its last word dropped, the previous word gets last)
     p = copy()
@@ -176,8 +177,8 @@ def _mutations(enc, full, IW, rng, port_words=None):
     for s_ in rng.permutation(len(used)):
         ch = p["spec_codes"][int(s_)]
         u = int(used[s_])
-        if u < len(ch) * IW:
-            wi, bi = divmod(u, IW)
+        if u < len(ch) * CW:
+            wi, bi = divmod(u, CW)
             d, last = ch[wi]
             ch[wi] = (d | (1 << bi), last)
             out.append(("padding_bit", F.ERR_TOO_LONG, p))
