@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 
@@ -46,7 +47,41 @@ CONFIGS = {
     # the tuned allocation of the bundled model (model/allocations/, docs/DRAFT_SELECTION.md) at several gammas
     **{f"tuned_g{g}": ("tuned", {"gamma": g}) for g in (1, 2, 3, 4)},
     "tuned_adaptive": ("tuned", {"gamma": 2, "adaptive": True}),
+    # any <base>[_conf<T>|_hf]_g<G> name is also accepted (resolve_config)
 }
+
+
+_NAME = re.compile(r"^(?P<base>.+?)(?:_(?:conf(?P<t>0\.\d+)|(?P<hf>hf)))?_g(?P<g>\d+)$")
+_UNIFORM = re.compile(r"^c_k(?P<k>[0-9.]+)_m(?P<m>[0-7])(?:_kv(?P<kv>[0-7]))?$")
+
+
+def resolve_config(name: str, allocs: dict | None = None) -> tuple[str, dict]:
+    """(draft, DraftOptions kwargs) of a config name: one of CONFIGS, or ``<base>[_conf<T>|_hf]_g<G>`` with
+    ``<base>`` = ``tuned`` (the bundled allocation), a name given by ``--alloc NAME=FILE``, or a uniform
+    Cassandra draft ``c_k<keep>_m<M>[_kv<M>]``; ``_conf<T>``: the confidence schedule with threshold T and cap G,
+    ``_hf``: HF's +2/-1 from G, none: fixed gamma G."""
+    if name in CONFIGS:
+        return CONFIGS[name]
+    from cassandra_rtl.errors import ConfigError
+
+    m = _NAME.match(name)
+    if m:
+        kw = {"gamma": int(m["g"])}
+        if m["t"]:
+            kw["adaptive"] = f"confidence:{m['t']}"
+        elif m["hf"]:
+            kw["adaptive"] = True
+        base = m["base"]
+        if base == "tuned":
+            return "tuned", kw
+        if allocs and base in allocs:
+            return f"alloc:{base}", kw
+        u = _UNIFORM.match(base)
+        if u:
+            return "cassandra", {"keep_ratio": float(u["k"]), "mantissa_bits": int(u["m"]),
+                                 "kv_mantissa_bits": int(u["kv"] or 3), **kw}
+    raise ConfigError(f"unknown config {name!r}; known: {', '.join(CONFIGS)}, or <base>[_conf<T>|_hf]_g<G> with "
+                      f"base tuned, c_k<K>_m<M>[_kv<M>] or an --alloc name")
 
 
 def prompt_set(name: str) -> list[str]:
@@ -56,20 +91,76 @@ def prompt_set(name: str) -> list[str]:
         from .prompts_heldout import prompts
 
         return prompts()
+    if name == "tune":  # the draft search's own evaluation prompts (for screening, never for reported figures)
+        from .tune import EVAL_PROMPTS
+
+        return list(EVAL_PROMPTS)
     from cassandra_rtl.errors import ConfigError
 
-    raise ConfigError(f"unknown prompt set {name!r} (heldout or bench)")
+    raise ConfigError(f"unknown prompt set {name!r} (heldout, bench or tune)")
 
 
-def _engine(ck, draft, o, cache):
-    """(engine, drafter); the tuned allocation is encoded once and shared by its gamma variants."""
-    if draft == "tuned":
-        if "tuned" not in cache:
+def stopping_drafter(d):
+    """The model drafter ``d`` (drafters.ModelDrafter) with ``propose(..., stop=fn)`` (engine.Drafter's
+    ``supports_stop``), for the confidence schedule: the same loop, ledger and KV handling, plus the stop test
+    after each token on its draft probability (greedy: the softmax maximum of the draft's logits; sampling: the
+    maximum of the processed distribution it was sampled from). Same state: ``d`` keeps working as before."""
+    import torch
+
+    from .drafters import ModelDrafter
+    from .sampling import probs_from_logits, sample
+
+    class StoppingModelDrafter(ModelDrafter):
+        supports_stop = True
+
+        def propose(self, ids, pos, gamma, sp, gen, stop=None):
+            a = self.model.args
+            tok = ids[-1]
+            draft, qs = [], []
+            bf16_bpt = self.dcost.kv_bytes_per_token
+            commit_bpt = self._kv_commit_bpt() if self._kv_commit_bpt else bf16_bpt
+            for i in range(gamma):
+                logits = self.model(torch.tensor([tok]), pos + i, self.cache, exact=True, skip_layers=self.skip)[0]
+                self.eng.ledger.add("draft", 1, self.dcost.weight_bytes, commit_bpt * pos + bf16_bpt * (i + 1),
+                                    2.0 * self.dcost.matrix_params + 4.0 * self.dcost.attn_layers * a.n_heads
+                                    * a.head_dim * (pos + i + 1))
+                if sp.greedy:
+                    tok = int(logits.argmax())
+                    p = float(torch.softmax(logits.float(), -1)[tok]) if stop is not None else 1.0
+                else:
+                    q = probs_from_logits(logits, sp)
+                    tok = sample(q, gen)
+                    qs.append(q)
+                    p = float(q.max())
+                draft.append(tok)
+                if stop is not None and stop(i, p):
+                    break
+            return draft, (torch.stack(qs) if qs else None)
+
+    if not isinstance(d, ModelDrafter):
+        return d
+    out = StoppingModelDrafter.__new__(StoppingModelDrafter)
+    out.__dict__.update(d.__dict__)
+    return out
+
+
+def _engine(ck, draft, o, cache, allocs=None):
+    """(engine, drafter); an allocation (the bundled ``tuned`` one or an ``--alloc`` file) is encoded once and
+    shared by its gamma / schedule variants, a uniform Cassandra draft likewise."""
+    if draft == "tuned" or draft.startswith("alloc:"):
+        if draft not in cache:
             from .allocation import Allocation, build_engine
 
-            eng, d, _ = build_engine(ck, Allocation.load("bundled"))
-            cache["tuned"] = (eng, d)
-        return cache["tuned"]
+            path = "bundled" if draft == "tuned" else allocs[draft.split(":", 1)[1]]
+            eng, d, _ = build_engine(ck, Allocation.load(path))
+            cache[draft] = (eng, stopping_drafter(d))
+        return cache[draft]
+    if draft == "cassandra":
+        key = ("cassandra", o.keep_ratio, o.mantissa_bits, o.kv_mantissa_bits, o.kv_keep_ratio, o.scheme)
+        if key not in cache:
+            eng, d, _ = build(ck, draft, o)
+            cache[key] = (eng, stopping_drafter(d))
+        return cache[key]
     eng, d, _ = build(ck, draft, o)
     return eng, d
 
@@ -107,6 +198,7 @@ def aggregate(name: str, runs: list[dict], presets) -> dict:
         "tokens_per_step": sum(r["tokens_per_step"] * r["verify_steps"] for r in runs if r["tokens_per_step"])
         / steps if steps else None,
         "gamma": runs[0].get("gamma"), "adaptive": runs[0].get("adaptive"),
+        "draft_per_step": dr / steps if steps and dr else None,  # draft passes per verify step (< gamma when adaptive)
         "MB_per_token": sum(r["bytes_per_token"] * r["generated"] for r in runs) / max(1, gen) / 1e6,
         "draft_weight_bytes": runs[0].get("draft_weight_bytes"),
         "bf16_weight_bytes": runs[0].get("bf16_weight_bytes"),
@@ -131,13 +223,16 @@ def markdown(rows: list[dict], mode: str = "batch-invariant") -> str:
     """Markdown tables of summary rows: pooled figures, and per device the per-prompt spread of the corrected
     modeled speedup with its format x speculation split (verify ``mode``), both modes' pooled totals."""
     f = lambda v, fmt="{:.3f}": "-" if v is None else fmt.format(v)  # noqa: E731
-    out = ["| config | lossless | acceptance | alpha | tokens/step | gamma | draft % of bf16 | MB read/token | "
-           "CPU tok/s | CPU speedup (measured) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| config | lossless | acceptance | alpha | tokens/step | gamma | drafts/step | draft % of bf16 | "
+           "MB read/token | CPU tok/s | CPU speedup (measured) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         frac = (r["draft_weight_bytes"] / r["bf16_weight_bytes"] * 100) if r.get("draft_weight_bytes") else None
-        g = f"{r['gamma']}{' adaptive' if r.get('adaptive') else ''}" if r.get("acceptance") is not None else "-"
+        ad = r.get("adaptive")
+        g = (f"{r['gamma']}{'' if not ad else ' hf' if ad is True else ' ' + str(ad)}"
+             if r.get("acceptance") is not None else "-")
         out.append(f"| {r['config']} | {r['lossless']} | {f(r['acceptance'])} | {f(r['alpha'])} | "
-                   f"{f(r['tokens_per_step'], '{:.2f}')} | {g} | {f(frac, '{:.1f}')} | {r['MB_per_token']:.1f} | "
+                   f"{f(r['tokens_per_step'], '{:.2f}')} | {g} | {f(r.get('draft_per_step'), '{:.2f}')} | "
+                   f"{f(frac, '{:.1f}')} | {r['MB_per_token']:.1f} | "
                    f"{f(r['cpu_tok_s'], '{:.2f}')} | {_x(r.get('cpu_speedup'))} |")
     devs = list((rows[0].get("performance_model") or {}).get("by_device", {})) if rows else []
     for k in devs:
@@ -167,7 +262,9 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--configs", default="none,c_k1.0_m3_g2,tuned_g2",
                     help="comma-separated names (or 'all') from: " + ", ".join(CONFIGS))
-    ap.add_argument("--prompt-set", default="heldout", choices=["heldout", "bench"])
+    ap.add_argument("--alloc", action="append", default=[], metavar="NAME=FILE",
+                    help="a draft allocation (tune JSON or .cass) usable as config <NAME>[_conf<T>|_hf]_g<G>")
+    ap.add_argument("--prompt-set", default="heldout", choices=["heldout", "bench", "tune"])
     ap.add_argument("--prompts", type=int, default=None, help="use the first N prompts of the set")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--gamma", type=int, default=4, help="gamma of configs that do not set their own")
@@ -199,12 +296,16 @@ def main(argv=None) -> int:
     from .loader import load
 
     set_threads(a.threads)
-    names = list(CONFIGS) if a.configs == "all" else a.configs.split(",")
-    bad = [n for n in names if n not in CONFIGS]
-    if bad:
-        from cassandra_rtl.errors import ConfigError
+    from cassandra_rtl.errors import ConfigError
 
-        raise ConfigError(f"unknown config(s) {', '.join(bad)}; known: {', '.join(CONFIGS)}")
+    allocs = {}
+    for x in a.alloc:
+        if "=" not in x:
+            raise ConfigError(f"--alloc expects NAME=FILE, got {x!r}")
+        k, v = x.split("=", 1)
+        allocs[k] = v
+    names = list(CONFIGS) if a.configs == "all" else a.configs.split(",")
+    resolved = {n: resolve_config(n, allocs) for n in names}  # raises on an unknown name
     ck = load(a.model)
     tok = ck.tokenizer
     texts = prompt_set(a.prompt_set)[: a.prompts]
@@ -219,10 +320,10 @@ def main(argv=None) -> int:
     out = open(a.out, "a") if a.out else None
     rows, cache = [], {}
     for name in names:
-        draft, kw = CONFIGS[name]
+        draft, kw = resolved[name]
         t0 = time.perf_counter()
         o = DraftOptions(**{"gamma": a.gamma, "cache_dir": a.cache, **kw})
-        eng, d = _engine(ck, draft, o, cache)
+        eng, d = _engine(ck, draft, o, cache, allocs)
         build_s = time.perf_counter() - t0
         per = []
         for i, (p, (ref, ref_s)) in enumerate(zip(prompts, refs)):

@@ -3,6 +3,13 @@
 The target always verifies through ``Transformer.forward(exact=True)`` (row-exact, see transformer.py),
 and plain decoding runs the same 1-row code path, so greedy speculative decoding is token-identical to
 plain greedy decoding of the target. Sampling uses the Leviathan/Chen rule (sampling.py).
+
+Draft length per step (``adaptive``, see ``parse_schedule``): fixed ``gamma``; ``"hf"`` (or True): HF's
++2 after a fully accepted draft, -1 otherwise; ``"confidence[:T]"``: the draft proposes up to ``gamma``
+tokens and stops after a token whose draft probability (the top of the draft's processed distribution)
+is below T (default 0.6) -- a drafted token the draft itself doubts is likely rejected, and drafting past
+it costs a draft pass for nothing. Any draft length chosen from the draft's own outputs keeps greedy
+decoding token-identical and sampling exact (verification does not depend on how k was chosen).
 """
 from __future__ import annotations
 
@@ -50,11 +57,58 @@ def bf16_cost(model: Transformer, skip_layers=frozenset(), bytes_per_tensor: dic
     return Cost(wb, 2 * n_attn * a.n_kv_heads * a.head_dim * 2, mp, n_attn)
 
 
+DEFAULT_CONFIDENCE = 0.6
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How many tokens the draft proposes per step: ``kind`` "fixed", "hf" (+2 / -1) or "confidence"."""
+
+    kind: str = "fixed"
+    threshold: float = DEFAULT_CONFIDENCE
+
+    def stop_fn(self):
+        """``stop(i, p) -> bool`` for ``Drafter.propose``: stop after draft token i of probability p."""
+        if self.kind != "confidence":
+            return None
+        thr = self.threshold
+        return lambda i, p: p < thr
+
+    def label(self) -> str:
+        return {"fixed": "fixed", "hf": "hf +2/-1"}.get(self.kind, f"confidence < {self.threshold:g}")
+
+
+def parse_schedule(adaptive) -> Schedule:
+    """``adaptive``: False/None/"fixed" -> fixed gamma; True/"hf" -> HF's +2/-1; "confidence[:T]" (T in (0, 1))
+    -> stop drafting after a token whose draft probability is below T; a Schedule is returned as is."""
+    if isinstance(adaptive, Schedule):
+        return adaptive
+    if adaptive in (False, None, "fixed", ""):
+        return Schedule("fixed")
+    if adaptive is True or adaptive == "hf":
+        return Schedule("hf")
+    if isinstance(adaptive, str) and adaptive.split(":")[0] == "confidence":
+        parts = adaptive.split(":")
+        try:
+            thr = float(parts[1]) if len(parts) == 2 else DEFAULT_CONFIDENCE
+            if len(parts) > 2 or not 0.0 < thr < 1.0:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(f"adaptive schedule 'confidence:T' needs T in (0, 1), got {adaptive!r}") from None
+        return Schedule("confidence", thr)
+    raise ConfigError(f"unknown adaptive schedule {adaptive!r} (fixed, hf, confidence[:T])")
+
+
 class Drafter:
     """Interface of a draft source. ``propose`` returns draft tokens and the draft distributions they were
-    sampled from (None if the proposals are deterministic / greedy)."""
+    sampled from (None if the proposals are deterministic / greedy).
+
+    A drafter with ``supports_stop = True`` also accepts ``propose(..., stop=fn)``: after each draft token
+    i it calls ``fn(i, p)`` with the token's draft probability p and stops proposing if it returns True
+    (the "confidence" schedule)."""
 
     name = "none"
+    supports_stop = False
 
     def start(self, eng: "Engine", prompt: list[int]) -> None:
         self.eng = eng
@@ -174,13 +228,18 @@ class Engine:
             raise ConfigError(f"max new tokens must be >= 1, got {max_new_tokens}")
         if drafter is not None and not 1 <= gamma <= 64:
             raise ConfigError(f"gamma must be in 1..64, got {gamma}")
+        sched = parse_schedule(adaptive)
+        stop = sched.stop_fn()
+        if stop is not None and drafter is not None and not getattr(drafter, "supports_stop", False):
+            raise ConfigError(f"adaptive schedule {sched.label()!r} needs a draft that reports its token "
+                              f"probabilities; draft {getattr(drafter, 'name', '?')!r} does not")
         gen = torch.Generator().manual_seed(int(seed))
         stats = RunStats(prompt_tokens=len(prompt))
         self.ledger, base = Ledger(), Ledger()
         # the cache holds what this run can reach (prompt + new tokens + one draft's look-ahead), not the
         # whole context: positions are absolute, so the size never changes a result
-        self.cache = self.target.new_cache(len(prompt) + max_new_tokens + max(gamma, gamma_max if adaptive else 0)
-                                           + 2)
+        self.cache = self.target.new_cache(len(prompt) + max_new_tokens
+                                           + max(gamma, gamma_max if sched.kind == "hf" else 0) + 2)
         t0 = time.perf_counter()
         logits = self.target(torch.tensor(prompt), 0, self.cache, exact=False, logits_rows=slice(-1, None))
         first = int(logits[0].argmax()) if sp.greedy else sample(probs_from_logits(logits[0], sp), gen)
@@ -198,7 +257,12 @@ class Engine:
             remaining = max_new_tokens - len(out)
             k = 0 if drafter is None else max(0, min(g, remaining - 1, a.max_seq_len - pos - 2))
             ids = prompt + out
-            draft, q = ([], None) if k == 0 else drafter.propose(ids, pos, k, sp, gen)
+            if k == 0:
+                draft, q = [], None
+            elif stop is not None:
+                draft, q = drafter.propose(ids, pos, k, sp, gen, stop=stop)
+            else:
+                draft, q = drafter.propose(ids, pos, k, sp, gen)
             k = len(draft)
             logits = self.target(torch.tensor([out[-1]] + draft), pos, self.cache, exact=True)
             self.cost.charge(self.ledger, "target", k + 1, pos + k + 1, a)
@@ -216,7 +280,7 @@ class Engine:
                 for i in range(min(k, n_acc + 1)):
                     stats.drafted_at[i] += 1
                     stats.accepted_at[i] += int(i < n_acc)
-                if adaptive:
+                if sched.kind == "hf":
                     g = min(gamma_max, g + 2) if n_acc == k else max(1, g - 1)
             # roll back: K/V written for rejected drafts are dropped (zeroed) from the target cache
             self.cache.rollback(pos + n_acc + 1, pos + k + 1)

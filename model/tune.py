@@ -128,18 +128,28 @@ def kv_spec_bits_per_value(es: EvalSet, kv_cfg: CodecConfig) -> float:
 
 
 @torch.no_grad()
-def score(model: ProxyModel, es: EvalSet, kvv) -> dict:
-    """Teacher-forced top-1 agreement and mean KL(target || draft) on the evaluation positions."""
+def score(model: ProxyModel, es: EvalSet, kvv, detail: bool = False) -> dict:
+    """Teacher-forced top-1 agreement and mean KL(target || draft) on the evaluation positions; ``detail``
+    adds per sequence the agreement (0/1) and the draft's top probability at every position (``agree_rows``,
+    ``conf_rows``), from which ``simulate_steps`` replays greedy speculative decoding under any schedule."""
     agree = tot = 0
     kl = 0.0
+    ag_rows, cf_rows = [], []
     for seq, rows, top, lp, kv in zip(es.seqs, es.rows, es.top, es.logp, kvv):
         logits, _ = model.forward(seq, head_rows=rows, kv=kv)
-        agree += int((logits.argmax(-1) == top).sum())
+        hit = logits.argmax(-1) == top
+        agree += int(hit.sum())
         tot += len(rows)
         lq = torch.log_softmax(logits, -1)
         p = lp.float()
         kl += float((p.exp() * (p - lq)).sum())
-    return {"agreement": agree / tot, "kl": kl / tot, "positions": tot}
+        if detail:
+            ag_rows.append(hit.int().tolist())
+            cf_rows.append([round(float(x), 4) for x in lq.max(-1).values.exp()])
+    out = {"agreement": agree / tot, "kl": kl / tot, "positions": tot}
+    if detail:
+        out.update(agree_rows=ag_rows, conf_rows=cf_rows)
+    return out
 
 
 # ------------------------------------------------------------------------------------------- cost model
@@ -158,6 +168,55 @@ def modeled_speedup(alpha: float, gamma: int, draft_bytes: float, target_bytes: 
     return tokens_per_step(alpha, gamma) * (bf16_bytes + kv_bf16_bpt * ctx) / step
 
 
+def simulate_steps(agree_rows, conf_rows, cap: int, threshold: float | None = None) -> tuple[int, int, int]:
+    """Greedy speculative decoding replayed on teacher-forced positions: (tokens emitted, draft passes, verify
+    steps). From position i the draft proposes up to ``cap`` tokens (stopping after a token whose draft
+    probability is below ``threshold``, the engine's confidence schedule); the verifier accepts the run of
+    agreeing positions and adds its own token. Exact for the accepted prefix (its context is the target's
+    greedy text); a proposal after the first rejection only costs its draft pass, whose stop test uses the
+    teacher-forced probability (an approximation)."""
+    tok = dp = st = 0
+    for ag, cf in zip(agree_rows, conf_rows):
+        n, i = len(ag), 0
+        while i < n:
+            k = 0
+            while k < cap and i + k < n:
+                k += 1
+                if threshold is not None and cf[i + k - 1] < threshold:
+                    break
+            acc = 0
+            while acc < k and ag[i + acc]:
+                acc += 1
+            tok, dp, st, i = tok + acc + 1, dp + k, st + 1, i + acc + 1
+    return tok, dp, st
+
+
+# the draft-length schedules the v2 objective compares: fixed gamma 1..6, and the confidence stop
+V2_SCHEDULES = tuple(("fixed", g, None) for g in range(1, 7)) + tuple(
+    ("confidence", g, t) for g in (4, 6) for t in (0.5, 0.6, 0.7))
+
+
+def v2_speedups(sim: tuple[int, int, int], draft_bytes: float, target_bytes: float, bf16_bytes: float,
+                kv_draft_bpt: float, kv_target_bpt: float, kv_bf16_bpt: float, ctx: int, params: int,
+                presets) -> dict:
+    """The performance model v2 (metrics.pass_time, batch-invariant verify, unlimited decoder) for a replayed
+    run ``sim`` = (tokens, draft passes, verify steps): per device, every pass costs
+    max(bytes / bandwidth, FLOPs / peak) + the per-pass overhead; the verify pass reads the target's real
+    spec + verif bytes of this allocation. Returns {device: {speedup, format_speedup, speculation_speedup}}."""
+    tok, dp, st = sim
+    rows = tok / max(st, 1)  # mean rows of a verify pass
+
+    def t(hw, wb, kvb, r):
+        return max((wb + kvb * ctx) / hw.bandwidth, 2.0 * params * r / hw.flops) + hw.overhead_s
+
+    out = {}
+    for k, hw in presets.items():
+        tb, tt = t(hw, bf16_bytes, kv_bf16_bpt, 1), t(hw, target_bytes, kv_target_bpt, 1)
+        spec = dp * t(hw, draft_bytes, kv_draft_bpt, 1) + st * t(hw, target_bytes, kv_target_bpt, rows)
+        out[k] = {"speedup": tok * tb / spec, "format_speedup": tb / tt, "speculation_speedup": tok * tt / spec}
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ tuner
 @dataclass
 class Tuner:
@@ -172,6 +231,11 @@ class Tuner:
     log: list = field(default_factory=list)
     score_cache: str | None = None  # JSON-lines file of evaluated allocations (reruns are free)
     tensor_cache_bytes: int = 3 << 30  # float32 draft tensors kept between evaluations
+    # "bytes": the first cost model (bytes only, fixed verify bytes, gamma 2..6); "v2": the performance model v2
+    # on ``device`` (per-pass overhead, the verify pass at this allocation's real spec + verif bytes, fixed gamma
+    # 1..6 and the confidence schedule, replayed on the evaluation positions: V2_SCHEDULES)
+    objective: str = "bytes"
+    device: str = "orin"
 
     def __post_init__(self):
         a = self.ck.args
@@ -225,6 +289,22 @@ class Tuner:
             self._bytes[key] = spec_nbytes(self.ck.bits[name], cfg, self.kept(name, cfg))
         return self._bytes[key]
 
+    def full_bytes(self, name: str, cfg: CodecConfig) -> int:
+        """spec + verif bytes of ``name`` encoded with ``cfg`` (what the target reads; pruning moves values to
+        the verification stream, which codes them less tightly): the golden encoder, cached."""
+        from cassandra_rtl.golden.codec import encode_tensor
+
+        key = ("full", name, option_key(cfg))
+        if key not in self._bytes:
+            enc = encode_tensor(self.ck.bits[name], cfg, salience=self._salience(name) if cfg.prunes else None)
+            self._bytes[key] = enc.spec_nbytes + enc.verif_nbytes
+            self._bytes[("spec", name, option_key(cfg))] = enc.spec_nbytes
+        return self._bytes[key]
+
+    def target_bytes_of(self, alloc: Allocation) -> int:
+        """Weight bytes the target reads per pass under ``alloc`` (spec + verif; 1-D tensors at bf16)."""
+        return self.one_d_bytes + sum(self.full_bytes(n, alloc.cfg_for(n)) for n in self.names)
+
     def draft_bytes(self, alloc: Allocation) -> int:
         """Weight bytes the draft reads per pass (tied head once; 1-D tensors at bf16)."""
         return self.one_d_bytes + sum(self.tensor_bytes(n, alloc.cfg_for(n)) for n in self.names)
@@ -250,8 +330,10 @@ class Tuner:
         return t
 
     def evaluate(self, alloc: Allocation, gammas=(2, 3, 4, 5, 6), label: str = "") -> dict:
-        key = _hash(alloc.digest(), self.es_key, self.salience_kind, self.ctx, list(gammas),
-                    self.norms_key)
+        parts = [alloc.digest(), self.es_key, self.salience_kind, self.ctx, list(gammas), self.norms_key]
+        if self.objective != "bytes":
+            parts += [self.objective, self.device, [list(x) for x in V2_SCHEDULES]]
+        key = _hash(*parts)
         if key in self._scores:
             r = dict(self._scores[key], label=label)
             self.log.append({**r, "allocation": alloc.to_json(include_norms=False), "cached": True})
@@ -266,7 +348,7 @@ class Tuner:
         for n in self.names:
             model.w[n] = self.draft_f32(n, alloc.cfg_for(n))
         kvv, kv_bpv = self.kvv(alloc.kv)
-        s = score(model, self.es, kvv)
+        s = score(model, self.es, kvv, detail=self.objective == "v2")
         db = self.draft_bytes(alloc)
         a = self.ck.args
         kv_vals = 2 * a.n_layers * a.n_kv_heads * a.head_dim
@@ -279,6 +361,33 @@ class Tuner:
              "bits_per_value": 8 * (db - self.one_d_bytes) / sum(self.ck.bits[n].size for n in self.names),
              "kv_bits_per_value": kv_bpv, "speedup": sp[best_g], "gamma": best_g,
              "speedup_g4": sp.get(4), "label": label, "seconds": time.perf_counter() - t0}
+        if self.objective == "v2":
+            from .metrics import hardware_presets
+
+            presets = hardware_presets()
+            if self.device not in presets:
+                from cassandra_rtl.errors import ConfigError
+
+                raise ConfigError(f"objective device must be one of {', '.join(presets)}, got {self.device!r}")
+            tb = self.target_bytes_of(alloc)
+            kv_t = self.kv_bf16_bpt * 0.711  # the target's lossless KV stream (measured 16.4 of 23.0 kB/token)
+            params = sum(self.ck.bits[n].size for n in self.names)
+            by_sched = {}
+            for kind, cap, thr in V2_SCHEDULES:
+                sim = simulate_steps(s["agree_rows"], s["conf_rows"], cap, thr)
+                name = f"g{cap}" if kind == "fixed" else f"confidence:{thr}_g{cap}"
+                by_sched[name] = v2_speedups(sim, db, tb, self.bf16_bytes, kv_d, kv_t, self.kv_bf16_bpt,
+                                             self.ctx, params, presets)
+            best_s = max(by_sched, key=lambda n: (by_sched[n][self.device]["speedup"], n))
+            kind, cap, thr = next(x for x in V2_SCHEDULES
+                                  if (f"g{x[1]}" if x[0] == "fixed" else f"confidence:{x[2]}_g{x[1]}") == best_s)
+            r.update(speedup=by_sched[best_s][self.device]["speedup"], gamma=cap,
+                     schedule="fixed" if kind == "fixed" else f"confidence:{thr}", target_bytes=tb,
+                     target_frac=tb / self.bf16_bytes, by_device=by_sched[best_s],
+                     by_schedule={n: v[self.device]["speedup"] for n, v in by_sched.items()},
+                     objective=f"v2:{self.device}")
+            for k_ in ("agree_rows", "conf_rows"):
+                r.pop(k_, None)
         self._scores[key] = r
         if self.score_cache:
             with open(self.score_cache, "a") as f:
@@ -411,8 +520,15 @@ KV_OPTIONS = (("c1", 1.0, 7), ("c1", 1.0, 5), ("c1", 1.0, 4), ("c1", 1.0, 3), ("
 def run_search(ck, salience_kind="wanda", calib_prompts=CALIBRATION_PROMPTS, eval_prompts=EVAL_PROMPTS,
                n_new=32, options=DEFAULT_OPTIONS, bands=3, ctx=128, max_steps=40, cache_dir=None, quick=False,
                progress=None, say=None, log_path=None, ref_option=("c1", 1.0, 3), sens_options=SENS_OPTIONS,
-               kv_options=KV_OPTIONS, sens_prompts: int | None = None, group_size: int = 128):
-    """The whole search; returns (best Allocation with its estimate, report dict)."""
+               kv_options=KV_OPTIONS, sens_prompts: int | None = None, group_size: int = 128,
+               objective: str = "bytes", device: str = "orin"):
+    """The whole search; returns (best Allocation with its estimate, report dict). ``objective`` "v2" ranks
+    candidates by the performance model v2 on ``device`` (Tuner.objective); the sensitivity table is KL either
+    way."""
+    if objective not in ("bytes", "v2"):
+        from cassandra_rtl.errors import ConfigError
+
+        raise ConfigError(f"objective must be 'bytes' or 'v2', got {objective!r}")
     from .allocation import Allocation, all_groups
     from .salience import norms_digest, norms_to_json
 
@@ -427,7 +543,8 @@ def run_search(ck, salience_kind="wanda", calib_prompts=CALIBRATION_PROMPTS, eva
         sal["norms"] = norms_to_json(norms)
         sal["digest"] = norms_digest(norms)
     scache = str(Path(cache_dir) / "scores.jsonl") if cache_dir else None
-    t = Tuner(ck, salience_kind, norms, es, ctx, progress=say, score_cache=scache)
+    t = Tuner(ck, salience_kind, norms, es, ctx, progress=say, score_cache=scache, objective=objective,
+              device=device)
     opts = options_cfgs(options, group_size)
     ref = options_cfgs([ref_option], group_size)[0]
     kv0 = CodecConfig(scheme="c1", keep_ratio=1.0, mantissa_bits=3, group_size=a.head_dim, kind="kv")
@@ -472,6 +589,9 @@ def run_search(ck, salience_kind="wanda", calib_prompts=CALIBRATION_PROMPTS, eva
                         "gamma": best["gamma"], "ctx": ctx, "eval_prompts": list(eval_prompts),
                         "positions": es.positions,
                         "uniform_best": max((r for _, r in uni), key=lambda r: r["speedup"])["label"]}
+    if objective == "v2":
+        best_al.estimate.update(objective=best["objective"], schedule=best["schedule"],
+                                target_frac=best["target_frac"], by_device=best["by_device"])
     if log_path:
         with open(log_path, "a") as f:
             for row in t.log + ts.log:
