@@ -667,8 +667,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ov.add_argument("--device", action="append", metavar="NAME=GBPS:TFLOPS",
                     help="add/override a device, e.g. npu=136.5:64 (repeatable)")
     ov.add_argument("--clock-mhz", type=float, help="clock of PEs, decoders and encoders (default: the PE's Fmax)")
-    ov.add_argument("--draft-bits", type=float, help="bits/value of the speculation stream (default 5)")
-    ov.add_argument("--full-bits", type=float, help="bits/value of speculation+verification (default 11)")
+    ov.add_argument("--draft-bits", type=float, help="bits/value of the speculation stream (default 4.787: synth/overhead.py DRAFT_BITS_PER_VALUE)")
+    ov.add_argument("--full-bits", type=float, help="bits/value of speculation+verification (default 11.150: FULL_BITS_PER_VALUE)")
     ov.add_argument("--kv-model", help=f"model whose prefill sizes the KV encoders ({', '.join(overhead_model.KV_MODELS)})")
     ov.add_argument("--prefill-utilisation", type=float, help="prefill FLOPS as a share of peak (default 1.0)")
     ov.add_argument("--decoder", help="decoder block for the headline figure")

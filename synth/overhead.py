@@ -9,8 +9,11 @@ Assumptions (each is a field of OverheadParams or Device, overridable from the c
    is flagged — it would have to be pipelined or replicated at a lower clock, which the secondary
    "own clock" column prices: instances at min(f_PE, f_block)).
 3. **Decoder rate.** The decoder sits in the memory path and must keep up with the memory: the draft
-   pass reads only the speculation stream (``draft_bits_per_value``, default 5 = the tuned SmolLM2
-   draft, 31 % of bf16), the target pass the lossless stream (``full_bits_per_value``, default 11).
+   pass reads only the speculation stream (``draft_bits_per_value``), the target pass the lossless stream
+   (``full_bits_per_value``). Defaults: the bundled SmolLM2 model artifact with the tuned draft in format
+   2.0, 4.787 and 11.150 bits/value over all 272 tensors (``cassandra-rtl encode MODEL -o smol.cass
+   --draft-config bundled`` then ``cassandra-rtl stats smol.cass --json``: ``bits_per_value.speculation`` /
+   ``.total``; format 1.0 and the session-2 draft gave 5 / 11).
    Values/s = bandwidth x 8 / bits; instances = ceil(values/s / (values/cycle x f)), the larger of the
    two modes (full mode uses the block's ``values_per_cycle_full`` when it has fewer verification lanes).
 4. **Encoder rate.** The online KV encoder compresses the KV cache as it is written. Decode writes
@@ -87,11 +90,16 @@ KV_MODELS = {
 }
 
 
+# The streams the decoder must keep up with (module docstring, assumption 3; measured, with the command there).
+DRAFT_BITS_PER_VALUE = 4.787
+FULL_BITS_PER_VALUE = 11.150
+
+
 @dataclasses.dataclass
 class OverheadParams:
     devices: dict[str, Device] = dataclasses.field(default_factory=lambda: dict(DEVICES))
-    draft_bits_per_value: float = 5.0
-    full_bits_per_value: float = 11.0
+    draft_bits_per_value: float = DRAFT_BITS_PER_VALUE
+    full_bits_per_value: float = FULL_BITS_PER_VALUE
     kv_model: str = "llama3-8b"
     prefill_utilisation: float = 1.0
     clock_mhz: float | None = None        # None: the PE's Fmax in this flow

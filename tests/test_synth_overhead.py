@@ -30,7 +30,8 @@ DEV = {"x": Device("x", 1000.0, 64.0, "test")}
 
 
 def test_decoder_and_pe_counts_by_hand():
-    ov = overhead.overhead(_fake_report(), OverheadParams(devices=DEV))
+    ov = overhead.overhead(_fake_report(), OverheadParams(devices=DEV, draft_bits_per_value=5.0,
+                                                          full_bits_per_value=11.0))
     r = ov["overhead"]["by_device"]["x"]
     n_pe = math.ceil(64e12 / (2 * 1e9))
     n_dec = math.ceil(1000e9 * 8 / 5.0 / (16 * 1e9))            # the draft stream is the denser one
@@ -39,6 +40,19 @@ def test_decoder_and_pe_counts_by_hand():
     assert r["decoder_percent"] == pytest.approx(100 * n_dec * 10_000 / (n_pe * 1000), abs=1e-3)
     assert r["bytes_per_kflop"] == pytest.approx(1000 / 64, abs=0.01)
     assert ov["npu_overhead_percent"]["x"] == r["total_percent"]
+
+
+def test_default_streams_are_the_measured_artifact():
+    """The defaults are the bundled model artifact's measured bits/value (synth/overhead.py docstring), and
+    a denser draft stream needs more decoder instances."""
+    p = OverheadParams()
+    assert (p.draft_bits_per_value, p.full_bits_per_value) == (overhead.DRAFT_BITS_PER_VALUE,
+                                                               overhead.FULL_BITS_PER_VALUE)
+    assert 0 < p.draft_bits_per_value < p.full_bits_per_value < 16
+    lean = overhead.overhead(_fake_report(), OverheadParams(devices=DEV, draft_bits_per_value=8.0))
+    dense = overhead.overhead(_fake_report(), OverheadParams(devices=DEV, draft_bits_per_value=4.0))
+    assert (dense["overhead"]["by_device"]["x"]["decoder_instances"]
+            > lean["overhead"]["by_device"]["x"]["decoder_instances"])
 
 
 def test_encoder_sized_by_prefill_not_bandwidth():
@@ -55,11 +69,12 @@ def test_encoder_sized_by_prefill_not_bandwidth():
 
 
 def test_clock_independence_and_missed_clock():
-    p = OverheadParams(devices=DEV)
+    bits = dict(draft_bits_per_value=5.0, full_bits_per_value=11.0)      # instance counts that divide evenly
+    p = OverheadParams(devices=DEV, **bits)
     base = overhead.overhead(_fake_report(), p)["overhead"]["by_device"]["x"]
     # Everything at half the clock: the same decoder share (both counts scale with 1/f; the decoder count
     # is large enough that rounding up does not matter, unlike the single encoder instance).
-    slow_all = overhead.overhead(_fake_report(), OverheadParams(devices=DEV, clock_mhz=500))["overhead"]["by_device"]["x"]
+    slow_all = overhead.overhead(_fake_report(), OverheadParams(devices=DEV, clock_mhz=500, **bits))["overhead"]["by_device"]["x"]
     assert slow_all["decoder_percent"] == pytest.approx(base["decoder_percent"], rel=2e-3)
     assert slow_all["encoder_instances"] == base["encoder_instances"] == 1
     # A decoder slower than the PE: headline still at the PE clock, flagged; own-clock column larger.
