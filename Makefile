@@ -27,6 +27,7 @@ help:
 	@echo "make bench     - golden codec throughput and bits/value"
 	@echo "make bench-long - acceptance vs context length (long; bench/long_context.py)"
 	@echo "make bench-peers - Cassandra vs ZipNN and DFloat11 (bits/value, MB/s per thread) to build/bench/"
+	@echo "make bench-memory - peak RSS of generation vs model size (135M / 0.5B / 1B + SmolLM2) to build/memory/"
 
 setup: $(STAMP)
 
@@ -113,6 +114,12 @@ bench: setup
 bench-peers: setup
 	@$(PIP) install -q --no-deps zipnn==0.5.4 dfloat11==0.5.0 dahuffman==0.4.2 || echo "[bench-peers] could not install the peers; they will be skipped"
 	$(PY) bench/peers.py --out build/bench $(PEERS_ARGS)
+
+# Peak RSS of generation against model size: synthetic Llama 135M / 0.5B / 1B checkpoints and the real SmolLM2,
+# each encoded and run in a fresh process, both draft memory modes (~15 min, ~5 GB RAM; docs/MODEL.md "Memory")
+.PHONY: bench-memory
+bench-memory: setup
+	$(PY) bench/memory_scale.py --speed 64 $(MEMORY_ARGS)
 
 clean:
 	rm -rf build

@@ -25,6 +25,7 @@ checkpoint's bits.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -56,7 +57,17 @@ CHUNK = 16 << 20
 
 # ------------------------------------------------------------------------------------------ small helpers
 def peak_rss_bytes() -> int:
-    """Peak resident set size of this process so far (getrusage ru_maxrss; KiB on Linux)."""
+    """Peak resident set size of this program so far: ``VmHWM`` of /proc/self/status, else getrusage
+    ``ru_maxrss``. (They agree for a process started from a shell; ``ru_maxrss`` also keeps the peak from
+    before ``exec``, i.e. the parent's RSS at ``fork`` — a large Python process that spawns the CLI would
+    otherwise lend its own size to the child's figure.)"""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
@@ -441,6 +452,21 @@ def _c1_mask(m: int) -> int:
     return int(np.array((0xFFFF << (7 - m)) & 0xFFFF, dtype=np.uint16).view(np.int16))
 
 
+@contextlib.contextmanager
+def _placeholder_weights():
+    """Build a Transformer whose weight matrices take no memory at all (a stride-0 view of one value):
+    ``DerivedDraft`` replaces every one of them, and allocating them first (even untouched) would leave the
+    C heap with a model-sized free region that later temporaries fault in."""
+    from . import transformer as tr
+
+    old = tr._ALLOC[0]
+    tr._ALLOC[0] = lambda *shape, dtype: torch.zeros((), dtype=dtype).expand(*shape)
+    try:
+        yield
+    finally:
+        tr._ALLOC[0] = old
+
+
 class DerivedDraft(Transformer):
     """The Cassandra draft without a second copy of its layers (``draft_memory="derived"``).
 
@@ -454,9 +480,7 @@ class DerivedDraft(Transformer):
     target's own (exact in both views)."""
 
     def __init__(self, args: ModelArgs, target: Transformer):
-        from .transformer import uninitialized_weights
-
-        with uninitialized_weights():
+        with _placeholder_weights():             # no storage: every 2-D weight is derived or given its own
             super().__init__(args)
         self.__dict__["_src"] = target           # not a submodule: the target is its own model
         self._scratch: dict = {}                 # linear name -> one layer-sized bf16 buffer shared by all layers

@@ -163,3 +163,18 @@ def test_sliced_keep_set_is_the_golden_keep_mask(scheme, n, monkeypatch):
         for s in (None, sal):
             got = salience.kept_mask(bits, cfg, s)
             assert np.array_equal(got, keep_mask(bits, cfg, s)), (keep, s is None)
+
+
+def test_generate_json_reports_the_draft_memory(run, cass, monkeypatch):
+    import json
+
+    for mode in ("derived", "copy"):
+        monkeypatch.setenv(api.DRAFT_MEMORY_ENV, mode)
+        r = run("generate", "--cass", cass, "--prompt", "the cat", "--max-new-tokens", "6", "--json")
+        assert r.returncode == 0, r.stderr
+        j = json.loads(r.stdout.strip().splitlines()[-1])
+        assert j["load"]["draft_memory"] == mode and j["load"]["draft_resident_bytes"] > 0
+        assert j["peak_rss_bytes"] >= j["load"]["baseline_rss_bytes"] > 0
+    monkeypatch.setenv(api.DRAFT_MEMORY_ENV, "nope")
+    r = run("generate", "--cass", cass, "--prompt", "the cat", "--max-new-tokens", "2")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and api.DRAFT_MEMORY_ENV in r.stderr
