@@ -148,6 +148,9 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         self.lanes, self.word, self.verif_lanes = lanes, word, verif_lanes
         self.code_seg, self.code_lanes, self.code_depth = code_seg, code_lanes, code_depth
         self.bitmap_words, self.field_slots, self.code_word_slots = bitmap_words, field_slots, code_word_slots
+        # escape payloads in the code plane's side FIFO (ring entries 10 -> 7 bits): >= Lv + 1 entries, so
+        # a beat of Lv escapes (+ END) never waits on a held pass
+        self.code_esc_fifo = 1 << ceil_log2(verif_lanes + 1)
         # F window: the X region + L widest fields (at most the two-word view)
         self.fwin = min(2 * word, X_REGION + MXF * lanes)
         self.rest_slots = 2 if 2 * REST_MAX * verif_lanes <= word else 4     # see RestReader
@@ -557,7 +560,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         # of the beats into a ring of codes (group q, pair flag) / escapes / END markers; a beat pops its nd
         # codes (+ END on a chunk's last beat).
         CP = CodePlane(word=IW, seg=self.code_seg, lanes=self.code_lanes, depth=self.code_depth, pops=Lv + 1,
-                       word_slots=self.code_word_slots, pair_flags=True)
+                       word_slots=self.code_word_slots, pair_flags=True, esc_fifo=self.code_esc_fifo)
         m.submodules.verif_codes_plane = CP
         wiring.connect(m, wiring.flipped(self.verif_codes), CP.inp)
         cp_init = Signal(name="cp_init")                # the code plane has not been started for the tensor
@@ -575,6 +578,12 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         tab_arr = Array(tab)
         tab1_arr = Array(tab[1:] + [Const(0, BF16_EXPONENT_BITS)])      # S[b + 1]
         base_arr = Array(verif_base + [Const(0, 4)])
+        # escaped deltas come from the code plane's side FIFO, in order: entry j takes FIFO entry ep_j (the
+        # escapes among the beat's entries before it); the beat pops ep[nd] of them
+        escl = Signal(Lv, name="c_escl")
+        m.d.comb += escl.eq(Cat(*[(j < nd) & (CP.win[j].kind == CpKind.ESC) for j in range(Lv)]))
+        ep = prefix_counts(m, escl, Lv, "c_ep")
+        esc_win = Array(CP.esc[j] for j in range(CP.esc_pops))
         ent_d0, ent_d1, ent_pair = [], [], []
         for j in range(Lv):
             ent = CP.win[j]
@@ -584,7 +593,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
             d0 = Signal(X_BITS, name=f"c_delta0_{j}")
             d1 = Signal(X_BITS, name=f"c_delta1_{j}")
             pr = Signal(name=f"c_pair{j}")
-            m.d.comb += [d0.eq(Mux(is_esc, ent.val, tab_arr[b])), d1.eq(tab1_arr[b]),
+            m.d.comb += [d0.eq(Mux(is_esc, esc_win[ep[j]] if j else CP.esc[0], tab_arr[b])), d1.eq(tab1_arr[b]),
                          pr.eq((ent.kind == CpKind.CODE) & ent.val[4])]
             ent_d0.append(d0)
             ent_d1.append(d1)
@@ -654,7 +663,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         m.d.comb += s3_free.eq(~S3["v"] | c_fire)
         c_err = Signal(name="c_err")
         m.d.comb += c_err.eq(full & (q_err_ov | q_err_code | q_err_tl))
-        m.d.comb += CP.pop.eq(Mux(c_fire & full & ~c_err, need, 0))
+        m.d.comb += [CP.pop.eq(Mux(c_fire & full & ~c_err, need, 0)),
+                     CP.esc_pop.eq(Mux(c_fire & full & ~c_err, ep[Lv], 0))]
         with m.If(s4_free):
             m.d.sync += S4["v"].eq(c_fire)
         with m.If(c_fire):
