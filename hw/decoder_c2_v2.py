@@ -82,17 +82,110 @@ def _pow2(v) -> bool:
 
 class RestReader(BitReader):
     """The verif.rest reader: hw/bitreader.py's BitReader with ``slots`` word slots (default 2) instead of
-    the ``window + 3 IW`` its one-cycle consumers need. Here the take comes from a register (S4) and is at
-    most ``window`` <= IW bits a cycle: when the read position leaves a slot, the slot after it still
-    holds > IW - window bits (>= one beat's take when 2 window <= IW), and the freed slot is refilled the next cycle, so two
-    slots never hold a beat back on a stream without idles (measured: same cycle counts, section 2c)."""
+    the ``window + 3 IW`` its one-cycle consumers need, and a slot freed by a commit refilled in the same
+    cycle. Here the take comes from a register (S4) and is at most ``window`` bits a cycle with
+    ``2 window <= IW``: when the read position leaves a slot, the other still holds more than ``IW - window``
+    bits (one beat's take), and the freed one takes the next word at once, so two slots never hold a beat
+    back on a stream without idles, also when a chunk's final beat frees both (measured, section 2c).
+    ``inp.ready`` therefore depends on this cycle's ``commit`` (ready may depend on the consumer; valid
+    never does). The elaborate below is BitReader's with that one line changed."""
 
     def __init__(self, word: int, window: int, slots: int = 2):
-        if not _pow2(slots) or slots < 2 or window > word:
-            raise ConfigError(f"rest reader needs a power-of-two slot count >= 2 and window <= word, "
+        if not _pow2(slots) or slots < 2 or 2 * window > word:
+            raise ConfigError(f"rest reader needs a power-of-two slot count >= 2 and 2 * window <= word, "
                               f"got {slots!r} slots, window {window!r}, word {word!r}")
         super().__init__(word, window)
         self.slots, self.capacity = slots, slots * word
+
+    def elaborate(self, platform):
+        m = Module()
+        IW, W, N = self.word, self.window, self.slots
+        wb = exact_log2(IW)                      # bit-in-word part of a ring position
+        cw = bits_for(self.capacity)
+        ring = Array(Signal(IW, name=f"slot{i}") for i in range(N))
+        ring_last = Signal(N)                    # slot i holds the last word of a chunk
+        rp = Signal(exact_log2(self.capacity))   # read position (bit), wraps with the ring
+        nwords = Signal(range(N + 1))            # slots holding unread bits, from rp's slot on
+        used = Signal()                          # some bit of the current chunk has been taken
+        # The current chunk was taken exactly up to its end: its flagged slot was freed with its last
+        # bit, so remember that the chunk ends at position 0 (else the next chunk would look like its tail).
+        at_end = Signal()
+
+        rp_word, rp_bit = rp[wb:], rp[:wb]
+        fill = Signal(cw)
+        m.d.comb += fill.eq((nwords << wb) - rp_bit)
+
+        # Window: the slots from rp's slot on, rotated into place, then one shift by the bit offset.
+        nview = -(-W // IW) + 1
+        view = Signal(nview * IW)
+        m.d.comb += view.eq(Cat(*[ring[(rp_word + j)[:len(rp_word)]] for j in range(nview)]))
+        m.d.comb += self.win.eq(view >> rp_bit)
+
+        # Where the current chunk ends: the end of the first flagged slot from rp's slot on.
+        flag = [Signal(name=f"end_flag{d}") for d in range(N)]
+        for d in range(N):
+            m.d.comb += flag[d].eq(ring_last.bit_select((rp_word + d)[:len(rp_word)], 1) & (d < nwords))
+        first = Signal(range(N + 1))            # slots up to and including the chunk's last one
+        first_v = Const(0, bits_for(N))
+        for d in reversed(range(N)):
+            first_v = Mux(flag[d], d + 1, first_v)
+        m.d.comb += first.eq(first_v)
+        mark_end = Signal(cw)
+        chunk_end = Signal(cw)
+        m.d.comb += [
+            mark_end.eq((first << wb) - rp_bit),
+            chunk_end.eq(Mux(at_end, 0, mark_end)),
+            self.end_seen.eq(at_end | Cat(*flag).any()),
+            self.avail.eq(Mux(self.end_seen, chunk_end, fill)),
+            self.skip_ok.eq(self.end_seen),
+        ]
+
+        # skip_err: the chunk's content must end in its last word, and what follows must be zero. Chunks
+        # end on slot boundaries, so when 0 < rest < IW the padding is the top of the chunk's last slot
+        # from bit (rp + take) mod IW up (rest = IW with nothing taken: the whole slot of an empty chunk).
+        used_now = used | (self.take != 0)
+        rest = Signal(cw)
+        last_slot = Signal(IW)
+        pad_from = Signal(wb)
+        m.d.comb += [
+            rest.eq(self.avail - self.take),
+            last_slot.eq(ring[(rp_word + first - 1)[:len(rp_word)]]),
+            pad_from.eq(rp_bit + self.take),
+        ]
+        tail_any = (rest != 0) & (last_slot & ~thermometer(pad_from, IW)).any()
+        with m.If(self.end_seen):
+            m.d.comb += self.skip_err.eq(Mux(used_now, rest >= IW, rest != IW) | tail_any)
+        with m.Else():
+            m.d.comb += self.skip_err.eq((fill - self.take) >= IW)
+
+        # Consume: advance rp; the slots it leaves are free.
+        shift = Signal(cw)
+        m.d.comb += shift.eq(Mux(self.commit, Mux(self.skip, chunk_end, self.take), 0))
+        freed = Signal(range(N + 1))
+        m.d.comb += freed.eq((rp_bit + shift) >> wb)
+
+        # a slot that the commit frees this cycle takes the next word in the same cycle (the only change
+        # against BitReader): a chunk's final beat may free both slots (its last word and padding), and the
+        # next chunk's first word is then in for the next beat
+        m.d.comb += self.inp.ready.eq(self.drain | (self.enable & ((nwords < N) | (freed != 0))))
+        append = self.inp.valid & self.inp.ready & ~self.drain
+        write_slot = Signal(exact_log2(N))
+        m.d.comb += write_slot.eq(rp_word + nwords)
+        with m.If(append):
+            m.d.sync += ring[write_slot].eq(self.inp.payload.data)
+            m.d.sync += ring_last.bit_select(write_slot, 1).eq(self.inp.payload.last)
+        with m.If(self.flush | self.drain):
+            m.d.sync += [rp.eq(0), nwords.eq(0), used.eq(0), at_end.eq(0)]
+        with m.Else():
+            m.d.sync += [
+                rp.eq(rp + shift),
+                nwords.eq(nwords - freed + append),
+                used.eq(Mux(self.commit, Mux(self.skip, 0, used_now), used)),
+                at_end.eq(Mux(self.commit,
+                              Mux(self.skip, 0, at_end | (Cat(*flag).any() & (self.take == mark_end))),
+                              at_end)),
+            ]
+        return m
 
 
 class DecoderC2v2(Format2Registers, DecoderC1):
@@ -153,7 +246,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         self.code_esc_fifo = 1 << ceil_log2(verif_lanes + 1)
         # F window: the X region + L widest fields (at most the two-word view)
         self.fwin = min(2 * word, X_REGION + MXF * lanes)
-        self.rest_slots = 2 if 2 * REST_MAX * verif_lanes <= word else 4     # see RestReader
+        self.rest_slots = 2 if 2 * REST_MAX * verif_lanes <= word else 0     # RestReader, else BitReader
         wiring.Component.__init__(self, c2_decoder_signature(lanes, word))
 
     # format 2.0 registers (CHUNK, VERIF_PAIRS; C2 has no speculation book): Format2Registers (hw/decoder.py)
@@ -682,7 +775,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                          S4["mneg"].eq(full & Cat(*[ln["neg0"] | (ln["pair"] & ln["neg1"]) for ln in c_lane]).any())]
 
         # ---- VERIFY -> OUT: full mode takes the rest bits of the beat
-        R = RestReader(IW, REST_MAX * Lv, self.rest_slots)
+        R = RestReader(IW, REST_MAX * Lv) if self.rest_slots else BitReader(IW, REST_MAX * Lv)
         m.submodules.verif_rest_rd = R
         wiring.connect(m, wiring.flipped(self.verif_rest), R.inp)
         m.d.comb += [R.enable.eq(started & full), R.drain.eq(drain), R.flush.eq(flush)]
