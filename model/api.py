@@ -267,7 +267,8 @@ class CassandraModel:
         from .runner import DraftOptions, build
 
         ck = Checkpoint(args, {n: art_mod._param_bits(p) for n, p in target.named_weights().items()}, tok, source)
-        eng, d, tgt = build(ck, draft, DraftOptions(skip_layers=skip_layers, n_skip=n_skip), progress=progress)
+        eng, d, tgt = build(ck, draft, DraftOptions(skip_layers=skip_layers, n_skip=n_skip), progress=progress,
+                            target=target)            # the decoded target itself: not a second copy
         return cls(eng, d, tgt, tok, args, source, alloc, info, 4)
 
     def _with_gamma(self, gamma):

@@ -51,8 +51,11 @@ class Checkpoint:
     source: str
 
     def build(self, bits: dict[str, np.ndarray] | None = None) -> Transformer:
-        """A Transformer holding ``bits`` (default: the checkpoint's own weights)."""
-        m = Transformer(self.args)
+        """A Transformer holding ``bits`` (default: the checkpoint's own weights; shared, not copied)."""
+        from .transformer import uninitialized_weights
+
+        with uninitialized_weights():          # every weight is replaced below: none is written first
+            m = Transformer(self.args)
         m.load_named({k: bits_to_bf16(v) for k, v in (bits or self.bits).items()})
         return m.eval()
 

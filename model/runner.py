@@ -95,15 +95,16 @@ def rtl_decoder():
     return lambda name, enc: bulk.decode_with_rtl(enc, mode="draft", config=RTL_CONFIG)
 
 
-def build(ck: Checkpoint, draft: str, o: DraftOptions, progress=None, encoded=None):
-    """Returns (engine, drafter or None, target model). ``draft`` in DRAFTS."""
+def build(ck: Checkpoint, draft: str, o: DraftOptions, progress=None, encoded=None, target=None):
+    """Returns (engine, drafter or None, target model). ``draft`` in DRAFTS. ``target``: the model of
+    ``ck``'s bits when it is already built (a model artifact's decoded target), so it is not built twice."""
     if draft not in DRAFTS:
         raise ConfigError(f"unknown draft {draft!r} (choose from {', '.join(DRAFTS)})")
     if o.rtl and draft != "cassandra":
         raise ConfigError("--rtl decodes the Cassandra draft's streams: use it with --draft cassandra")
     if o.rtl and o.scheme != "c1":
         raise ConfigError("--rtl: the generated decoder implements scheme c1 only")
-    target = ck.build()
+    target = ck.build() if target is None else target
     stop = ck.tokenizer.stop_ids if ck.tokenizer else set(ck.args.eos_token_ids)
     if draft == "none":
         return Engine(target, stop_ids=stop), None, target
