@@ -669,7 +669,6 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         m.d.comb += need.eq(nd + S3["cend"])
         tab = list(r["verif_tab"]) + [Const(0, BF16_EXPONENT_BITS)]
         tab_arr = Array(tab)
-        tab1_arr = Array(tab[1:] + [Const(0, BF16_EXPONENT_BITS)])      # S[b + 1]
         base_arr = Array(verif_base + [Const(0, 4)])
         # escaped deltas come from the code plane's side FIFO, in order: entry j takes FIFO entry ep_j (the
         # escapes among the beat's entries before it); the beat pops ep[nd] of them
@@ -677,19 +676,30 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         m.d.comb += escl.eq(Cat(*[(j < nd) & (CP.win[j].kind == CpKind.ESC) for j in range(Lv)]))
         ep = prefix_counts(m, escl, Lv, "c_ep")
         esc_win = Array(CP.esc[j] for j in range(CP.esc_pops))
-        ent_d0, ent_d1, ent_pair = [], [], []
+        # Exponents: X - S[b_q + t] (t: the pair's suffix bit, read at VERIFY), or X - the escaped delta. This
+        # stage keeps, per lane, the table index b_q (or the escaped delta) and whether either candidate is
+        # below zero -- from one "S[q] > X" vector of the beat's X (one X per beat), so the lanes need no
+        # table lookup here; VERIFY does the one lookup S[b_q + t] per lane.
+        gt = [Signal(name=f"c_gt{q}") for q in range(K_MAX)] + [Const(0, 1)]
+        m.d.comb += [gt[q].eq(r["verif_tab"][q] > S3["x"]) for q in range(K_MAX)]
+        gt_arr = Array(gt)
+        ent_d, ent_esc, ent_n0, ent_n1, ent_pair = [], [], [], [], []
         for j in range(Lv):
             ent = CP.win[j]
             is_esc = ent.kind == CpKind.ESC
             b = Signal(4, name=f"c_base{j}")
             m.d.comb += b.eq(base_arr[ent.val[:4]])
-            d0 = Signal(X_BITS, name=f"c_delta0_{j}")
-            d1 = Signal(X_BITS, name=f"c_delta1_{j}")
+            pay = esc_win[ep[j]] if j else CP.esc[0]
+            d = Signal(X_BITS, name=f"c_dsel{j}")                  # escaped delta, or the table index b_q
+            n0 = Signal(name=f"c_n0_{j}")
+            n1 = Signal(name=f"c_n1_{j}")
             pr = Signal(name=f"c_pair{j}")
-            m.d.comb += [d0.eq(Mux(is_esc, esc_win[ep[j]] if j else CP.esc[0], tab_arr[b])), d1.eq(tab1_arr[b]),
-                         pr.eq((ent.kind == CpKind.CODE) & ent.val[4])]
-            ent_d0.append(d0)
-            ent_d1.append(d1)
+            m.d.comb += [d.eq(Mux(is_esc, pay, b)), n0.eq(Mux(is_esc, pay > S3["x"], gt_arr[b])),
+                         n1.eq(gt_arr[(b + 1)[:4]]), pr.eq((ent.kind == CpKind.CODE) & ent.val[4])]
+            ent_d.append(d)
+            ent_esc.append(is_esc)
+            ent_n0.append(n0)
+            ent_n1.append(n1)
             ent_pair.append(pr)
         # A marker among the first nd entries: END -> OVERRUN (CODE if the zero run before the chunk end is
         # longer than Q), BAD -> CODE; on a chunk's last beat, anything but a clean END in place nd ->
@@ -720,18 +730,13 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         widths = []
         for i in range(Lv):
             sel = S3["pz"][i]
-            ln = {"pair": Signal(name=f"c_lpair{i}"), "e0": Signal(BF16_EXPONENT_BITS, name=f"c_e0_{i}"),
-                  "e1": Signal(BF16_EXPONENT_BITS, name=f"c_e1_{i}"), "neg0": Signal(name=f"c_neg0_{i}"),
+            ln = {"pair": Signal(name=f"c_lpair{i}"), "d": Signal(X_BITS, name=f"c_ld{i}"),
+                  "esc": Signal(name=f"c_lesc{i}"), "neg0": Signal(name=f"c_neg0_{i}"),
                   "neg1": Signal(name=f"c_neg1_{i}")}
-            d0 = Signal(X_BITS, name=f"c_ld0_{i}")
-            d1 = Signal(X_BITS, name=f"c_ld1_{i}")
-            if i:
-                m.d.comb += [d0.eq(Array(ent_d0[:i + 1])[sel]), d1.eq(Array(ent_d1[:i + 1])[sel]),
-                             ln["pair"].eq(S3["dz"][i] & Array(ent_pair[:i + 1])[sel])]
-            else:
-                m.d.comb += [d0.eq(ent_d0[0]), d1.eq(ent_d1[0]), ln["pair"].eq(S3["dz"][0] & ent_pair[0])]
-            m.d.comb += [ln["e0"].eq(S3["x"] - d0), ln["e1"].eq(S3["x"] - d1),
-                         ln["neg0"].eq(S3["dz"][i] & (d0 > S3["x"])), ln["neg1"].eq(S3["dz"][i] & (d1 > S3["x"]))]
+            pick = (lambda v: Array(v[:i + 1])[sel]) if i else (lambda v: v[0])
+            m.d.comb += [ln["d"].eq(pick(ent_d)), ln["esc"].eq(pick(ent_esc)),
+                         ln["pair"].eq(S3["dz"][i] & pick(ent_pair)),
+                         ln["neg0"].eq(S3["dz"][i] & pick(ent_n0)), ln["neg1"].eq(S3["dz"][i] & pick(ent_n1))]
             c_lane.append(ln)
             widths.append(S3["rw"][i] + ln["pair"])
         ro = prefix_sums(m, widths, bits_for(REST_MAX * Lv), "ro")
@@ -740,8 +745,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
               "fld": [Signal(MXF, name=f"S4_field{i}") for i in range(L)], "kept": Signal(L, name="S4_kept"),
               "x": Signal(X_BITS, name="S4_x"),
               "dz": Signal(Lv, name="S4_dz"), "pair": Signal(Lv, name="S4_pair"),
-              "e0": [Signal(BF16_EXPONENT_BITS, name=f"S4_e0_{i}") for i in range(Lv)],
-              "e1": [Signal(BF16_EXPONENT_BITS, name=f"S4_e1_{i}") for i in range(Lv)],
+              "d": [Signal(X_BITS, name=f"S4_dsel{i}") for i in range(Lv)], "esc": Signal(Lv, name="S4_esc"),
               "neg0": Signal(Lv, name="S4_neg0"), "neg1": Signal(Lv, name="S4_neg1"),
               "rw": [Signal(4, name=f"S4_rw{i}") for i in range(Lv)],
               "ro": [Signal(range(REST_MAX * i + 1), name=f"S4_ro{i}") for i in range(Lv + 1)],   # lane i <= 9 i
@@ -768,8 +772,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
             m.d.sync += [S4["pair"].eq(Cat(*[ln["pair"] for ln in c_lane])),
                          S4["neg0"].eq(Cat(*[ln["neg0"] for ln in c_lane])),
                          S4["neg1"].eq(Cat(*[ln["neg1"] for ln in c_lane]))]
-            m.d.sync += [S4["e0"][i].eq(c_lane[i]["e0"]) for i in range(Lv)]
-            m.d.sync += [S4["e1"][i].eq(c_lane[i]["e1"]) for i in range(Lv)]
+            m.d.sync += [S4["d"][i].eq(c_lane[i]["d"]) for i in range(Lv)]
+            m.d.sync += S4["esc"].eq(Cat(*[ln["esc"] for ln in c_lane]))
             m.d.sync += [S4["err_ov"].eq(full & q_err_ov), S4["err_code"].eq(full & q_err_code),
                          S4["err_tl"].eq(full & q_err_tl),
                          S4["mneg"].eq(full & Cat(*[ln["neg0"] | (ln["pair"] & ln["neg1"]) for ln in c_lane]).any())]
@@ -807,7 +811,9 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                 low = Signal(FIELD_MAX, name=f"rest_low{i}")          # a non-draft-zero lane's cut bits
                 m.d.comb += low.eq(rf[:FIELD_MAX] & ~(Const(0xFF, FIELD_MAX) << S4["rw"][i]))
                 e = Signal(BF16_EXPONENT_BITS, name=f"vexp{i}")
-                m.d.comb += e.eq(Mux(t, S4["e1"][i], S4["e0"][i]))
+                dl = Signal(X_BITS, name=f"vdelta{i}")                  # S[b_q + t], or the escaped delta
+                m.d.comb += [dl.eq(Mux(S4["esc"][i], S4["d"][i], tab_arr[(S4["d"][i][:4] + t)[:4]])),
+                             e.eq(S4["x"] - dl)]
                 neg_terms.append(Mux(t, S4["neg1"][i], S4["neg0"][i]))
                 fullv = Signal(BF16_BITS, name=f"full{i}")
                 m.d.comb += fullv.eq(Mux(S4["dz"][i], Cat(body[:BF16_MANTISSA_BITS], e, body[BF16_MANTISSA_BITS]),
