@@ -136,7 +136,10 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         # codes per pass: 2 per value lane. A segment with more codes takes a second pass right after the
         # first (no bubble: stage A sees the lane limit itself); the zero counter, ring and writer shrink.
         self.code_lanes = min(self.seg, 2 * lanes) if code_lanes is None else code_lanes
-        self.verif_code_lanes = min(self.verif_seg, 2 * Lv) if verif_code_lanes is None else verif_code_lanes
+        # the verification plane holds codes of pruned values only (at most Lv a beat, 0.5-0.7 Lv at SmolLM2's
+        # keep ratios): 1.5 per lane (decoder_c1v2_l8_v4: -1.0 k GE against 2 Lv; full-mode rate unchanged at
+        # keep 0.1-0.5, docs/HARDWARE.md 2b "Area cuts")
+        self.verif_code_lanes = min(self.verif_seg, Lv + Lv // 2) if verif_code_lanes is None else verif_code_lanes
         # validate the code plane parameters here (one clear message), not at elaboration
         # the verification plane of a decoder with Lv < L parses each word over >= 4 passes: 2 word slots
         self.verif_word_slots = 2 if VW // self.verif_seg >= 4 else 4
