@@ -43,12 +43,14 @@ for _w, _l in ((64, 8), (128, 16)):
 # like decoder_c1v2_l8_v4: it reads ~3x the bits per value of the draft (SmolLM2, m = 3, keep 0.5: 3.75 vs 11.5).
 def _c2v2_factories():
     from .decoder_c2_v2 import DecoderC2v2
-    for l, word in ((8, 128), (16, 256)):
-        _register(f"decoder_c2v2_l{l}", lambda l=l, w=word: DecoderC2v2(lanes=l, word=w),
-                  block="decoder_c2", variant="v2", lanes=l, word=word, verif_lanes=l // 2, code_seg=16,
-                  values_per_cycle=l, values_per_cycle_full=l // 2, latency_cycles=5,
+    # interface v2.1 (docs/HARDWARE.md 2c): the verification planes at verif_word bits (full mode reads at most
+    # 9 rest bits and one code per value, Lv values a cycle), spec.mx at word bits
+    for l, word, vword in ((8, 128, 64), (16, 256, 128)):
+        _register(f"decoder_c2v2_l{l}", lambda l=l, w=word, v=vword: DecoderC2v2(lanes=l, word=w, verif_word=v),
+                  block="decoder_c2", variant="v2", lanes=l, word=word, verif_word=vword, verif_lanes=l // 2,
+                  code_seg=16, values_per_cycle=l, values_per_cycle_full=l // 2, latency_cycles=5,
                   description=f"Cassandra-2 decoder v2 (decoupled pipeline), {l} bf16 values/cycle in draft mode, "
-                              f"{l // 2} in full mode, {word}-bit plane words")
+                              f"{l // 2} in full mode, {word}-bit spec.mx words, {vword}-bit verification words")
 
 
 _c2v2_factories()

@@ -52,12 +52,13 @@ the keep count into stage I.
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import wiring
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In
 from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, MX_BLOCK
-from .bitreader import BitReader, thermometer
+from .bitreader import BitReader, thermometer, word_layout
 from .decoder import BF16_BITS, CFG_DATA_BITS, ERROR_BITS, FIELD_MAX, DecoderC1, Err, Format2Registers, Reg
 from .decoder_c2 import DecoderC2, c2_decoder_signature, prefix_sums
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane
@@ -80,19 +81,27 @@ def _pow2(v) -> bool:
     return isinstance(v, int) and v >= 1 and not v & (v - 1)
 
 
+def c2v2_signature(lanes: int, word: int, verif_word: int) -> dict:
+    """docs/HARDWARE.md 2a's C2 ports with the verification planes at their own word width (2c, interface
+    v2.1): spec_mx ``word`` bits, verif_codes / verif_rest ``verif_word`` bits."""
+    sig = c2_decoder_signature(lanes, word)
+    vplane = In(stream.Signature(word_layout(verif_word)))
+    return {**sig, "verif_codes": vplane, "verif_rest": vplane}
+
+
 class RestReader(BitReader):
     """The verif.rest reader: hw/bitreader.py's BitReader with ``slots`` word slots (default 2) instead of
     the ``window + 3 IW`` its one-cycle consumers need, and a slot freed by a commit refilled in the same
-    cycle. Here the take comes from a register (S4) and is at most ``window`` bits a cycle with
-    ``2 window <= IW``: when the read position leaves a slot, the other still holds more than ``IW - window``
-    bits (one beat's take), and the freed one takes the next word at once, so two slots never hold a beat
-    back on a stream without idles, also when a chunk's final beat frees both (measured, section 2c).
+    cycle. Here the take comes from a register (S4) and is at most ``window <= IW`` bits a cycle: when the
+    read position leaves a slot, the freed slot takes the next word at once, so the next cycle holds more
+    than IW bits (>= one beat's take), also when a chunk's final beat frees both slots (one word then is
+    still >= window): two slots never hold a beat back on a stream without idles (measured, section 2c).
     ``inp.ready`` therefore depends on this cycle's ``commit`` (ready may depend on the consumer; valid
-    never does). The elaborate below is BitReader's with that one line changed."""
+    never does). The elaborate below is BitReader's with that and the full-buffer ``skip_err`` changed."""
 
     def __init__(self, word: int, window: int, slots: int = 2):
-        if not _pow2(slots) or slots < 2 or 2 * window > word:
-            raise ConfigError(f"rest reader needs a power-of-two slot count >= 2 and 2 * window <= word, "
+        if not _pow2(slots) or slots < 2 or window > word:
+            raise ConfigError(f"rest reader needs a power-of-two slot count >= 2 and window <= word, "
                               f"got {slots!r} slots, window {window!r}, word {word!r}")
         super().__init__(word, window)
         self.slots, self.capacity = slots, slots * word
@@ -156,7 +165,11 @@ class RestReader(BitReader):
         with m.If(self.end_seen):
             m.d.comb += self.skip_err.eq(Mux(used_now, rest >= IW, rest != IW) | tail_any)
         with m.Else():
-            m.d.comb += self.skip_err.eq((fill - self.take) >= IW)
+            # (and, the second change against BitReader: with every slot full, a take that ends in the
+            # last one, which is not the chunk's last word, leaves words after the content -- a well-formed
+            # chunk's content ends in its last word, which is then in the buffer; without this a
+            # lengthened chunk would wait forever for an end it cannot take in)
+            m.d.comb += self.skip_err.eq(((fill - self.take) >= IW) | ((nwords == N) & (fill >= self.take)))
 
         # Consume: advance rp; the slots it leaves are free.
         shift = Signal(cw)
@@ -210,12 +223,16 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                      the next superblock's bitmap, up to G bits, and the next beat's bits must be in; 3 and
                      bitmap_words = 3 cost a bubble per superblock at G = 256 with pruning only)
         code_word_slots  word slots of the code plane (2, 4 or 8; default 2: verif.codes is parsed in 16-bit
-                     segments, IW / 16 passes per word, so a second slot hides every word's arrival)
+                     segments, VW / 16 passes per word, so a second slot hides every word's arrival)
+        verif_word   VW, bits per input word on the verification planes verif.codes and verif.rest: a power of
+                     two 32..1024 (default max(64, the power of two >= 9 Lv): full mode reads at most 9 Lv
+                     rest bits and Lv codes a cycle, the code plane parses 16 bits a cycle; 64 at L = 8)
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
                  code_seg: int = 16, code_lanes: int | None = None, code_depth: int | None = None,
-                 bitmap_words: int | None = None, field_slots: int | None = None, code_word_slots: int = 2):
+                 bitmap_words: int | None = None, field_slots: int | None = None, code_word_slots: int = 2,
+                 verif_word: int | None = None):
         if not _pow2(lanes) or lanes > MAX_LANES:
             raise ConfigError(f"lanes must be a power of two 1..{MAX_LANES} (a beat lies in one MX block), "
                               f"got {lanes!r}")
@@ -226,10 +243,13 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         verif_lanes = max(1, lanes // 2) if verif_lanes is None else verif_lanes
         if not _pow2(verif_lanes) or verif_lanes > lanes:
             raise ConfigError(f"verif_lanes must be a power of two 1..lanes ({lanes}), got {verif_lanes!r}")
+        verif_word = max(64, 1 << ceil_log2(REST_MAX * verif_lanes)) if verif_word is None else verif_word
+        if not _pow2(verif_word) or not 32 <= verif_word <= 1024:
+            raise ConfigError(f"verification word must be a power of two in 32..1024 bits, got {verif_word!r}")
         code_lanes = min(code_seg, max(5, verif_lanes + 1)) if code_lanes is None else code_lanes
         if code_depth is None:          # room for two passes and two beats' pops: the plane never waits
             code_depth = 1 << ceil_log2(2 * (code_lanes + 1) + 2 * (verif_lanes + 1))
-        code_depth = CodePlane.resolve(word, code_seg, code_lanes, code_depth, verif_lanes + 1,
+        code_depth = CodePlane.resolve(verif_word, code_seg, code_lanes, code_depth, verif_lanes + 1,
                                        code_word_slots)[3]                                     # or ConfigError
         bitmap_words = G_MAX // word + 2 if bitmap_words is None else bitmap_words
         if not isinstance(bitmap_words, int) or not 2 <= bitmap_words <= 16:
@@ -238,7 +258,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         field_slots = 4 if field_slots is None else field_slots
         if not isinstance(field_slots, int) or not 3 <= field_slots <= 16:
             raise ConfigError(f"field_slots must be 3..16, got {field_slots!r}")
-        self.lanes, self.word, self.verif_lanes = lanes, word, verif_lanes
+        self.lanes, self.word, self.verif_lanes, self.verif_word = lanes, word, verif_lanes, verif_word
+        self.port_words = {"spec_mx": word, "verif_codes": verif_word, "verif_rest": verif_word}
         self.code_seg, self.code_lanes, self.code_depth = code_seg, code_lanes, code_depth
         self.bitmap_words, self.field_slots, self.code_word_slots = bitmap_words, field_slots, code_word_slots
         # escape payloads in the code plane's side FIFO (ring entries 10 -> 7 bits): >= Lv + 1 entries, so
@@ -246,8 +267,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         self.code_esc_fifo = 1 << ceil_log2(verif_lanes + 1)
         # F window: the X region + L widest fields (at most the two-word view)
         self.fwin = min(2 * word, X_REGION + MXF * lanes)
-        self.rest_slots = 2 if 2 * REST_MAX * verif_lanes <= word else 0     # RestReader, else BitReader
-        wiring.Component.__init__(self, c2_decoder_signature(lanes, word))
+        self.rest_slots = 2 if REST_MAX * verif_lanes <= verif_word else 0   # RestReader, else BitReader
+        wiring.Component.__init__(self, c2v2_signature(lanes, word, verif_word))
 
     # format 2.0 registers (CHUNK, VERIF_PAIRS; C2 has no speculation book): Format2Registers (hw/decoder.py)
     PAIR_BOOKS = ("verif",)
@@ -652,7 +673,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         # verif.codes: the shared fixed-rate code plane (hw/code_plane.py) parses the tensor's chunks ahead
         # of the beats into a ring of codes (group q, pair flag) / escapes / END markers; a beat pops its nd
         # codes (+ END on a chunk's last beat).
-        CP = CodePlane(word=IW, seg=self.code_seg, lanes=self.code_lanes, depth=self.code_depth, pops=Lv + 1,
+        CP = CodePlane(word=self.verif_word, seg=self.code_seg, lanes=self.code_lanes, depth=self.code_depth, pops=Lv + 1,
                        word_slots=self.code_word_slots, pair_flags=True, esc_fifo=self.code_esc_fifo)
         m.submodules.verif_codes_plane = CP
         wiring.connect(m, wiring.flipped(self.verif_codes), CP.inp)
@@ -779,7 +800,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                          S4["mneg"].eq(full & Cat(*[ln["neg0"] | (ln["pair"] & ln["neg1"]) for ln in c_lane]).any())]
 
         # ---- VERIFY -> OUT: full mode takes the rest bits of the beat
-        R = RestReader(IW, REST_MAX * Lv) if self.rest_slots else BitReader(IW, REST_MAX * Lv)
+        VW = self.verif_word
+        R = RestReader(VW, REST_MAX * Lv) if self.rest_slots else BitReader(VW, REST_MAX * Lv)
         m.submodules.verif_rest_rd = R
         wiring.connect(m, wiring.flipped(self.verif_rest), R.inp)
         m.d.comb += [R.enable.eq(started & full), R.drain.eq(drain), R.flush.eq(flush)]

@@ -49,10 +49,10 @@ def _sorted_patterns(every: int = 1) -> np.ndarray:
     return np.arange(65536, dtype=np.uint16).reshape(-1, 32)[::every].reshape(-1)
 
 
-def _error_case(kind):
+def _error_case(kind, words=64):
     bits = weights(256, 21)
     enc = c2(bits, 64, 3, 0.5)
-    planes = decoder_planes(enc, True, 64)
+    planes = decoder_planes(enc, True, words)
     prog = decoder_program(enc, True)
     job = DecodeJob(enc, True, planes=planes)
     first_last = {p: [i for i, (_, l) in enumerate(w) if l][0] for p, w in planes.items()}
@@ -291,6 +291,20 @@ def test_c2v2_malformed_raises_sticky_error_and_recovers(kind):
     check_recovers(dut, bad, c2(weights(48, 2), 32, 3, 0.5), pre_wait=100)
 
 
+@pytest.mark.parametrize("kind", ["code", "negative", "overrun_rest", "too_long"])
+def test_c2v2_narrow_verification_ports_errors_and_recovery(kind):
+    """Interface v2.1 (decoder_c2v2_l8: 128-bit spec.mx, 64-bit verification words): the verification planes'
+    malformed chunks raise their bit at the narrow width too, and the decoder recovers."""
+    dut = DecoderC2v2(8)
+    assert dut.port_words == {"spec_mx": 128, "verif_codes": 64, "verif_rest": 64}
+    bad, bit = _error_case(kind, dut.port_words)
+    res = run_decoder(dut, [bad], Stalls(STALL, STALL, seed=9), max_cycles=4000, expect_error=True)
+    assert res.error_code == 1 << bit, f"expected error bit {bit}, got {res.error_code:#x}"
+    assert res.busy == 0
+    bad, _ = _error_case(kind, dut.port_words)
+    check_recovers(dut, bad, c2(weights(48, 2), 32, 3, 0.5), pre_wait=100)
+
+
 # ----------------------------------------------------------------------------------------- misc contract
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
@@ -298,7 +312,8 @@ def test_c2v2_malformed_raises_sticky_error_and_recovers(kind):
                                 {"lanes": 8, "word": 64}, {"lanes": 4, "verif_lanes": 8},
                                 {"lanes": 4, "verif_lanes": 3}, {"lanes": 4, "code_seg": 8},
                                 {"lanes": 4, "code_lanes": 0}, {"lanes": 4, "bitmap_words": 1},
-                                {"lanes": 4, "code_depth": 24}])
+                                {"lanes": 4, "code_depth": 24}, {"lanes": 4, "verif_word": 48},
+                                {"lanes": 4, "verif_word": 16}])
 def test_c2v2_rejects_bad_parameters(kw):
     with pytest.raises(ConfigError):
         DecoderC2v2(**kw)
@@ -310,6 +325,10 @@ def test_c2v2_ports_and_registry_mirror_v1():
     from cassandra_rtl.hw.decoder_c2 import DecoderC2
     v1, v2 = DecoderC2(8), build("decoder_c2v2_l8")
     assert isinstance(v2, DecoderC2v2) and CONFIG_INFO["decoder_c2v2_l8"]["word"] == v2.word == v1.word
+    # interface v2.1: the same ports and flows, the verification planes at 64-bit words
+    assert CONFIG_INFO["decoder_c2v2_l8"]["verif_word"] == v2.verif_word == 64
+    members = dict(v2.signature.members.flatten())
+    assert [members[(p, "payload")].shape.size - 1 for p in ("spec_mx", "verif_codes", "verif_rest")] == [128, 64, 64]
     assert dict(v1.signature.members.flatten()).keys() == dict(v2.signature.members.flatten()).keys()
     for path, member in v1.signature.members.flatten():
         assert dict(v2.signature.members.flatten())[path].flow == member.flow

@@ -138,9 +138,11 @@ def _spec_mx_used_bits(enc, s: int) -> int:
     return (n if c.prunes else 0) + 8 * (-(-n // 32)) + k * (c.mantissa_bits + 2)
 
 
-def _mutations(enc, full, IW, rng):
-    """(name, expected error bit, planes, program) for one pruning tensor: minimal corruptions."""
-    pw = F.plane_words(enc, full, IW)
+def _mutations(enc, full, port_words, rng):
+    """(name, expected error bit, planes, program) for one pruning tensor: minimal corruptions
+    (``port_words``: {port: word bits}; the C2 v2 decoders have narrower verification ports)."""
+    pw = F.plane_words(enc, full, port_words)
+    IW, VW = port_words["spec_mx"], port_words["verif_codes"]
     prog = F.program(enc, full)
     out = []
 
@@ -186,7 +188,7 @@ def _mutations(enc, full, IW, rng):
         # CODE: a zero run longer than K at the start of a verif.codes chunk
         p = copy()
         cands = [i for i, ch in enumerate(p["verif_codes"]) if ch[0][0]]
-        if cands and enc.verif_book.K + 1 < IW:
+        if cands and enc.verif_book.K + 1 < VW:
             ch = p["verif_codes"][int(rng.choice(cands))]
             ch[0] = (0, ch[0][1])
             out.append(("code_zero_run", F.ERR_CODE, p, None))
@@ -221,7 +223,7 @@ async def malformed_streams(dut, ctx):
     for full in (False, True):
         for G, k in ((64, 40), (256, 100)):          # G = 256: the bitmap is read in HEAD cycles
             enc = D.encode(D.weights_like(rng, G * 3), D.c2cfg(G, 3, k, **V1))
-            for name, bit, planes, prog in _mutations(enc, full, IW, rng):
+            for name, bit, planes, prog in _mutations(enc, full, h.port_words, rng):
                 cases.append((f"{name}/G{G}/{'full' if full else 'draft'}", bit, enc, full, planes, prog))
     # OVERRUN inside the bitmap: a G = 256 spec.mx chunk cut after its first word (128 of 256 bitmap bits)
     enc = D.encode(D.weights_like(rng, 512), D.c2cfg(256, 3, 100, **V1))
