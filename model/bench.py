@@ -215,6 +215,31 @@ def aggregate(name: str, runs: list[dict], presets) -> dict:
     return row
 
 
+def oracle(runs: dict[str, list[dict]], names: list[str], presets, mode: str = "batch-invariant") -> dict:
+    """The best of ``names`` chosen per prompt *afterwards* (an oracle no schedule can beat by switching between
+    those configs per prompt): per device the pooled speedup of the per-prompt fastest config, and how often each
+    config won. Prompts are matched by text; every config must have run the same prompts."""
+    by_prompt: dict[str, dict[str, dict]] = {}
+    for n in names:
+        for r in runs[n]:
+            by_prompt.setdefault(r["prompt"], {})[n] = r
+    out = {}
+    for k in presets:
+        t_bf = t_best = 0.0
+        wins: dict[str, int] = {}
+        for prompt, rs in by_prompt.items():
+            if len(rs) != len(names):
+                continue
+            ev = {n: evaluate(RunInputs.from_json(r["model_inputs"]), {k: presets[k]})["by_device"][k][mode]
+                  for n, r in rs.items()}
+            best = min(ev, key=lambda n: ev[n]["decode_s"])
+            wins[best] = wins.get(best, 0) + 1
+            t_bf += ev[best]["bf16_ar_decode_s"]
+            t_best += ev[best]["decode_s"]
+        out[k] = {"speedup": t_bf / t_best if t_best else None, "wins": wins}
+    return out
+
+
 def _x(v):
     return "-" if v is None else f"{v:.2f}x"
 
@@ -280,6 +305,8 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", default="batch-invariant", choices=list(VERIFY_MODES),
                     help="verify-cost mode of the per-device tables (both are always in the JSON)")
     ap.add_argument("--json", action="store_true", help="print the summary rows as JSON instead of tables")
+    ap.add_argument("--oracle", default=None, help="with --table: also the per-prompt best of these configs "
+                    "(comma-separated), chosen afterwards")
     a = ap.parse_args(argv)
     presets = presets_from(a)
     if a.table:
@@ -292,6 +319,17 @@ def main(argv=None) -> int:
                         runs.setdefault(r["config"], []).append(r)
         rows = [aggregate(n, rs, presets) for n, rs in runs.items()]
         print(json.dumps(rows) if a.json else markdown(rows, a.mode))
+        if a.oracle:
+            names = a.oracle.split(",")
+            from cassandra_rtl.errors import ConfigError
+
+            missing = [n for n in names if n not in runs]
+            if missing:
+                raise ConfigError(f"--oracle: no runs of {', '.join(missing)} in the given files")
+            o = oracle(runs, names, presets, a.mode)
+            print(f"\nper-prompt oracle over {', '.join(names)} ({a.mode}): " + "; ".join(
+                f"{k} {v['speedup']:.2f}x (wins: {', '.join(f'{n} {c}' for n, c in sorted(v['wins'].items()))})"
+                for k, v in o.items()))
         return 0
     from .loader import load
 

@@ -116,3 +116,42 @@ def test_tuner_v2_objective_charges_the_real_target_bytes():
     assert r["target_bytes"] == want and r["objective"] == "v2:orin"
     assert r["speedup"] == r["by_device"]["orin"]["speedup"] == max(r["by_schedule"].values())
     assert "agree_rows" not in r  # the per-position detail is not kept in the result
+
+
+# --------------------------------------------------------------------------------- bench config names
+def test_bench_config_names_and_oracle(tmp_path, capsys):
+    """<base>[_conf<T>|_hf]_g<G> names resolve; a confidence config runs end to end on a tiny HF folder
+    (lossless); --table --oracle takes per prompt the fastest config, so it is never below the best config."""
+    import json
+
+    from cassandra_rtl.model import bench
+    from cassandra_rtl.model.testing import write_hf_folder
+
+    assert bench.resolve_config("c_k1.0_m2_conf0.7_g4") == (
+        "cassandra", {"keep_ratio": 1.0, "mantissa_bits": 2, "kv_mantissa_bits": 3, "gamma": 4,
+                      "adaptive": "confidence:0.7"})
+    assert bench.resolve_config("mine_hf_g3", {"mine": "x.json"}) == ("alloc:mine", {"gamma": 3, "adaptive": True})
+    with pytest.raises(ConfigError):
+        bench.resolve_config("mine_g3")
+    d = write_hf_folder(tmp_path / "m", max_pos=160)
+    out = tmp_path / "b.jsonl"
+    names = ["c_k1.0_m3_g2", "c_k1.0_m3_conf0.5_g4"]
+    assert bench.main(["--model", str(d), "--configs", ",".join(names), "--prompt-set", "bench", "--prompts", "2",
+                       "--max-new-tokens", "8", "--out", str(out), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [r["lossless"] for r in rows] == ["2/2", "2/2"] and rows[1]["adaptive"] == "confidence:0.5"
+    runs = {}
+    for x in out.read_text().splitlines():
+        r = json.loads(x)
+        if "model_inputs" in r:
+            runs.setdefault(r["config"], []).append(r)
+    o = bench.oracle(runs, names, bench.presets_from(bench_args()))
+    for k, v in o.items():
+        best = max(r["performance_model"]["by_device"][k]["batch-invariant"]["speedup"] for r in rows)
+        assert v["speedup"] >= best - 1e-9 and sum(v["wins"].values()) == 2
+
+
+def bench_args():
+    import argparse
+
+    return argparse.Namespace(overhead_us=None, synth_report=None, decoder=None)
