@@ -882,8 +882,9 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         with m.If(fire_v):
             m.d.sync += [self.out.payload.count.eq(S4["n"]), self.out.payload.sb_end.eq(S4["final"]),
                          self.out.payload.last.eq(S4["last"])]
-            for i in range(L):
-                m.d.sync += self.out.payload.lanes[i].eq(Mux(i < S4["n"], values[i], 0))
+            # lanes at and above the beat's count are 0 already: not kept (no draft), no draft-zero flag and
+            # rest width 0 (no rest bits)
+            m.d.sync += [self.out.payload.lanes[i].eq(values[i]) for i in range(L)]
 
         # ---- START, errors, busy
         cfg_bad = self._config_error(r)
