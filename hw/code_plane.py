@@ -128,6 +128,12 @@ class CodePlane(wiring.Component):
                 one is freed costs a pass cycle, so 2 suits planes parsed over >= 4 passes per word
         pair_flags  CODE entries carry ``pairs[q]`` in ``val`` bit 4 (a ``pairs`` input is added; default
                 False: the C2 decoder v2's interface)
+        partial_writes  B may write part of a pass when the ring lacks room for all of it: the codes that fit
+                (never the escape, never the chunk's END) go in and A re-parses the segment after the last one
+                written (one replay cycle, taken only while the ring is nearly full). Without it B holds a pass
+                until ``fill + codes found + 1 <= D`` (a registered bound that cannot credit the consumer's pop
+                of the same cycle, so it needs a ring twice as deep for the same rate; default False: the C2
+                decoder v2's interface)
         esc_fifo    E > 0: escape payloads go to an E-entry side FIFO instead of the ring entries, which
                 shrink to ``val`` = 4 bits (+ the pair bit): ESC entries then carry no value, the consumer
                 reads the payloads in order from ``esc`` and pops them with ``esc_pop``. B holds a pass
@@ -176,12 +182,13 @@ class CodePlane(wiring.Component):
 
     def __init__(self, word: int = 64, seg: int | None = None, lanes: int | None = None,
                  depth: int | None = None, pops: int = 9, word_slots: int = WORD_SLOTS, pair_flags: bool = False,
-                 esc_fifo: int = 0):
+                 esc_fifo: int = 0, partial_writes: bool = False):
         word, seg, lanes, depth, pops = self.resolve(word, seg, lanes, depth, pops, word_slots)
         if not isinstance(esc_fifo, int) or esc_fifo < 0 or (esc_fifo and (esc_fifo < 2 or esc_fifo & (esc_fifo - 1))):
             raise ConfigError(f"code plane escape FIFO must be 0 or a power of two >= 2, got {esc_fifo!r}")
         self.word_slots = word_slots
         self.pair_flags = bool(pair_flags)
+        self.partial_writes = bool(partial_writes)
         self.esc_fifo = esc_fifo
         self.esc_pops = min(esc_fifo, pops)
         vbits = 4 + int(self.pair_flags) if esc_fifo else ESCAPE_PAYLOAD_BITS
@@ -300,7 +307,9 @@ class CodePlane(wiring.Component):
         room = (fill + b_count + 1) <= D
         if E:
             room = room & (efill < E)                   # a registered bound, as the ring's
-        m.d.comb += b_accept.eq(b_valid & room)
+        room_part = Signal()                             # partial_writes: B writes only the codes that fit
+        if not self.partial_writes:
+            m.d.comb += b_accept.eq(b_valid & room)
         # fire: B is free, the word is buffered (and the next one for the lookahead), and A is not past the
         # end of a chunk B has not finished.
         word_in = a_off < nwords
@@ -376,27 +385,58 @@ class CodePlane(wiring.Component):
         m.d.comb += payload.eq(b_ext >> esc_end)
         q = Signal(bw + 1)                              # bit after the escape payload
         m.d.comb += q.eq(esc_end + ESCAPE_PAYLOAD_BITS)
-        # outcome of the pass
+        # outcome of the pass (``*_p``: if B accepts it whole)
         same_seg = Signal()                              # A re-parses this segment from r_start
         partial = Signal()                               # stopped at the lane limit (A continues it)
         straddle = Signal()                              # the payload runs into the next segment
         overrun = Signal()                               # ... but the chunk ends with this segment
+        overrun_p = esc_any & (q > S) & b_chunk_last
+        n_codes = Signal(range(Lc + 1))
+        m.d.comb += n_codes.eq(Mux(esc_any, Mux(overrun_p, esc_idx, esc_idx + 1), b_count))
+        whole = Signal()                                 # B writes the whole pass (always without partial_writes)
+        k_part = Signal(range(Lc + 1))                   # codes a partial write takes
+        if self.partial_writes:
+            # Room-limited partial write: when the registered bound says the pass may not fit, B writes the
+            # codes that fit in the free entries, up to (not including) an escape (its payload and the replay
+            # after it stay with a whole pass) and never END (the pass re-parsed after the last code written
+            # ends the chunk). Whole or partial is decided from registers (fill, codes found, FIFO fill) and
+            # the first lane's escape flag only, so A's fire stays off the rank / escape logic.
+            free = Signal(range(D + 1))
+            m.d.comb += free.eq(D - fill)
+            k_room = Mux(free < b_count, free, b_count)
+            m.d.comb += k_part.eq(Mux(esc_any & (esc_idx < k_room), esc_idx, k_room))
+            # Only while the ring runs low (fill < 2 P: about two beats left): a partial write costs A a
+            # replay cycle, so with a fuller ring B holds instead, as without partial writes (partial writes
+            # at any fill thrash: each leaves the ring full and A one pass behind; measured on the SmolLM2
+            # sample, decoder_c1v2_l8_v4 draft keep 1.0, v1.0 streams: 7.894 values/cycle at any fill,
+            # 7.914 below 2 P, 7.901 below 2 P + 4). The last code written is never the pass's last (free <
+            # codes found), so it ends before the segment's end and A re-parses inside the same segment.
+            m.d.comb += [whole.eq(room), room_part.eq(~room & (free != 0) & (free < b_count) & (fill < 2 * P)
+                                                      & ~esc[0])]
+            m.d.comb += b_accept.eq(b_valid & (room | room_part))
+        else:
+            m.d.comb += whole.eq(1)
+        acc_whole = b_accept & whole
+        part_end = Signal(bw)                            # end of the last code a partial write takes
+        pe = Const(0, bw)
+        for j in range(Lc):
+            pe = Mux(k_part == j + 1, b_end[j], pe)
+        m.d.comb += part_end.eq(pe)
         m.d.comb += [
-            same_seg.eq(b_accept & esc_any & (q < S)),
-            partial.eq(b_accept & ~esc_any & b_more),
-            straddle.eq(b_accept & esc_any & (q > S) & ~b_chunk_last),
-            overrun.eq(b_accept & esc_any & (q > S) & b_chunk_last),
+            same_seg.eq(acc_whole & esc_any & (q < S)),
+            partial.eq(acc_whole & ~esc_any & b_more),
+            straddle.eq(acc_whole & esc_any & (q > S) & ~b_chunk_last),
+            overrun.eq(acc_whole & overrun_p),
             # an escape always redirects A when A may already be parsing the wrong bits: the same segment
             # after the payload, the next segment after a straddling payload, or (a lane-limited pass whose
-            # escape payload runs to the segment's end) the next segment from bit 0
-            replay.eq(same_seg | straddle | (b_accept & esc_any & b_more)),
+            # escape payload runs to the segment's end) the next segment from bit 0; a partial write sends A
+            # back to the bit after its last code
+            replay.eq(same_seg | straddle | (acc_whole & esc_any & b_more) | (b_accept & room_part)),
         ]
         done = Signal()                                   # the segment is finished
-        m.d.comb += done.eq(b_accept & ~same_seg & ~partial)
-        m.d.comb += [r_pos.eq(Mux(same_seg, b_pos, b_pos + 1)),
-                     r_start.eq(Mux(same_seg, q, Mux(straddle, q - S, 0)))]
-        n_codes = Signal(range(Lc + 1))
-        m.d.comb += n_codes.eq(Mux(esc_any, Mux(overrun, esc_idx, esc_idx + 1), b_count))
+        m.d.comb += done.eq(acc_whole & ~same_seg & ~partial)
+        m.d.comb += [r_pos.eq(Mux(same_seg | room_part, b_pos, b_pos + 1)),
+                     r_start.eq(Mux(room_part, part_end, Mux(same_seg, q, Mux(straddle, q - S, 0))))]
         content = Signal()
         m.d.comb += content.eq(wcontent | (n_codes != 0) | (b_start != 0))
         end_now = Signal()
@@ -422,7 +462,7 @@ class CodePlane(wiring.Component):
                 m.d.comb += e.eq(end_entry)
             items.append(e.as_value())
         n_write = Signal(range(Lc + 2))
-        m.d.comb += n_write.eq(Mux(b_accept, n_codes + end_now, 0))
+        m.d.comb += n_write.eq(Mux(acc_whole, n_codes + end_now, Mux(b_accept, k_part, 0)))
         placed = rotate_into(m, items, wp[:exact_log2(D)], D, "wr")
         wmask = rotate_into(m, [(n_write > j) for j in range(Lc + 1)], wp[:exact_log2(D)], D, "we")
         with m.If(~empty):
@@ -436,7 +476,7 @@ class CodePlane(wiring.Component):
             ewp = Signal(exact_log2(E))
             erp = Signal(exact_log2(E))
             push = Signal()
-            m.d.comb += push.eq(b_accept & esc_any & ~overrun)
+            m.d.comb += push.eq(acc_whole & esc_any & ~overrun)
             ewin = rotate_window(m, efifo, erp, self.esc_pops, "er") if E > 1 else efifo
             for j in range(self.esc_pops):
                 m.d.comb += self.esc[j].eq(ewin[j])

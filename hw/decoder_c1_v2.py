@@ -116,7 +116,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                           reads at most 9 Lv rest bits a beat, so Lv = 4 fits a 32-bit port at SmolLM2's rates)
         seg, code_lanes   the speculation code plane: bits parsed per cycle (default 4*L, >= 16) and codes
                           per pass (default 2*L)
-        code_depth        its ring entries (default: twice the smallest the code plane allows)
+        code_depth        its ring entries (default: the smallest the code plane allows; it writes partial passes)
         verif_seg, verif_code_lanes   the same for the verification code plane (default from Lv)
     """
 
@@ -143,11 +143,12 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         # validate the code plane parameters here (one clear message), not at elaboration
         # the verification plane of a decoder with Lv < L parses each word over >= 4 passes: 2 word slots
         self.verif_word_slots = 2 if VW // self.verif_seg >= 4 else 4
-        # The speculation ring at twice the smallest depth: B holds a pass while the ring lacks room for it
-        # (a registered bound), and at the smallest depth those holds cost the cycles the plane needs at chunk
-        # ends (measured, decoder_c1v2_l8_v4 draft keep 1.0: 7.63 values/cycle at 32 entries, 7.93 at 64).
+        # The speculation ring at the smallest depth, with partial writes (the codes of a pass that fit go in,
+        # A re-parses the rest): with whole passes only, B held a pass while the ring lacked room for all of
+        # it, and at the smallest depth those holds cost 0.04 of the rate (decoder_c1v2_l8_v4 draft keep 1.0:
+        # 7.63 values/cycle at 32 entries, 7.93 at 64), so the ring was twice as deep.
         if code_depth is None:
-            code_depth = 2 * CodePlane.resolve(CW, self.seg, self.code_lanes, pops=lanes + 1)[3]
+            code_depth = CodePlane.resolve(CW, self.seg, self.code_lanes, pops=lanes + 1)[3]
         self.code_depth = code_depth
         CodePlane.resolve(CW, self.seg, self.code_lanes, depth=code_depth, pops=lanes + 1)
         CodePlane.resolve(VW, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots)
@@ -190,7 +191,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         # ------------------------------------------------------------------ planes
         # escape payloads in a side FIFO of >= L + 1 entries (the ring entries shrink from 10 to 6 bits)
         S = CodePlane(self.code_word, self.seg, self.code_lanes, depth=self.code_depth, pops=L + 1,
-                      esc_fifo=1 << ceil_log2(L + 1))
+                      esc_fifo=1 << ceil_log2(L + 1), partial_writes=True)
         V = CodePlane(self.verif_word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots,
                       pair_flags=True)
         M = SlotReader(IW, SUFFIX_FIELD * L, reader_slots(IW, SUFFIX_FIELD * L))
