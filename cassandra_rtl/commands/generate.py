@@ -100,7 +100,7 @@ def run(args) -> int:
     if args.cass is not None:
         m = CassandraModel.from_cass(args.cass, draft=args.draft, max_seq_len=args.max_seq_len, verify=args.verify,
                                      rtl=args.rtl, rtl_layers=args.rtl_layers, progress=prog, skip_layers=skip,
-                                     n_skip=args.n_skip, precheck=precheck)
+                                     n_skip=args.n_skip, precheck=precheck, draft_memory=args.draft_memory)
     else:
         cache = None if args.no_cache else (args.cache_dir or DEFAULT_CACHE)
         m = load(args.model, draft=args.draft, draft_config=args.draft_config, keep_ratio=args.keep_ratio,
@@ -108,7 +108,7 @@ def run(args) -> int:
                  kv_keep_ratio=args.kv_keep_ratio, scheme=args.scheme, group_size=args.group_size, cache_dir=cache,
                  max_seq_len=args.max_seq_len, verify=args.verify, rtl=args.rtl, rtl_layers=args.rtl_layers,
                  skip_layers=skip, n_skip=args.n_skip, gamma=args.gamma, progress=prog, say=say,
-                 precheck=precheck)
+                 precheck=precheck, draft_memory=args.draft_memory)
         what = (m.load_info.extra or {}).get("draft_choice") if m.load_info else None
         if what and not quiet and args.draft == "cassandra":
             print(f"[generate] draft: {what}", file=sys.stderr)
@@ -244,5 +244,9 @@ def register(sub):
     p.add_argument("--cache-dir", default=None, help="model cache folder (default ~/.cache/cassandra-rtl, or "
                    "$XDG_CACHE_HOME/cassandra-rtl): one model artifact per model content and draft allocation")
     p.add_argument("--no-cache", action="store_true", help="encode in memory and write nothing to the model cache")
+    p.add_argument("--draft-memory", choices=("derived", "copy"), default=None,
+                   help="derived: the draft's layers are rebuilt from the target's bits as they run (one model in "
+                        "memory; the default, or $CASSANDRA_RTL_DRAFT_MEMORY); copy: the draft decoded into its own "
+                        "parameters (about 1.3x faster on a CPU, 0.7x more memory; docs/MODEL.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text + table")
     p.set_defaults(func=run)
