@@ -329,10 +329,16 @@ class Tuner:
                 self._f32_bytes += 4 * t.numel()
         return t
 
-    def evaluate(self, alloc: Allocation, gammas=(2, 3, 4, 5, 6), label: str = "") -> dict:
+    def evaluate(self, alloc: Allocation, gammas=(2, 3, 4, 5, 6), label: str = "", skip_layers=()) -> dict:
+        """Proxy agreement, bytes and modeled speedup of ``alloc``. ``skip_layers``: a layer-skip draft carved from
+        the same bits -- those layers' blocks add nothing (wo and w_down read as zero, so the residual passes
+        through) and their weights and K/V are not charged to the draft."""
+        skip = sorted(int(x) for x in skip_layers)
         parts = [alloc.digest(), self.es_key, self.salience_kind, self.ctx, list(gammas), self.norms_key]
         if self.objective != "bytes":
             parts += [self.objective, self.device, [list(x) for x in V2_SCHEDULES]]
+        if skip:
+            parts += [["skip", skip]]
         key = _hash(*parts)
         if key in self._scores:
             r = dict(self._scores[key], label=label)
@@ -347,11 +353,15 @@ class Tuner:
         model.w = dict(self.base.w)
         for n in self.names:
             model.w[n] = self.draft_f32(n, alloc.cfg_for(n))
+        for li in skip:
+            for n in (f"layers.{li}.wo", f"layers.{li}.w_down"):
+                model.w[n] = torch.zeros_like(model.w[n])
         kvv, kv_bpv = self.kvv(alloc.kv)
         s = score(model, self.es, kvv, detail=self.objective == "v2")
-        db = self.draft_bytes(alloc)
+        db = self.draft_bytes(alloc) - sum(self.tensor_bytes(n, alloc.cfg_for(n)) for n in self.names
+                                           if n.startswith("layers.") and int(n.split(".")[1]) in skip)
         a = self.ck.args
-        kv_vals = 2 * a.n_layers * a.n_kv_heads * a.head_dim
+        kv_vals = 2 * (a.n_layers - len(skip)) * a.n_kv_heads * a.head_dim
         kv_d = kv_bpv * kv_vals / 8
         kv_t = self.kv_bf16_bpt * 0.69  # the target's lossless KV stream (~11 of 16 bits); a small term here
         sp = {g: modeled_speedup(s["agreement"], g, db, self.target_bytes, self.bf16_bytes, kv_d, kv_t,
@@ -381,6 +391,8 @@ class Tuner:
             best_s = max(by_sched, key=lambda n: (by_sched[n][self.device]["speedup"], n))
             kind, cap, thr = next(x for x in V2_SCHEDULES
                                   if (f"g{x[1]}" if x[0] == "fixed" else f"confidence:{x[2]}_g{x[1]}") == best_s)
+            r.update(speedup_by_schedule={n: {k: v[k]["speedup"] for k in v} for n, v in by_sched.items()},
+                     skip_layers=skip)
             r.update(speedup=by_sched[best_s][self.device]["speedup"], gamma=cap,
                      schedule="fixed" if kind == "fixed" else f"confidence:{thr}", target_bytes=tb,
                      target_frac=tb / self.bf16_bytes, by_device=by_sched[best_s],
@@ -714,7 +726,7 @@ def main(argv=None) -> int:
     from .loader import load
 
     ap = argparse.ArgumentParser(description="validate draft configs by real speculative decoding")
-    ap.add_argument("cmd", choices=["validate", "plot"])
+    ap.add_argument("cmd", choices=["validate", "plot", "screen"])
     ap.add_argument("configs", nargs="+", help="validate: draft config JSON files, or uniform:scheme:keep:m[:kvm]; "
                     "plot: SEARCH_LOG.jsonl [VALIDATE.jsonl] (writes --png)")
     ap.add_argument("--png", default="docs/figures/draft_selection_frontier.png")
@@ -726,6 +738,9 @@ def main(argv=None) -> int:
     ap.add_argument("--gamma", type=int, default=None)
     ap.add_argument("--out", default=None, help="append one JSON line per config")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--skip-layers", default="", help="screen: also each prefix of this comma-separated layer list "
+                    "skipped (a layer-skip draft carved from the same bits)")
+    ap.add_argument("--cache-dir", default="build/tune", help="screen: norms / evaluation set cache")
     a = ap.parse_args(argv)
     if a.cmd == "plot":
         plot(a.configs[0], a.configs[1] if len(a.configs) > 1 else None, a.png)
@@ -736,6 +751,8 @@ def main(argv=None) -> int:
     from .bench import prompt_set
 
     ck = load(None)
+    if a.cmd == "screen":
+        return _screen(ck, a.configs, [int(x) for x in a.skip_layers.split(",") if x], a.cache_dir)
     for spec in a.configs:
         if spec.startswith("uniform:"):
             parts = spec.split(":")[1:]
@@ -752,6 +769,48 @@ def main(argv=None) -> int:
         if a.out:
             with open(a.out, "a") as f:
                 f.write(json.dumps(r) + "\n")
+    return 0
+
+
+def _config_from_spec(ck, spec: str, salience: dict | None = None) -> Allocation:
+    """A draft config from a JSON file / ``bundled`` / ``uniform:scheme:keep:m[:kv_m]`` (uniform drafts take the
+    given salience, e.g. the bundled allocation's Wanda norms)."""
+    from .allocation import uniform
+
+    if not spec.startswith("uniform:"):
+        return Allocation.load(spec)
+    parts = spec.split(":")[1:]
+    al = uniform(ck.args.n_layers, scheme=parts[0], keep_ratio=float(parts[1]), mantissa_bits=int(parts[2]),
+                 salience=dict(salience or {"kind": "magnitude"}))
+    al.kv = CodecConfig(keep_ratio=1.0, mantissa_bits=int(parts[3]) if len(parts) > 3 else 3,
+                        group_size=ck.args.head_dim, kind="kv")
+    return al
+
+
+def _screen(ck, specs, skip_layers, cache_dir) -> int:
+    """``python -m cassandra_rtl.model.tune screen CONFIG... [--skip-layers 5,17,4]``: the proxy (tuning prompts,
+    never the held-out set) under the v2 objective -- agreement, draft and target bytes, the best fixed gamma and
+    the best confidence schedule on Orin (with 4090 / NPU), one markdown row per config (and per skipped prefix)."""
+    from .salience import norms_from_json
+
+    norms, es = prepare(ck, cache_dir)
+    bundled = Allocation.load("bundled")
+    print("| candidate | agreement | draft % of bf16 | target % of bf16 | best fixed gamma: Orin | confidence: Orin | "
+          "same: 4090 / NPU |\n|---|---|---|---|---|---|---|")
+    for spec in specs:
+        al = _config_from_spec(ck, spec, bundled.salience)
+        kind = al.salience.get("kind", "magnitude")
+        nm = norms_from_json(al.salience["norms"]) if kind == "wanda" and "norms" in al.salience else norms
+        t = Tuner(ck, kind, nm, es, objective="v2", device="orin")
+        for n in range(len(skip_layers) + 1):
+            r = t.evaluate(al, skip_layers=skip_layers[:n])
+            sched = r["speedup_by_schedule"]
+            fixed = max((k for k in sched if not k.startswith("conf")), key=lambda k: sched[k]["orin"])
+            conf = max((k for k in sched if k.startswith("conf")), key=lambda k: sched[k]["orin"])
+            label = spec + (f" skip {','.join(map(str, skip_layers[:n]))}" if n else "")
+            print(f"| {label} | {r['agreement']:.3f} | {100 * r['draft_frac']:.1f} | {100 * r['target_frac']:.1f} | "
+                  f"{fixed}: {sched[fixed]['orin']:.2f}x | {conf}: {sched[conf]['orin']:.2f}x | "
+                  f"{sched[conf]['rtx4090']:.2f}x / {sched[conf]['npu']:.2f}x |", flush=True)
     return 0
 
 

@@ -116,6 +116,11 @@ def test_tuner_v2_objective_charges_the_real_target_bytes():
     assert r["target_bytes"] == want and r["objective"] == "v2:orin"
     assert r["speedup"] == r["by_device"]["orin"]["speedup"] == max(r["by_schedule"].values())
     assert "agree_rows" not in r  # the per-position detail is not kept in the result
+    # a layer-skip draft carved from the same bits: that layer's weights are not charged, the proxy changes
+    sk = t.evaluate(al, skip_layers=[1])
+    layer1 = sum(t.tensor_bytes(n, al.cfg_for(n)) for n in t.names if n.startswith("layers.1."))
+    assert sk["draft_bytes"] == r["draft_bytes"] - layer1 > 0 and sk["skip_layers"] == [1]
+    assert sk["target_bytes"] == r["target_bytes"] and sk["kl"] != r["kl"]
 
 
 # --------------------------------------------------------------------------------- bench config names
@@ -155,3 +160,14 @@ def bench_args():
     import argparse
 
     return argparse.Namespace(overhead_us=None, synth_report=None, decoder=None)
+
+
+def test_confidence_schedule_sampling_is_exact(setup):
+    """Speculative sampling under the confidence schedule (k chosen from the draft's own distribution) still emits
+    tokens distributed as the target's: the PIT + KS check of model/sampling_check.py passes."""
+    from cassandra_rtl.model.sampling_check import sampling_check
+
+    m, d, tcost = setup
+    r = sampling_check(Engine(m, tcost), d, prompts(1)[0], SamplingParams(temperature=1.0), max_new_tokens=8,
+                       gamma=4, runs=40, adaptive="confidence:0.3")
+    assert r["ok"] and r["values"] == 320, r
