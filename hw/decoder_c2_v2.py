@@ -20,18 +20,23 @@ every beat are known too. So the v2 draft path has no cross-plane loop at all:
          beat), its take; at a superblock's final beat the skip of the next bitmap (and the chunk's
          padding at a chunk's last superblock); KEEP check.
   FETCH  (stage S2, registered): fires when F's avail covers I.take (a registered compare); registers the
-         F window (X region + L fields) and advances F by I.take. When a first beat's X bytes and fields
-         do not fit the two-word view from F's offset, an X-only step goes first (one cycle).
-  DRAFT  (stage S3, registered): fields at their offsets, the block's X (one MX block per beat, since
-         L divides 32), draft value per lane (FORMAT section 4); in full mode also the draft-zero flags
-         and their prefix counts.
+         9L bits behind the beat's X bytes and the beat's X byte (the block's: one MX block per beat, since
+         L divides 32; a first beat loads the X register) and advances F by I.take. When a first beat's X
+         bytes and fields do not fit the two-word view from F's offset, an X-only step goes first (one
+         cycle, X register only).
+  DRAFT  (stage S3, registered): lane i's field (packed field kp_i), kept flags and X go on; in full mode
+         the first Lv lanes' draft-zero flags, their prefix counts and rest widths.
   CODES  (stage S4, registered; full mode): pops the beat's delta codes from the code ring of
-         hw/code_plane.py (which parses verif.codes on its own, ahead of the beats): per draft-zero lane
-         the group q, its pair flag, both candidate exponents X - S[b_q] / X - S[b_q + 1]; the rest-field
-         widths (+1 for a pair group's suffix bit) and their prefix sums (offsets, take).
-  VERIFY -> OUT (registered): full mode takes the beat's rest bits from verif.rest (registered take),
-         picks each pair's symbol by its suffix bit (the rest field's first bit) and assembles the exact
-         values into the output register.
+         hw/code_plane.py (which parses verif.codes on its own, ahead of the beats; escaped deltas from its
+         escape FIFO): per draft-zero lane the table index b_q of its group (or the escaped delta), its pair
+         flag and whether X - S[b_q] / X - S[b_q + 1] < 0; the rest-field widths (+1 for a pair group's
+         suffix bit) and their prefix sums (offsets, take).
+  VERIFY -> OUT (registered): the draft values (FORMAT section 4, one copy of the L drafts); full mode
+         takes the beat's rest bits from verif.rest (registered take), picks each pair's symbol S[b_q + t]
+         by its suffix bit t (the rest field's first bit) and assembles the exact values into the output
+         register.
+Ports (interface v2.1, docs/HARDWARE.md 2c): spec_mx at IW bits, verif_codes / verif_rest at VW bits
+(``verif_word``; full mode reads at most 9 Lv rest bits and Lv codes a cycle: 64 at L = 8).
 
 Loops that must close in one cycle (logic depth, unit gates, estimated):
   * TakeRing F pointer: avail (from nwords, off) >= I.take -> fire -> off/head/nwords update (~28: two
@@ -39,15 +44,15 @@ Loops that must close in one cycle (logic depth, unit gates, estimated):
   * ISSUE: bitmap pointer / superblock counters -> next beat's registers, enabled by fire (~30, the data
     path through the bitmap select, popcount and the offset multiplies ends in a register, not a loop);
   * INGEST: the chunk position (q, superblock in chunk) -> compares against the layout registers (~20);
-  * verif.rest reader (v1 BitReader): avail >= S4.rest_take -> commit -> pointer (~30);
+  * verif.rest reader (RestReader, 2 slots): avail >= S4.rest_take -> commit -> pointer (~30); a slot
+    the commit frees takes the next word in the same cycle (verif_rest.ready depends on the commit);
   * verif.codes: hw/code_plane.py (shared with the C1 decoder v2) parses a fixed 16 bits per cycle into
     a ring of codes; its loops are the segment position (~8) and the zero-run carry / replay (~15);
     the beat pops its codes (pointer add).
 Errors are raised from registered state or at the stage that would otherwise act on bad data; a beat
 that errs is not issued, so no wrong value is ever emitted.
-Measured (generic flow, decoder_c2v2_l8): 67.1 k GE, critical path 38 levels, 1.79 ns (~558 MHz, 1.54x the
-PE), a feed-forward path from the bitmap FIFO head through the two-word kept select, the prefix count and
-the keep count into stage I.
+Measured (generic flow, decoder_c2v2_l8, session 5): 54.7 k GE, 3,021 FFs, critical path 37 levels, 1.76 ns
+(~569 MHz, 1.57x the PE).
 """
 from __future__ import annotations
 
