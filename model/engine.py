@@ -200,8 +200,8 @@ class Engine:
         self.ledger = None
 
     def generate(self, prompt: list[int], max_new_tokens: int = 64, drafter: Drafter | None = None,
-                 gamma: int = 4, adaptive: bool = False, sp: SamplingParams = SamplingParams(), seed: int = 0,
-                 on_tokens=None, gamma_max: int = 16, stop_fn=None) -> Result:
+                 gamma: int = 4, adaptive: "bool | str | Schedule" = False, sp: SamplingParams = SamplingParams(),
+                 seed: int = 0, on_tokens=None, gamma_max: int = 16, stop_fn=None) -> Result:
         """Decode; ``on_tokens(list)`` receives every step's new tokens; ``stop_fn(tokens) -> bool`` ends the
         run after a step (stop strings). Returns the Result."""
         it = self.steps(prompt, max_new_tokens, drafter, gamma, adaptive, sp, seed, gamma_max, stop_fn)
@@ -214,8 +214,8 @@ class Engine:
                 on_tokens(new)
 
     def steps(self, prompt: list[int], max_new_tokens: int = 64, drafter: Drafter | None = None,
-              gamma: int = 4, adaptive: bool = False, sp: SamplingParams = SamplingParams(), seed: int = 0,
-              gamma_max: int = 16, stop_fn=None):
+              gamma: int = 4, adaptive: "bool | str | Schedule" = False, sp: SamplingParams = SamplingParams(),
+              seed: int = 0, gamma_max: int = 16, stop_fn=None):
         """The decoding loop as a generator: yields each step's new tokens (a non-empty list), returns the
         Result (``StopIteration.value``)."""
         a = self.args
