@@ -48,9 +48,7 @@ def prefix_counts(m: Module, bits: Value, cap: int, name: str) -> list:
                 src = (j // span) * span - 1          # last node of the previous block of size span
                 total = node[j] + node[src]
                 s = Signal(width, name=f"{name}_l{level}_{j}")
-                # two nodes of this level hold at most 2 span ones: saturate only where that can exceed cap
-                # (a constant comparison otherwise, which lint flags)
-                m.d.comb += s.eq(Mux(total > cap, cap, total) if 2 * span > cap else total)
+                m.d.comb += s.eq(Mux(total > cap, cap, total))
                 nxt[j] = s
         node = nxt
         span *= 2
