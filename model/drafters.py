@@ -52,7 +52,12 @@ class ModelDrafter(Drafter):
         self.cache = self.model.new_cache(eng.cache.capacity)
         self.sync(eng.cache, self.cache, 0, len(prompt))
 
-    def propose(self, ids, pos, gamma, sp: SamplingParams, gen):
+    supports_stop = True          # the confidence schedule (engine.parse_schedule)
+
+    def propose(self, ids, pos, gamma, sp: SamplingParams, gen, stop=None):
+        """Up to ``gamma`` draft tokens; with ``stop`` (engine.Drafter), after each one ``stop(i, p)`` on its
+        draft probability p (greedy: the softmax maximum of the draft's logits; sampling: the maximum of the
+        processed distribution it was sampled from) may end the draft early."""
         a = self.model.args
         tok = ids[-1]
         draft, qs = [], []
@@ -65,11 +70,15 @@ class ModelDrafter(Drafter):
                                 * a.head_dim * (pos + i + 1))
             if sp.greedy:
                 tok = int(logits.argmax())
+                p = float(torch.softmax(logits.float(), -1)[tok]) if stop is not None else 1.0
             else:
                 q = probs_from_logits(logits, sp)
                 tok = sample(q, gen)
                 qs.append(q)
+                p = float(q.max())
             draft.append(tok)
+            if stop is not None and stop(i, p):
+                break
         return draft, (torch.stack(qs) if qs else None)
 
     def commit(self, start, n):

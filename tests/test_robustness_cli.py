@@ -513,7 +513,9 @@ def test_cosim_refuses_a_run_that_checks_nothing(tmp_path, run, monkeypatch):
                                      ("--threads", "-2"), ("--threads", str(10 ** 30)), ("--seed", "-1"),
                                      ("--max-new-tokens", "0"), ("--top-p", "0"), ("--temperature", "-1"),
                                      ("--mantissa-bits", "9"), ("--keep-ratio", "1.5"), ("--rtl-layers", "a,b"),
-                                     ("--rtl-layers", "-1"), ("--n-skip", "-1"), ("--max-seq-len", "1")])
+                                     ("--rtl-layers", "-1"), ("--n-skip", "-1"), ("--max-seq-len", "1"),
+                                     ("--adaptive", "confidence:1.5"), ("--adaptive", "sometimes"),
+                                     ("--draft-memory", "shared")])
 def test_generate_argument_ranges_checked_at_parse_time(run, opt, val, monkeypatch):
     import cassandra_rtl.model.loader as loader
 

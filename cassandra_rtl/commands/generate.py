@@ -12,6 +12,19 @@ from ..errors import ConfigError, InputError
 from ..progress import step_progress
 
 
+
+def _schedule(text: str) -> str:
+    """--adaptive's value, checked here (one line on a bad schedule) and passed to the engine as is."""
+    import argparse
+
+    from ..model.engine import parse_schedule
+    from ..errors import ConfigError
+    try:
+        parse_schedule(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
 def _table(s: dict) -> str:
     def f(v, fmt="{:.3f}"):
         return "-" if v is None else fmt.format(v)
@@ -207,7 +220,11 @@ def register(sub):
     p.add_argument("--gamma", type=int_range(1, 64), default=None,
                    help="draft length, 1..64 (initial length with --adaptive; default: the gamma recorded in the "
                    "draft allocation, 4 for a uniform draft)")
-    p.add_argument("--adaptive", action="store_true", help="adapt gamma: +2 after a fully accepted draft, -1 else")
+    p.add_argument("--adaptive", nargs="?", const="hf", default=False, type=_schedule, metavar="SCHEDULE",
+                   help="draft-length schedule: 'hf' (the default with a bare --adaptive: +2 after a fully accepted "
+                        "draft, -1 else) or 'confidence[:T]' (draft up to --gamma tokens, stop after one of draft "
+                        "probability < T, default 0.6; the best schedule on the held-out prompts with --gamma 4, "
+                        "docs/DRAFT_SELECTION.md)")
     p.add_argument("--keep-ratio", type=float_range(0, 1, lo_open=True), default=None,
                    help="Cassandra: fraction of weights the draft keeps (uniform draft; default 1.0, and the tuned "
                    "allocation for the bundled model when no uniform option is given)")
