@@ -67,7 +67,15 @@ class BitReader(wiring.Component):
                                content, a non-zero padding bit, or an empty chunk that is not one word
     """
 
-    def __init__(self, word: int = 64, window: int = 64):
+    def __init__(self, word: int = 64, window: int = 64, refill_on_commit: bool = False,
+                 full_skip_err: bool = False):
+        """``refill_on_commit``: a slot that this cycle's commit frees takes the next word in the same cycle
+        (``inp.ready`` then depends on ``commit``: for a consumer whose take is registered and at most a word,
+        so that few slots keep up). ``full_skip_err``: with every slot full, a take that ends in the last slot
+        while the chunk's last word is not in yet also raises ``skip_err`` (a well-formed chunk's content ends
+        in its last word; with so few slots a lengthened chunk would otherwise wait for an end it cannot take
+        in)."""
+        self.refill_on_commit, self.full_skip_err = bool(refill_on_commit), bool(full_skip_err)
         if not isinstance(word, int) or word < BYTE or word % BYTE or word & (word - 1):
             raise ConfigError(f"input word width must be a power-of-two multiple of 8 bits, got {word!r}")
         if not isinstance(window, int) or window < 1:
@@ -142,7 +150,10 @@ class BitReader(wiring.Component):
         with m.If(self.end_seen):
             m.d.comb += self.skip_err.eq(Mux(used_now, rest >= IW, rest != IW) | tail_any)
         with m.Else():
-            m.d.comb += self.skip_err.eq((fill - self.take) >= IW)
+            err = (fill - self.take) >= IW
+            if self.full_skip_err:
+                err = err | ((nwords == N) & (fill >= self.take))
+            m.d.comb += self.skip_err.eq(err)
 
         # Consume: advance rp; the slots it leaves are free.
         shift = Signal(cw)
@@ -150,7 +161,8 @@ class BitReader(wiring.Component):
         freed = Signal(range(N + 1))
         m.d.comb += freed.eq((rp_bit + shift) >> wb)
 
-        m.d.comb += self.inp.ready.eq(self.drain | (self.enable & (nwords < N)))
+        room = (nwords < N) | (freed != 0) if self.refill_on_commit else (nwords < N)
+        m.d.comb += self.inp.ready.eq(self.drain | (self.enable & room))
         append = self.inp.valid & self.inp.ready & ~self.drain
         write_slot = Signal(exact_log2(N))
         m.d.comb += write_slot.eq(rp_word + nwords)

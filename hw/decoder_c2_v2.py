@@ -96,114 +96,20 @@ def c2v2_signature(lanes: int, word: int, verif_word: int) -> dict:
 
 class RestReader(BitReader):
     """The verif.rest reader: hw/bitreader.py's BitReader with ``slots`` word slots (default 2) instead of
-    the ``window + 3 IW`` its one-cycle consumers need, and a slot freed by a commit refilled in the same
-    cycle. Here the take comes from a register (S4) and is at most ``window <= IW`` bits a cycle: when the
-    read position leaves a slot, the freed slot takes the next word at once, so the next cycle holds more
-    than IW bits (>= one beat's take), also when a chunk's final beat frees both slots (one word then is
-    still >= window): two slots never hold a beat back on a stream without idles (measured, section 2c).
-    ``inp.ready`` therefore depends on this cycle's ``commit`` (ready may depend on the consumer; valid
-    never does). The elaborate below is BitReader's with that and the full-buffer ``skip_err`` changed."""
+    the ``window + 3 IW`` its one-cycle consumers need, a slot freed by a commit refilled in the same cycle
+    (``refill_on_commit``) and the full-buffer ``skip_err`` (``full_skip_err``). Here the take comes from a
+    register (S4) and is at most ``window <= IW`` bits a cycle: when the read position leaves a slot, the freed
+    slot takes the next word at once, so the next cycle holds more than IW bits (>= one beat's take), also
+    when a chunk's final beat frees both slots (one word then is still >= window): two slots never hold a
+    beat back on a stream without idles (measured, section 2c). ``inp.ready`` therefore depends on this
+    cycle's ``commit`` (ready may depend on the consumer; valid never does)."""
 
     def __init__(self, word: int, window: int, slots: int = 2):
         if not _pow2(slots) or slots < 2 or window > word:
             raise ConfigError(f"rest reader needs a power-of-two slot count >= 2 and window <= word, "
                               f"got {slots!r} slots, window {window!r}, word {word!r}")
-        super().__init__(word, window)
+        super().__init__(word, window, refill_on_commit=True, full_skip_err=True)
         self.slots, self.capacity = slots, slots * word
-
-    def elaborate(self, platform):
-        m = Module()
-        IW, W, N = self.word, self.window, self.slots
-        wb = exact_log2(IW)                      # bit-in-word part of a ring position
-        cw = bits_for(self.capacity)
-        ring = Array(Signal(IW, name=f"slot{i}") for i in range(N))
-        ring_last = Signal(N)                    # slot i holds the last word of a chunk
-        rp = Signal(exact_log2(self.capacity))   # read position (bit), wraps with the ring
-        nwords = Signal(range(N + 1))            # slots holding unread bits, from rp's slot on
-        used = Signal()                          # some bit of the current chunk has been taken
-        # The current chunk was taken exactly up to its end: its flagged slot was freed with its last
-        # bit, so remember that the chunk ends at position 0 (else the next chunk would look like its tail).
-        at_end = Signal()
-
-        rp_word, rp_bit = rp[wb:], rp[:wb]
-        fill = Signal(cw)
-        m.d.comb += fill.eq((nwords << wb) - rp_bit)
-
-        # Window: the slots from rp's slot on, rotated into place, then one shift by the bit offset.
-        nview = -(-W // IW) + 1
-        view = Signal(nview * IW)
-        m.d.comb += view.eq(Cat(*[ring[(rp_word + j)[:len(rp_word)]] for j in range(nview)]))
-        m.d.comb += self.win.eq(view >> rp_bit)
-
-        # Where the current chunk ends: the end of the first flagged slot from rp's slot on.
-        flag = [Signal(name=f"end_flag{d}") for d in range(N)]
-        for d in range(N):
-            m.d.comb += flag[d].eq(ring_last.bit_select((rp_word + d)[:len(rp_word)], 1) & (d < nwords))
-        first = Signal(range(N + 1))            # slots up to and including the chunk's last one
-        first_v = Const(0, bits_for(N))
-        for d in reversed(range(N)):
-            first_v = Mux(flag[d], d + 1, first_v)
-        m.d.comb += first.eq(first_v)
-        mark_end = Signal(cw)
-        chunk_end = Signal(cw)
-        m.d.comb += [
-            mark_end.eq((first << wb) - rp_bit),
-            chunk_end.eq(Mux(at_end, 0, mark_end)),
-            self.end_seen.eq(at_end | Cat(*flag).any()),
-            self.avail.eq(Mux(self.end_seen, chunk_end, fill)),
-            self.skip_ok.eq(self.end_seen),
-        ]
-
-        # skip_err: the chunk's content must end in its last word, and what follows must be zero. Chunks
-        # end on slot boundaries, so when 0 < rest < IW the padding is the top of the chunk's last slot
-        # from bit (rp + take) mod IW up (rest = IW with nothing taken: the whole slot of an empty chunk).
-        used_now = used | (self.take != 0)
-        rest = Signal(cw)
-        last_slot = Signal(IW)
-        pad_from = Signal(wb)
-        m.d.comb += [
-            rest.eq(self.avail - self.take),
-            last_slot.eq(ring[(rp_word + first - 1)[:len(rp_word)]]),
-            pad_from.eq(rp_bit + self.take),
-        ]
-        tail_any = (rest != 0) & (last_slot & ~thermometer(pad_from, IW)).any()
-        with m.If(self.end_seen):
-            m.d.comb += self.skip_err.eq(Mux(used_now, rest >= IW, rest != IW) | tail_any)
-        with m.Else():
-            # (and, the second change against BitReader: with every slot full, a take that ends in the
-            # last one, which is not the chunk's last word, leaves words after the content -- a well-formed
-            # chunk's content ends in its last word, which is then in the buffer; without this a
-            # lengthened chunk would wait forever for an end it cannot take in)
-            m.d.comb += self.skip_err.eq(((fill - self.take) >= IW) | ((nwords == N) & (fill >= self.take)))
-
-        # Consume: advance rp; the slots it leaves are free.
-        shift = Signal(cw)
-        m.d.comb += shift.eq(Mux(self.commit, Mux(self.skip, chunk_end, self.take), 0))
-        freed = Signal(range(N + 1))
-        m.d.comb += freed.eq((rp_bit + shift) >> wb)
-
-        # a slot that the commit frees this cycle takes the next word in the same cycle (the only change
-        # against BitReader): a chunk's final beat may free both slots (its last word and padding), and the
-        # next chunk's first word is then in for the next beat
-        m.d.comb += self.inp.ready.eq(self.drain | (self.enable & ((nwords < N) | (freed != 0))))
-        append = self.inp.valid & self.inp.ready & ~self.drain
-        write_slot = Signal(exact_log2(N))
-        m.d.comb += write_slot.eq(rp_word + nwords)
-        with m.If(append):
-            m.d.sync += ring[write_slot].eq(self.inp.payload.data)
-            m.d.sync += ring_last.bit_select(write_slot, 1).eq(self.inp.payload.last)
-        with m.If(self.flush | self.drain):
-            m.d.sync += [rp.eq(0), nwords.eq(0), used.eq(0), at_end.eq(0)]
-        with m.Else():
-            m.d.sync += [
-                rp.eq(rp + shift),
-                nwords.eq(nwords - freed + append),
-                used.eq(Mux(self.commit, Mux(self.skip, 0, used_now), used)),
-                at_end.eq(Mux(self.commit,
-                              Mux(self.skip, 0, at_end | (Cat(*flag).any() & (self.take == mark_end))),
-                              at_end)),
-            ]
-        return m
 
 
 class DecoderC2v2(Format2Registers, DecoderC1):
