@@ -76,12 +76,12 @@ def coverage_report(results: list[RunResult]) -> str:
 
 
 # the decoders the whole model runs through (`make sim-full`): the v2 decoders at 8 values/cycle (draft)
-WHOLE_MODEL_CONFIGS = {"c1": "decoder_c1v2_l8", "c2": "decoder_c2v2_l8"}
+WHOLE_MODEL_CONFIGS = {"c1": "decoder_c1v2_l8_v4", "c2": "decoder_c2v2_l8"}   # the headline configurations
 
 
 def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1") -> dict:
     """SmolLM2's linear weights (106 M values) encoded by the golden codec, decoded by the RTL (bulk):
-    scheme c1 through decoder_c1v2_l8, c2 through decoder_c2v2_l8 (WHOLE_MODEL_CONFIGS)."""
+    scheme c1 through decoder_c1v2_l8_v4, c2 through decoder_c2v2_l8 (WHOLE_MODEL_CONFIGS)."""
     import numpy as np
 
     from cassandra_rtl.golden.codec import decode_draft, decode_full, encode_tensor

@@ -15,7 +15,7 @@ from cassandra_rtl.tb.decoder import data as D
 
 pytestmark = pytest.mark.sim
 
-C1_CONFIG = "decoder_c1v2_l8"      # the v2 decoders (v1 retired); tb.run.whole_model uses the same two
+C1_CONFIG = "decoder_c1v2_l8"      # the v2 decoders (v1 retired); tb.run.whole_model uses decoder_c1v2_l8_v4 and C2_CONFIG
 
 
 @pytest.fixture(scope="module")
