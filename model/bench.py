@@ -100,12 +100,6 @@ def prompt_set(name: str) -> list[str]:
     raise ConfigError(f"unknown prompt set {name!r} (heldout, bench or tune)")
 
 
-def stopping_drafter(d):
-    """``d`` itself: drafters.ModelDrafter takes ``propose(..., stop=fn)`` (engine.Drafter's ``supports_stop``)
-    for the confidence schedule (kept so callers and tests written against it keep working)."""
-    return d
-
-
 def _engine(ck, draft, o, cache, allocs=None):
     """(engine, drafter); an allocation (the bundled ``tuned`` one or an ``--alloc`` file) is encoded once and
     shared by its gamma / schedule variants, a uniform Cassandra draft likewise."""
@@ -115,13 +109,13 @@ def _engine(ck, draft, o, cache, allocs=None):
 
             path = "bundled" if draft == "tuned" else allocs[draft.split(":", 1)[1]]
             eng, d, _ = build_engine(ck, Allocation.load(path))
-            cache[draft] = (eng, stopping_drafter(d))
+            cache[draft] = (eng, d)
         return cache[draft]
     if draft == "cassandra":
         key = ("cassandra", o.keep_ratio, o.mantissa_bits, o.kv_mantissa_bits, o.kv_keep_ratio, o.scheme)
         if key not in cache:
             eng, d, _ = build(ck, draft, o)
-            cache[key] = (eng, stopping_drafter(d))
+            cache[key] = (eng, d)
         return cache[key]
     eng, d, _ = build(ck, draft, o)
     return eng, d

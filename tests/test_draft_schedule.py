@@ -6,7 +6,6 @@ import torch
 
 from cassandra_rtl.errors import ConfigError
 from cassandra_rtl.golden.kv import kv_config
-from cassandra_rtl.model.bench import stopping_drafter
 from cassandra_rtl.model.drafters import NgramDrafter, build_cassandra, uniform_cfg
 from cassandra_rtl.model.engine import Schedule, parse_schedule, Engine
 from cassandra_rtl.model.sampling import SamplingParams
@@ -20,7 +19,7 @@ def setup():
     ck = tiny_checkpoint(seed=0)
     m = ck.build()
     d, tcost = build_cassandra(ck, m, uniform_cfg(1.0, 1), kv_config(32, mantissa_bits=1))
-    return m, stopping_drafter(d), tcost
+    return m, d, tcost
 
 
 def prompts(n, vocab=320, length=10):
