@@ -64,12 +64,13 @@ def _error_case(kind, words=64):
     if kind == "negative":        # the book maps rank 0 to delta 255: X - delta < 0
         job.program = [(a, 255 if a == Reg.VERIF_SYM else d) for a, d in prog]
         return job, Err.CODE
-    if kind == "overrun_mx":      # spec.mx chunk 0 ends one word early
-        w = list(planes["spec_mx"])
-        i = first_last["spec_mx"]
+    if kind in ("overrun_mx", "overrun_rest"):     # spec.mx / verif.rest chunk 0 ends one word early
+        plane = "spec_mx" if kind == "overrun_mx" else "verif_rest"
+        w = list(planes[plane])
+        i = first_last[plane]
         w[i - 1] = (w[i - 1][0], 1)
         del w[i]
-        planes["spec_mx"] = w
+        planes[plane] = w
         return job, Err.OVERRUN
     if kind == "overrun_x":       # spec.mx chunk 0 ends right after the bitmap, before its X bytes
         w = list(planes["spec_mx"])
@@ -81,13 +82,6 @@ def _error_case(kind, words=64):
         w = planes["spec_mx"]
         planes["spec_mx"] = [(w[0][0], 1)] + w[[i for i, (_, l) in enumerate(w) if l][0] + 1:]
         return DecodeJob(enc, True, planes=planes), Err.OVERRUN
-    if kind == "overrun_rest":    # verif.rest chunk 0 ends one word early
-        w = list(planes["verif_rest"])
-        i = first_last["verif_rest"]
-        w[i - 1] = (w[i - 1][0], 1)
-        del w[i]
-        planes["verif_rest"] = w
-        return job, Err.OVERRUN
     if kind == "too_long":        # verif.rest chunk 0 gets an extra zero word before its last
         w = list(planes["verif_rest"])
         w.insert(first_last["verif_rest"], (0, 0))
