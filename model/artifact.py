@@ -25,7 +25,6 @@ checkpoint's bits.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -452,21 +451,6 @@ def _c1_mask(m: int) -> int:
     return int(np.array((0xFFFF << (7 - m)) & 0xFFFF, dtype=np.uint16).view(np.int16))
 
 
-@contextlib.contextmanager
-def _placeholder_weights():
-    """Build a Transformer whose weight matrices take no memory at all (a stride-0 view of one value):
-    ``DerivedDraft`` replaces every one of them, and allocating them first (even untouched) would leave the
-    C heap with a model-sized free region that later temporaries fault in."""
-    from . import transformer as tr
-
-    old = tr._ALLOC[0]
-    tr._ALLOC[0] = lambda *shape, dtype: torch.zeros((), dtype=dtype).expand(*shape)
-    try:
-        yield
-    finally:
-        tr._ALLOC[0] = old
-
-
 class DerivedDraft(Transformer):
     """The Cassandra draft without a second copy of its layers (``draft_memory="derived"``).
 
@@ -480,7 +464,11 @@ class DerivedDraft(Transformer):
     target's own (exact in both views)."""
 
     def __init__(self, args: ModelArgs, target: Transformer):
-        with _placeholder_weights():             # no storage: every 2-D weight is derived or given its own
+        # no storage: every 2-D weight is derived or given its own (allocating them first, even untouched,
+        # would leave the C heap with a model-sized free region that later temporaries fault in)
+        from .transformer import placeholder, uninitialized_weights
+
+        with uninitialized_weights(placeholder):
             super().__init__(args)
         self.__dict__["_src"] = target           # not a submodule: the target is its own model
         self._scratch: dict = {}                 # linear name -> one layer-sized bf16 buffer shared by all layers

@@ -63,15 +63,23 @@ def _weight(*shape) -> torch.Tensor:
     return _ALLOC[0](*shape, dtype=torch.bfloat16)
 
 
+def placeholder(*shape, dtype):
+    """A weight that takes no memory at all (a stride-0 view of one zero), for a model whose every weight
+    matrix is replaced before use."""
+    return torch.zeros((), dtype=dtype).expand(*shape)
+
+
 @contextmanager
-def uninitialized_weights():
-    """Build models whose weight matrices are allocated but not written (``torch.empty``: no page is
-    resident until a loader writes it), for loaders that fill every weight, one tensor at a time."""
-    _ALLOC[0] = torch.empty
+def uninitialized_weights(alloc=torch.empty):
+    """Build models whose weight matrices come from ``alloc`` instead of being zero-filled: ``torch.empty``
+    (allocated, not written: no page is resident until a loader writes it), for loaders that fill every weight
+    one tensor at a time, or ``placeholder`` (no storage), for a model that replaces every weight matrix."""
+    old = _ALLOC[0]
+    _ALLOC[0] = alloc
     try:
         yield
     finally:
-        _ALLOC[0] = torch.zeros
+        _ALLOC[0] = old
 
 
 # Names of the parameters of one layer, in the order a weight stream would carry them.
