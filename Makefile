@@ -27,6 +27,7 @@ help:
 	@echo "make bench     - golden codec throughput and bits/value"
 	@echo "make bench-long - acceptance vs context length (long; bench/long_context.py)"
 	@echo "make bench-peers - Cassandra vs ZipNN and DFloat11 (bits/value, MB/s per thread) to build/bench/"
+	@echo "make bench-split - what each candidate format change does to the C1 split overhead (docs/FORMAT.md 9.1)"
 	@echo "make bench-memory - peak RSS of generation vs model size (135M / 0.5B / 1B + SmolLM2) to build/memory/"
 
 setup: $(STAMP)
@@ -114,6 +115,12 @@ bench: setup
 bench-peers: setup
 	@$(PIP) install -q --no-deps zipnn==0.5.4 dfloat11==0.5.0 dahuffman==0.4.2 || echo "[bench-peers] could not install the peers; they will be skipped"
 	$(PY) bench/peers.py --out build/bench $(PEERS_ARGS)
+
+# Issue 16's split overhead: each candidate format change priced on the same values (seconds; docs/FORMAT.md 9.1)
+.PHONY: bench-split
+bench-split: setup
+	$(PY) bench/split_options.py --tensors all --json build/bench/split_all.json
+	$(PY) bench/split_options.py --tensors synthetic --json build/bench/split_synthetic.json
 
 # Peak RSS of generation against model size: synthetic Llama 135M / 0.5B / 1B checkpoints and the real SmolLM2,
 # each encoded and run in a fresh process, both draft memory modes (~15 min, ~5 GB RAM; docs/MODEL.md "Memory")
