@@ -122,7 +122,8 @@ class DecoderC1v2(Format2Registers, DecoderC1):
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
                  verif_word: int | None = None, code_word: int | None = None, seg: int | None = None, code_lanes: int | None = None, verif_seg: int | None = None,
-                 verif_code_lanes: int | None = None, code_depth: int | None = None):
+                 verif_code_lanes: int | None = None, code_depth: int | None = None, verif_word_slots: int | None = None,
+                 share_lookups: bool = True):
         word = 8 * lanes if isinstance(lanes, int) and word is None else word
         super().__init__(lanes=lanes, word=word, verif_lanes=verif_lanes, verif_word=word if verif_word is None else verif_word,
                          code_word=code_word)
@@ -142,7 +143,10 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         self.verif_code_lanes = min(self.verif_seg, Lv + Lv // 2) if verif_code_lanes is None else verif_code_lanes
         # validate the code plane parameters here (one clear message), not at elaboration
         # the verification plane of a decoder with Lv < L parses each word over >= 4 passes: 2 word slots
-        self.verif_word_slots = 2 if VW // self.verif_seg >= 4 else 4
+        if verif_word_slots is None:
+            verif_word_slots = 2 if VW // self.verif_seg >= 4 else 4
+        self.verif_word_slots = verif_word_slots
+        self.share_lookups = bool(share_lookups)
         # The speculation ring at the smallest depth, with partial writes (the codes of a pass that fit go in,
         # A re-parses the rest): with whole passes only, B held a pass while the ring lacked room for all of
         # it, and at the smallest depth those holds cost 0.04 of the rate (decoder_c1v2_l8_v4 draft keep 1.0:
@@ -503,9 +507,20 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         adv = out_free
         with m.If(adv):
             m.d.sync += self.out.valid.eq(f_fire)
+        # Book lookups: one 15-entry lookup per lane. A full-mode beat has Lv values, so with L >= 2 Lv lanes
+        # Lv..2 Lv-1 are idle then and their lookups serve lanes 0..Lv-1's verification codes: those lanes read
+        # a table that the (registered) mode selects, verif_tab in full mode, spec_tab in draft mode (session 6:
+        # Lv lookups fewer, docs/HARDWARE.md 2b "Area cuts of session 6").
+        shared = min(Lv, L - Lv) if self.share_lookups else 0
+        hi_tab = None
+        if shared:
+            hi_tab = Array(Signal(9, name=f"f_hi_tab{e}") for e in range(K_MAX))
+            for e in range(K_MAX):
+                m.d.comb += hi_tab[e].eq(Mux(full, r["verif_tab"][e], r["spec_tab"][e]))
         with m.If(f_fire):
             m.d.sync += [self.out.payload.count.eq(c_n), self.out.payload.sb_end.eq(c_fin),
                          self.out.payload.last.eq(c_last)]
+            lane_t, lane_sidx, lane_v = [], [], []
             for i in range(L):
                 sm9 = Signal(SUFFIX_FIELD, name=f"f_sm9_{i}")
                 m.d.comb += sm9.eq(M.win >> c_sm_off[i])
@@ -515,9 +530,8 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                 m.d.comb += t.eq(smf << fr)
                 sidx = Signal(4, name=f"f_sidx{i}")
                 m.d.comb += sidx.eq(c_val[i][:4] + (c_spair[i] & sm9[0]))
-                sym = Signal(9, name=f"f_sym{i}")
-                m.d.comb += sym.eq(Mux(c_esc[i], c_val[i], r["spec_tab"][sidx]))
-                draft = Cat(t[:BF16_MANTISSA_BITS], sym[:BF16_EXPONENT_BITS], t[BF16_MANTISSA_BITS])
+                lane_t.append(t)
+                lane_sidx.append(sidx)
                 if i < Lv:
                     ve = c_ve[i]
                     v_pair = (ve[8:10] == Kind.CODE) & ve[4]
@@ -529,8 +543,27 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                                       & ~(Const(0xFF, FIELD_MAX) << width))
                     vidx = Signal(4, name=f"f_vidx{i}")
                     m.d.comb += vidx.eq(verif_base[ve[:4]] + (v_pair & rf9[0]))
+                    lane_v.append((ve, rf, vidx))
+            look = []                                   # lane i's lookup (spec_tab, or hi_tab for shared lanes)
+            for i in range(L):
+                if i >= Lv and i - Lv < shared:
+                    idx = Signal(4, name=f"f_hidx{i}")
+                    m.d.comb += idx.eq(Mux(full, lane_v[i - Lv][2], lane_sidx[i]))
+                    lk = Signal(9, name=f"f_look{i}")
+                    m.d.comb += lk.eq(hi_tab[idx])
+                else:
+                    lk = r["spec_tab"][lane_sidx[i]]
+                look.append(lk)
+            for i in range(L):
+                t = lane_t[i]
+                sym = Signal(9, name=f"f_sym{i}")
+                m.d.comb += sym.eq(Mux(c_esc[i], c_val[i], look[i]))
+                draft = Cat(t[:BF16_MANTISSA_BITS], sym[:BF16_EXPONENT_BITS], t[BF16_MANTISSA_BITS])
+                if i < Lv:
+                    ve, rf, vidx = lane_v[i]
                     vexp = Signal(BF16_EXPONENT_BITS, name=f"f_vexp{i}")
-                    m.d.comb += vexp.eq(Mux(ve[8:10] == Kind.ESC, ve[:8], r["verif_tab"][vidx]))
+                    vlook = look[i + Lv][:BF16_EXPONENT_BITS] if i < shared else r["verif_tab"][vidx]
+                    m.d.comb += vexp.eq(Mux(ve[8:10] == Kind.ESC, ve[:8], vlook))
                     exact_pruned = Cat(rf[:BF16_MANTISSA_BITS], vexp, rf[BF16_MANTISSA_BITS])
                     value = Mux(c_kept[i], draft | Mux(full, rf, 0), Mux(full, exact_pruned, 0))
                 else:
