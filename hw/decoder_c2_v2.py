@@ -130,9 +130,10 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         bitmap_words depth of the bitmap word FIFO, 2..16 (default G_MAX / IW + 2: a beat reads two words,
                      and the next superblock's first bitmap word is taken in while the current one is
                      decoded, so superblocks follow without a bubble)
-        field_slots  word slots of the spec.mx field ring F (default 4: the final beat of a superblock skips
-                     the next superblock's bitmap, up to G bits, and the next beat's bits must be in; 3 and
-                     bitmap_words = 3 cost a bubble per superblock at G = 256 with pruning only)
+        field_slots  word slots of the spec.mx field ring F (default 3: F holds only the words with X / field
+                     bits, the words wholly inside a keep bitmap go to the bitmap FIFO alone; 4 removes the
+                     0.4-2 % of extra cycles at A > 1 with m >= 5 and keep >= 0.7, docs/HARDWARE.md 2c;
+                     bitmap_words = 3 costs cycles at G = 256 with pruning and A > 1)
         code_word_slots  word slots of the code plane (2, 4 or 8; default 2: verif.codes is parsed in 16-bit
                      segments, VW / 16 passes per word, so a second slot hides every word's arrival)
         verif_word   VW, bits per input word on the verification planes verif.codes and verif.rest: a power of
@@ -166,7 +167,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         if not isinstance(bitmap_words, int) or not 2 <= bitmap_words <= 16:
             raise ConfigError(f"bitmap_words must be 2..16 (a beat's kept flags may span two words), "
                               f"got {bitmap_words!r}")
-        field_slots = 4 if field_slots is None else field_slots
+        field_slots = 3 if field_slots is None else field_slots
         if not isinstance(field_slots, int) or not 3 <= field_slots <= 16:
             raise ConfigError(f"field_slots must be 3..16, got {field_slots!r}")
         self.lanes, self.word, self.verif_lanes, self.verif_word = lanes, word, verif_lanes, verif_word
@@ -337,10 +338,15 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                      final_w.eq((~has_next & (qb <= IW)) | fin2)]
         to_bm = Signal(name="to_bm")                               # the word holds bitmap bits
         m.d.comb += to_bm.eq(prune & ((in_q + in_bm > 0) | (adv1 & (qb < IW))))
+        # A word wholly inside the current superblock's bitmap holds nothing F reads: it goes to the bitmap
+        # FIFO only (F's skips leave those words out, see ISSUE), so F's slots hold X / field words only and
+        # the next superblock's bitmap words pass while F is still full of the current one's fields.
+        to_f = Signal(name="to_f")
+        m.d.comb += to_f.eq(~(prune & (in_q <= 0) & (in_q + in_bm >= IW)))
         mx = self.spec_mx
         in_go = Signal(name="in_go")
         m.d.comb += in_go.eq(in_on & started)
-        m.d.comb += mx.ready.eq(drain | (in_go & ~adv2 & (~to_bm | (bm_count < nbw)) & F.inp.ready))
+        m.d.comb += mx.ready.eq(drain | (in_go & ~adv2 & (~to_bm | (bm_count < nbw)) & (~to_f | F.inp.ready)))
         acc = Signal(name="mx_accept")
         m.d.comb += acc.eq(mx.valid & mx.ready & ~drain)
         pad_from = Signal(range(IW + 1), name="in_pad_from")       # content bits of the chunk's last word
@@ -351,7 +357,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         in_err_tl = Signal(name="in_err_too_long")
         m.d.comb += [in_err_ov.eq(acc & mx.payload.last & ~final_w),
                      in_err_tl.eq(acc & final_w & (~mx.payload.last | pad_bad))]
-        m.d.comb += [F.inp.valid.eq(acc), F.inp.payload.eq(mx.payload.data), F.flush.eq(flush | drain)]
+        m.d.comb += [F.inp.valid.eq(acc & to_f), F.inp.payload.eq(mx.payload.data), F.flush.eq(flush | drain)]
         bm_push = Signal(name="bm_push")
         bm_pop = Signal(range(3), name="bm_pop")
         m.d.comb += bm_push.eq(acc & to_bm)
@@ -446,6 +452,19 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         with m.Else():
             m.d.comb += [pops.eq(e_hi + (bu[wb:] != e_hi)), bptr_next.eq(bu[:wb])]
 
+        # F's skip of the next superblock's bitmap: its bits in the words F holds, i.e. without the words
+        # wholly inside it (never pushed into F, see INGEST). The bitmap starts at bit p_lo of a word (the
+        # next chunk's first word at a chunk end: 0).
+        def f_skip(p_lo, bmn, name):
+            e = Signal(bits_for(IW - 1 + G_MAX), name=f"{name}_end")           # p_lo + bits
+            whole = Signal(range(G_MAX // IW + 1), name=f"{name}_whole")     # words wholly inside the bitmap
+            sk = Signal(range(G_MAX + 1), name=name)
+            m.d.comb += [e.eq(p_lo + bmn), whole.eq(e[wb:] - ((p_lo != 0) & (e[wb:] != 0))),
+                         sk.eq(bmn - (whole << wb))]
+            return sk
+        f_skip_next = f_skip(Mux(chunk_last, 0, bu[:wb]), Mux(nxt_last, lay_last["bm"], lay_full["bm"]),
+                             "is_f_skip")
+
         I = {"v": Signal(name="I_valid"), "take": Signal(len(take), name="I_take"),
              "tnx": Signal(len(tnx), name="I_take_fields"), "xbits": Signal(len(xbase), name="I_xbits"),
              "slack": Signal(bits_for(2 * IW), name="I_slack"), "xdone": Signal(name="I_xdone"),
@@ -470,7 +489,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                          I["xdone"].eq(0), I["kept"].eq(kept), I["n"].eq(n),
                          I["xload"].eq(xpend), I["blk"].eq(vpos[5:8]), I["final"].eq(final),
                          I["last"].eq(final & sb_last), I["cend"].eq(final & chunk_last),
-                         I["skip"].eq(Mux(final & ~sb_last, Mux(nxt_last, lay_last["bm"], lay_full["bm"]), 0))]
+                         I["skip"].eq(Mux(final & ~sb_last, f_skip_next, 0))]
             m.d.sync += I["xb"].eq(xbase >> 3)
             m.d.sync += [xpend.eq(0), bptr.eq(bptr_next)]
             with m.If(final):
@@ -498,13 +517,14 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         m.d.comb += [fire1.eq(I["v"] & s2_free & ~over & (F.avail >= eff_take)),
                      fire_x.eq(I["v"] & over & (F.avail >= I["xbits"]))]
         f_skip0 = Signal(name="f_skip_first")          # START: skip the first superblock's bitmap
+        f_skip0_bits = f_skip(Const(0, wb), Mux(r["numel"] <= r["g"], lay_last["bm"], lay_full["bm"]),
+                              "f_skip0_bits")
         m.d.comb += f_skip0.eq(f_init & started)
         # (take / end / skip from registers only, F uses them when it fires: the stall chain ends at F.fire)
         m.d.comb += [F.fire.eq(fire1 | fire_x | f_skip0),
                      F.take.eq(Mux(f_init, 0, Mux(over, I["xbits"], eff_take))),
                      F.end.eq(~f_init & ~over & I["cend"]),
-                     F.skip.eq(Mux(f_init, Mux(r["numel"] <= r["g"], lay_last["bm"], lay_full["bm"]),
-                                   Mux(over, 0, I["skip"])))]
+                     F.skip.eq(Mux(f_init, f_skip0_bits, Mux(over, 0, I["skip"])))]
         with m.If(f_skip0):
             m.d.sync += f_init.eq(0)
         with m.If(fire_x):
