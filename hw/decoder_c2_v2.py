@@ -68,6 +68,7 @@ from .decoder import BF16_BITS, CFG_DATA_BITS, ERROR_BITS, FIELD_MAX, DecoderC1,
 from .decoder_c2 import DecoderC2, c2_decoder_signature, prefix_sums
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane
 from .code_plane import Kind as CpKind
+from .shifter import shift_right
 from .take_ring import TakeRing
 from .zero_counter import prefix_counts
 
@@ -414,7 +415,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         lane_mask = Signal(L, name="is_lane_mask")
         m.d.comb += lane_mask.eq(thermometer(n, L))
         kept = Signal(L, name="is_kept")
-        m.d.comb += kept.eq(Mux(prune, bm_two.bit_select(bptr, L), Const((1 << L) - 1, L)) & lane_mask)
+        kept_sel = shift_right(m, bm_two[:IW + L - 1], bptr, L, "is_kept_sel")       # hw/shifter.py
+        m.d.comb += kept.eq(Mux(prune, kept_sel, Const((1 << L) - 1, L)) & lane_mask)
         kp = prefix_counts(m, kept, L, "is_kp")
         xbase = Signal(range(X_REGION + 1), name="is_xbase")
         m.d.comb += xbase.eq(Mux(xpend, ls["xb"], 0))
@@ -538,11 +540,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         m.d.comb += xnow.eq(I["xload"] & ~I["xdone"])
         with m.If(fire_x | (fire1 & xnow)):
             m.d.sync += xreg.eq(F.win[:X_REGION])
-        fsrc = Signal(MXF * L, name="f_fields")
-        with m.Switch(Mux(I["xdone"], 0, I["xb"])):
-            for b in range(X_REGION // X_BITS + 1):
-                with m.Case(b):
-                    m.d.comb += fsrc.eq(F.win[X_BITS * b:])
+        fsrc = shift_right(m, F.win, Cat(Const(0, 3), Mux(I["xdone"], 0, I["xb"])), MXF * L, "f_fields")
         with m.If(s2_free):
             m.d.sync += S2["v"].eq(fire1)
         with m.If(fire1):
@@ -756,7 +754,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         for i in range(L):
             if i < Lv:
                 rf = Signal(REST_MAX, name=f"rest_f{i}")
-                m.d.comb += rf.eq(R.win >> S4["ro"][i])
+                m.d.comb += rf.eq(shift_right(m, R.win, S4["ro"][i], REST_MAX, f"rest_sel{i}"))
                 t = Signal(name=f"suffix{i}")
                 m.d.comb += t.eq(S4["pair"][i] & rf[0])
                 body = Signal(FIELD_MAX, name=f"rest_body{i}")

@@ -33,6 +33,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
 from ..errors import ConfigError
+from .shifter import shift_right
 
 
 class TakeRing(wiring.Component):
@@ -92,7 +93,8 @@ class TakeRing(wiring.Component):
         nxt = Signal(range(N), name="head_next_slot")
         m.d.comb += nxt.eq(mod_n(head + 1))
         view = Signal(2 * IW, name="view")
-        m.d.comb += [view.eq(Cat(ring[head], ring[nxt])), self.win.eq(view >> off_lo)]
+        m.d.comb += [view.eq(Cat(ring[head], ring[nxt])),
+                     self.win.eq(shift_right(m, view, off_lo, self.window, "win_sel"))]   # hw/shifter.py
         m.d.comb += self.avail.eq(Mux((nwords == 0) | skipping, 0, (nwords << wb) - off_lo))
 
         # Consume: pos = the new read position from the head word's start; words dropped = those wholly
