@@ -81,6 +81,7 @@ SB_BITS_MAX = G_MAX + X_REGION + MXF * G_MAX     # spec.mx bits of one superbloc
 REST_MAX = FIELD_MAX + 1                         # widest verif.rest field: a pair's suffix bit + 8 bits
 MAX_CHUNK_LOG = 6                                # format 2.0: A = 2^CHUNK <= 64 ...
 MAX_CHUNK_VALUES = 1024                          # ... with A * G <= 1024
+SB_COUNT_BITS = bits_for(-(-((1 << CFG_DATA_BITS) - 1) // min(ALLOWED_GROUP_SIZES)))   # superblocks of a tensor
 
 
 def _pow2(v) -> bool:
@@ -261,8 +262,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         mul_b = Signal(bits_for(G_MAX), name="mul_b")                 # n_last >> 2i
         mul_acc = Signal(2 * bits_for(G_MAX) + 2, name="mul_acc")    # k * n_last
         ks_last = Signal(range(G_MAX + 1), name="ks_last")
-        nsb = Signal(CFG_DATA_BITS, name="nsb")                        # superblocks of the tensor
-        nchunks = Signal(CFG_DATA_BITS, name="nchunks")                # chunks of the tensor
+        nsb = Signal(SB_COUNT_BITS, name="nsb")                        # superblocks of the tensor
         lay_full = self._layout(m, r, r["g"], r["k"], prune, "lf")
         lay_last = self._layout(m, r, n_last, ks_last, prune, "ll")
         g_mask = Signal(bits_for(G_MAX), name="g_mask")
@@ -278,7 +278,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                             with m.Case(g):
                                 m.d.sync += nsb.eq((r["numel"] + g - 1) >> exact_log2(g))
                 with m.Case(2):
-                    m.d.sync += [mul_b.eq(n_last), nchunks.eq((nsb + amask) >> r["chunk"])]
+                    m.d.sync += mul_b.eq(n_last)
                     m.d.comb += setup_err.eq(full & verif_pbad)
                 with m.Case(3, 4, 5, 6, 7):
                     m.d.sync += [mul_acc.eq(mul_acc + mul_a * mul_b[:2]), mul_a.eq(mul_a << 2),
@@ -311,7 +311,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         qw = bits_for(2 * SB_BITS_MAX + IW) + 1
         in_q = Signal(signed(qw), name="in_q")
         in_s = Signal(MAX_CHUNK_LOG, name="in_s")                 # superblock index in the chunk
-        in_rem = Signal(CFG_DATA_BITS, name="in_rem")             # superblocks not yet finished (this one too)
+        in_rem = Signal(SB_COUNT_BITS, name="in_rem")             # superblocks not yet finished (this one too)
         in_on = Signal(name="in_on")
         in_cur_last = Signal(name="in_cur_last")
         m.d.comb += in_cur_last.eq(in_rem == 1)
@@ -392,7 +392,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         sb_left = Signal(range(G_MAX + 1), name="is_sb_left")  # values of the superblock not yet issued
         sb_last = Signal(name="is_sb_last")                    # the current superblock is the tensor's last
         nxt_last = Signal(name="is_nxt_last")                  # the next one is
-        after = Signal(CFG_DATA_BITS, name="is_after")         # values after the current superblock
+        after = Signal(SB_COUNT_BITS, name="is_after")         # superblocks after the current one
         xpend = Signal(name="is_xpend")                        # the next beat reads the X region
         vpos = Signal(range(G_MAX + 1), name="is_vpos")        # values issued in this superblock
         kacc = Signal(range(G_MAX + 1), name="is_kacc")        # kept values issued in this superblock
@@ -402,10 +402,11 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         sb_init = Signal(name="is_sb_init")                    # START: load the first superblock
 
         def load_superblock(t):
-            """Counters of a superblock that starts with ``t`` values left in the tensor (t a register)."""
-            n_sb = Mux(t <= r["g"], t, r["g"])
-            return [sb_left.eq(n_sb), sb_last.eq(t <= r["g"]), nxt_last.eq(t <= 2 * r["g"]),
-                    after.eq(t - n_sb), xpend.eq(1), vpos.eq(0), kacc.eq(0)]
+            """Counters of a superblock that starts with ``t`` superblocks left in the tensor, itself included
+            (t a register; the last one has n_last values)."""
+            one = t <= 1
+            return [sb_left.eq(Mux(one, n_last, r["g"])), sb_last.eq(one), nxt_last.eq(t <= 2),
+                    after.eq(t - 1), xpend.eq(1), vpos.eq(0), kacc.eq(0)]
 
         ls = {k: Mux(sb_last, lay_last[k], lay_full[k]) for k in lay_full}
         n = Signal(range(L + 1), name="is_n")
@@ -502,8 +503,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
             with m.Else():
                 m.d.sync += [vpos.eq(vpos + n), kacc.eq(kept_now), sb_left.eq(sb_left - n)]
         m.d.comb += bm_pop.eq(Mux(issue & prune, pops, 0))
-        with m.If(sb_init):
-            m.d.sync += [sb_init.eq(0), cs.eq(0), bptr.eq(0)] + load_superblock(r["numel"])
+        with m.If(sb_init & lay_ok):            # nsb and n_last are registered by then (setup)
+            m.d.sync += [sb_init.eq(0), cs.eq(0), bptr.eq(0)] + load_superblock(nsb)
 
         # ---- FETCH (stage S2): fires when F holds the beat's bits. A first beat whose X bytes and fields
         # would run past F's two-word view (F's offset > 2 IW - take) takes its X bytes alone first.
@@ -607,6 +608,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         m.submodules.verif_codes_plane = CP
         wiring.connect(m, wiring.flipped(self.verif_codes), CP.inp)
         cp_init = Signal(name="cp_init")                # the code plane has not been started for the tensor
+        nchunks = Signal(SB_COUNT_BITS, name="nchunks")        # chunks of the tensor (read by CP at its start)
+        m.d.comb += nchunks.eq((nsb + amask) >> r["chunk"])
         m.d.comb += [CP.k.eq(verif_q), CP.pairs.eq(r["verif_pairs"]), CP.chunks.eq(nchunks),
                      CP.start.eq(cp_init & started & full),
                      CP.enable.eq(started & full), CP.drain.eq(drain), CP.flush.eq(flush)]
