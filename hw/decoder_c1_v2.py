@@ -123,7 +123,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
                  verif_word: int | None = None, code_word: int | None = None, seg: int | None = None, code_lanes: int | None = None, verif_seg: int | None = None,
                  verif_code_lanes: int | None = None, code_depth: int | None = None, verif_word_slots: int | None = None,
-                 share_lookups: bool = True):
+                 share_lookups: bool = True, max_beat_escapes: int | None = 2):
         word = 8 * lanes if isinstance(lanes, int) and word is None else word
         super().__init__(lanes=lanes, word=word, verif_lanes=verif_lanes, verif_word=word if verif_word is None else verif_word,
                          code_word=code_word)
@@ -149,6 +149,10 @@ class DecoderC1v2(Format2Registers, DecoderC1):
             verif_word_slots = 2 if VW // self.verif_seg >= 4 or 2 * Lv <= lanes else 4
         self.verif_word_slots = verif_word_slots
         self.share_lookups = bool(share_lookups)
+        # escaped codes per beat (None: up to L); a beat ends before the next one (session 6, 2b "Area cuts")
+        if max_beat_escapes is not None and (not isinstance(max_beat_escapes, int) or not 1 <= max_beat_escapes < lanes):
+            raise ConfigError(f"max_beat_escapes must be None or 1..lanes-1 ({lanes - 1}), got {max_beat_escapes!r}")
+        self.max_beat_escapes = max_beat_escapes
         # The speculation ring at the smallest depth, with partial writes (the codes of a pass that fit go in,
         # A re-parses the rest): with whole passes only, B held a pass while the ring lacked room for all of
         # it, and at the smallest depth those holds cost 0.04 of the rate (decoder_c1v2_l8_v4 draft keep 1.0:
@@ -195,9 +199,11 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         full, mm = r["full"], r["m"]
 
         # ------------------------------------------------------------------ planes
-        # escape payloads in a side FIFO of >= L + 1 entries (the ring entries shrink from 10 to 6 bits)
+        # escape payloads in a side FIFO of >= (escapes a beat can hold) + 1 entries (the ring entries shrink
+        # from 10 to 6 bits)
+        esc_entries = 1 << ceil_log2((self.max_beat_escapes or L) + 1)
         S = CodePlane(self.code_word, self.seg, self.code_lanes, depth=self.code_depth, pops=L + 1,
-                      esc_fifo=1 << ceil_log2(L + 1), partial_writes=True)
+                      esc_fifo=esc_entries, partial_writes=True)
         V = CodePlane(self.verif_word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots,
                       pair_flags=True)
         M = SlotReader(IW, SUFFIX_FIELD * L, reader_slots(IW, SUFFIX_FIELD * L))
@@ -272,20 +278,52 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         need = Signal(range(L + 1))
         fin = Signal()               # the superblock's last beat
         cend = Signal()              # ... of the chunk's last superblock: its END is popped too
-        m.d.comb += [need.eq(Mux(sb_left < lanes_max, sb_left, lanes_max)), fin.eq(sb_left <= lanes_max),
-                     cend.eq(fin & sb_cend)]
         sw = S.win
         scount = S.count
         is_code = [Signal(name=f"i_code{j}") for j in range(L + 1)]
         for j in range(L + 1):
             m.d.comb += is_code[j].eq(sw[j].kind[1] == 0)          # CODE or ESC
         codes_ok = Signal(name="i_codes_ok")                        # entries 0..need-1 are codes
-        ok = Const(1, 1)
-        for j in range(L):
-            ok = ok & ((j >= need) | is_code[j])
-        m.d.comb += codes_ok.eq(ok)
         have = Signal(name="i_have")
-        m.d.comb += have.eq(scount >= need + cend)
+        pop_n = Signal(range(L + 2), name="i_pop_n")                # need + cend
+        if self.max_beat_escapes is None:
+            m.d.comb += [need.eq(Mux(sb_left < lanes_max, sb_left, lanes_max)), fin.eq(sb_left <= lanes_max),
+                         cend.eq(fin & sb_cend)]
+            ok = Const(1, 1)
+            for j in range(L):
+                ok = ok & ((j >= need) | is_code[j])
+            m.d.comb += [codes_ok.eq(ok), have.eq(scount >= need + cend), pop_n.eq(need + cend)]
+        else:
+            # A beat holds at most E_b escaped codes (session 6): it ends before the superblock's (E_b + 1)-th
+            # escaped code in the window (lane c, ``cut``), so the escape FIFO needs only E_b + 1 payloads and
+            # each lane selects among E_b of them. The cut is found beside the uncut checks (need_sb), not
+            # after them: lane c is in the ring, so a cut beat has its codes when the lanes before c are codes.
+            eb = self.max_beat_escapes
+            need_sb = Signal(range(L + 1), name="i_need_sb")
+            fin_sb = Signal(name="i_fin_sb")
+            m.d.comb += [need_sb.eq(Mux(sb_left < lanes_max, sb_left, lanes_max)), fin_sb.eq(sb_left <= lanes_max)]
+            escw = Signal(L, name="i_escw")
+            for j in range(L):
+                m.d.comb += escw[j].eq((sw[j].kind == Kind.ESC) & (j < scount))
+            ecnt = prefix_counts(m, escw, eb + 1, "i_ecnt")
+            third = Signal(L, name="i_cut_at")                         # one-hot: lane c, or none
+            for j in range(L):
+                m.d.comb += third[j].eq(escw[j] & (ecnt[j] == eb) & (j < need_sb))
+            cut = Signal(name="i_cut")
+            cutpos = Signal(range(L), name="i_cut_pos")
+            cp = Const(0, bits_for(L - 1))
+            for j in range(1, L):
+                cp = cp | Mux(third[j], j, 0)
+            m.d.comb += [cut.eq(third.any()), cutpos.eq(cp)]
+            m.d.comb += [need.eq(Mux(cut, cutpos, need_sb)), fin.eq(fin_sb & ~cut), cend.eq(fin_sb & sb_cend & ~cut)]
+            ok_sb, ok_cut, pre = Const(1, 1), Const(0, 1), Const(1, 1)
+            for j in range(L):
+                ok_sb = ok_sb & ((j >= need_sb) | is_code[j])
+                ok_cut = ok_cut | (third[j] & pre)
+                pre = pre & is_code[j]
+            cend_sb = fin_sb & sb_cend
+            m.d.comb += [codes_ok.eq(Mux(cut, ok_cut, ok_sb)), have.eq(cut | (scount >= need_sb + cend_sb)),
+                         pop_n.eq(Mux(cut, cutpos, need_sb + cend_sb))]
         # first non-code entry among the needed ones that are already in the ring: an error now
         e_code, e_over = Const(0, 1), Const(0, 1)
         before = Const(1, 1)
@@ -324,7 +362,8 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         ep = prefix_counts(m, escl, L, "ep")
         # lane j takes FIFO entry ep_j <= j (one per escaped lane before it): a (j+1)-way select per lane
         def esc_of(j):
-            return Array(S.esc[i] for i in range(min(j + 1, S.esc_pops)))[ep[j]]
+            n = min(j + 1, S.esc_pops, self.max_beat_escapes or L)
+            return Array(S.esc[i] for i in range(n))[ep[j][:bits_for(n - 1)] if n > 1 else 0]
         kc, pc = kp[L], pp[L]
         e_keep = Signal()
         m.d.comb += e_keep.eq(fin & have & codes_ok & ~tail_bad & ((kept_cnt + kc) != sb_k))
@@ -368,7 +407,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         m.d.comb += early.eq(e_code | e_over)
         m.d.comb += [i_go.eq(issuing & adv1 & ((have & codes_ok) | early)),
                      i_stop.eq(i_go & i_err.any())]
-        m.d.comb += [S.pop.eq(Mux(issuing & adv1 & have & codes_ok, need + cend, 0)),     # <= count
+        m.d.comb += [S.pop.eq(Mux(issuing & adv1 & have & codes_ok, pop_n, 0)),     # <= count
                      S.esc_pop.eq(Mux(issuing & adv1 & have & codes_ok, ep[L], 0))]
         with m.If(adv1):
             m.d.sync += b_valid.eq(i_go)

@@ -228,6 +228,23 @@ def test_v2_escapes_and_long_codes():
     check(run_decoder(DecoderC1v2(4, 32), jobs, Stalls(STALL, STALL, seed=4)), jobs)
 
 
+def test_v2_beats_hold_at_most_two_escapes():
+    """A beat ends before its third escaped code (session 6: the escape FIFO holds 4 payloads, each lane
+    selects one of 2). With books of K = 0 every code is an escape, so draft beats carry at most 2 values
+    and full-mode beats too; every value equals golden's. Without the limit (max_beat_escapes=None, a 16-entry
+    FIFO) the same tensor comes out in beats of 8 / 4."""
+    bits = _forced_books_tensor()[:96]
+    enc = encode_tensor(bits, CodecConfig(group_size=32, mantissa_bits=4, keep_count=32),
+                        books=(Codebook(()), Codebook(())))
+    jobs = [DecodeJob(enc, False), DecodeJob(enc, True)]
+    res = run_decoder(DecoderC1v2(8, verif_lanes=4), jobs, Stalls(STALL, STALL, seed=5))
+    check(res, jobs)
+    assert max(c for c, _, _ in res.meta[0]) == 2 and max(c for c, _, _ in res.meta[1]) == 2
+    res = run_decoder(DecoderC1v2(8, verif_lanes=4, max_beat_escapes=None), jobs, Stalls(STALL, STALL, seed=5))
+    check(res, jobs)
+    assert max(c for c, _, _ in res.meta[0]) == 8 and max(c for c, _, _ in res.meta[1]) == 4
+
+
 @pytest.mark.slow
 def test_v2_boundary_keep_counts():
     """k = 1 (all pruned but one) and k = G (nothing pruned, empty verification chunks)."""
