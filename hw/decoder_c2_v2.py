@@ -125,10 +125,12 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                      mode reads ~3x the bits per value of the draft, so at one memory bandwidth it needs
                      fewer values per cycle)
         code_seg     S, bits of verif.codes the code plane parses per cycle (hw/code_plane.py; default 16)
-        code_lanes   Lc, codes one code-plane pass delivers (default min(S, max(7, Lv + 3)); a segment with
-                     more codes is re-parsed from the next code, one bubble in the code plane only)
+        code_lanes   Lc, codes one code-plane pass delivers (default min(S, max(5, Lv + 1)), 6 at Lv = 4; a
+                     segment with more codes is re-parsed from the next code, one bubble in the code plane only)
         code_depth   entries of the code ring (default: the power of two >= 2 (Lc + 1) + 2 (Lv + 1), so the
-                     plane's room check never holds it back while a beat waits; 32 at L = 8)
+                     plane's room check never holds it back while a beat waits; at Lv = 4 16 entries with
+                     Lc = 6: -1.25 k GE at L = 8 for 0.991 instead of 0.995 of nominal in v1.0 full mode at
+                     keep 0.3 and 0.994 in format 2.0, docs/HARDWARE.md 2c "Area cuts of session 6")
         bitmap_words depth of the bitmap word FIFO, 2..16 (default G_MAX / IW + 2: a beat reads two words,
                      and the next superblock's first bitmap word is taken in while the current one is
                      decoded, so superblocks follow without a bubble)
@@ -160,9 +162,11 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         verif_word = max(64, 1 << ceil_log2(REST_MAX * verif_lanes)) if verif_word is None else verif_word
         if not _pow2(verif_word) or not 32 <= verif_word <= 1024:
             raise ConfigError(f"verification word must be a power of two in 32..1024 bits, got {verif_word!r}")
-        code_lanes = min(code_seg, max(5, verif_lanes + 1)) if code_lanes is None else code_lanes
+        lv4 = verif_lanes == 4          # L = 8: a 16-entry ring and 6 codes a pass (measured, see above)
+        if code_lanes is None:
+            code_lanes = min(code_seg, 6 if lv4 else max(5, verif_lanes + 1))
         if code_depth is None:          # room for two passes and two beats' pops: the plane never waits
-            code_depth = 1 << ceil_log2(2 * (code_lanes + 1) + 2 * (verif_lanes + 1))
+            code_depth = 16 if lv4 else 1 << ceil_log2(2 * (code_lanes + 1) + 2 * (verif_lanes + 1))
         code_depth = CodePlane.resolve(verif_word, code_seg, code_lanes, code_depth, verif_lanes + 1,
                                        code_word_slots)[3]                                     # or ConfigError
         bitmap_words = G_MAX // word + 2 if bitmap_words is None else bitmap_words
