@@ -384,7 +384,15 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         b_kept = Signal(L)
         b_esc = Signal(L)
         b_spair = Signal(L)
-        b_val = [Signal(8, name=f"b_val{j}") for j in range(L)]     # ESC: the symbol; CODE: its group's base
+        eb = self.max_beat_escapes
+        if eb is None:
+            b_val = [Signal(8, name=f"b_val{j}") for j in range(L)]     # ESC: the symbol; CODE: its group's base
+            b_escp = []
+        else:
+            # with at most eb escaped codes a beat, their symbols travel once per beat (the beat's first eb FIFO
+            # entries, in lane order) and each lane holds only its group's base
+            b_val = [Signal(4, name=f"b_val{j}") for j in range(L)]
+            b_escp = [Signal(8, name=f"b_esc_sym{e}") for e in range(eb)]
         b_pp = [Signal(range(j + 1), name=f"b_pp{j}") for j in range(Lv)]     # pp_j <= j
         # Field offsets, each as wide as its lane can reach: lane j's field follows j fields of at most 9 bits
         # (kept: m + 1 + a suffix bit; pruned rest: 8 + a suffix bit), so its offset is <= 9 j. The narrow
@@ -417,9 +425,11 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                          b_last.eq(fin & (sbs_left == 1)), b_kept.eq(kept), b_spair.eq(spair),
                          b_sm_take.eq(kc * fm + sp[L]), b_pc.eq(pc),
                          b_rest_take.eq(kc * fr + pc * FIELD_MAX)]
+            for e in range(len(b_escp)):
+                m.d.sync += b_escp[e].eq(S.esc[e])
             for j in range(L):
                 m.d.sync += [b_esc[j].eq(sw[j].kind == Kind.ESC),
-                             b_val[j].eq(Mux(sw[j].kind == Kind.ESC, esc_of(j), base[j])),
+                             b_val[j].eq(Mux(sw[j].kind == Kind.ESC, esc_of(j), base[j]) if eb is None else base[j]),
                              b_sm_off[j].eq(kp[j] * fm + sp[j])]
             for j in range(Lv):
                 m.d.sync += [b_pp[j].eq(pp[j]), b_rest_off[j].eq(kp[j] * fr + pp[j] * FIELD_MAX)]
@@ -495,7 +505,8 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         c_kept = Signal(L)
         c_esc = Signal(L)
         c_spair = Signal(L)
-        c_val = [Signal(8, name=f"c_val{j}") for j in range(L)]
+        c_val = [Signal(len(b_val[j]), name=f"c_val{j}") for j in range(L)]
+        c_escp = [Signal(8, name=f"c_esc_sym{e}") for e in range(len(b_escp))]
         c_sm_off = [Signal(range(SUFFIX_FIELD * j + 1), name=f"c_sm_off{j}") for j in range(L)]
         c_rest_off = [Signal(range(SUFFIX_FIELD * j + 1), name=f"c_rest_off{j}") for j in range(Lv)]
         c_ve = [Signal(len(vw[0].as_value()), name=f"c_vent{j}") for j in range(Lv)]
@@ -518,6 +529,8 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                          c_rest_take.eq(b_rest_take + vp_of[b_pc])]
             for j in range(L):
                 m.d.sync += [c_val[j].eq(b_val[j]), c_sm_off[j].eq(b_sm_off[j])]
+            for e in range(len(b_escp)):
+                m.d.sync += c_escp[e].eq(b_escp[e])
             for j in range(Lv):
                 m.d.sync += [c_rest_off[j].eq(b_rest_off[j] + Array(vp[i] for i in range(j + 1))[b_pp[j]]),
                              c_ve[j].eq(vent_of(j))]
@@ -598,7 +611,12 @@ class DecoderC1v2(Format2Registers, DecoderC1):
             for i in range(L):
                 t = lane_t[i]
                 sym = Signal(9, name=f"f_sym{i}")
-                m.d.comb += sym.eq(Mux(c_esc[i], c_val[i], look[i]))
+                if eb is None:
+                    esym = c_val[i]
+                else:                                   # lane i's escape is the beat's e-th, e = ESC lanes before i
+                    e_i = prefix_counts(m, c_esc[:i], eb, f"f_ei{i}")[i] if i else Const(0, 1)
+                    esym = Array(c_escp[e] for e in range(min(i + 1, eb)))[e_i[:bits_for(min(i, eb - 1))] if i and eb > 1 else 0]
+                m.d.comb += sym.eq(Mux(c_esc[i], esym, look[i]))
                 draft = Cat(t[:BF16_MANTISSA_BITS], sym[:BF16_EXPONENT_BITS], t[BF16_MANTISSA_BITS])
                 if i < Lv:
                     ve, rf, vidx = lane_v[i]
