@@ -222,8 +222,10 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         # ------------------------------------------------------------------ tensor constants (registered
         # every cycle from the registers, used two cycles after START: no multiplier or table on a START path)
         g = r["g"]
-        nsb = Signal(32, name="nsb")                    # superblocks of the tensor
-        nchunks = Signal(32, name="nchunks")            # chunks of A superblocks: ceil(nsb / A)
+        # counts of superblocks / chunks: at most ceil(numel / min G), as wide as that needs (28 bits)
+        sb_bits = len(r["numel"]) - exact_log2(min(ALLOWED_GROUP_SIZES)) + 1
+        nsb = Signal(sb_bits, name="nsb")               # superblocks of the tensor
+        nchunks = Signal(sb_bits, name="nchunks")       # chunks of A superblocks: ceil(nsb / A)
         last_n = Signal(range(GMAX + 1), name="last_n")  # values of the last superblock
         last_k = Signal(range(GMAX + 1), name="last_k")  # values it keeps: ceil(k * last_n / G)
         numel = r["numel"]
@@ -263,7 +265,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         pre_init = Signal()          # START accepted; the tensor constants settle (last_k, q_p: two cycles)
         init = Signal()
         issuing = Signal()
-        sbs_left = Signal(32)
+        sbs_left = Signal(sb_bits)
         sb_left = Signal(range(GMAX + 1))
         sb_k = Signal(range(GMAX + 1))
         kept_cnt = Signal(range(GMAX + 1))
