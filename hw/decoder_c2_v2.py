@@ -28,13 +28,14 @@ every beat are known too. So the v2 draft path has no cross-plane loop at all:
          the first Lv lanes' draft-zero flags, their prefix counts and rest widths.
   CODES  (stage S4, registered; full mode): pops the beat's delta codes from the code ring of
          hw/code_plane.py (which parses verif.codes on its own, ahead of the beats; escaped deltas from its
-         escape FIFO): per draft-zero lane the table index b_q of its group (or the escaped delta), its pair
-         flag and whether X - S[b_q] / X - S[b_q + 1] < 0; the rest-field widths (+1 for a pair group's
-         suffix bit) and their prefix sums (offsets, take).
+         escape FIFO): per draft-zero lane the table index b_q of its group (or the escaped delta) and its
+         pair flag; the rest-field widths (+1 for a pair group's suffix bit) and their prefix sums (offsets,
+         take).
   VERIFY -> OUT (registered): the draft values (FORMAT section 4, one copy of the L drafts); full mode
          takes the beat's rest bits from verif.rest (registered take), picks each pair's symbol S[b_q + t]
          by its suffix bit t (the rest field's first bit) and assembles the exact values into the output
-         register.
+         register; a beat with an exponent X - delta < 0 is registered there but never valid (out.valid =
+         out_pend & ~neg_r, no beat behind it) and raises CODE the next cycle.
 Ports (interface v2.1, docs/HARDWARE.md 2c): spec_mx at IW bits, verif_codes / verif_rest at VW bits
 (``verif_word``; full mode reads at most 9 Lv rest bits and Lv codes a cycle: 64 at L = 8).
 
@@ -634,13 +635,9 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         ep = prefix_counts(m, escl, Lv, "c_ep")
         esc_win = Array(CP.esc[j] for j in range(CP.esc_pops))
         # Exponents: X - S[b_q + t] (t: the pair's suffix bit, read at VERIFY), or X - the escaped delta. This
-        # stage keeps, per lane, the table index b_q (or the escaped delta) and whether either candidate is
-        # below zero -- from one "S[q] > X" vector of the beat's X (one X per beat), so the lanes need no
-        # table lookup here; VERIFY does the one lookup S[b_q + t] per lane.
-        gt = [Signal(name=f"c_gt{q}") for q in range(K_MAX)] + [Const(0, 1)]
-        m.d.comb += [gt[q].eq(r["verif_tab"][q] > S3["x"]) for q in range(K_MAX)]
-        gt_arr = Array(gt)
-        ent_d, ent_esc, ent_n0, ent_n1, ent_pair = [], [], [], [], []
+        # stage keeps, per lane, the table index b_q (or the escaped delta); VERIFY does the one lookup
+        # S[b_q + t] per lane and the X - delta < 0 check.
+        ent_d, ent_esc, ent_pair = [], [], []
         for j in range(Lv):
             ent = CP.win[j]
             is_esc = ent.kind == CpKind.ESC
@@ -648,15 +645,10 @@ class DecoderC2v2(Format2Registers, DecoderC1):
             m.d.comb += b.eq(base_arr[ent.val[:4]])
             pay = esc_win[ep[j]] if j else CP.esc[0]
             d = Signal(X_BITS, name=f"c_dsel{j}")                  # escaped delta, or the table index b_q
-            n0 = Signal(name=f"c_n0_{j}")
-            n1 = Signal(name=f"c_n1_{j}")
             pr = Signal(name=f"c_pair{j}")
-            m.d.comb += [d.eq(Mux(is_esc, pay, b)), n0.eq(Mux(is_esc, pay > S3["x"], gt_arr[b])),
-                         n1.eq(gt_arr[(b + 1)[:4]]), pr.eq((ent.kind == CpKind.CODE) & ent.val[4])]
+            m.d.comb += [d.eq(Mux(is_esc, pay, b)), pr.eq((ent.kind == CpKind.CODE) & ent.val[4])]
             ent_d.append(d)
             ent_esc.append(is_esc)
-            ent_n0.append(n0)
-            ent_n1.append(n1)
             ent_pair.append(pr)
         # A marker among the first nd entries: END -> OVERRUN (CODE if the zero run before the chunk end is
         # longer than Q), BAD -> CODE; on a chunk's last beat, anything but a clean END in place nd ->
@@ -682,18 +674,16 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         m.d.comb += [q_err_ov.eq(Cat(*ov_terms).any()), q_err_code.eq(Cat(*code_terms).any()),
                      q_err_tl.eq(Cat(*tl_terms).any()),
                      q_have.eq((CP.count >= need) | Cat(*seen_terms).any())]
-        # per lane: its code (entry pz_i), pair flag, candidate exponents; rest widths and offsets
+        # per lane: its code (entry pz_i), pair flag; rest widths and offsets
         c_lane = []
         widths = []
         for i in range(Lv):
             sel = S3["pz"][i]
             ln = {"pair": Signal(name=f"c_lpair{i}"), "d": Signal(X_BITS, name=f"c_ld{i}"),
-                  "esc": Signal(name=f"c_lesc{i}"), "neg0": Signal(name=f"c_neg0_{i}"),
-                  "neg1": Signal(name=f"c_neg1_{i}")}
+                  "esc": Signal(name=f"c_lesc{i}")}
             pick = (lambda v: Array(v[:i + 1])[sel]) if i else (lambda v: v[0])
             m.d.comb += [ln["d"].eq(pick(ent_d)), ln["esc"].eq(pick(ent_esc)),
-                         ln["pair"].eq(S3["dz"][i] & pick(ent_pair)),
-                         ln["neg0"].eq(S3["dz"][i] & pick(ent_n0)), ln["neg1"].eq(S3["dz"][i] & pick(ent_n1))]
+                         ln["pair"].eq(S3["dz"][i] & pick(ent_pair))]
             c_lane.append(ln)
             widths.append(S3["rw"][i] + ln["pair"])
         ro = prefix_sums(m, widths, bits_for(REST_MAX * Lv), "ro")
@@ -703,14 +693,12 @@ class DecoderC2v2(Format2Registers, DecoderC1):
               "x": Signal(X_BITS, name="S4_x"),
               "dz": Signal(Lv, name="S4_dz"), "pair": Signal(Lv, name="S4_pair"),
               "d": [Signal(X_BITS, name=f"S4_dsel{i}") for i in range(Lv)], "esc": Signal(Lv, name="S4_esc"),
-              "neg0": Signal(Lv, name="S4_neg0"), "neg1": Signal(Lv, name="S4_neg1"),
               "rw": [Signal(4, name=f"S4_rw{i}") for i in range(Lv)],
               "ro": [Signal(range(REST_MAX * i + 1), name=f"S4_ro{i}") for i in range(Lv + 1)],   # lane i <= 9 i
               "n": Signal(range(L + 1), name="S4_n"), "final": Signal(name="S4_final"),
               "last": Signal(name="S4_last"), "cend": Signal(name="S4_chunk_end"),
               "err_ov": Signal(name="S4_err_overrun"), "err_code": Signal(name="S4_err_code"),
-              "err_tl": Signal(name="S4_err_too_long"),
-              "mneg": Signal(name="S4_maybe_neg")}          # some lane's exponent may be < 0 (see VERIFY)
+              "err_tl": Signal(name="S4_err_too_long")}
         s4_free = Signal(name="s4_free")
         c_fire = Signal(name="c_fire")
         m.d.comb += c_fire.eq(S3["v"] & s4_free & (~full | q_have))
@@ -726,14 +714,11 @@ class DecoderC2v2(Format2Registers, DecoderC1):
             m.d.sync += [S4[k].eq(S3[k]) for k in ("kept", "x", "dz", "n", "final", "last", "cend")]
             m.d.sync += [S4["rw"][i].eq(S3["rw"][i]) for i in range(Lv)]
             m.d.sync += [S4["ro"][i].eq(ro[i]) for i in range(Lv + 1)]
-            m.d.sync += [S4["pair"].eq(Cat(*[ln["pair"] for ln in c_lane])),
-                         S4["neg0"].eq(Cat(*[ln["neg0"] for ln in c_lane])),
-                         S4["neg1"].eq(Cat(*[ln["neg1"] for ln in c_lane]))]
+            m.d.sync += S4["pair"].eq(Cat(*[ln["pair"] for ln in c_lane]))
             m.d.sync += [S4["d"][i].eq(c_lane[i]["d"]) for i in range(Lv)]
             m.d.sync += S4["esc"].eq(Cat(*[ln["esc"] for ln in c_lane]))
             m.d.sync += [S4["err_ov"].eq(full & q_err_ov), S4["err_code"].eq(full & q_err_code),
-                         S4["err_tl"].eq(full & q_err_tl),
-                         S4["mneg"].eq(full & Cat(*[ln["neg0"] | (ln["pair"] & ln["neg1"]) for ln in c_lane]).any())]
+                         S4["err_tl"].eq(full & q_err_tl)]
 
         # ---- VERIFY -> OUT: full mode takes the rest bits of the beat
         VW = self.verif_word
@@ -772,15 +757,15 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                 dl = Signal(X_BITS, name=f"vdelta{i}")                  # S[b_q + t], or the escaped delta
                 m.d.comb += [dl.eq(Mux(S4["esc"][i], S4["d"][i], tab_arr[(S4["d"][i][:4] + t)[:4]])),
                              e.eq(S4["x"] - dl)]
-                neg_terms.append(Mux(t, S4["neg1"][i], S4["neg0"][i]))
+                neg_terms.append(S4["dz"][i] & (dl > S4["x"]))              # X - delta < 0
                 fullv = Signal(BF16_BITS, name=f"full{i}")
                 m.d.comb += fullv.eq(Mux(S4["dz"][i], Cat(body[:BF16_MANTISSA_BITS], e, body[BF16_MANTISSA_BITS]),
                                          drafts[i] | low))
                 values.append(Mux(full, fullv, drafts[i]))
             else:
                 values.append(drafts[i])
-        neg = Signal(name="v_neg")
-        m.d.comb += neg.eq(Cat(*neg_terms).any())
+        neg = Signal(name="v_neg")                             # some exponent of the beat is < 0 (CODE)
+        m.d.comb += neg.eq(full & Cat(*neg_terms).any())
 
         adv = Signal(name="adv")
         m.d.comb += adv.eq(~self.out.valid | self.out.ready)
@@ -788,33 +773,32 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         m.d.comb += v_ready.eq(~full | ((rest_have | rest_ov)
                                         & ~(S4["cend"] & rest_have & ~R.skip_ok & ~R.skip_err)))
         # X - delta < 0 (CODE) depends on a pair's suffix bit, read from verif.rest in this stage: kept out
-        # of the rest reader's loop (rp -> window -> suffix -> error -> commit -> rp). A beat that may have
-        # a negative exponent (S4.mneg: some candidate is; rare, X near 0) waits one cycle while the
-        # actual check is registered (neg_done, neg_r), then fires or raises CODE.
-        neg_done = Signal(name="v_neg_done")
+        # of the rest reader's loop (rp -> window -> suffix -> lookup -> compare -> commit -> rp). The beat
+        # fires without it; the check is registered with the beat (neg_r), and a beat with a negative
+        # exponent never shows: out.valid = out_pend & ~neg_r (both set by the same fire, so valid never rises
+        # for it), no beat fires behind it, and CODE is raised from neg_r the next cycle.
         neg_r = Signal(name="v_neg_r")
-        neg_wait = Signal(name="v_neg_wait")
-        m.d.comb += neg_wait.eq(S4["mneg"] & ~neg_done)
+        out_pend = Signal(name="out_pend")                     # the output register holds a fired beat
+        m.d.comb += self.out.valid.eq(out_pend & ~neg_r)
         v_err = Signal(ERROR_BITS, name="v_err")
+        v_bad = Signal(name="v_bad")                           # the beat errs (no fire); neg-free
         with m.If(S4["v"] & full & v_ready):
             ov = S4["err_ov"] | rest_ov
-            ce = ~ov & (S4["err_code"] | (neg_done & neg_r))
+            tl = ~ov & ~S4["err_code"] & (S4["err_tl"] | (S4["cend"] & R.skip_err))
             m.d.comb += [
+                v_bad.eq(ov | S4["err_code"] | tl),
                 v_err[Err.OVERRUN].eq(ov),
-                v_err[Err.CODE].eq(ce),
-                v_err[Err.TOO_LONG].eq(~ov & ~ce & ~neg_wait & (S4["err_tl"] | (S4["cend"] & R.skip_err))),
+                v_err[Err.CODE].eq(~ov & (S4["err_code"] | (tl & neg))),    # CODE before TOO_LONG (v1)
+                v_err[Err.TOO_LONG].eq(tl & ~neg),
             ]
-            with m.If(neg_wait):
-                m.d.sync += [neg_done.eq(1), neg_r.eq(neg)]
         fire_v = Signal(name="fire_v")
-        m.d.comb += fire_v.eq(S4["v"] & adv & v_ready & ~v_err.any() & ~neg_wait)
-        with m.If(fire_v | flush):
-            m.d.sync += neg_done.eq(0)
+        m.d.comb += fire_v.eq(S4["v"] & adv & v_ready & ~v_bad & ~neg_r)
+        m.d.sync += neg_r.eq(fire_v & neg)
         m.d.comb += s4_free.eq(~S4["v"] | fire_v)
         m.d.comb += R.commit.eq(fire_v & full)
 
         with m.If(adv):
-            m.d.sync += self.out.valid.eq(fire_v)
+            m.d.sync += out_pend.eq(fire_v)
         with m.If(fire_v):
             m.d.sync += [self.out.payload.count.eq(S4["n"]), self.out.payload.sb_end.eq(S4["final"]),
                          self.out.payload.last.eq(S4["last"])]
@@ -845,9 +829,9 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                 raise_err[Err.OVERRUN].eq(in_err_ov | v_err_r[Err.OVERRUN]),
                 raise_err[Err.TOO_LONG].eq(in_err_tl | v_err_r[Err.TOO_LONG]),
                 raise_err[Err.KEEP].eq(keep_err_r),
-                raise_err[Err.CODE].eq(v_err_r[Err.CODE]),
+                raise_err[Err.CODE].eq(v_err_r[Err.CODE] | neg_r),
             ]
-        with m.If(fire_v & S4["last"]):
+        with m.If(fire_v & S4["last"] & ~neg):
             m.d.sync += busy.eq(0)
         with m.If(flush):
             m.d.sync += [I["v"].eq(0), S2["v"].eq(0), S3["v"].eq(0), S4["v"].eq(0), sb_init.eq(0)]
