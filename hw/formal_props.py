@@ -10,7 +10,9 @@ Harnesses
 * ``ZeroCounterCheck(W, L, registered)`` -- the zero counter equals its specification (two independent
   specifications, see ``spec_zero_counter`` and ``ZeroCounterCheck``).
 * ``DecoderProtocol(config)`` -- every input free (the environment only obeys the stream rules):
-  handshake rules, value accounting and the error protocol, as assertions checked by BMC from reset.
+  handshake rules, value accounting and the error protocol, as assertions checked by BMC from reset;
+  with ``program=stream_program(scheme)`` the same assertions from a programmed tensor (the stream
+  check: the first cycles write NUMEL 1..8 and START, no reset), deep enough to reach the output side.
 * ``DecoderLiveness(config)`` -- a legal tensor is streamed at full rate with the output always ready:
   no error, every word consumed, values accounted for, and a beat within N cycles.
 
@@ -282,6 +284,22 @@ class _Accounting:
 
 
 MUTANTS_PROTOCOL = ("sticky", "drain", "hold")
+STREAM_NUMEL_MAX = 8     # the programmed tensor of the stream check: 1..8 values (two beats at L = 4)
+
+
+def stream_program(scheme: str) -> tuple:
+    """The cfg writes of ``DecoderProtocol(program=...)`` for the stream check: the fewest writes that
+    start a tensor from the reset registers (MODE = draft, MBITS = 0, KEEP = 1, GROUP = 128, so a pruned
+    superblock with a keep bitmap), NUMEL free in 1..STREAM_NUMEL_MAX, C1 also SPEC_K (the speculation
+    book, K free in 1..16, its symbols the reset zeros), then START. A free 32-bit NUMEL made every BMC
+    step after the decoder's tensor setup (a serial multiply over NUMEL) several minutes (yices, depth 16)."""
+    prog = [(NUMEL, (1, STREAM_NUMEL_MAX)), (CTRL, 1)]
+    if scheme == "c1":
+        prog.insert(0, (SPEC_K, (1, 16)))
+    return tuple(prog)
+COVERS = ("beat", "stall", "last", "err_beat", "recovered")
+COVERS_RESET = ("last", "err_beat", "recovered")
+COVERS_BEAT = ("beat", "stall", "last")
 
 
 class DecoderProtocol(wiring.Component):
@@ -301,12 +319,27 @@ class DecoderProtocol(wiring.Component):
 
     ``mutant``: "sticky" (error shown only every other cycle), "drain" (inputs not ready while error),
     "hold" (out.valid dropped while stalled every other cycle) -- each must fail.
+
+    ``program`` (the stream check, ``stream_program``): the environment's first cycles are these cfg
+    writes, one per cycle (address fixed, data fixed, free or in a range), without reset; every other
+    input is free from cycle 0 on and cfg is free after the program. It starts the decoder from a
+    programmed tensor in the fewest cycles, so a BMC reaches the output side (C2 v2: the first beat ~17
+    cycles after reset, beyond the depth of the from-reset run). ``reset=False``: reset never asserted.
+    ``covers``: the Cover statements (cover mode): COVERS_RESET for the from-reset run, COVERS_BEAT
+    ("an output beat", "a beat held under backpressure", "a last beat") so a run shows that the output
+    side is reached at its depth (otherwise the output assertions would hold vacuously).
     """
 
-    def __init__(self, dut: wiring.Component, mutant: str | None = None):
+    def __init__(self, dut: wiring.Component, mutant: str | None = None, program=None, reset: bool = True,
+                 covers=COVERS_RESET):
         if mutant is not None and mutant not in MUTANTS_PROTOCOL:
             raise ConfigError(f"protocol mutant must be one of {', '.join(MUTANTS_PROTOCOL)}, got {mutant!r}")
+        for c in covers:
+            if c not in COVERS:
+                raise ConfigError(f"protocol cover must be one of {', '.join(COVERS)}, got {c!r}")
         self.dut, self.mutant = dut, mutant
+        self.program = tuple(program) if program else ()
+        self.reset, self.covers = reset, tuple(covers)
         self.scheme = decoder_scheme(dut)
         self.L = _lanes(dut)
         self.inputs = _in_streams(dut)
@@ -336,6 +369,25 @@ class DecoderProtocol(wiring.Component):
         err, busy = self.error, self.busy
         for name in self.inputs:
             _stream_rule(m, p, getattr(self, name), name, Assume)
+        if not self.reset:
+            m.d.comb += Assume(~ResetSignal())
+        if self.program:
+            # the environment's first len(program) cycles: one cfg write per cycle at the given address,
+            # data = the given value (None: free, (lo, hi): in that range), no reset; every other input
+            # free from cycle 0 on
+            pc = Signal(range(len(self.program) + 1), name="prog_pc")
+            with m.If(pc < len(self.program)):
+                m.d.sync += pc.eq(pc + 1)
+            cfg = self.cfg
+            with m.Switch(pc):
+                for i, (a, d) in enumerate(self.program):
+                    with m.Case(i):
+                        cond = ~ResetSignal() & cfg.valid & (cfg.payload.addr == a)
+                        if isinstance(d, tuple):
+                            cond = cond & (cfg.payload.data >= d[0]) & (cfg.payload.data <= d[1])
+                        elif d is not None:
+                            cond = cond & (cfg.payload.data == d)
+                        m.d.comb += Assume(cond)
         _stream_rule(m, p, out, "out", Assert)
         L = self.L
         cnt = out.payload.count
@@ -377,9 +429,18 @@ class DecoderProtocol(wiring.Component):
             m.d.sync += seen_err.eq(1)
         with m.If(seen_err & ~err & busy):
             m.d.sync += recovered.eq(1)
-        m.d.comb += [Cover(out.valid & out.ready & out.payload.last, "cover: a tensor's last beat"),
-                     Cover(err & out.valid, "cover: a beat pending while error"),
-                     Cover(recovered, "cover: error, CLEAR_ERROR, a new tensor started")]
+        # one statement per line: the runner names a reached cover by its source line's message
+        c = self.covers
+        if "beat" in c:
+            m.d.comb += Cover(out.valid, "cover: an output beat")
+        if "stall" in c:
+            m.d.comb += Cover(live & past_out_stall, "cover: a beat held under backpressure (the cycle after)")
+        if "last" in c:
+            m.d.comb += Cover(out.valid & out.ready & out.payload.last, "cover: a tensor's last beat")
+        if "err_beat" in c:
+            m.d.comb += Cover(err & out.valid, "cover: a beat pending while error")
+        if "recovered" in c:
+            m.d.comb += Cover(recovered, "cover: error, CLEAR_ERROR, a new tensor started")
         return m
 
 
