@@ -33,9 +33,10 @@ The v1 decoder's single loop (window -> zero counter -> book -> prefix counts ->
 
 Differences from v1 at the ports: the format 2.0 registers; none in the payloads, error bits or framing
 (plane words are framed per chunk, one superblock per chunk in v1.0). The latency is longer (START ->
-first beat 8 cycles with the words buffered, a word -> its beat about 6) and beats are no longer cut at escapes: every beat
-is full except a partial superblock's last beat (the code plane spends one extra cycle per escape
-instead, absorbed by its spare bandwidth). Errors are raised from registered state, up to four cycles
+first beat 8 cycles with the words buffered, a word -> its beat about 6) and beats are cut at escapes only
+rarely: every beat is full except a partial superblock's last beat and a beat that ends before a third
+escaped code (``max_beat_escapes``; v1 cut at every escape; the code plane spends one extra cycle per escape,
+absorbed by its spare bandwidth). Errors are raised from registered state, up to four cycles
 after v1 would raise them; the beats before the erroneous one are still emitted, the erroneous one and
 everything after it are not (as in v1).
 """
