@@ -66,7 +66,7 @@ from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, MX_BLOCK
 from .bitreader import BitReader, thermometer, word_layout
 from .decoder import BF16_BITS, CFG_DATA_BITS, ERROR_BITS, FIELD_MAX, DecoderC1, Err, Format2Registers, Reg
-from .decoder_c2 import DecoderC2, c2_decoder_signature, prefix_sums
+from .decoder_c2 import c2_decoder_signature, leading_zeros8, prefix_sums
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane
 from .code_plane import Kind as CpKind
 from .shifter import shift_right
@@ -87,6 +87,43 @@ SB_COUNT_BITS = bits_for(-(-((1 << CFG_DATA_BITS) - 1) // min(ALLOWED_GROUP_SIZE
 
 def _pow2(v) -> bool:
     return isinstance(v, int) and v >= 1 and not v & (v - 1)
+
+
+def draft_consts(m, x, mm, name: str) -> dict:
+    """The beat's shared constants of ``draft_lane`` (one X per beat): ``a = max(X,1) - 1 + (7 - m)``, ``a + 1``
+    and the element mask (bits 0..m)."""
+    a = Signal(BF16_EXPONENT_BITS + 1, name=f"{name}_a")
+    a1 = Signal(BF16_EXPONENT_BITS + 1, name=f"{name}_a1")
+    emask = Signal(BF16_MANTISSA_BITS + 1, name=f"{name}_emask")
+    m.d.comb += [a.eq(Mux(x == 0, 0, x - 1) + (BF16_MANTISSA_BITS - mm)), a1.eq(a + 1),
+                 emask.eq(Cat(*[mm >= j for j in range(BF16_MANTISSA_BITS + 1)]))]
+    return {"a": a, "a1": a1, "emask": emask}
+
+
+def draft_lane(m, k: dict, mm, lane: dict, name: str) -> None:
+    """FORMAT section 4's draft bf16 of a lane with one normalising shift (hw/decoder_c2.py's ``_draft_lane``
+    shifts the element to bit 7 first, then by ``sh = min(lz, max(X,1) - 1)``): with ``elem`` the field's
+    m+1 element bits and ``T = min(a, lz8(elem)) = (7 - m) + sh``, the mantissa is ``(elem << T)[6:0]``, the
+    value is normal iff bit 7 of it is set (exponent ``a + 1 - T = max(X,1) - sh``, else 0) and the cut bits
+    number ``T``. Sets ``draft``, ``nz`` (kept and elem != 0) and ``rest_w`` (T, or 8 if draft-zero)."""
+    f = lane["field"]
+    elem = Signal(BF16_MANTISSA_BITS + 1, name=f"{name}_elem")
+    sign = Signal(name=f"{name}_sign")
+    m.d.comb += [elem.eq(f[:BF16_MANTISSA_BITS + 1] & k["emask"]), sign.eq((f >> (mm + 1))[0])]
+    lz = leading_zeros8(m, elem, f"{name}_lz")
+    t = Signal(4, name=f"{name}_t")
+    m.d.comb += t.eq(Mux(k["a"] < lz, k["a"][:4], lz))
+    norm = Signal(BF16_MANTISSA_BITS + 1, name=f"{name}_norm")
+    m.d.comb += norm.eq((elem << t)[:BF16_MANTISSA_BITS + 1])
+    exp = Signal(BF16_EXPONENT_BITS, name=f"{name}_exp")
+    m.d.comb += exp.eq(Mux(norm[BF16_MANTISSA_BITS], k["a1"] - t, 0))
+    nz = Signal(name=f"{name}_nz")
+    m.d.comb += nz.eq(lane["kept"] & (elem != 0))
+    draft = Signal(BF16_BITS, name=f"{name}_draft")
+    m.d.comb += draft.eq(Mux(lane["kept"], Cat(norm[:BF16_MANTISSA_BITS], exp, sign), 0))
+    width = Signal(4, name=f"{name}_rest_w")
+    m.d.comb += width.eq(Mux(nz, t, FIELD_MAX))
+    lane.update(draft=draft, nz=nz, rest_w=width)
 
 
 def c2v2_signature(lanes: int, word: int, verif_word: int) -> dict:
@@ -249,8 +286,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         prune = Signal(name="prune")
         m.d.comb += prune.eq(r["k"] < r["g"])
         fw = Signal(4, name="fw")                                      # m + 2
-        fr = Signal(3, name="fr")                                      # 7 - m
-        m.d.comb += [fw.eq(r["m"] + 2), fr.eq(BF16_MANTISSA_BITS - r["m"])]
+        m.d.comb += fw.eq(r["m"] + 2)
         bn = Signal(range(L + 1), name="beat_n")                       # values per beat of the mode
         m.d.comb += bn.eq(Mux(full, Lv, L))
         flush = Signal(name="flush")                   # an error abandons the tensor: empty every buffer
@@ -577,9 +613,10 @@ class DecoderC2v2(Format2Registers, DecoderC1):
             m.d.comb += f.eq(Array(packed[:i + 1])[s2_kp[i][:bits_for(i)]] if i else packed[0])
             fields.append(f)
         lanes = []
+        k2 = draft_consts(m, xb_beat, r["m"], "s2_dk")
         for i in range(Lv):
-            ln = {"field": fields[i], "x": xb_beat, "kept": S2["kept"][i], "fr": fr}
-            DecoderC2._draft_lane(self, m, r, ln, i)
+            ln = {"field": fields[i], "kept": S2["kept"][i]}
+            draft_lane(m, k2, r["m"], ln, f"s2_d{i}")
             lanes.append(ln)
         in_beat = thermometer(S2["n"], L)
         dz = Signal(Lv, name="dz")                                    # draft-zero lanes (full mode: < Lv)
@@ -737,9 +774,10 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         # assembly of the exact values (full mode): a pair group's suffix bit t is the rest field's first
         # bit and picks S[b_q + t]; the 8 bits after it are (s << 7) | f
         drafts = []
+        k4 = draft_consts(m, S4["x"], r["m"], "v_dk")
         for i in range(L):                 # the draft values (FORMAT section 4) from S4's fields
-            ln = {"field": S4["fld"][i], "x": S4["x"], "kept": S4["kept"][i], "fr": fr}
-            DecoderC2._draft_lane(self, m, r, ln, i)
+            ln = {"field": S4["fld"][i], "kept": S4["kept"][i]}
+            draft_lane(m, k4, r["m"], ln, f"v_d{i}")
             drafts.append(ln["draft"])
         values = []
         neg_terms = []
