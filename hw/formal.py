@@ -604,7 +604,8 @@ def _describe(failed: list, messages: dict | None = None, flavor: str = "assert"
         msgs = (messages or {}).get((f"{m.group(1)}:{m.group(2)}", flavor))
         if msgs:
             more = f" (+{len(msgs) - 1} more at this line)" if len(msgs) > 1 else ""
-            out.append(f"{Path(m.group(1)).name}:{m.group(2)} {msgs[0]}{more}")
+            pre = "unreached: " if f.startswith("unreached") else ""
+            out.append(f"{pre}{Path(m.group(1)).name}:{m.group(2)} {msgs[0]}{more}")
             continue
         try:
             lines = Path(m.group(1)).read_text().splitlines()

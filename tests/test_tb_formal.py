@@ -8,6 +8,8 @@ programmed tensor, deep enough to reach the output side) run their cover here an
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from cassandra_rtl.errors import ToolMissingError
@@ -58,12 +60,21 @@ COVER_MSGS = ("cover: an output beat", "cover: a beat held under backpressure", 
 @pytest.mark.parametrize("cfg", ["decoder_c1v2_l4", "decoder_c2v2_l4_w64"])
 def test_decoder_stream_cover(tools, tmp_path, cfg):
     """The stream check's depth reaches the output side: a beat, a beat held under backpressure and a last
-    beat are covered (so the output assertions of the stream BMC at that depth are not vacuous)."""
-    r = _run(tools, tmp_path, f"{cfg}_protocol_stream_cover")
+    beat are covered (so the output assertions of the stream BMC at that depth are not vacuous). For C2,
+    the same cover one step short of the first beat must FAIL naming the beat: the vacuity check works."""
+    r = _run(tools, tmp_path / "full", f"{cfg}_protocol_stream_cover")
     assert r["ok"], r
     reached = r.get("reached", {})
     for msg in COVER_MSGS:
         assert any(msg in d for d in reached), (msg, reached)
+    if cfg.startswith("decoder_c2"):
+        first = min(st for d, st in reached.items() if COVER_MSGS[0] in d)
+        p = {p.name: p for p in formal.properties(quick=True)}[f"{cfg}_protocol_stream_cover"]
+        short = dataclasses.replace(p, depth=first, expect="FAIL")      # steps 0 .. first - 1
+        paths, ok64 = tools
+        r2 = formal.run_property(short, tmp_path / "short", paths, ("yices",), ok64, progress=False)
+        assert r2["ok"], r2
+        assert any(f.startswith("unreached") and COVER_MSGS[0] in f for f in r2["failed"]), r2
 
 
 @pytest.mark.slow
