@@ -51,6 +51,7 @@ from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTIS
 from .bitreader import BitReader
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane, Kind
 from .decoder import FIELD_MAX, DecoderC1, Err, Format2Registers, Reg
+from .shifter import shift_right
 from .zero_counter import prefix_counts
 
 GMAX = max(ALLOWED_GROUP_SIZES)
@@ -579,8 +580,8 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                          self.out.payload.last.eq(c_last)]
             lane_t, lane_sidx, lane_v = [], [], []
             for i in range(L):
-                sm9 = Signal(SUFFIX_FIELD, name=f"f_sm9_{i}")
-                m.d.comb += sm9.eq(M.win >> c_sm_off[i])
+                # (MSB-first log shifters that keep only the bits later stages reach: hw/shifter.py)
+                sm9 = shift_right(m, M.win, c_sm_off[i], SUFFIX_FIELD, f"f_sm9_{i}")
                 smf = Signal(FIELD_MAX, name=f"f_sm{i}")
                 m.d.comb += smf.eq(Mux(c_spair[i], sm9[1:], sm9[:FIELD_MAX]) & ~(Const(0xFF, FIELD_MAX) << fm))
                 t = Signal(FIELD_MAX, name=f"f_lo{i}")
@@ -592,8 +593,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                 if i < Lv:
                     ve = c_ve[i]
                     v_pair = (ve[8:10] == Kind.CODE) & ve[4]
-                    rf9 = Signal(SUFFIX_FIELD, name=f"f_rest9_{i}")
-                    m.d.comb += rf9.eq(R.win >> c_rest_off[i])
+                    rf9 = shift_right(m, R.win, c_rest_off[i], SUFFIX_FIELD, f"f_rest9_{i}")
                     width = Mux(c_kept[i], fr, FIELD_MAX)
                     rf = Signal(FIELD_MAX, name=f"f_rest{i}")
                     m.d.comb += rf.eq(Mux(~c_kept[i] & v_pair, rf9[1:], rf9[:FIELD_MAX])
