@@ -96,7 +96,7 @@ def draft_consts(m, x, mm, name: str) -> dict:
     a1 = Signal(BF16_EXPONENT_BITS + 1, name=f"{name}_a1")
     emask = Signal(BF16_MANTISSA_BITS + 1, name=f"{name}_emask")
     m.d.comb += [a.eq(Mux(x == 0, 0, x - 1) + (BF16_MANTISSA_BITS - mm)), a1.eq(a + 1),
-                 emask.eq(Cat(*[mm >= j for j in range(BF16_MANTISSA_BITS + 1)]))]
+                 emask.eq(Cat(Const(1, 1), *[mm >= j for j in range(1, BF16_MANTISSA_BITS + 1)]))]
     return {"a": a, "a1": a1, "emask": emask}
 
 
