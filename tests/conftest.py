@@ -4,6 +4,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+# CPython 3.11.7's parser can raise "SystemError: AST constructor recursion depth mismatch" when pytest's
+# assertion rewriter parses a module deep in the stack. Hypothesis' pytest plugin imports hypothesis lazily
+# from its terminal-summary hook, that deep, so a run of test files that never import hypothesis (e.g.
+# tests/test_hw_decoder_c2_v2.py alone) crashed after its tests with exit code 1. Imported here, at
+# collection depth, it is already loaded when the hook runs.
+try:
+    import hypothesis  # noqa: F401
+except ImportError:     # not installed: the plugin is not either
+    pass
+
 
 def _weights(n: int, seed: int = 0, special: float = 0.02) -> np.ndarray:
     """Weight-like raw bf16 bits (normal(0, 0.02), truncated to bf16) with a sprinkle of arbitrary patterns
