@@ -151,10 +151,11 @@ class DecoderC1v2(Format2Registers, DecoderC1):
             verif_word_slots = 2 if VW // self.verif_seg >= 4 or 2 * Lv <= lanes else 4
         self.verif_word_slots = verif_word_slots
         self.share_lookups = bool(share_lookups)
-        # escaped codes per beat (None: up to L); a beat ends before the next one (session 6, 2b "Area cuts")
-        if max_beat_escapes is not None and (not isinstance(max_beat_escapes, int) or not 1 <= max_beat_escapes < lanes):
-            raise ConfigError(f"max_beat_escapes must be None or 1..lanes-1 ({lanes - 1}), got {max_beat_escapes!r}")
-        self.max_beat_escapes = max_beat_escapes
+        # escaped codes per beat (None: up to L); a beat ends before the next one (session 6, 2b "Area cuts").
+        # A limit of L or more never cuts a beat of L codes: it is no limit (the default 2 at L = 2).
+        if max_beat_escapes is not None and (not isinstance(max_beat_escapes, int) or max_beat_escapes < 1):
+            raise ConfigError(f"max_beat_escapes must be None or a positive integer, got {max_beat_escapes!r}")
+        self.max_beat_escapes = None if max_beat_escapes is None or max_beat_escapes >= lanes else max_beat_escapes
         # The speculation ring at the smallest depth, with partial writes (the codes of a pass that fit go in,
         # A re-parses the rest): with whole passes only, B held a pass while the ring lacked room for all of
         # it, and at the smallest depth those holds cost 0.04 of the rate (decoder_c1v2_l8_v4 draft keep 1.0:
