@@ -26,6 +26,8 @@ SYMBOL_BITS = bits_for(PRUNED)            # 9: exponents 0..255 and the pruned m
 FIELD_MAX = 1 + BF16_MANTISSA_BITS        # widest fixed field: a pruned value's sign + mantissa (8 bits)
 CFG_ADDR_BITS = 8
 CFG_DATA_BITS = 32
+# superblocks (and chunks) of a tensor: at most ceil(NUMEL / min G) for a CFG_DATA_BITS-bit NUMEL (28 bits)
+SB_COUNT_BITS = bits_for(-(-((1 << CFG_DATA_BITS) - 1) // min(ALLOWED_GROUP_SIZES)))
 MAX_LANES = 32
 MAX_WORD = 1024
 

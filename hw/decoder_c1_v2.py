@@ -50,7 +50,7 @@ from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, PRUNED
 from .bitreader import BitReader
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane, Kind
-from .decoder import FIELD_MAX, DecoderC1, Err, Format2Registers, Reg
+from .decoder import FIELD_MAX, SB_COUNT_BITS, DecoderC1, Err, Format2Registers, Reg
 from .shifter import shift_right
 from .zero_counter import prefix_counts
 
@@ -225,10 +225,8 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         # ------------------------------------------------------------------ tensor constants (registered
         # every cycle from the registers, used two cycles after START: no multiplier or table on a START path)
         g = r["g"]
-        # counts of superblocks / chunks: at most ceil(numel / min G), as wide as that needs (28 bits)
-        sb_bits = len(r["numel"]) - exact_log2(min(ALLOWED_GROUP_SIZES)) + 1
-        nsb = Signal(sb_bits, name="nsb")               # superblocks of the tensor
-        nchunks = Signal(sb_bits, name="nchunks")       # chunks of A superblocks: ceil(nsb / A)
+        nsb = Signal(SB_COUNT_BITS, name="nsb")        # superblocks of the tensor (28 bits)
+        nchunks = Signal(SB_COUNT_BITS, name="nchunks")       # chunks of A superblocks: ceil(nsb / A)
         last_n = Signal(range(GMAX + 1), name="last_n")  # values of the last superblock
         last_k = Signal(range(GMAX + 1), name="last_k")  # values it keeps: ceil(k * last_n / G)
         numel = r["numel"]
@@ -268,7 +266,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         pre_init = Signal()          # START accepted; the tensor constants settle (last_k, q_p: two cycles)
         init = Signal()
         issuing = Signal()
-        sbs_left = Signal(sb_bits)
+        sbs_left = Signal(SB_COUNT_BITS)
         sb_left = Signal(range(GMAX + 1))
         sb_k = Signal(range(GMAX + 1))
         kept_cnt = Signal(range(GMAX + 1))

@@ -65,7 +65,7 @@ from amaranth.utils import bits_for, ceil_log2, exact_log2
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, MX_BLOCK
 from .bitreader import BitReader, thermometer, word_layout
-from .decoder import BF16_BITS, CFG_DATA_BITS, ERROR_BITS, FIELD_MAX, DecoderC1, Err, Format2Registers, Reg
+from .decoder import BF16_BITS, ERROR_BITS, FIELD_MAX, SB_COUNT_BITS, DecoderC1, Err, Format2Registers, Reg
 from .decoder_c2 import c2_decoder_signature, leading_zeros8, prefix_sums
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane
 from .code_plane import Kind as CpKind
@@ -82,7 +82,6 @@ SB_BITS_MAX = G_MAX + X_REGION + MXF * G_MAX     # spec.mx bits of one superbloc
 REST_MAX = FIELD_MAX + 1                         # widest verif.rest field: a pair's suffix bit + 8 bits
 MAX_CHUNK_LOG = 6                                # format 2.0: A = 2^CHUNK <= 64 ...
 MAX_CHUNK_VALUES = 1024                          # ... with A * G <= 1024
-SB_COUNT_BITS = bits_for(-(-((1 << CFG_DATA_BITS) - 1) // min(ALLOWED_GROUP_SIZES)))   # superblocks of a tensor
 
 
 def _pow2(v) -> bool:

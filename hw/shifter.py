@@ -8,7 +8,7 @@ view shifted into a 136-bit window costs ~1,430 MUX2 instead of ~890, and an 8-b
 bits ~2.3 k GE instead of ~0.9 k. MSB first, stage ``b`` keeps ``width + 2^b - 1`` bits (the largest shift
 still to come is ``2^b - 1``), so the total is about ``width * log2(range) + range``.
 
-Measured in the generic flow (synth/flow.py through /work/notes/synth_probe.py, registered output):
+Measured in the generic flow (synth/flow.py's library, registered output):
 256 -> 136 bits by 7 amount bits 3,874 GE of logic with ``>>``, 2,600 GE here; docs/HARDWARE.md 2c
 "Area cuts of session 6".
 """
@@ -26,7 +26,7 @@ def shift_right(m, vec, amount, width: int, name: str):
     hi_zero = (amount >> bits).any() if len(amount) > bits else None
     for b in reversed(range(bits)):
         step = 1 << b
-        keep = width + step - 1 if b else width
+        keep = width + step - 1                        # the largest shift still to come is step - 1
         src_len = len(cur)
         keep_src = min(keep, src_len)
         shifted = Cat(cur[step:], Const(0, step))[:keep_src] if step < src_len else Const(0, keep_src)
