@@ -35,6 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from golden_bench import linear_weights, tensor_set  # noqa: E402
 
+from cassandra_rtl.golden.codebook import choose_groups  # noqa: E402
 from cassandra_rtl.golden.codec import encode_tensor, keep_mask  # noqa: E402
 from cassandra_rtl.golden.config import CodecConfig, ESCAPE_PAYLOAD_BITS  # noqa: E402
 from cassandra_rtl.progress import progress  # noqa: E402
@@ -49,22 +50,13 @@ SYMBOL_BITS = 1 + ESCAPE_PAYLOAD_BITS     # an escaped value symbol: kept flag +
 
 
 def group_code_bits(counts, forbid, k_max: int, escape_payload: int) -> int:
-    """FORMAT.md §3.1's DP (groups of one or two symbols) over symbols sorted by count, best cut K <= k_max."""
-    c = [int(x) for x in counts]
-    total, best = sum(c), None
-    for K in range(0, min(k_max, len(c)) + 1):
-        escapes = total - sum(c[:K])
-        F = [[0] * (K + 2) for _ in range(K + 2)]
-        for q in range(K + 1):
-            F[K][q] = escapes * (q + 1 + escape_payload)
-        for i in range(K - 1, -1, -1):
-            for q in range(i + 1):
-                b = c[i] * (q + 1) + F[i + 1][q + 1]
-                if i + 1 < K and not forbid[i] and not forbid[i + 1]:
-                    b = min(b, (c[i] + c[i + 1]) * (q + 2) + F[i + 2][q + 1])
-                F[i][q] = b
-        best = F[0][0] if best is None else min(best, F[0][0])
-    return best
+    """FORMAT.md §3.1's group code (golden ``choose_groups``) over symbols sorted by count, best cut K <= k_max
+    (the cut search of golden ``build_codebook``, here over any alphabet and escape payload)."""
+    c = np.asarray(counts, dtype=np.int64)
+    forbid = np.asarray(forbid, dtype=bool)
+    total = int(c.sum())
+    return min(choose_groups(c[:K], total - int(c[:K].sum()), forbid[:K], escape_payload)[0]
+               for K in range(0, min(k_max, len(c)) + 1))
 
 
 def sorted_counts(symbols: np.ndarray):
@@ -90,10 +82,11 @@ def total_bits(bits: np.ndarray, keep: float) -> int:
 
 
 def price(bits: np.ndarray, keep: float, acc: dict) -> None:
-    def add(k, v):
-        acc[k] = acc.get(k, 0.0) + float(v)
+    d: dict = {}                             # this tensor's bits; added to acc at the end
 
-    before = dict(acc)
+    def add(k, v):
+        d[k] = d.get(k, 0.0) + float(v)
+
     flat = bits.reshape(-1)
     add("values", flat.size)
     add("total_keep1", total_bits(flat, 1.0))
@@ -133,7 +126,6 @@ def price(bits: np.ndarray, keep: float, acc: dict) -> None:
     add("kept_tb", truncated_binary_bits(r, (Mt[kt] & low) - (TmV[kt] & low)).sum())
     add("kept_ideal", np.log2(r.astype(float)).sum())
     # a format would choose per tensor: two-value codes only where they pay, the threshold only where it pays
-    d = {k: acc[k] - before.get(k, 0.0) for k in acc}
     spec15 = min(0.0, d["spec_2_k15"] - d["spec_1"])
     spec31 = min(0.0, d["spec_2_k31"] - d["spec_1"])
     fixed = d["header"] + d["pruned_bitlen"] - d["pruned_fixed7"] + d["kept_bitlen"] - d["kept_fixed"]
@@ -144,6 +136,8 @@ def price(bits: np.ndarray, keep: float, acc: dict) -> None:
     side = SIDE_PLANE_FRAMING * flat.size
     add("best_tb15_side", spec15 + min(0.0, tb + side))
     add("best_ideal", spec31 + min(0.0, ideal))
+    for k, v in d.items():
+        acc[k] = acc.get(k, 0.0) + v
 
 
 def table(acc: dict, keep: float) -> tuple[str, dict]:

@@ -137,11 +137,13 @@ class Codebook:
         return cls(tuple(value), pairs)
 
 
-def choose_groups(counts: np.ndarray, escapes: int, forbid_pair: np.ndarray | None = None) -> tuple[int, int]:
+def choose_groups(counts: np.ndarray, escapes: int, forbid_pair: np.ndarray | None = None,
+                  escape_payload: int = ESCAPE_PAYLOAD_BITS) -> tuple[int, int]:
     """FORMAT.md §3.1 golden group sizes of an ordered symbol list with ``counts``: the dynamic programme
     ``F(i, q)`` = cost of symbols ``i..K-1`` when symbol ``i`` opens group ``q``; ``F(K, q) = escapes (q + 9)``;
     single ``c_i (q+1) + F(i+1, q+1)``, pair (``i+1 < K``, neither symbol forbidden) ``(c_i + c_{i+1})(q+2) +
-    F(i+2, q+1)``; ties prefer the single. Returns (cost, pair mask)."""
+    F(i+2, q+1)``; ties prefer the single. Returns (cost, pair mask). ``escape_payload`` (the format's 8 bits)
+    is a parameter only for bench/split_options.py, which prices codes of other alphabets."""
     c = [int(x) for x in counts]
     K = len(c)
     forbid = [False] * K if forbid_pair is None else [bool(x) for x in forbid_pair]
@@ -149,7 +151,7 @@ def choose_groups(counts: np.ndarray, escapes: int, forbid_pair: np.ndarray | No
     F = [[INF] * (K + 2) for _ in range(K + 2)]
     pick = [[0] * (K + 2) for _ in range(K + 2)]    # 1 = single, 2 = pair
     for q in range(K + 1):
-        F[K][q] = escapes * (q + 1 + ESCAPE_PAYLOAD_BITS)
+        F[K][q] = escapes * (q + 1 + escape_payload)
     for i in range(K - 1, -1, -1):
         for q in range(i + 1):
             best, how = c[i] * (q + 1) + F[i + 1][q + 1], 1
