@@ -31,6 +31,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from ..errors import ConfigError
+from .shifter import shift_right
 
 BYTE = 8
 
@@ -113,7 +114,8 @@ class BitReader(wiring.Component):
         nview = -(-W // IW) + 1
         view = Signal(nview * IW)
         m.d.comb += view.eq(Cat(*[ring[(rp_word + j)[:len(rp_word)]] for j in range(nview)]))
-        m.d.comb += self.win.eq(view >> rp_bit)
+        # an MSB-first log shifter keeping only the bits the window can reach (hw/shifter.py: cheaper than >>)
+        m.d.comb += self.win.eq(shift_right(m, view, rp_bit, W, "win_shift"))
 
         # Where the current chunk ends: the end of the first flagged slot from rp's slot on.
         flag = [Signal(name=f"end_flag{d}") for d in range(N)]

@@ -135,8 +135,6 @@ class CodePlane(wiring.Component):
                 until ``fill + codes found + 1 <= D`` (a registered bound that cannot credit the consumer's pop
                 of the same cycle, so it needs a ring twice as deep for the same rate; default False: the C2
                 decoder v2's interface)
-        narrow_shift  the escape payload (8 bits at the escape's end) through hw/shifter.py's MSB-first shifter
-                instead of ``>>`` (default False: the C2 decoder v2's netlist)
         esc_fifo    E > 0: escape payloads go to an E-entry side FIFO instead of the ring entries, which
                 shrink to ``val`` = 4 bits (+ the pair bit): ESC entries then carry no value, the consumer
                 reads the payloads in order from ``esc`` and pops them with ``esc_pop``. B holds a pass
@@ -185,14 +183,13 @@ class CodePlane(wiring.Component):
 
     def __init__(self, word: int = 64, seg: int | None = None, lanes: int | None = None,
                  depth: int | None = None, pops: int = 9, word_slots: int = WORD_SLOTS, pair_flags: bool = False,
-                 esc_fifo: int = 0, partial_writes: bool = False, narrow_shift: bool = False):
+                 esc_fifo: int = 0, partial_writes: bool = False):
         word, seg, lanes, depth, pops = self.resolve(word, seg, lanes, depth, pops, word_slots)
         if not isinstance(esc_fifo, int) or esc_fifo < 0 or (esc_fifo and (esc_fifo < 2 or esc_fifo & (esc_fifo - 1))):
             raise ConfigError(f"code plane escape FIFO must be 0 or a power of two >= 2, got {esc_fifo!r}")
         self.word_slots = word_slots
         self.pair_flags = bool(pair_flags)
         self.partial_writes = bool(partial_writes)
-        self.narrow_shift = bool(narrow_shift)
         self.esc_fifo = esc_fifo
         self.esc_pops = min(esc_fifo, pops)
         vbits = 4 + int(self.pair_flags) if esc_fifo else ESCAPE_PAYLOAD_BITS
@@ -385,11 +382,8 @@ class CodePlane(wiring.Component):
             ei = Mux(esc[j], j, ei)
             ee = Mux(esc[j], b_end[j], ee)
         m.d.comb += [esc_any.eq(Cat(*esc).any()), esc_idx.eq(ei), esc_end.eq(ee)]
-        if self.narrow_shift:                           # an MSB-first shifter of 8 output bits (hw/shifter.py)
-            payload = shift_right(m, b_ext, esc_end, ESCAPE_PAYLOAD_BITS, "b_payload")
-        else:
-            payload = Signal(ESCAPE_PAYLOAD_BITS)
-            m.d.comb += payload.eq(b_ext >> esc_end)
+        # the 8 payload bits at the escape's end, through an MSB-first shifter (hw/shifter.py: cheaper than >>)
+        payload = shift_right(m, b_ext, esc_end, ESCAPE_PAYLOAD_BITS, "b_payload")
         q = Signal(bw + 1)                              # bit after the escape payload
         m.d.comb += q.eq(esc_end + ESCAPE_PAYLOAD_BITS)
         # outcome of the pass (``*_p``: if B accepts it whole)

@@ -206,9 +206,9 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         # from 10 to 6 bits)
         esc_entries = 1 << ceil_log2((self.max_beat_escapes or L) + 1)
         S = CodePlane(self.code_word, self.seg, self.code_lanes, depth=self.code_depth, pops=L + 1,
-                      esc_fifo=esc_entries, partial_writes=True, narrow_shift=True)
+                      esc_fifo=esc_entries, partial_writes=True)
         V = CodePlane(self.verif_word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots,
-                      pair_flags=True, narrow_shift=True)
+                      pair_flags=True)
         M = SlotReader(IW, SUFFIX_FIELD * L, reader_slots(IW, SUFFIX_FIELD * L))
         R = SlotReader(self.verif_word, SUFFIX_FIELD * Lv, reader_slots(self.verif_word, SUFFIX_FIELD * Lv))
         m.submodules.spec_codes_cp = S
