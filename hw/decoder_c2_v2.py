@@ -19,14 +19,14 @@ every beat are known too. So the v2 draft path has no cross-plane loop at all:
          bitmap pointer, prefix counts, field offsets kp_i*(m+2) (+ the X bytes on a superblock's first
          beat), its take; at a superblock's final beat the skip of the next bitmap (and the chunk's
          padding at a chunk's last superblock); KEEP check.
-  FETCH  (stage S2, registered): fires when F's avail covers I.take (a registered compare); registers the
-         9L bits behind the beat's X bytes and the beat's X byte (the block's: one MX block per beat, since
-         L divides 32; a first beat loads the X register) and advances F by I.take. When a first beat's X
-         bytes and fields do not fit the two-word view from F's offset, an X-only step goes first (one
-         cycle, X register only).
-  DRAFT  (stage S3, registered): lane i's field (packed field kp_i), kept flags and X go on; in full mode
-         the first Lv lanes' draft-zero flags, their prefix counts and rest widths.
-  CODES  (stage S4, registered; full mode): pops the beat's delta codes from the code ring of
+  FETCH  (stage S2, registered): fires when F's avail covers I.take (a registered compare); cuts the beat's
+         lane fields from the 9L bits behind its X bytes (lane i = packed (m+2)-bit field kp_i, per-m
+         constant slices) and registers them with the beat's X byte (the block's: one MX block per beat,
+         since L divides 32; a first beat loads the X register) and, for full mode, the first Lv lanes'
+         draft-zero flags and their prefix counts; advances F by I.take. When a first beat's X bytes and
+         fields do not fit the two-word view from F's offset, an X-only step goes first (one cycle, X
+         register only). (Until session 7 a DRAFT stage S3 of its own sat between FETCH and CODES.)
+  CODES  (S2 -> S4, registered; full mode): pops the beat's delta codes from the code ring of
          hw/code_plane.py (which parses verif.codes on its own, ahead of the beats; escaped deltas from its
          escape FIFO): per draft-zero lane the table index b_q of its group (or the escaped delta) and its
          pair flag; the rest-field widths (+1 for a pair group's suffix bit) and their prefix sums (offsets,
@@ -548,8 +548,12 @@ class DecoderC2v2(Format2Registers, DecoderC1):
 
         # ---- FETCH (stage S2): fires when F holds the beat's bits. A first beat whose X bytes and fields
         # would run past F's two-word view (F's offset > 2 IW - take) takes its X bytes alone first.
-        S2 = {"v": Signal(name="S2_valid"), "fwin": Signal(MXF * L, name="S2_fields"), "x": Signal(X_BITS, name="S2_x"),
+        # S2 holds the beat's lane fields (FETCH cuts them from F's window, see DRAFT below) and, for full mode,
+        # the first Lv lanes' draft-zero flags and their prefix counts (registers as wide as lane i reaches)
+        S2 = {"v": Signal(name="S2_valid"), "fld": [Signal(MXF, name=f"S2_field{i}") for i in range(L)],
+              "x": Signal(X_BITS, name="S2_x"),
               "kept": Signal(L, name="S2_kept"), "n": Signal(range(L + 1), name="S2_n"),
+              "dz": Signal(Lv, name="S2_dz"), "pz": [Signal(range(i + 1), name=f"S2_pz{i}") for i in range(Lv + 1)],
               "final": Signal(name="S2_final"), "last": Signal(name="S2_last"), "cend": Signal(name="S2_chunk_end")}
         s2_free = Signal(name="s2_free")
         over = Signal(name="f_over")                   # X + fields do not fit the view from F's offset
@@ -575,25 +579,19 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         # X of the beat's MX block (L divides 32: one block per beat): a superblock's first beat reads its X
         # bytes from the window (byte 0: the first beat is in block 0) and loads them into xreg; the later
         # beats (and a first beat after its X-only step) read xreg. Fields: the window behind the X bytes
-        # (xb = 0 except on a first beat: one of 9 byte shifts), registered in S2.
+        # (xb = 0 except on a first beat: one of 9 byte shifts).
         xreg = Signal(X_REGION, name="xreg")
         xnow = Signal(name="f_xload")                  # this fire reads the X bytes from the window
         m.d.comb += xnow.eq(I["xload"] & ~I["xdone"])
         with m.If(fire_x | (fire1 & xnow)):
             m.d.sync += xreg.eq(F.win[:X_REGION])
         fsrc = shift_right(m, F.win, Cat(Const(0, 3), Mux(I["xdone"], 0, I["xb"])), MXF * L, "f_fields")
-        with m.If(s2_free):
-            m.d.sync += S2["v"].eq(fire1)
-        with m.If(fire1):
-            m.d.sync += [S2["fwin"].eq(fsrc),
-                         S2["x"].eq(Mux(xnow, F.win[:X_BITS], xreg.word_select(I["blk"], X_BITS)))]
-            m.d.sync += [S2[k].eq(I[k]) for k in ("kept", "n", "final", "last", "cend")]
 
-        # ---- DRAFT (S2 -> S3): fields, draft values; full-mode draft-zero flags
-        # Fields: S2's window cut into L packed (m+2)-bit fields by per-m constant slices; lane i takes packed
-        # field kp_i (kp_i <= i), a small mux instead of a shifter per lane.
-        fwin = S2["fwin"]
-        xb_beat = S2["x"]
+        # ---- DRAFT (in FETCH, into S2): the lane fields and the full-mode draft-zero flags. The window behind
+        # the X bytes is cut into L packed (m+2)-bit fields by per-m constant slices; lane i takes packed field
+        # kp_i (kp_i <= i, from I's registered kept flags), a small mux instead of a shifter per lane. A lane is
+        # draft-zero iff it is in the beat and not (kept with a non-zero element): its flag needs no draft value.
+        # (Session 7: this was a stage of its own, S3, between FETCH and CODES.)
         packed = []
         for j in range(L):
             pf = Signal(MXF, name=f"packed{j}")
@@ -601,46 +599,41 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                 for mm in range(BF16_MANTISSA_BITS + 1):
                     with m.Case(mm):
                         w = mm + 2
-                        m.d.comb += pf.eq(fwin[j * w:(j + 1) * w])
+                        m.d.comb += pf.eq(fsrc[j * w:(j + 1) * w])
             packed.append(pf)
-        # The fields go down the pipeline, the draft values are computed once, at VERIFY (one copy of the
-        # L drafts); here only the first Lv lanes' draft-zero flags and rest widths (full mode).
-        s2_kp = prefix_counts(m, S2["kept"], L, "s2_kp")            # kp_i <= i (recomputed: not registered)
+        f_kp = prefix_counts(m, I["kept"], L, "f_kp")               # kp_i <= i
         fields = []
         for i in range(L):
             f = Signal(MXF, name=f"fld{i}")
-            m.d.comb += f.eq(Array(packed[:i + 1])[s2_kp[i][:bits_for(i)]] if i else packed[0])
+            m.d.comb += f.eq(Array(packed[:i + 1])[f_kp[i][:bits_for(i)]] if i else packed[0])
             fields.append(f)
-        lanes = []
-        k2 = draft_consts(m, xb_beat, r["m"], "s2_dk")
-        for i in range(Lv):
-            ln = {"field": fields[i], "kept": S2["kept"][i]}
-            draft_lane(m, k2, r["m"], ln, f"s2_d{i}")
-            lanes.append(ln)
-        in_beat = thermometer(S2["n"], L)
+        emask = Signal(BF16_MANTISSA_BITS + 1, name="f_emask")        # element bits 0..m
+        m.d.comb += emask.eq(Cat(Const(1, 1), *[r["m"] >= j for j in range(1, BF16_MANTISSA_BITS + 1)]))
+        f_in_beat = thermometer(I["n"], L)
         dz = Signal(Lv, name="dz")                                    # draft-zero lanes (full mode: < Lv)
-        m.d.comb += dz.eq(Cat(*[~ln["nz"] for ln in lanes[:Lv]]) & in_beat[:Lv])
+        m.d.comb += dz.eq(Cat(*[f_in_beat[i] & ~(I["kept"][i] & (fields[i][:BF16_MANTISSA_BITS + 1] & emask).any())
+                                for i in range(Lv)]))
         pz = prefix_counts(m, dz, Lv, "pz")
+        with m.If(s2_free):
+            m.d.sync += S2["v"].eq(fire1)
+        with m.If(fire1):
+            m.d.sync += [S2["fld"][i].eq(f) for i, f in enumerate(fields)]
+            m.d.sync += [S2["dz"].eq(dz)] + [S2["pz"][i].eq(pz[i]) for i in range(Lv + 1)]
+            m.d.sync += S2["x"].eq(Mux(xnow, F.win[:X_BITS], xreg.word_select(I["blk"], X_BITS)))
+            m.d.sync += [S2[k].eq(I[k]) for k in ("kept", "n", "final", "last", "cend")]
+        # CODES reads S2 directly; its rest widths come from the fields there (FORMAT section 4: the cut bits
+        # T of a kept non-zero element, 8 for a draft-zero lane, 0 outside the beat)
+        in_beat = thermometer(S2["n"], L)
+        k3 = draft_consts(m, S2["x"], r["m"], "c_dk")
+        c_rw = []
+        for i in range(Lv):
+            ln = {"field": S2["fld"][i], "kept": S2["kept"][i]}
+            draft_lane(m, k3, r["m"], ln, f"c_d{i}")
+            rw = Signal(4, name=f"c_rw{i}")
+            m.d.comb += rw.eq(Mux(in_beat[i], ln["rest_w"], 0))
+            c_rw.append(rw)
 
-        S3 = {"v": Signal(name="S3_valid"),
-              "fld": [Signal(MXF, name=f"S3_field{i}") for i in range(L)], "kept": Signal(L, name="S3_kept"),
-              # full-mode bookkeeping of the first Lv lanes only (a full-mode beat holds at most Lv values)
-              "dz": Signal(Lv, name="S3_dz"), "pz": [Signal(range(i + 1), name=f"S3_pz{i}") for i in range(Lv + 1)],
-              "rw": [Signal(4, name=f"S3_rw{i}") for i in range(Lv)],
-              "x": Signal(X_BITS, name="S3_x"), "n": Signal(range(L + 1), name="S3_n"),
-              "final": Signal(name="S3_final"), "last": Signal(name="S3_last"), "cend": Signal(name="S3_chunk_end")}
-        s3_free = Signal(name="s3_free")
-        m.d.comb += s2_free.eq(~S2["v"] | s3_free)
-        with m.If(s3_free):
-            m.d.sync += S3["v"].eq(S2["v"])
-            with m.If(S2["v"]):
-                m.d.sync += [S3["dz"].eq(dz), S3["x"].eq(xb_beat), S3["n"].eq(S2["n"]),
-                             S3["final"].eq(S2["final"]), S3["last"].eq(S2["last"]), S3["cend"].eq(S2["cend"])]
-                m.d.sync += [S3["fld"][i].eq(f) for i, f in enumerate(fields)] + [S3["kept"].eq(S2["kept"])]
-                m.d.sync += [S3["rw"][i].eq(Mux(in_beat[i], lanes[i]["rest_w"], 0)) for i in range(Lv)]
-                m.d.sync += [S3["pz"][i].eq(pz[i]) for i in range(Lv + 1)]
-
-        # ---- CODES (S3 -> S4): the beat's delta codes from the code ring (full mode)
+        # ---- CODES (S2 -> S4): the beat's delta codes from the code ring (full mode)
         # verif.codes: the shared fixed-rate code plane (hw/code_plane.py) parses the tensor's chunks ahead
         # of the beats into a ring of codes (group q, pair flag) / escapes / END markers; a beat pops its nd
         # codes (+ END on a chunk's last beat).
@@ -658,9 +651,9 @@ class DecoderC2v2(Format2Registers, DecoderC1):
             m.d.sync += cp_init.eq(0)
 
         nd = Signal(range(Lv + 1), name="c_nd")
-        m.d.comb += nd.eq(S3["pz"][Lv])
+        m.d.comb += nd.eq(S2["pz"][Lv])
         need = Signal(range(Lv + 2), name="c_need")
-        m.d.comb += need.eq(nd + S3["cend"])
+        m.d.comb += need.eq(nd + S2["cend"])
         tab = list(r["verif_tab"]) + [Const(0, BF16_EXPONENT_BITS)]
         tab_arr = Array(tab)
         base_arr = Array(verif_base + [Const(0, 4)])
@@ -704,7 +697,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
             is_end = kind == CpKind.END
             ov_terms.append((j < nd) & marker & is_end & ~(val & END_LONG_RUN).any())
             code_terms.append((j < nd) & marker & (~is_end | (val & END_LONG_RUN).any()))
-            tl_terms.append((j == nd) & S3["cend"] & clean & present & (~is_end | (val & END_PAD_ERR).any()))
+            tl_terms.append((j == nd) & S2["cend"] & clean & present & (~is_end | (val & END_PAD_ERR).any()))
             seen_terms.append((j < need) & marker)
             clean = clean & present & is_code
         m.d.comb += [q_err_ov.eq(Cat(*ov_terms).any()), q_err_code.eq(Cat(*code_terms).any()),
@@ -714,14 +707,14 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         c_lane = []
         widths = []
         for i in range(Lv):
-            sel = S3["pz"][i]
+            sel = S2["pz"][i]
             ln = {"pair": Signal(name=f"c_lpair{i}"), "d": Signal(X_BITS, name=f"c_ld{i}"),
                   "esc": Signal(name=f"c_lesc{i}")}
             pick = (lambda v: Array(v[:i + 1])[sel]) if i else (lambda v: v[0])
             m.d.comb += [ln["d"].eq(pick(ent_d)), ln["esc"].eq(pick(ent_esc)),
-                         ln["pair"].eq(S3["dz"][i] & pick(ent_pair))]
+                         ln["pair"].eq(S2["dz"][i] & pick(ent_pair))]
             c_lane.append(ln)
-            widths.append(S3["rw"][i] + ln["pair"])
+            widths.append(c_rw[i] + ln["pair"])
         ro = prefix_sums(m, widths, bits_for(REST_MAX * Lv), "ro")
 
         S4 = {"v": Signal(name="S4_valid"),
@@ -737,8 +730,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
               "err_tl": Signal(name="S4_err_too_long")}
         s4_free = Signal(name="s4_free")
         c_fire = Signal(name="c_fire")
-        m.d.comb += c_fire.eq(S3["v"] & s4_free & (~full | q_have))
-        m.d.comb += s3_free.eq(~S3["v"] | c_fire)
+        m.d.comb += c_fire.eq(S2["v"] & s4_free & (~full | q_have))
+        m.d.comb += s2_free.eq(~S2["v"] | c_fire)
         c_err = Signal(name="c_err")
         m.d.comb += c_err.eq(full & (q_err_ov | q_err_code | q_err_tl))
         m.d.comb += [CP.pop.eq(Mux(c_fire & full & ~c_err, need, 0)),
@@ -746,9 +739,9 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         with m.If(s4_free):
             m.d.sync += S4["v"].eq(c_fire)
         with m.If(c_fire):
-            m.d.sync += [S4["fld"][i].eq(S3["fld"][i]) for i in range(L)]
-            m.d.sync += [S4[k].eq(S3[k]) for k in ("kept", "x", "dz", "n", "final", "last", "cend")]
-            m.d.sync += [S4["rw"][i].eq(S3["rw"][i]) for i in range(Lv)]
+            m.d.sync += [S4["fld"][i].eq(S2["fld"][i]) for i in range(L)]
+            m.d.sync += [S4[k].eq(S2[k]) for k in ("kept", "x", "dz", "n", "final", "last", "cend")]
+            m.d.sync += [S4["rw"][i].eq(c_rw[i]) for i in range(Lv)]
             m.d.sync += [S4["ro"][i].eq(ro[i]) for i in range(Lv + 1)]
             m.d.sync += S4["pair"].eq(Cat(*[ln["pair"] for ln in c_lane]))
             m.d.sync += [S4["d"][i].eq(c_lane[i]["d"]) for i in range(Lv)]
@@ -871,7 +864,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         with m.If(fire_v & S4["last"] & ~neg):
             m.d.sync += busy.eq(0)
         with m.If(flush):
-            m.d.sync += [I["v"].eq(0), S2["v"].eq(0), S3["v"].eq(0), S4["v"].eq(0), sb_init.eq(0)]
+            m.d.sync += [I["v"].eq(0), S2["v"].eq(0), S4["v"].eq(0), sb_init.eq(0)]
         with m.If(raise_err.any()):
             m.d.sync += [err.eq(err | raise_err), busy.eq(0), in_on.eq(0), is_on.eq(0), setup.eq(0),
                          lay_ok.eq(0)]
