@@ -294,41 +294,49 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         verif_q, verif_base, verif_pbad = self._book_groups(m, r["verif_k"], r["verif_pairs"], "verif")
 
         # ---- tensor setup: the layouts of a full superblock and of the last one. k_s of the last
-        # superblock by a radix-4 serial multiply (no wide multiplier in any one-cycle path); 10 cycles.
+        # superblock: k when it is whole (n_last = G, 3 cycles), else by a radix-4 serial multiply (MSB digit
+        # first, Horner: no wide multiplier in any one-cycle path; 8 cycles). The tensor's superblock count
+        # goes straight into the ingest counter in_rem, which the issue stage and the code plane also read in
+        # the first decoding cycle (before ingest counts it down).
         setup = Signal(range(16), name="setup")                        # 0 = idle / done
         lay_ok = Signal(name="lay_ok")
         n_last = Signal(range(G_MAX + 1), name="n_last")
-        mul_a = Signal(2 * bits_for(G_MAX) + 2, name="mul_a")        # k << 2i
-        mul_b = Signal(bits_for(G_MAX), name="mul_b")                 # n_last >> 2i
-        mul_acc = Signal(2 * bits_for(G_MAX) + 2, name="mul_acc")    # k * n_last
+        mul_acc = Signal(2 * bits_for(G_MAX) + 2, name="mul_acc")    # k * (n_last's leading digits)
         ks_last = Signal(range(G_MAX + 1), name="ks_last")
-        nsb = Signal(SB_COUNT_BITS, name="nsb")                        # superblocks of the tensor
+        in_rem = Signal(SB_COUNT_BITS, name="in_rem")             # superblocks not yet finished (this one too)
         lay_full = self._layout(m, r, r["g"], r["k"], prune, "lf")
+        lay_full["ks"] = r["k"]                                    # a full superblock keeps k (no copy)
         lay_last = self._layout(m, r, n_last, ks_last, prune, "ll")
         g_mask = Signal(bits_for(G_MAX), name="g_mask")
         m.d.comb += g_mask.eq(r["g"] - 1)
         setup_err = Signal(name="setup_config_err")    # a bad pair mask (checked once registered)
+        ndig = -(-bits_for(G_MAX) // 2)                                 # radix-4 digits of n_last (5)
+        mul_d = Signal(2, name="mul_digit")
+        with m.Switch(setup):
+            for st in range(2, 2 + ndig):
+                with m.Case(st):
+                    m.d.comb += mul_d.eq(Cat(n_last, Const(0, 1)).word_select(ndig + 1 - st, 2))
         with m.If(setup != 0):
             m.d.sync += setup.eq(setup + 1)
             with m.Switch(setup):
                 with m.Case(1):
-                    m.d.sync += [n_last.eq(((r["numel"] - 1) & g_mask) + 1), mul_acc.eq(0), mul_a.eq(r["k"])]
+                    m.d.sync += [n_last.eq(((r["numel"] - 1) & g_mask) + 1), mul_acc.eq(0)]
                     with m.Switch(r["g"]):
                         for g in ALLOWED_GROUP_SIZES:
                             with m.Case(g):
-                                m.d.sync += nsb.eq((r["numel"] + g - 1) >> exact_log2(g))
-                with m.Case(2):
-                    m.d.sync += mul_b.eq(n_last)
-                    m.d.comb += setup_err.eq(full & verif_pbad)
-                with m.Case(3, 4, 5, 6, 7):
-                    m.d.sync += [mul_acc.eq(mul_acc + mul_a * mul_b[:2]), mul_a.eq(mul_a << 2),
-                                 mul_b.eq(mul_b >> 2)]
-                with m.Case(8):
+                                m.d.sync += in_rem.eq((r["numel"] + g - 1) >> exact_log2(g))
+                with m.Case(*range(2, 2 + ndig)):
+                    m.d.sync += mul_acc.eq((mul_acc << 2) + r["k"] * mul_d)
+                    with m.If(setup == 2):
+                        m.d.comb += setup_err.eq(full & verif_pbad)
+                        with m.If(n_last == r["g"]):
+                            m.d.sync += [ks_last.eq(r["k"]), setup.eq(3 + ndig)]
+                with m.Case(2 + ndig):
                     with m.Switch(r["g"]):
                         for g in ALLOWED_GROUP_SIZES:
                             with m.Case(g):
                                 m.d.sync += ks_last.eq((mul_acc + g - 1) >> exact_log2(g))
-                with m.Case(9):                 # the layouts are registered from ks_last in this cycle
+                with m.Case(3 + ndig):          # the layouts are registered from ks_last in this cycle
                     m.d.sync += [setup.eq(0), lay_ok.eq(1)]
         f_init = Signal(name="f_init")                 # F has not skipped the tensor's first bitmap yet
         started = Signal(name="started")                              # decoding (layouts valid)
@@ -351,7 +359,6 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         qw = bits_for(2 * SB_BITS_MAX + IW) + 1
         in_q = Signal(signed(qw), name="in_q")
         in_s = Signal(MAX_CHUNK_LOG, name="in_s")                 # superblock index in the chunk
-        in_rem = Signal(SB_COUNT_BITS, name="in_rem")             # superblocks not yet finished (this one too)
         in_on = Signal(name="in_on")
         in_cur_last = Signal(name="in_cur_last")
         m.d.comb += in_cur_last.eq(in_rem == 1)
@@ -543,8 +550,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
             with m.Else():
                 m.d.sync += [vpos.eq(vpos + n), kacc.eq(kept_now), sb_left.eq(sb_left - n)]
         m.d.comb += bm_pop.eq(Mux(issue & prune, pops, 0))
-        with m.If(sb_init & lay_ok):            # nsb and n_last are registered by then (setup)
-            m.d.sync += [sb_init.eq(0), cs.eq(0), bptr.eq(0)] + load_superblock(nsb)
+        with m.If(sb_init & lay_ok):            # in_rem (still the tensor's count) and n_last are set by setup
+            m.d.sync += [sb_init.eq(0), cs.eq(0), bptr.eq(0)] + load_superblock(in_rem)
 
         # ---- FETCH (stage S2): fires when F holds the beat's bits. A first beat whose X bytes and fields
         # would run past F's two-word view (F's offset > 2 IW - take) takes its X bytes alone first.
@@ -643,7 +650,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         wiring.connect(m, wiring.flipped(self.verif_codes), CP.inp)
         cp_init = Signal(name="cp_init")                # the code plane has not been started for the tensor
         nchunks = Signal(SB_COUNT_BITS, name="nchunks")        # chunks of the tensor (read by CP at its start)
-        m.d.comb += nchunks.eq((nsb + amask) >> r["chunk"])
+        m.d.comb += nchunks.eq((in_rem + amask) >> r["chunk"])       # the tensor's count at CP's start
         m.d.comb += [CP.k.eq(verif_q), CP.pairs.eq(r["verif_pairs"]), CP.chunks.eq(nchunks),
                      CP.start.eq(cp_init & started & full),
                      CP.enable.eq(started & full), CP.drain.eq(drain), CP.flush.eq(flush)]
@@ -722,7 +729,6 @@ class DecoderC2v2(Format2Registers, DecoderC1):
               "x": Signal(X_BITS, name="S4_x"),
               "dz": Signal(Lv, name="S4_dz"), "pair": Signal(Lv, name="S4_pair"),
               "d": [Signal(X_BITS, name=f"S4_dsel{i}") for i in range(Lv)], "esc": Signal(Lv, name="S4_esc"),
-              "rw": [Signal(4, name=f"S4_rw{i}") for i in range(Lv)],
               "ro": [Signal(range(REST_MAX * i + 1), name=f"S4_ro{i}") for i in range(Lv + 1)],   # lane i <= 9 i
               "n": Signal(range(L + 1), name="S4_n"), "final": Signal(name="S4_final"),
               "last": Signal(name="S4_last"), "cend": Signal(name="S4_chunk_end"),
@@ -741,7 +747,6 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         with m.If(c_fire):
             m.d.sync += [S4["fld"][i].eq(S2["fld"][i]) for i in range(L)]
             m.d.sync += [S4[k].eq(S2[k]) for k in ("kept", "x", "dz", "n", "final", "last", "cend")]
-            m.d.sync += [S4["rw"][i].eq(c_rw[i]) for i in range(Lv)]
             m.d.sync += [S4["ro"][i].eq(ro[i]) for i in range(Lv + 1)]
             m.d.sync += S4["pair"].eq(Cat(*[ln["pair"] for ln in c_lane]))
             m.d.sync += [S4["d"][i].eq(c_lane[i]["d"]) for i in range(Lv)]
@@ -765,12 +770,13 @@ class DecoderC2v2(Format2Registers, DecoderC1):
 
         # assembly of the exact values (full mode): a pair group's suffix bit t is the rest field's first
         # bit and picks S[b_q + t]; the 8 bits after it are (s << 7) | f
-        drafts = []
+        drafts, v_lanes = [], []
         k4 = draft_consts(m, S4["x"], r["m"], "v_dk")
         for i in range(L):                 # the draft values (FORMAT section 4) from S4's fields
             ln = {"field": S4["fld"][i], "kept": S4["kept"][i]}
             draft_lane(m, k4, r["m"], ln, f"v_d{i}")
             drafts.append(ln["draft"])
+            v_lanes.append(ln)
         values = []
         neg_terms = []
         for i in range(L):
@@ -781,8 +787,12 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                 m.d.comb += t.eq(S4["pair"][i] & rf[0])
                 body = Signal(FIELD_MAX, name=f"rest_body{i}")
                 m.d.comb += body.eq(Mux(S4["pair"][i], rf[1:], rf[:FIELD_MAX]))
-                low = Signal(FIELD_MAX, name=f"rest_low{i}")          # a non-draft-zero lane's cut bits
-                m.d.comb += low.eq(rf[:FIELD_MAX] & ~(Const(0xFF, FIELD_MAX) << S4["rw"][i]))
+                # a non-draft-zero lane's cut bits: T of a kept lane (its draft lane's rest width), none
+                # outside the beat (not kept); a kept zero element is draft-zero and does not use them
+                rw = Signal(4, name=f"v_rw{i}")
+                m.d.comb += rw.eq(Mux(S4["kept"][i], v_lanes[i]["rest_w"], 0))
+                low = Signal(FIELD_MAX, name=f"rest_low{i}")
+                m.d.comb += low.eq(rf[:FIELD_MAX] & ~(Const(0xFF, FIELD_MAX) << rw))
                 e = Signal(BF16_EXPONENT_BITS, name=f"vexp{i}")
                 dl = Signal(X_BITS, name=f"vdelta{i}")                  # S[b_q + t], or the escaped delta
                 m.d.comb += [dl.eq(Mux(S4["esc"][i], S4["d"][i], tab_arr[(S4["d"][i][:4] + t)[:4]])),
@@ -845,8 +855,6 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                 m.d.sync += [busy.eq(1), setup.eq(1), lay_ok.eq(0), in_on.eq(1), in_q.eq(0), in_s.eq(0),
                              in_rem.eq(0), is_on.eq(1), sb_init.eq(1), f_init.eq(1), cp_init.eq(1),
                              amask.eq((1 << r["chunk"]) - 1)]
-        with m.If(setup == 9):
-            m.d.sync += in_rem.eq(nsb)
         # The issue stage's KEEP check and VERIFY's errors are registered before they are raised (they hold
         # their beat, which is not issued / not fired, so nothing wrong goes out in that cycle): the flush
         # they cause then starts from a register instead of ending the issue and rest-reader loops.
