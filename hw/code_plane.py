@@ -70,6 +70,19 @@ class Kind(enum.IntEnum):
 END_PAD_ERR = 1 << 0
 END_LONG_RUN = 1 << 1
 
+# ``compact_entries`` (with an escape FIFO, no pair flags): 5 bits instead of 6. ``end`` = 0: a CODE, ``val`` its
+# run q; ``end`` = 1: ESC when ``val`` bit 3 (COMPACT_ESC) is set (the payload is in the FIFO), BAD with bit 2
+# (COMPACT_BAD), else END (``val`` bits 0..1 as END_PAD_ERR / END_LONG_RUN). ``compact_kind`` gives the Kind.
+compact_layout = data.StructLayout({"val": 4, "end": 1})
+COMPACT_BAD = 1 << 2
+COMPACT_ESC = 1 << 3
+
+
+def compact_kind(entry):
+    """Kind of a ``compact_layout`` entry (one or two gate levels)."""
+    return Mux(entry.end, Mux(entry.val[3], Kind.ESC, Mux(entry.val[2], Kind.BAD, Kind.END)), Kind.CODE)
+
+
 entry_layout = data.StructLayout({"val": ESCAPE_PAYLOAD_BITS, "kind": 2})
 
 
@@ -141,6 +154,10 @@ class CodePlane(wiring.Component):
                 while the FIFO is full, so E must exceed the most ESC entries a consumer can need at once
                 (the decoder's L codes + END: E >= L + 1), or a beat could wait on a held pass. 0: payloads
                 in the entries (default; the C2 decoder v2's interface)
+        compact_entries  (with ``esc_fifo``, without ``pair_flags``) 5-bit entries ``compact_layout`` instead of
+                6: ``end`` = 0 is a CODE with its run in ``val``; ``end`` = 1 is an ESC (``val`` bit 3), a BAD (bit
+                2) or an END (bits 0..1 its flags); ``compact_kind`` decodes the kind (default False: the C2
+                decoder v2's interface)
 
     Ports
         inp     In(stream {data: IW, last: 1})   plane words, chunk framing as docs/HARDWARE.md "Input words"
@@ -183,7 +200,7 @@ class CodePlane(wiring.Component):
 
     def __init__(self, word: int = 64, seg: int | None = None, lanes: int | None = None,
                  depth: int | None = None, pops: int = 9, word_slots: int = WORD_SLOTS, pair_flags: bool = False,
-                 esc_fifo: int = 0, partial_writes: bool = False):
+                 esc_fifo: int = 0, partial_writes: bool = False, compact_entries: bool = False):
         word, seg, lanes, depth, pops = self.resolve(word, seg, lanes, depth, pops, word_slots)
         if not isinstance(esc_fifo, int) or esc_fifo < 0 or (esc_fifo and (esc_fifo < 2 or esc_fifo & (esc_fifo - 1))):
             raise ConfigError(f"code plane escape FIFO must be 0 or a power of two >= 2, got {esc_fifo!r}")
@@ -194,6 +211,11 @@ class CodePlane(wiring.Component):
         self.esc_pops = min(esc_fifo, pops)
         vbits = 4 + int(self.pair_flags) if esc_fifo else ESCAPE_PAYLOAD_BITS
         self.entry_layout = data.StructLayout({"val": vbits, "kind": 2})
+        self.compact_entries = bool(compact_entries)
+        if self.compact_entries:
+            if not esc_fifo or self.pair_flags:
+                raise ConfigError("code plane compact entries need an escape FIFO and no pair flags")
+            self.entry_layout = compact_layout
         self.word, self.seg, self.lanes, self.depth, self.pops = word, seg, lanes, depth, pops
         ports = {"pairs": In(K_MAX)} if self.pair_flags else {}
         if esc_fifo:
@@ -446,7 +468,7 @@ class CodePlane(wiring.Component):
         run = Mux(b_count != 0, S - b_consumed, carry_in + S - b_start)
         m.d.comb += carry_next.eq(Mux(esc_any, 0, Mux(run > CARRY_MAX, CARRY_MAX, run)))
         end_entry = Signal(entry_layout)
-        m.d.comb += [end_entry.kind.eq(Kind.END),
+        m.d.comb += [end_entry.kind.eq(Kind.END) if not self.compact_entries else end_entry.end.eq(1),
                      end_entry.val.eq(Cat(overrun | (~content & ~chunk_first), (carry_next > K) & ~esc_any))]
         items = []
         for j in range(Lc + 1):
@@ -456,8 +478,12 @@ class CodePlane(wiring.Component):
                 cval = rank[j][:4]
                 if self.pair_flags:                  # the group's pair bit (q < Q <= 15 for a CODE)
                     cval = Cat(cval, self.pairs.bit_select(rank[j][:4], 1))
-                m.d.comb += [code.kind.eq(Mux(esc[j], Kind.ESC, Mux(bad[j], Kind.BAD, Kind.CODE))),
-                             code.val.eq(Mux(esc[j], 0 if self.esc_fifo else payload, cval))]
+                if self.compact_entries:           # CODE: the run; ESC / BAD: flags of an end-kind entry
+                    m.d.comb += [code.end.eq(esc[j] | bad[j]),
+                                 code.val.eq(Mux(esc[j], COMPACT_ESC, Mux(bad[j], COMPACT_BAD, cval)))]
+                else:
+                    m.d.comb += [code.kind.eq(Mux(esc[j], Kind.ESC, Mux(bad[j], Kind.BAD, Kind.CODE))),
+                                 code.val.eq(Mux(esc[j], 0 if self.esc_fifo else payload, cval))]
                 m.d.comb += e.eq(Mux(j < n_codes, code, end_entry))
             else:
                 m.d.comb += e.eq(end_entry)

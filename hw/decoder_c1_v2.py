@@ -43,13 +43,13 @@ everything after it are not (as in v1).
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, PRUNED
 from .bitreader import BitReader
-from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane, Kind
+from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane, Kind, compact_kind
 from .decoder import FIELD_MAX, SB_COUNT_BITS, DecoderC1, Err, Format2Registers, Reg
 from .shifter import shift_right
 from .zero_counter import prefix_counts
@@ -120,12 +120,16 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                           per pass (default 2*L)
         code_depth        its ring entries (default: the smallest the code plane allows; it writes partial passes)
         verif_seg, verif_code_lanes   the same for the verification code plane (default from Lv)
+        share_lookups     lanes idle in full mode do the verification-book lookups (default True, session 6)
+        max_beat_escapes  a beat ends before this many + 1 escaped codes (default 2; None: no limit)
+        compact_entries   5-bit speculation ring entries (hw/code_plane.py ``compact_entries``; default True,
+                          session 7: decoder_c1v2_l8_v4 -32 FFs, the plane -0.7 k GE)
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
                  verif_word: int | None = None, code_word: int | None = None, seg: int | None = None, code_lanes: int | None = None, verif_seg: int | None = None,
                  verif_code_lanes: int | None = None, code_depth: int | None = None, verif_word_slots: int | None = None,
-                 share_lookups: bool = True, max_beat_escapes: int | None = 2):
+                 share_lookups: bool = True, max_beat_escapes: int | None = 2, compact_entries: bool = True):
         word = 8 * lanes if isinstance(lanes, int) and word is None else word
         super().__init__(lanes=lanes, word=word, verif_lanes=verif_lanes, verif_word=word if verif_word is None else verif_word,
                          code_word=code_word)
@@ -156,6 +160,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         if max_beat_escapes is not None and (not isinstance(max_beat_escapes, int) or max_beat_escapes < 1):
             raise ConfigError(f"max_beat_escapes must be None or a positive integer, got {max_beat_escapes!r}")
         self.max_beat_escapes = None if max_beat_escapes is None or max_beat_escapes >= lanes else max_beat_escapes
+        self.compact_entries = bool(compact_entries)
         # The speculation ring at the smallest depth, with partial writes (the codes of a pass that fit go in,
         # A re-parses the rest): with whole passes only, B held a pass while the ring lacked room for all of
         # it, and at the smallest depth those holds cost 0.04 of the rate (decoder_c1v2_l8_v4 draft keep 1.0:
@@ -206,7 +211,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         # from 10 to 6 bits)
         esc_entries = 1 << ceil_log2((self.max_beat_escapes or L) + 1)
         S = CodePlane(self.code_word, self.seg, self.code_lanes, depth=self.code_depth, pops=L + 1,
-                      esc_fifo=esc_entries, partial_writes=True)
+                      esc_fifo=esc_entries, partial_writes=True, compact_entries=self.compact_entries)
         V = CodePlane(self.verif_word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots,
                       pair_flags=True)
         M = SlotReader(IW, SUFFIX_FIELD * L, reader_slots(IW, SUFFIX_FIELD * L))
@@ -282,6 +287,11 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         fin = Signal()               # the superblock's last beat
         cend = Signal()              # ... of the chunk's last superblock: its END is popped too
         sw = S.win
+        if self.compact_entries:                        # back to kinds (1-2 gate levels, hw/code_plane.compact_kind)
+            dec_layout = data.StructLayout({"val": 4, "kind": 2})
+            sw = [Signal(dec_layout, name=f"i_ent{j}") for j in range(L + 1)]
+            for j in range(L + 1):
+                m.d.comb += [sw[j].val.eq(S.win[j].val), sw[j].kind.eq(compact_kind(S.win[j]))]
         scount = S.count
         is_code = [Signal(name=f"i_code{j}") for j in range(L + 1)]
         for j in range(L + 1):

@@ -17,7 +17,7 @@ from cassandra_rtl.errors import ConfigError
 from cassandra_rtl.golden.codebook import Codebook
 from cassandra_rtl.golden.codec import encode_tensor, plane_chunks
 from cassandra_rtl.golden.config import K_MAX, PRUNED, CodecConfig
-from cassandra_rtl.hw.code_plane import CodePlane, Kind
+from cassandra_rtl.hw.code_plane import COMPACT_BAD, COMPACT_ESC, CodePlane, Kind
 from cassandra_rtl.hw.decoder import Err, Reg
 from cassandra_rtl.hw.decoder_c1_v2 import DecoderC1v2
 from cassandra_rtl.hw.simutil import DecodeJob, Stalls, chunk_words, decoder_planes, decoder_program, run_decoder
@@ -85,10 +85,16 @@ def run_code_plane(dut: CodePlane, chunks, K, seed, idle=0.3, pairs=0):
             for j in range(n):
                 e = ctx.get(dut.win[j])
                 val = int(e.val)
-                if dut.esc_fifo and Kind(e.kind) == Kind.ESC:      # the payload comes from the side FIFO
+                if dut.compact_entries:         # end = 0: a CODE (val = q); else ESC / BAD flags or an END
+                    kind = (Kind.CODE if not e.end else Kind.ESC if val & COMPACT_ESC else
+                            Kind.BAD if val & COMPACT_BAD else Kind.END)
+                    val = val if kind in (Kind.CODE, Kind.END) else 0
+                else:
+                    kind = Kind(e.kind)
+                if dut.esc_fifo and kind == Kind.ESC:      # the payload comes from the side FIFO
                     val = int(ctx.get(dut.esc[ne]))
                     ne += 1
-                got.append((Kind(e.kind), val))
+                got.append((kind, val))
             ctx.set(dut.pop, n)
             if dut.esc_fifo:
                 ctx.set(dut.esc_pop, ne)
@@ -145,6 +151,16 @@ def test_code_plane_escape_fifo():
     rng = random.Random(78)
     for K in (1, 2):
         run_code_plane(CodePlane(32, 16, 8, pops=9, esc_fifo=4), random_chunks(rng, K, 6), K, seed=K)
+
+
+def test_code_plane_compact_entries():
+    """compact_entries (session 7: 5-bit entries, ESC / BAD as flags of an end-kind entry, a CODE its run q): the
+    same parse as the reference, with escapes (payloads from the side FIFO), bad codes and ENDs; K = 9 puts
+    runs q = 8 (COMPACT_ESC's bit) and q = 4 (COMPACT_BAD's) among the codes."""
+    rng = random.Random(79)
+    for K in (1, 9):
+        run_code_plane(CodePlane(32, 16, 8, pops=9, esc_fifo=4, compact_entries=True), random_chunks(rng, K, 6), K,
+                       seed=K)
 
 
 def test_code_plane_pair_flags():
