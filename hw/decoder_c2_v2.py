@@ -161,7 +161,9 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         verif_lanes  Lv, full-mode values per beat: a power of two <= L (default L / 2, at least 1: full
                      mode reads ~3x the bits per value of the draft, so at one memory bandwidth it needs
                      fewer values per cycle)
-        code_seg     S, bits of verif.codes the code plane parses per cycle (hw/code_plane.py; default 16)
+        code_seg     S, bits of verif.codes the code plane parses per cycle (hw/code_plane.py; default 16 at
+                     Lv <= 4, 32 at Lv >= 8: at Lv = 8 16 bits a cycle held v1.0 full mode at keep 0.3 to 0.897 of
+                     nominal on SmolLM2, 32 gives 0.992 at no measurable area, docs/HARDWARE.md 2c session 7)
         code_lanes   Lc, codes one code-plane pass delivers (default min(S, max(5, Lv + 1)), 6 at Lv = 4; a
                      segment with more codes is re-parsed from the next code, one bubble in the code plane only)
         code_depth   entries of the code ring (default: the power of two >= 2 (Lc + 1) + 2 (Lv + 1), so the
@@ -183,7 +185,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
-                 code_seg: int = 16, code_lanes: int | None = None, code_depth: int | None = None,
+                 code_seg: int | None = None, code_lanes: int | None = None, code_depth: int | None = None,
                  bitmap_words: int | None = None, field_slots: int | None = None, code_word_slots: int = 2,
                  verif_word: int | None = None):
         if not _pow2(lanes) or lanes > MAX_LANES:
@@ -199,6 +201,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         verif_word = max(64, 1 << ceil_log2(REST_MAX * verif_lanes)) if verif_word is None else verif_word
         if not _pow2(verif_word) or not 32 <= verif_word <= 1024:
             raise ConfigError(f"verification word must be a power of two in 32..1024 bits, got {verif_word!r}")
+        if code_seg is None:            # the code plane's bits per cycle: Lv codes of ~2-4 bits at keep 0.3
+            code_seg = min(verif_word, 16 if verif_lanes <= 4 else 32)
         lv4 = verif_lanes == 4          # L = 8: a 16-entry ring and 6 codes a pass (measured, see above)
         if code_lanes is None:
             code_lanes = min(code_seg, 6 if lv4 else max(5, verif_lanes + 1))
