@@ -183,11 +183,13 @@ class DecoderC1v2(Format2Registers, DecoderC1):
 
     @staticmethod
     def _book_groups(m, k, pairs, name):
-        """Groups of a book with pair mask ``pairs`` (registered from the registers every cycle): Q = K -
-        popcount(pairs), the group bases b_q = q + popcount(pairs[0:q]) (a 15-entry table), and ``bad``: a
-        pair bit at q >= Q (the mask does not describe K symbols)."""
+        """Groups of a book with pair mask ``pairs``: Q = K - popcount(pairs) and ``bad`` (a pair bit at q >= Q:
+        the mask does not describe K symbols), registered from the registers every cycle, and the group bases
+        b_q = q + popcount(pairs[0:q]) (a 15-entry table, combinational from the pair register)."""
         pc = popcounts(m, pairs, f"{name}_pc")
         q = Signal(range(K_MAX + 1), name=f"{name}_q")
+        # the bases are combinational from the (registered) pair mask: its popcount tree (~12 levels) runs
+        # beside the window / entry logic that selects among them (session 7: -112 FFs, two tables)
         bases = Array(Signal(4, name=f"{name}_b{i}") for i in range(K_MAX))
         bad = Signal(name=f"{name}_pairs_bad")
         ok_q = Signal(5)
@@ -195,7 +197,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         m.d.sync += q.eq(ok_q[:4])
         over = pc[K_MAX] > k
         for i in range(K_MAX):
-            m.d.sync += bases[i].eq(i + pc[i])
+            m.d.comb += bases[i].eq(i + pc[i])
             over = over | (pairs[i] & (ok_q[:4] <= i))
         m.d.sync += bad.eq(over)
         return q, bases, bad
