@@ -42,6 +42,8 @@ everything after it are not (as in v1).
 """
 from __future__ import annotations
 
+import contextlib
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.utils import bits_for, ceil_log2, exact_log2
@@ -124,12 +126,15 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         max_beat_escapes  a beat ends before this many + 1 escaped codes (default 2; None: no limit)
         compact_entries   5-bit speculation ring entries (hw/code_plane.py ``compact_entries``; default True,
                           session 7: decoder_c1v2_l8_v4 -32 FFs, the plane -0.7 k GE)
+        registered_out    ``out`` is a register written by F (True) or F's logic (default False, session 7:
+                          the beat waits in the J register; out.valid from registered state only)
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
                  verif_word: int | None = None, code_word: int | None = None, seg: int | None = None, code_lanes: int | None = None, verif_seg: int | None = None,
                  verif_code_lanes: int | None = None, code_depth: int | None = None, verif_word_slots: int | None = None,
-                 share_lookups: bool = True, max_beat_escapes: int | None = 2, compact_entries: bool = True):
+                 share_lookups: bool = True, max_beat_escapes: int | None = 2, compact_entries: bool = True,
+                 registered_out: bool = False):
         word = 8 * lanes if isinstance(lanes, int) and word is None else word
         super().__init__(lanes=lanes, word=word, verif_lanes=verif_lanes, verif_word=word if verif_word is None else verif_word,
                          code_word=code_word)
@@ -161,6 +166,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
             raise ConfigError(f"max_beat_escapes must be None or a positive integer, got {max_beat_escapes!r}")
         self.max_beat_escapes = None if max_beat_escapes is None or max_beat_escapes >= lanes else max_beat_escapes
         self.compact_entries = bool(compact_entries)
+        self.registered_out = bool(registered_out)
         # The speculation ring at the smallest depth, with partial writes (the codes of a pass that fit go in,
         # A re-parses the rest): with whole passes only, B held a pass while the ring lacked room for all of
         # it, and at the smallest depth those holds cost 0.04 of the rate (decoder_c1v2_l8_v4 draft keep 1.0:
@@ -551,7 +557,11 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                              c_ve[j].eq(vent_of(j))]
 
         # ------------------------------------------------------------------ F: fetch
-        out_free = ~self.out.valid | self.out.ready
+        # registered_out: out is a register F writes when it fires (a beat there waits for ready). Else out is
+        # F's logic itself: valid = a beat in F that every reader covers and no error stops (from registers
+        # only, never from ready), the payload from the J register and the readers' held bits (stable until
+        # ready), and F fires on valid & ready (session 7: -134 FFs; the output path is F's ~20 levels)
+        out_free = (~self.out.valid | self.out.ready) if self.registered_out else self.out.ready
         m.d.comb += [M.take.eq(c_sm_take), M.skip.eq(c_cend), R.take.eq(c_rest_take), R.skip.eq(c_cend)]
         m_have = (M.avail >= c_sm_take) & (~c_cend | M.end_seen)
         m_over = M.end_seen & (M.avail < c_sm_take)
@@ -568,14 +578,18 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                 m.d.comb += f_err.eq(Cat(0, m_over | (full & r_over), m_long | (full & r_long), 0))
         f_ready = Signal()
         m.d.comb += f_ready.eq(m_have & (~full | r_have))
-        m.d.comb += f_fire.eq(c_valid & ~f_err.any() & out_free & f_ready)
+        if self.registered_out:
+            m.d.comb += f_fire.eq(c_valid & ~f_err.any() & out_free & f_ready)
+        else:
+            m.d.comb += [self.out.valid.eq(c_valid & ~f_err.any() & f_ready), f_fire.eq(self.out.valid & out_free)]
         m.d.comb += [M.commit.eq(f_fire), R.commit.eq(f_fire & full)]
 
-        # fields, book lookups and assembly (registered into out). A field is read 9 bits wide at its offset:
-        # with a suffix bit, bit 0 is t (the symbol is the group's base + t) and the v1 field follows it.
-        adv = out_free
-        with m.If(adv):
-            m.d.sync += self.out.valid.eq(f_fire)
+        # fields, book lookups and assembly (into out). A field is read 9 bits wide at its offset: with a
+        # suffix bit, bit 0 is t (the symbol is the group's base + t) and the v1 field follows it.
+        if self.registered_out:
+            with m.If(out_free):
+                m.d.sync += self.out.valid.eq(f_fire)
+        odom = m.d.sync if self.registered_out else m.d.comb
         # Book lookups: one 15-entry lookup per lane. A full-mode beat has Lv values, so with L >= 2 Lv lanes
         # Lv..2 Lv-1 are idle then and their lookups serve lanes 0..Lv-1's verification codes: those lanes read
         # a table that the (registered) mode selects, verif_tab in full mode, spec_tab in draft mode (session 6:
@@ -586,9 +600,9 @@ class DecoderC1v2(Format2Registers, DecoderC1):
             hi_tab = Array(Signal(9, name=f"f_hi_tab{e}") for e in range(K_MAX))
             for e in range(K_MAX):
                 m.d.comb += hi_tab[e].eq(Mux(full, r["verif_tab"][e], r["spec_tab"][e]))
-        with m.If(f_fire):
-            m.d.sync += [self.out.payload.count.eq(c_n), self.out.payload.sb_end.eq(c_fin),
-                         self.out.payload.last.eq(c_last)]
+        with (m.If(f_fire) if self.registered_out else contextlib.nullcontext()):
+            odom += [self.out.payload.count.eq(c_n), self.out.payload.sb_end.eq(c_fin),
+                     self.out.payload.last.eq(c_last)]
             lane_t, lane_sidx, lane_v = [], [], []
             for i in range(L):
                 # (MSB-first log shifters that keep only the bits later stages reach: hw/shifter.py)
@@ -641,7 +655,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                     value = Mux(c_kept[i], draft | Mux(full, rf, 0), Mux(full, exact_pruned, 0))
                 else:
                     value = Mux(c_kept[i], draft, 0)
-                m.d.sync += self.out.payload.lanes[i].eq(Mux(i < c_n, value, 0))
+                odom += self.out.payload.lanes[i].eq(Mux(i < c_n, value, 0))
 
         # ------------------------------------------------------------------ control state, errors
         cfg_bad = self._config_error(r)
