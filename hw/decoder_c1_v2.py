@@ -50,7 +50,7 @@ from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, PRUNED
-from .bitreader import BitReader
+from .bitreader import BitReader, thermometer
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane, Kind, compact_kind
 from .decoder import FIELD_MAX, SB_COUNT_BITS, DecoderC1, Err, Format2Registers, Reg
 from .shifter import shift_right
@@ -92,14 +92,111 @@ class SlotReader(BitReader):
     def __init__(self, word: int, window: int, slots: int):
         super().__init__(word, window)
         need = -(-window // word) + 1
-        if slots & (slots - 1) or slots < need:
-            raise ConfigError(f"reader slots must be a power of two >= {need}, got {slots!r}")
+        if not isinstance(slots, int) or slots < need:
+            raise ConfigError(f"reader slots must be an integer >= {need}, got {slots!r}")
         self.slots, self.capacity = slots, slots * word
+
+    def elaborate(self, platform):
+        """A power of two of slots: BitReader's ring (the read position wraps for free). Otherwise the same
+        behaviour with the slot index counted modulo N (session 7: the view's slots alone, no spare one)."""
+        N = self.slots
+        if not N & (N - 1):
+            return super().elaborate(platform)
+        m = Module()
+        IW, W = self.word, self.window
+        wb = exact_log2(IW)
+        cw = bits_for(self.capacity)
+
+        def mod_n(v):                            # v mod N for 0 <= v < 2N
+            return Mux(v >= N, v - N, v)
+
+        ring = Array(Signal(IW, name=f"slot{i}") for i in range(N))
+        ring_last = Signal(N)
+        rp_word = Signal(range(N))               # slot of the read position
+        rp_bit = Signal(wb)                      # bit in that slot
+        nwords = Signal(range(N + 1))
+        used = Signal()
+        at_end = Signal()
+        fill = Signal(cw)
+        m.d.comb += fill.eq((nwords << wb) - rp_bit)
+        slot_at = [Signal(range(N), name=f"slot_at{d}") for d in range(N)]     # (rp_word + d) mod N
+        for d in range(N):
+            m.d.comb += slot_at[d].eq(mod_n(rp_word + d))
+        nview = -(-W // IW) + 1
+        view = Signal(nview * IW)
+        m.d.comb += view.eq(Cat(*[ring[slot_at[j % N]] for j in range(nview)]))
+        m.d.comb += self.win.eq(shift_right(m, view, rp_bit, W, "win_shift"))
+        flag = [Signal(name=f"end_flag{d}") for d in range(N)]
+        for d in range(N):
+            m.d.comb += flag[d].eq(ring_last.bit_select(slot_at[d], 1) & (d < nwords))
+        first = Signal(range(N + 1))
+        first_v = Const(0, bits_for(N))
+        for d in reversed(range(N)):
+            first_v = Mux(flag[d], d + 1, first_v)
+        m.d.comb += first.eq(first_v)
+        mark_end = Signal(cw)
+        chunk_end = Signal(cw)
+        m.d.comb += [
+            mark_end.eq((first << wb) - rp_bit),
+            chunk_end.eq(Mux(at_end, 0, mark_end)),
+            self.end_seen.eq(at_end | Cat(*flag).any()),
+            self.avail.eq(Mux(self.end_seen, chunk_end, fill)),
+            self.skip_ok.eq(self.end_seen),
+        ]
+        used_now = used | (self.take != 0)
+        rest = Signal(cw)
+        last_slot = Signal(IW)
+        pad_from = Signal(wb)
+        m.d.comb += [
+            rest.eq(self.avail - self.take),
+            last_slot.eq(Array(ring[slot_at[d]] for d in range(N))[first - 1]),
+            pad_from.eq(rp_bit + self.take),
+        ]
+        tail_any = (rest != 0) & (last_slot & ~thermometer(pad_from, IW)).any()
+        with m.If(self.end_seen):
+            m.d.comb += self.skip_err.eq(Mux(used_now, rest >= IW, rest != IW) | tail_any)
+        with m.Else():
+            err = (fill - self.take) >= IW
+            if self.full_skip_err:
+                err = err | ((nwords == N) & (fill >= self.take))
+            m.d.comb += self.skip_err.eq(err)
+        shift = Signal(cw)
+        m.d.comb += shift.eq(Mux(self.commit, Mux(self.skip, chunk_end, self.take), 0))
+        moved = Signal(cw + 1)
+        m.d.comb += moved.eq(rp_bit + shift)
+        freed = Signal(range(N + 1))
+        m.d.comb += freed.eq(moved >> wb)
+        room = (nwords < N) | (freed != 0) if self.refill_on_commit else (nwords < N)
+        m.d.comb += self.inp.ready.eq(self.drain | (self.enable & room))
+        append = self.inp.valid & self.inp.ready & ~self.drain
+        write_slot = Signal(range(N))
+        m.d.comb += write_slot.eq(mod_n(rp_word + nwords))
+        with m.If(append):
+            m.d.sync += ring[write_slot].eq(self.inp.payload.data)
+            m.d.sync += ring_last.bit_select(write_slot, 1).eq(self.inp.payload.last)
+        with m.If(self.flush | self.drain):
+            m.d.sync += [rp_word.eq(0), rp_bit.eq(0), nwords.eq(0), used.eq(0), at_end.eq(0)]
+        with m.Else():
+            m.d.sync += [
+                rp_word.eq(mod_n(rp_word + freed)),
+                rp_bit.eq(moved[:wb]),
+                nwords.eq(nwords - freed + append),
+                used.eq(Mux(self.commit, Mux(self.skip, 0, used_now), used)),
+                at_end.eq(Mux(self.commit,
+                              Mux(self.skip, 0, at_end | (Cat(*flag).any() & (self.take == mark_end))),
+                              at_end)),
+            ]
+        return m
 
 
 def reader_slots(word: int, window: int) -> int:
     """The fewest power-of-two slots holding the view (``ceil(window / word) + 1``) and one more word."""
     return 1 << ceil_log2(-(-window // word) + 2)
+
+
+def view_slots(word: int, window: int) -> int:
+    """The view's slots alone (``ceil(window / word) + 1``): a word comes in when the head one is consumed."""
+    return -(-window // word) + 1
 
 
 def default_segment(lanes: int, word: int) -> int:
@@ -134,7 +231,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                  verif_word: int | None = None, code_word: int | None = None, seg: int | None = None, code_lanes: int | None = None, verif_seg: int | None = None,
                  verif_code_lanes: int | None = None, code_depth: int | None = None, verif_word_slots: int | None = None,
                  share_lookups: bool = True, max_beat_escapes: int | None = 2, compact_entries: bool = True,
-                 registered_out: bool = False):
+                 registered_out: bool = False, tight_readers: bool = True):
         word = 8 * lanes if isinstance(lanes, int) and word is None else word
         super().__init__(lanes=lanes, word=word, verif_lanes=verif_lanes, verif_word=word if verif_word is None else verif_word,
                          code_word=code_word)
@@ -167,6 +264,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         self.max_beat_escapes = None if max_beat_escapes is None or max_beat_escapes >= lanes else max_beat_escapes
         self.compact_entries = bool(compact_entries)
         self.registered_out = bool(registered_out)
+        self.tight_readers = bool(tight_readers)
         # The speculation ring at the smallest depth, with partial writes (the codes of a pass that fit go in,
         # A re-parses the rest): with whole passes only, B held a pass while the ring lacked room for all of
         # it, and at the smallest depth those holds cost 0.04 of the rate (decoder_c1v2_l8_v4 draft keep 1.0:
@@ -222,8 +320,9 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                       esc_fifo=esc_entries, partial_writes=True, compact_entries=self.compact_entries)
         V = CodePlane(self.verif_word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots,
                       pair_flags=True)
-        M = SlotReader(IW, SUFFIX_FIELD * L, reader_slots(IW, SUFFIX_FIELD * L))
-        R = SlotReader(self.verif_word, SUFFIX_FIELD * Lv, reader_slots(self.verif_word, SUFFIX_FIELD * Lv))
+        slots = view_slots if self.tight_readers else reader_slots
+        M = SlotReader(IW, SUFFIX_FIELD * L, slots(IW, SUFFIX_FIELD * L))
+        R = SlotReader(self.verif_word, SUFFIX_FIELD * Lv, slots(self.verif_word, SUFFIX_FIELD * Lv))
         m.submodules.spec_codes_cp = S
         m.submodules.verif_codes_cp = V
         m.submodules.spec_signman_rd = M
