@@ -128,6 +128,28 @@ def rotate_into(m, items, shift, size, name):
     return vec
 
 
+def highest_one_end(m, vec, width, name):
+    """``j + 1`` for the highest set bit ``j`` of ``vec`` (0 when none): a log-depth tree of halves, each
+    node (any one in it, the end of its highest one) from its two children."""
+    nodes = [(vec[j], Const(j + 1, width)) for j in range(len(vec))]
+    level = 0
+    while len(nodes) > 1:
+        nxt = []
+        for i in range(0, len(nodes) - 1, 2):
+            (a_lo, e_lo), (a_hi, e_hi) = nodes[i], nodes[i + 1]
+            e = Signal(width, name=f"{name}_l{level}_{i // 2}")
+            m.d.comb += e.eq(Mux(a_hi, e_hi, e_lo))
+            nxt.append((a_lo | a_hi, e))
+        if len(nodes) % 2:
+            nxt.append(nodes[-1])
+        nodes = nxt
+        level += 1
+    a, e = nodes[0]
+    out = Signal(width, name=f"{name}_end")
+    m.d.comb += out.eq(Mux(a, e, 0))
+    return out
+
+
 class CodePlane(wiring.Component):
     """Rank-unary code plane words in, a ring of decoded codes out.
 
@@ -158,6 +180,9 @@ class CodePlane(wiring.Component):
                 6: ``end`` = 0 is a CODE with its run in ``val``; ``end`` = 1 is an ESC (``val`` bit 3), a BAD (bit
                 2) or an END (bits 0..1 its flags); ``compact_kind`` decodes the kind (default False: the C2
                 decoder v2's interface)
+        fast_consumed  B's ``b_consumed`` (the end of the pass's last code) from a log-depth search for the
+                segment's highest one beside the zero counter, instead of the zero counter's last-lane select
+                behind its full count (default False: the C2 decoder v2's netlist)
 
     Ports
         inp     In(stream {data: IW, last: 1})   plane words, chunk framing as docs/HARDWARE.md "Input words"
@@ -200,7 +225,8 @@ class CodePlane(wiring.Component):
 
     def __init__(self, word: int = 64, seg: int | None = None, lanes: int | None = None,
                  depth: int | None = None, pops: int = 9, word_slots: int = WORD_SLOTS, pair_flags: bool = False,
-                 esc_fifo: int = 0, partial_writes: bool = False, compact_entries: bool = False):
+                 esc_fifo: int = 0, partial_writes: bool = False, compact_entries: bool = False,
+                 fast_consumed: bool = False):
         word, seg, lanes, depth, pops = self.resolve(word, seg, lanes, depth, pops, word_slots)
         if not isinstance(esc_fifo, int) or esc_fifo < 0 or (esc_fifo and (esc_fifo < 2 or esc_fifo & (esc_fifo - 1))):
             raise ConfigError(f"code plane escape FIFO must be 0 or a power of two >= 2, got {esc_fifo!r}")
@@ -212,6 +238,7 @@ class CodePlane(wiring.Component):
         vbits = 4 + int(self.pair_flags) if esc_fifo else ESCAPE_PAYLOAD_BITS
         self.entry_layout = data.StructLayout({"val": vbits, "kind": 2})
         self.compact_entries = bool(compact_entries)
+        self.fast_consumed = bool(fast_consumed)
         if self.compact_entries:
             if not esc_fifo or self.pair_flags:
                 raise ConfigError("code plane compact entries need an escape FIFO and no pair flags")
@@ -345,6 +372,12 @@ class CodePlane(wiring.Component):
                               & word_in & look_in & ~empty)
         a_more = zc.valid[Lc] if truncating else Const(0, 1)   # more than Lc codes from astart on
 
+        # the end of the last code in the masked segment (with at most Lc codes in it: the pass's last code)
+        if self.fast_consumed:
+            consumed = highest_one_end(m, masked, bw, "a_hi")
+        else:
+            consumed = zc.consumed
+
         # ------------------------------------------------------------------ B registers (from A)
         b_end = [Signal(bw, name=f"b_end{j}") for j in range(Lc)]
         b_lane = Signal(Lc)
@@ -363,9 +396,9 @@ class CodePlane(wiring.Component):
         with m.If(a_fire):
             m.d.sync += [b_lane.eq(zc.valid[:Lc]), b_count.eq(a_cnt), b_ext.eq(Cat(masked, a_look)),
                          b_start.eq(astart), b_pos.eq(apos), b_lastw.eq(seg_last_in_word),
-                         b_chunk_last.eq(a_chunk_last), b_consumed.eq(zc.consumed if not truncating else
+                         b_chunk_last.eq(a_chunk_last), b_consumed.eq(consumed if not truncating else
                                                                       Mux(zc.valid[Lc], zc.end[Lc - 1],
-                                                                          zc.consumed))]
+                                                                          consumed))]
             if truncating:
                 m.d.sync += b_more.eq(zc.valid[Lc])
             for j in range(Lc):

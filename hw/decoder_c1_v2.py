@@ -20,7 +20,8 @@ Stages (every arrow into a stage is a register):
                                                                     |  at registered offsets (suffix bit t
                                                                     |  first), book lookups at b_q + t
                                                                     v
-                                                                  out register (count, sb_end, last)
+                                                                  out (count, sb_end, last): F's logic,
+                                                                  no register (``registered_out``)
 
 Loops that close in one cycle (logic depth in generic gates; synthesised: docs/HARDWARE.md 2b):
   * code plane A/B (hw/code_plane.py): segment position <- +1 or a replay position (critical: ~40);
@@ -33,7 +34,7 @@ The v1 decoder's single loop (window -> zero counter -> book -> prefix counts ->
 
 Differences from v1 at the ports: the format 2.0 registers; none in the payloads, error bits or framing
 (plane words are framed per chunk, one superblock per chunk in v1.0). The latency is longer (START ->
-first beat 8 cycles with the words buffered, a word -> its beat about 6) and beats are cut at escapes only
+first beat 7 cycles with the words buffered, a word -> its beat about 5) and beats are cut at escapes only
 rarely: every beat is full except a partial superblock's last beat and a beat that ends before a third
 escaped code (``max_beat_escapes``; v1 cut at every escape; the code plane spends one extra cycle per escape,
 absorbed by its spare bandwidth). Errors are raised from registered state, up to four cycles
@@ -225,13 +226,17 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                           session 7: decoder_c1v2_l8_v4 -32 FFs, the plane -0.7 k GE)
         registered_out    ``out`` is a register written by F (True) or F's logic (default False, session 7:
                           the beat waits in the J register; out.valid from registered state only)
+        signman_slots, rest_slots  reader word slots (default: the signman view's 3 at L = 8 with 64-bit words,
+                          session 7; the rest reader's BitReader rule, 4)
+        fast_consumed     both code planes' ``fast_consumed`` (hw/code_plane.py; default False)
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
                  verif_word: int | None = None, code_word: int | None = None, seg: int | None = None, code_lanes: int | None = None, verif_seg: int | None = None,
                  verif_code_lanes: int | None = None, code_depth: int | None = None, verif_word_slots: int | None = None,
                  share_lookups: bool = True, max_beat_escapes: int | None = 2, compact_entries: bool = True,
-                 registered_out: bool = False, tight_readers: bool = True):
+                 registered_out: bool = False, signman_slots: int | None = None, rest_slots: int | None = None,
+                 fast_consumed: bool = False):
         word = 8 * lanes if isinstance(lanes, int) and word is None else word
         super().__init__(lanes=lanes, word=word, verif_lanes=verif_lanes, verif_word=word if verif_word is None else verif_word,
                          code_word=code_word)
@@ -264,7 +269,16 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         self.max_beat_escapes = None if max_beat_escapes is None or max_beat_escapes >= lanes else max_beat_escapes
         self.compact_entries = bool(compact_entries)
         self.registered_out = bool(registered_out)
-        self.tight_readers = bool(tight_readers)
+        self.fast_consumed = bool(fast_consumed)
+        # reader word slots: the signman reader holds only its view (3 words at L = 8, session 7: full rate in
+        # draft mode); the rest reader keeps a spare word (its port runs at ~90 % at keep 0.3 in full mode:
+        # 3 slots there cost 3.981 -> 3.944 values/cycle, decoder_c1v2_l8_v4)
+        self.signman_slots = view_slots(self.word, SUFFIX_FIELD * lanes) if signman_slots is None else signman_slots
+        self.rest_slots = (reader_slots(self.verif_word, SUFFIX_FIELD * Lv) if rest_slots is None else rest_slots)
+        for what, n, w, win in (("signman", self.signman_slots, self.word, SUFFIX_FIELD * lanes),
+                                ("rest", self.rest_slots, self.verif_word, SUFFIX_FIELD * Lv)):
+            if not isinstance(n, int) or n < view_slots(w, win):
+                raise ConfigError(f"{what} reader slots must be an integer >= {view_slots(w, win)}, got {n!r}")
         # The speculation ring at the smallest depth, with partial writes (the codes of a pass that fit go in,
         # A re-parses the rest): with whole passes only, B held a pass while the ring lacked room for all of
         # it, and at the smallest depth those holds cost 0.04 of the rate (decoder_c1v2_l8_v4 draft keep 1.0:
@@ -317,12 +331,12 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         # from 10 to 6 bits)
         esc_entries = 1 << ceil_log2((self.max_beat_escapes or L) + 1)
         S = CodePlane(self.code_word, self.seg, self.code_lanes, depth=self.code_depth, pops=L + 1,
-                      esc_fifo=esc_entries, partial_writes=True, compact_entries=self.compact_entries)
+                      esc_fifo=esc_entries, partial_writes=True, compact_entries=self.compact_entries,
+                      fast_consumed=self.fast_consumed)
         V = CodePlane(self.verif_word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots,
-                      pair_flags=True)
-        slots = view_slots if self.tight_readers else reader_slots
-        M = SlotReader(IW, SUFFIX_FIELD * L, slots(IW, SUFFIX_FIELD * L))
-        R = SlotReader(self.verif_word, SUFFIX_FIELD * Lv, slots(self.verif_word, SUFFIX_FIELD * Lv))
+                      pair_flags=True, fast_consumed=self.fast_consumed)
+        M = SlotReader(IW, SUFFIX_FIELD * L, self.signman_slots)
+        R = SlotReader(self.verif_word, SUFFIX_FIELD * Lv, self.rest_slots)
         m.submodules.spec_codes_cp = S
         m.submodules.verif_codes_cp = V
         m.submodules.spec_signman_rd = M

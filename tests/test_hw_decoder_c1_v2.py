@@ -153,6 +153,14 @@ def test_code_plane_escape_fifo():
         run_code_plane(CodePlane(32, 16, 8, pops=9, esc_fifo=4), random_chunks(rng, K, 6), K, seed=K)
 
 
+@pytest.mark.parametrize("word,seg,lanes,K", [(32, 32, 16, 3), (32, 16, 16, 0), (64, 32, 6, 5)])
+def test_code_plane_fast_consumed(word, seg, lanes, K):
+    """fast_consumed (session 7: the pass's end from a highest-one search beside the zero counter) parses
+    like the reference, whole and lane-limited passes (lanes < seg), with escapes and arbitrary bytes."""
+    rng = random.Random(80 + lanes + K)
+    run_code_plane(CodePlane(word, seg, lanes, pops=9, fast_consumed=True), random_chunks(rng, K, 7), K, seed=K)
+
+
 def test_code_plane_compact_entries():
     """compact_entries (session 7: 5-bit entries, ESC / BAD as flags of an end-kind entry, a CODE its run q): the
     same parse as the reference, with escapes (payloads from the side FIFO), bad codes and ENDs; K = 9 puts
