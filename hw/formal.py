@@ -30,7 +30,7 @@ assumptions on the environment instead of every input free of the stream rules).
 Decoder protocol, two runs. ``<config>_protocol``: BMC from reset with every input free (reset too),
 depth 10: START / CLEAR / errors. ``<config>_protocol_stream``: the same assertions from a programmed
 tensor (formal_props.stream_program: NUMEL 1..8 and START in the first cycles, no reset, every other
-input free), to ``stream_depth`` (the first beat + 3: C2 v2's first beat is ~17 cycles after reset,
+input free), to ``stream_depth`` (the first beat + 3: C2 v2's first beat is ~15 cycles after reset,
 beyond the from-reset depth), checking steps 10.. only (sby ``skip``: the earlier steps of any such trace
 are steps of the from-reset run, which checks them); its cover run (``_stream_cover``) must reach an
 output beat, a beat held under backpressure and a last beat at that depth, so a decoder whose latency
@@ -129,8 +129,9 @@ DEFAULT_DECODERS = ("decoder_c1v2_l4", "decoder_c2v2_l4_w64")
 # CONFIG_INFO latency_cycles + 1 (word -> beat latency plus the START cycle), which was right for the v1
 # decoders (3) but not for v2: decoder_c1v2_l4 needs 8 (latency_cycles 5), decoder_c2v2_l4_w64 15 (its
 # spec_mx.ready stays low for 9 cycles after busy rises; decoder_c2v2_l8 fails N = 14 too, not measured).
-# decoder_c2v2_l4_w64: 16 since session 5's FETCH register (N = 16 passes, 15 fails; was 15 / 14).
-FORMAL_LIVENESS_N = {"decoder_c1v2_l4": 8, "decoder_c2v2_l4_w64": 16}
+# decoder_c2v2_l4_w64: 16 since session 5's FETCH register (N = 16 passes, 15 fails; was 15 / 14); 14 since
+# session 7 (no DRAFT stage S3, a setup cycle less: N = 14 passes, 13 fails).
+FORMAL_LIVENESS_N = {"decoder_c1v2_l4": 8, "decoder_c2v2_l4_w64": 14}
 
 
 LIVENESS_N_OVERRIDE: dict[str, int] = {}      # --liveness-n
@@ -139,9 +140,9 @@ LIVENESS_N_OVERRIDE: dict[str, int] = {}      # --liveness-n
 def stream_depth(name: str) -> int:
     """BMC depth of the stream check: the program's writes, the first beat N - 1 cycles after the START
     write (N = liveness_n, measured with words valid from cycle 0, which this free environment can do
-    too), two stalled cycles for the ``hold`` mutant's toggle, one more step: decoder_c2v2_l4_w64 20
-    (first beat at step 17), decoder_c1v2_l4 13. The cover run at this depth fails if the beat is not
-    reached, so a slower decoder cannot make the check vacuous."""
+    too), two stalled cycles for the ``hold`` mutant's toggle, one more step: decoder_c2v2_l4_w64 18
+    (first beat at step 15; 20 / 17 before session 7), decoder_c1v2_l4 13. The cover run at this depth
+    fails if the beat is not reached, so a slower decoder cannot make the check vacuous."""
     dut = build_decoder(name)
     dut._MustUse__used = True            # built only to read its ports (no UnusedElaboratable warning)
     prog = fp.stream_program(fp.decoder_scheme(dut))
