@@ -228,7 +228,8 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                           the beat waits in the J register; out.valid from registered state only)
         signman_slots, rest_slots  reader word slots (default: the signman view's 3 at L = 8 with 64-bit words,
                           session 7; the rest reader's BitReader rule, 4)
-        fast_consumed     both code planes' ``fast_consumed`` (hw/code_plane.py; default False)
+        fast_consumed     both code planes' ``fast_consumed`` (hw/code_plane.py; default True, session 7: the
+                          verification plane's pass end was decoder_c1v2_l8's ECP5 critical path, 22.8 -> 24.3 MHz)
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
@@ -236,7 +237,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                  verif_code_lanes: int | None = None, code_depth: int | None = None, verif_word_slots: int | None = None,
                  share_lookups: bool = True, max_beat_escapes: int | None = 2, compact_entries: bool = True,
                  registered_out: bool = False, signman_slots: int | None = None, rest_slots: int | None = None,
-                 fast_consumed: bool = False):
+                 fast_consumed: bool = True):
         word = 8 * lanes if isinstance(lanes, int) and word is None else word
         super().__init__(lanes=lanes, word=word, verif_lanes=verif_lanes, verif_word=word if verif_word is None else verif_word,
                          code_word=code_word)
