@@ -308,7 +308,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         pc = popcounts(m, pairs, f"{name}_pc")
         q = Signal(range(K_MAX + 1), name=f"{name}_q")
         # the bases are combinational from the (registered) pair mask: its popcount tree (~12 levels) runs
-        # beside the window / entry logic that selects among them (session 7: -112 FFs, two tables)
+        # beside the window / entry logic that selects among them (session 7: -104 FFs, -1.0 k GE)
         bases = Array(Signal(4, name=f"{name}_b{i}") for i in range(K_MAX))
         bad = Signal(name=f"{name}_pairs_bad")
         ok_q = Signal(5)
