@@ -31,11 +31,14 @@ every beat are known too. So the v2 draft path has no cross-plane loop at all:
          escape FIFO): per draft-zero lane the table index b_q of its group (or the escaped delta) and its
          pair flag; the rest-field widths (+1 for a pair group's suffix bit) and their prefix sums (offsets,
          take).
-  VERIFY -> OUT (registered): the draft values (FORMAT section 4, one copy of the L drafts); full mode
-         takes the beat's rest bits from verif.rest (registered take), picks each pair's symbol S[b_q + t]
-         by its suffix bit t (the rest field's first bit) and assembles the exact values into the output
-         register; a beat with an exponent X - delta < 0 is registered there but never valid (out.valid =
-         out_pend & ~neg_r, no beat behind it) and raises CODE the next cycle.
+  VERIFY -> OUT: the draft values (FORMAT section 4, one copy of the L drafts); full mode takes the beat's
+         rest bits from verif.rest (registered take), picks each pair's symbol S[b_q + t] by its suffix bit t
+         (the rest field's first bit) and assembles the exact values. Since session 7 (as the C1 decoder v2)
+         ``out`` is this logic, no register (``registered_out=False``): out.valid = S4's beat with its rest
+         bits in, no error and no exponent X - delta < 0 (registered state only, never ready); such a beat
+         raises CODE the next cycle. Errors found by ingest / issue while a beat waits for ready are held
+         until it is taken (a flush never withdraws an offered beat). ``registered_out=True``: the output
+         register of session 6 (a beat with X - delta < 0 registered there but never valid, out_pend & ~neg_r).
 Ports (interface v2.1, docs/HARDWARE.md 2c): spec_mx at IW bits, verif_codes / verif_rest at VW bits
 (``verif_word``; full mode reads at most 9 Lv rest bits and Lv codes a cycle: 64 at L = 8).
 
@@ -47,15 +50,20 @@ Loops that must close in one cycle (logic depth, unit gates, estimated):
   * INGEST: the chunk position (q, superblock in chunk) -> compares against the layout registers (~20);
   * verif.rest reader (RestReader, 2 slots): avail >= S4.rest_take -> commit -> pointer (~30); a slot
     the commit frees takes the next word in the same cycle (verif_rest.ready depends on the commit);
+    without the output register the commit is out.valid & ready, so the loop also runs rp -> window ->
+    suffix bits -> the X - delta < 0 candidates' select -> out.valid (~40; the book compares S[e] > X
+    start at registers, off the loop);
   * verif.codes: hw/code_plane.py (shared with the C1 decoder v2) parses a fixed 16 bits per cycle into
     a ring of codes; its loops are the segment position (~8) and the zero-run carry / replay (~15);
     the beat pops its codes (pointer add).
 Errors are raised from registered state or at the stage that would otherwise act on bad data; a beat
 that errs is not issued, so no wrong value is ever emitted.
-Measured (generic flow, decoder_c2v2_l8, session 7): 45.1 k GE, 2,545 FFs, critical path 36 levels, 1.76 ns
-(~569 MHz, 1.57x the PE).
+Measured (generic flow, decoder_c2v2_l8, session 7): 44.5 k GE, 2,412 FFs, ~558 MHz (1.54x the PE); with
+registered_out=True 45.1 k GE, 2,545 FFs, 569 MHz.
 """
 from __future__ import annotations
+
+import contextlib
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import stream, wiring
@@ -182,12 +190,17 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         verif_word   VW, bits per input word on the verification planes verif.codes and verif.rest: a power of
                      two 32..1024 (default max(64, the power of two >= 9 Lv): full mode reads at most 9 Lv
                      rest bits and Lv codes a cycle, the code plane parses 16 bits a cycle; 64 at L = 8)
+        registered_out  ``out`` is a register VERIFY writes (True) or VERIFY's logic (default False, session 7,
+                     as the C1 decoder v2): out.valid = a beat in S4 whose rest bits are in and that no error
+                     stops (registered state only, never ready), the payload from S4 and the rest reader's
+                     held bits (stable until ready); errors found elsewhere while that beat waits for ready
+                     are held (the beat completes first, as with the register), docs/HARDWARE.md 2c
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
                  code_seg: int | None = None, code_lanes: int | None = None, code_depth: int | None = None,
                  bitmap_words: int | None = None, field_slots: int | None = None, code_word_slots: int = 2,
-                 verif_word: int | None = None):
+                 verif_word: int | None = None, registered_out: bool = False):
         if not _pow2(lanes) or lanes > MAX_LANES:
             raise ConfigError(f"lanes must be a power of two 1..{MAX_LANES} (a beat lies in one MX block), "
                               f"got {lanes!r}")
@@ -221,6 +234,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         self.port_words = {"spec_mx": word, "verif_codes": verif_word, "verif_rest": verif_word}
         self.code_seg, self.code_lanes, self.code_depth = code_seg, code_lanes, code_depth
         self.bitmap_words, self.field_slots, self.code_word_slots = bitmap_words, field_slots, code_word_slots
+        self.registered_out = bool(registered_out)
         # escape payloads in the code plane's side FIFO (ring entries 10 -> 7 bits): >= Lv + 1 entries, so
         # a beat of Lv escapes (+ END) never waits on a held pass
         self.code_esc_fifo = 1 << ceil_log2(verif_lanes + 1)
@@ -397,7 +411,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         m.d.comb += to_f.eq(~(prune & (in_q <= 0) & (in_q + in_bm >= IW)))
         mx = self.spec_mx
         in_go = Signal(name="in_go")
-        m.d.comb += in_go.eq(in_on & started)
+        err_held = Signal(3, name="err_held")          # errors held while a beat waits for ready (see errors)
+        m.d.comb += in_go.eq(in_on & started & ~err_held.any())
         m.d.comb += mx.ready.eq(drain | (in_go & ~adv2 & (~to_bm | (bm_count < nbw)) & (~to_f | F.inp.ready)))
         acc = Signal(name="mx_accept")
         m.d.comb += acc.eq(mx.valid & mx.ready & ~drain)
@@ -531,7 +546,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         i_free = Signal(name="i_free")
         m.d.comb += i_free.eq(~I["v"] | fire1)
         can_issue = Signal(name="can_issue")
-        m.d.comb += can_issue.eq(is_on & started & ~f_init & ~sb_init & bm_ok & i_free)
+        m.d.comb += can_issue.eq(is_on & started & ~f_init & ~sb_init & bm_ok & i_free & ~err_held.any())
         issue = Signal(name="issue")
         m.d.comb += issue.eq(can_issue & ~keep_bad)
         keep_err = Signal(name="keep_err")
@@ -783,6 +798,11 @@ class DecoderC2v2(Format2Registers, DecoderC1):
             v_lanes.append(ln)
         values = []
         neg_terms = []
+        if not self.registered_out:
+            # X - delta < 0 off the rest reader's loop: which book entries exceed X (from registers only), so
+            # the suffix bit t just selects between a lane's two candidates (entry b_q or b_q + 1)
+            gt = Signal(K_MAX + 1, name="v_gt")                    # gt[e] = S[e] > X (e = 15: none)
+            m.d.comb += gt.eq(Cat(*[r["verif_tab"][e] > S4["x"] for e in range(K_MAX)], Const(0, 1)))
         for i in range(L):
             if i < Lv:
                 rf = Signal(REST_MAX, name=f"rest_f{i}")
@@ -801,7 +821,12 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                 dl = Signal(X_BITS, name=f"vdelta{i}")                  # S[b_q + t], or the escaped delta
                 m.d.comb += [dl.eq(Mux(S4["esc"][i], S4["d"][i], tab_arr[(S4["d"][i][:4] + t)[:4]])),
                              e.eq(S4["x"] - dl)]
-                neg_terms.append(S4["dz"][i] & (dl > S4["x"]))              # X - delta < 0
+                if self.registered_out:
+                    neg_terms.append(S4["dz"][i] & (dl > S4["x"]))          # X - delta < 0
+                else:
+                    b0 = S4["d"][i][:4]
+                    n_t = Mux(t, gt.bit_select((b0 + 1)[:4], 1), gt.bit_select(b0, 1))
+                    neg_terms.append(S4["dz"][i] & Mux(S4["esc"][i], S4["d"][i] > S4["x"], n_t))
                 fullv = Signal(BF16_BITS, name=f"full{i}")
                 m.d.comb += fullv.eq(Mux(S4["dz"][i], Cat(body[:BF16_MANTISSA_BITS], e, body[BF16_MANTISSA_BITS]),
                                          drafts[i] | low))
@@ -811,44 +836,57 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         neg = Signal(name="v_neg")                             # some exponent of the beat is < 0 (CODE)
         m.d.comb += neg.eq(full & Cat(*neg_terms).any())
 
-        adv = Signal(name="adv")
-        m.d.comb += adv.eq(~self.out.valid | self.out.ready)
         v_ready = Signal(name="v_ready")                       # the beat's rest bits are in
         m.d.comb += v_ready.eq(~full | ((rest_have | rest_ov)
                                         & ~(S4["cend"] & rest_have & ~R.skip_ok & ~R.skip_err)))
-        # X - delta < 0 (CODE) depends on a pair's suffix bit, read from verif.rest in this stage: kept out
-        # of the rest reader's loop (rp -> window -> suffix -> lookup -> compare -> commit -> rp). The beat
-        # fires without it; the check is registered with the beat (neg_r), and a beat with a negative
-        # exponent never shows: out.valid = out_pend & ~neg_r (both set by the same fire, so valid never rises
-        # for it), no beat fires behind it, and CODE is raised from neg_r the next cycle.
-        neg_r = Signal(name="v_neg_r")
-        out_pend = Signal(name="out_pend")                     # the output register holds a fired beat
-        m.d.comb += self.out.valid.eq(out_pend & ~neg_r)
+        # X - delta < 0 (CODE) depends on a pair's suffix bit, read from verif.rest in this stage.
+        # registered_out: kept out of the rest reader's loop (rp -> window -> suffix -> lookup -> compare ->
+        # commit -> rp): the beat fires without it, the check is registered with the beat (neg_r), and a beat
+        # with a negative exponent never shows: out.valid = out_pend & ~neg_r (both set by the same fire, so
+        # valid never rises for it), no beat fires behind it, and CODE is raised from neg_r the next cycle.
+        # Else (session 7) out is this stage's logic: out.valid = S4's beat with its rest bits in, no error
+        # and no negative exponent (from registers only: S4, the rest reader's slots, the book), a beat with
+        # a negative exponent is never valid and raises CODE (registered, v_err_r); VERIFY fires on
+        # valid & ready (the loop rp -> ... -> neg -> valid -> commit -> rp closes in one cycle).
         v_err = Signal(ERROR_BITS, name="v_err")
         v_bad = Signal(name="v_bad")                           # the beat errs (no fire); neg-free
         with m.If(S4["v"] & full & v_ready):
             ov = S4["err_ov"] | rest_ov
             tl = ~ov & ~S4["err_code"] & (S4["err_tl"] | (S4["cend"] & R.skip_err))
+            code_neg = neg if not self.registered_out else tl & neg    # CODE before TOO_LONG (v1)
             m.d.comb += [
                 v_bad.eq(ov | S4["err_code"] | tl),
                 v_err[Err.OVERRUN].eq(ov),
-                v_err[Err.CODE].eq(~ov & (S4["err_code"] | (tl & neg))),    # CODE before TOO_LONG (v1)
+                v_err[Err.CODE].eq(~ov & (S4["err_code"] | code_neg)),
                 v_err[Err.TOO_LONG].eq(tl & ~neg),
             ]
         fire_v = Signal(name="fire_v")
-        m.d.comb += fire_v.eq(S4["v"] & adv & v_ready & ~v_bad & ~neg_r)
-        m.d.sync += neg_r.eq(fire_v & neg)
+        if self.registered_out:
+            adv = Signal(name="adv")
+            m.d.comb += adv.eq(~self.out.valid | self.out.ready)
+            neg_r = Signal(name="v_neg_r")
+            out_pend = Signal(name="out_pend")                 # the output register holds a fired beat
+            m.d.comb += self.out.valid.eq(out_pend & ~neg_r)
+            m.d.comb += fire_v.eq(S4["v"] & adv & v_ready & ~v_bad & ~neg_r)
+            m.d.sync += neg_r.eq(fire_v & neg)
+            with m.If(adv):
+                m.d.sync += out_pend.eq(fire_v)
+            odom = m.d.sync
+            ocond = m.If(fire_v)
+        else:
+            neg_r = Const(0, 1)
+            m.d.comb += [self.out.valid.eq(S4["v"] & v_ready & ~v_bad & ~neg),
+                         fire_v.eq(self.out.valid & self.out.ready)]
+            odom = m.d.comb
+            ocond = contextlib.nullcontext()
         m.d.comb += s4_free.eq(~S4["v"] | fire_v)
         m.d.comb += R.commit.eq(fire_v & full)
-
-        with m.If(adv):
-            m.d.sync += out_pend.eq(fire_v)
-        with m.If(fire_v):
-            m.d.sync += [self.out.payload.count.eq(S4["n"]), self.out.payload.sb_end.eq(S4["final"]),
-                         self.out.payload.last.eq(S4["last"])]
+        with ocond:
+            odom += [self.out.payload.count.eq(S4["n"]), self.out.payload.sb_end.eq(S4["final"]),
+                     self.out.payload.last.eq(S4["last"])]
             # lanes at and above the beat's count are 0 already: not kept (no draft), no draft-zero flag and
             # rest width 0 (no rest bits)
-            m.d.sync += [self.out.payload.lanes[i].eq(values[i]) for i in range(L)]
+            odom += [self.out.payload.lanes[i].eq(values[i]) for i in range(L)]
 
         # ---- START, errors, busy
         cfg_bad = self._config_error(r)
@@ -864,13 +902,28 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         # they cause then starts from a register instead of ending the issue and rest-reader loops.
         keep_err_r = Signal(name="keep_err_r")
         v_err_r = Signal(ERROR_BITS, name="v_err_r")
-        m.d.sync += [keep_err_r.eq(busy & keep_err & ~flush), v_err_r.eq(Mux(busy & ~flush, v_err, 0))]
+        # Without the output register, the errors found outside VERIFY (ingest framing, KEEP) while a beat is
+        # offered and not taken are held (err_held) until it is taken, so a flush never withdraws a valid beat
+        # (docs/HARDWARE.md 2: valid is held until ready); meanwhile ingest and issue stop (err_held), as the
+        # flush would stop them. VERIFY's own errors and the setup's CONFIG come with no beat offered.
+        ext_err = Signal(3, name="ext_err")                    # OVERRUN, TOO_LONG, KEEP from ingest / issue
+        m.d.comb += ext_err.eq(Cat(in_err_ov, in_err_tl, keep_err_r) | err_held)
+        ext_raise = Signal(3, name="ext_raise")
+        if self.registered_out:
+            m.d.comb += ext_raise.eq(ext_err)
+        else:
+            out_stall = Signal(name="out_stall")
+            m.d.comb += [out_stall.eq(self.out.valid & ~self.out.ready), ext_raise.eq(Mux(out_stall, 0, ext_err))]
+            m.d.sync += err_held.eq(Mux(busy & out_stall & ~flush, ext_err, 0))
+        stop = Signal(name="err_stop")                         # an error raised now or held
+        m.d.comb += stop.eq(flush | ext_err.any())
+        m.d.sync += [keep_err_r.eq(busy & keep_err & ~stop), v_err_r.eq(Mux(busy & ~stop, v_err, 0))]
         with m.If(busy):
             m.d.comb += [
                 raise_err[Err.CONFIG].eq(setup_err),
-                raise_err[Err.OVERRUN].eq(in_err_ov | v_err_r[Err.OVERRUN]),
-                raise_err[Err.TOO_LONG].eq(in_err_tl | v_err_r[Err.TOO_LONG]),
-                raise_err[Err.KEEP].eq(keep_err_r),
+                raise_err[Err.OVERRUN].eq(ext_raise[0] | v_err_r[Err.OVERRUN]),
+                raise_err[Err.TOO_LONG].eq(ext_raise[1] | v_err_r[Err.TOO_LONG]),
+                raise_err[Err.KEEP].eq(ext_raise[2]),
                 raise_err[Err.CODE].eq(v_err_r[Err.CODE] | neg_r),
             ]
         with m.If(fire_v & S4["last"] & ~neg):
