@@ -154,7 +154,8 @@ def test_c2v2_kv_kind_same_stream():
 
 
 @pytest.mark.parametrize("kw", [{"bitmap_words": 2, "field_slots": 3}, {"code_lanes": 1},
-                                {"verif_lanes": 4, "code_lanes": 2}, {"code_seg": 32, "code_depth": 64}])
+                                {"verif_lanes": 4, "code_lanes": 2}, {"code_seg": 32, "code_depth": 64},
+                                {"registered_out": True}])
 def test_c2v2_small_buffers_and_lane_counts(kw):
     """Minimal bitmap FIFO, one code per code-plane pass, full-rate full mode (Lv = L) with few code
     lanes, other reader sizes: slower or not, never wrong, never stuck."""
@@ -283,6 +284,81 @@ def test_c2v2_malformed_raises_sticky_error_and_recovers(kind):
         return
     bad, _ = _error_case(kind)
     check_recovers(dut, bad, c2(weights(48, 2), 32, 3, 0.5), pre_wait=100)
+
+
+class _HoldChecked(DecoderC2v2):
+    """DecoderC2v2 with the stream rule of docs/HARDWARE.md 2 asserted in simulation (Amaranth's simulator
+    raises on a failed Assert): a beat offered and not taken stays valid with the same payload the next
+    cycle, also when an error is raised meanwhile (the default, registered_out=False, holds such errors)."""
+
+    def elaborate(self, platform):
+        from amaranth.hdl import Assert, ResetSignal, Signal
+        m = super().elaborate(platform)
+        out = self.out
+        stalled = Signal(name="chk_stalled")
+        payload = Signal(len(out.payload.as_value()), name="chk_payload")
+        m.d.sync += [stalled.eq(out.valid & ~out.ready), payload.eq(out.payload.as_value())]
+        m.d.comb += Assert(ResetSignal() | ~stalled | (out.valid & (out.payload.as_value() == payload)),
+                           "out: valid held until ready, payload stable")
+        return m
+
+
+def _late_error_case(kind, full):
+    """A spec.mx error in the tensor's last chunk (superblock 3 of 4, A = 1), so ingest finds it while the
+    beats of the first superblocks wait at the output: the chunk ends a word early (OVERRUN), has an extra
+    word (TOO_LONG), a non-zero padding bit (TOO_LONG) or one more keep-bitmap bit (KEEP)."""
+    enc = c2(weights(256, 21), 64, 3, 0.5)
+    planes = decoder_planes(enc, full, 64)
+    w = list(planes["spec_mx"])
+    ends = [i for i, (_, last) in enumerate(w) if last]
+    first, i = ends[-2] + 1, ends[-1]                      # the last chunk's words
+    assert i > first, "the last chunk needs two words"
+    if kind == "overrun":
+        w[i - 1] = (w[i - 1][0], 1)
+        del w[i]
+        bit = Err.OVERRUN
+    elif kind == "extra_word":
+        w.insert(i, (0, 0))
+        bit = Err.TOO_LONG
+    elif kind == "padding":
+        used = len(superblock_chunks(enc, "spec.mx")[-1]) * 8
+        assert used % 64 and used // 64 == i - first
+        w[i] = (w[i][0] | 1 << (used % 64), 1)
+        bit = Err.TOO_LONG
+    else:                                                  # keep: one more bit in the last bitmap
+        kept = w[first][0] & ((1 << 64) - 1)
+        w[first] = (w[first][0] | 1 << next(b for b in range(64) if not kept >> b & 1), w[first][1])
+        bit = Err.KEEP
+    planes["spec_mx"] = w
+    return DecodeJob(enc, full, planes=planes), bit
+
+
+@pytest.mark.parametrize("registered_out", [False, True])
+@pytest.mark.parametrize("full", [False, True])
+@pytest.mark.parametrize("kind", ["overrun", "extra_word", "padding", "keep"])
+def test_c2v2_error_never_withdraws_an_offered_beat(kind, full, registered_out):
+    """Ingest (spec.mx framing) and issue (KEEP) errors found while a beat waits under heavy backpressure: the
+    beat stays offered until taken (asserted every cycle: without the register and without err_held the beat
+    is withdrawn in every case here), then the error bit of the malformed chunk."""
+    bad, bit = _late_error_case(kind, full)
+    res = run_decoder(_HoldChecked(4, registered_out=registered_out), [bad], Stalls(0.0, 0.9, seed=12),
+                      max_cycles=8000, expect_error=True)
+    assert res.error_code == 1 << bit, f"expected error bit {bit}, got {res.error_code:#x}"
+
+
+@pytest.mark.parametrize("kind", ["negative", "overrun_mx", "too_long", "keep"])
+def test_c2v2_registered_out_errors(kind):
+    """registered_out=True (the session-6 output register; a beat with X - delta < 0 sits there invalid) raises
+    the same error bits as the default, with the errors ingest / issue find while a beat is held under
+    backpressure, and recovers."""
+    dut = DecoderC2v2(4, registered_out=True)
+    bad, bit = _error_case(kind)
+    res = run_decoder(dut, [bad], Stalls(STALL, STALL, seed=10), max_cycles=4000, expect_error=True)
+    assert res.error_code == 1 << bit, f"expected error bit {bit}, got {res.error_code:#x}"
+    assert res.busy == 0
+    if kind in RECOVERY_KINDS:
+        bad, _ = _error_case(kind)
+        check_recovers(dut, bad, c2(weights(48, 2), 32, 3, 0.5), pre_wait=100)
 
 
 @pytest.mark.parametrize("kind", ["code", "negative", "overrun_rest", "too_long"])
