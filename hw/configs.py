@@ -49,7 +49,7 @@ def _c2v2_factories():
         _register(f"decoder_c2v2_l{l}", lambda l=l, w=word, v=vword: DecoderC2v2(lanes=l, word=w, verif_word=v),
                   block="decoder_c2", variant="v2", lanes=l, word=word, verif_word=vword, verif_lanes=l // 2,
                   code_seg=16 if l // 2 <= 4 else 32, values_per_cycle=l, values_per_cycle_full=l // 2,
-                  latency_cycles=4,
+                  latency_cycles=3,
                   description=f"Cassandra-2 decoder v2 (decoupled pipeline), {l} bf16 values/cycle in draft mode, "
                               f"{l // 2} in full mode, {word}-bit spec.mx words, {vword}-bit verification words")
 
