@@ -549,6 +549,9 @@ class CodePlane(wiring.Component):
                         with m.If(ewp == i):
                             m.d.sync += efifo[i].eq(payload)
 
+        self._probes = dict(fill=fill, a_fire=a_fire, b_valid=b_valid, b_accept=b_accept, whole=whole,
+                            room_part=room_part, replay=replay, b_count=b_count, apos=apos, astart=astart,
+                            n_write=n_write, pop=self.pop)     # simulation probes (traces, tests)
         # B state: carry, content flags, chunk count, word ring head
         m.d.comb += freed.eq(done & b_lastw)
         with m.If(empty):

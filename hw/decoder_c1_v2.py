@@ -230,6 +230,10 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                           session 7; the rest reader's BitReader rule, 4)
         fast_consumed     both code planes' ``fast_consumed`` (hw/code_plane.py; default True, session 7: the
                           verification plane's pass end was decoder_c1v2_l8's ECP5 critical path, 22.8 -> 24.3 MHz)
+        partial_writes    the speculation plane writes the codes of a pass that fit when the ring lacks room for
+                          all of it (hw/code_plane.py; default False, session 8: the replay each one costs put a
+                          bubble before the last beat of a tensor whose last superblock has 8 codes at L = 4, the
+                          liveness counterexample, and holding the pass instead is as fast or faster on SmolLM2)
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
@@ -237,7 +241,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                  verif_code_lanes: int | None = None, code_depth: int | None = None, verif_word_slots: int | None = None,
                  share_lookups: bool = True, max_beat_escapes: int | None = 2, compact_entries: bool = True,
                  registered_out: bool = False, signman_slots: int | None = None, rest_slots: int | None = None,
-                 fast_consumed: bool = True):
+                 fast_consumed: bool = True, partial_writes: bool = False):
         word = 8 * lanes if isinstance(lanes, int) and word is None else word
         super().__init__(lanes=lanes, word=word, verif_lanes=verif_lanes, verif_word=word if verif_word is None else verif_word,
                          code_word=code_word)
@@ -271,6 +275,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         self.compact_entries = bool(compact_entries)
         self.registered_out = bool(registered_out)
         self.fast_consumed = bool(fast_consumed)
+        self.partial_writes = bool(partial_writes)
         # reader word slots: the signman reader holds only its view (3 words at L = 8, session 7: full rate in
         # draft mode); the rest reader keeps a spare word (its port runs at ~90 % at keep 0.3 in full mode:
         # 3 slots there cost 3.981 -> 3.944 values/cycle, decoder_c1v2_l8_v4)
@@ -280,10 +285,11 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                                 ("rest", self.rest_slots, self.verif_word, SUFFIX_FIELD * Lv)):
             if not isinstance(n, int) or n < view_slots(w, win):
                 raise ConfigError(f"{what} reader slots must be an integer >= {view_slots(w, win)}, got {n!r}")
-        # The speculation ring at the smallest depth, with partial writes (the codes of a pass that fit go in,
-        # A re-parses the rest): with whole passes only, B held a pass while the ring lacked room for all of
-        # it, and at the smallest depth those holds cost 0.04 of the rate (decoder_c1v2_l8_v4 draft keep 1.0:
-        # 7.63 values/cycle at 32 entries, 7.93 at 64), so the ring was twice as deep.
+        # The speculation ring at the smallest depth. Session 5 measured whole-pass holds at that depth costing
+        # 0.04 of the rate (decoder_c1v2_l8_v4 draft keep 1.0: 7.63 values/cycle at 32 entries, 7.93 at 64) and
+        # added partial writes; with the lane-limited second pass and the registered room bound of later
+        # sessions the holds cost nothing (session 8: 7.916 without partial writes, 7.915 with), so partial
+        # writes are off (``partial_writes``).
         if code_depth is None:
             code_depth = CodePlane.resolve(CW, self.seg, self.code_lanes, pops=lanes + 1)[3]
         self.code_depth = code_depth
@@ -332,7 +338,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         # from 10 to 6 bits)
         esc_entries = 1 << ceil_log2((self.max_beat_escapes or L) + 1)
         S = CodePlane(self.code_word, self.seg, self.code_lanes, depth=self.code_depth, pops=L + 1,
-                      esc_fifo=esc_entries, partial_writes=True, compact_entries=self.compact_entries,
+                      esc_fifo=esc_entries, partial_writes=self.partial_writes, compact_entries=self.compact_entries,
                       fast_consumed=self.fast_consumed)
         V = CodePlane(self.verif_word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots,
                       pair_flags=True, fast_consumed=self.fast_consumed)
