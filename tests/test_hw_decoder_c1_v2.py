@@ -56,13 +56,16 @@ def parse_chunk(chunk: bytes, K: int, word: int, pairs: int = 0):
     return out + [(Kind.END, pad | (int(min(31, total - end) > K) << 1))]
 
 
-def run_code_plane(dut: CodePlane, chunks, K, seed, idle=0.3, pairs=0):
+def run_code_plane(dut: CodePlane, chunks, K, seed, idle=0.3, pairs=0, probe=None, max_pop=None):
+    """Returns the cycles in which ``dut._probes[probe]`` was set (``probe`` given); the consumer pops at most
+    ``max_pop`` entries a cycle (default ``dut.pops``)."""
     from amaranth.sim import Simulator
 
     words = [w for c in chunks for w in chunk_words(c, dut.word)]
     expect = [e for c in chunks for e in parse_chunk(c, K, dut.word, pairs)]
     got = []
     rng = random.Random(seed)
+    hits = [0]
 
     async def bench(ctx):
         ctx.set(dut.k, K)
@@ -80,7 +83,9 @@ def run_code_plane(dut: CodePlane, chunks, K, seed, idle=0.3, pairs=0):
             if send:
                 ctx.set(dut.inp.payload.data, words[wi][0])
                 ctx.set(dut.inp.payload.last, words[wi][1])
-            n = min(ctx.get(dut.count), rng.randint(0, dut.pops))
+            n = min(ctx.get(dut.count), rng.randint(0, max_pop or dut.pops))
+            if probe:
+                hits[0] += int(ctx.get(dut._probes[probe]))
             ne = 0
             for j in range(n):
                 e = ctx.get(dut.win[j])
@@ -115,6 +120,7 @@ def run_code_plane(dut: CodePlane, chunks, K, seed, idle=0.3, pairs=0):
             assert g[0] == x[0] and (x[0] != Kind.END or g[1] & 1), (i, g, x)
         else:
             assert g == x, (i, g, x)
+    return hits[0]
 
 
 def random_chunks(rng, K, n):
@@ -169,6 +175,18 @@ def test_code_plane_compact_entries():
     for K in (1, 9):
         run_code_plane(CodePlane(32, 16, 8, pops=9, esc_fifo=4, compact_entries=True), random_chunks(rng, K, 6), K,
                        seed=K)
+
+
+def test_code_plane_partial_writes():
+    """partial_writes (no decoder default since session 8, docs/HARDWARE.md 2b), on decoder_c1v2_l4's plane
+    (16 entries, P = 5: a partial write needs 8 <= fill < 10): with a slow consumer (at most 3 pops a cycle
+    against 8 codes a pass) B writes parts of passes and A re-parses after them; the entries are still the
+    reference parse's, escapes (side FIFO) and bad codes included."""
+    rng = random.Random(81)
+    for K in (1, 3):
+        dut = CodePlane(32, 16, 8, pops=5, esc_fifo=4, compact_entries=True, partial_writes=True)   # D = 16
+        parts = run_code_plane(dut, random_chunks(rng, K, 8), K, seed=K, idle=0.0, probe="room_part", max_pop=3)
+        assert parts > 0, "no partial write happened: the test does not reach the path"
 
 
 def test_code_plane_pair_flags():
