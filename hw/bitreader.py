@@ -6,9 +6,11 @@ rest of the current chunk (its zero padding).
 
 Structure (chosen for area; the reader is replicated on every plane of every decoder):
 
-* A **ring of N word slots** (``N`` a power of two, ``N * word >= window + 3 * word``). A word is written
+* A **ring of N word slots** (``N`` a power of two, ``N * word >= window + 3 * word``; or any ``slots`` from
+  the view's ``ceil(window / word) + 1`` up, for a consumer with registered takes). A word is written
   whole into the slot after the newest one, so there is no shifter on the write side; the read position
-  ``rp`` is a bit pointer into the ring that wraps for free. The window is a word-level rotation of the
+  ``rp`` is a bit pointer into the ring that wraps for free (with N not a power of two: a slot index
+  counted modulo N and the bit in it). The window is a word-level rotation of the
   few slots from ``rp``'s word on, then one bit shift by ``rp mod word``: ``(window + word) * log2(word)``
   multiplexers instead of shifting the whole buffer every cycle.
 * **Chunk ends are one flag per slot** (the slot's word had ``last``): chunks end on word boundaries,
@@ -69,21 +71,28 @@ class BitReader(wiring.Component):
     """
 
     def __init__(self, word: int = 64, window: int = 64, refill_on_commit: bool = False,
-                 full_skip_err: bool = False):
+                 full_skip_err: bool = False, slots: int | None = None):
         """``refill_on_commit``: a slot that this cycle's commit frees takes the next word in the same cycle
         (``inp.ready`` then depends on ``commit``: for a consumer whose take is registered and at most a word,
         so that few slots keep up). ``full_skip_err``: with every slot full, a take that ends in the last slot
         while the chunk's last word is not in yet also raises ``skip_err`` (a well-formed chunk's content ends
         in its last word; with so few slots a lengthened chunk would otherwise wait for an end it cannot take
-        in)."""
+        in). ``slots``: the ring's word slots (default: the power of two of the rule above). Any count from
+        the view's ``ceil(window / word) + 1`` up is accepted (a consumer whose take is registered a stage
+        ahead needs no more: hw/decoder_c1_v2.SlotReader); a count that is not a power of two keeps the
+        read slot and bit apart and counts the slot modulo N."""
         self.refill_on_commit, self.full_skip_err = bool(refill_on_commit), bool(full_skip_err)
         if not isinstance(word, int) or word < BYTE or word % BYTE or word & (word - 1):
             raise ConfigError(f"input word width must be a power-of-two multiple of 8 bits, got {word!r}")
         if not isinstance(window, int) or window < 1:
             raise ConfigError(f"bit reader window must be positive, got {window!r}")
         self.word, self.window = word, window
-        self.slots = 1 << ceil_log2(-(-(window + 3 * word) // word))
-        self.capacity = self.slots * word
+        if slots is None:
+            slots = 1 << ceil_log2(-(-(window + 3 * word) // word))
+        need = -(-window // word) + 1
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < need:
+            raise ConfigError(f"reader slots must be an integer >= {need}, got {slots!r}")
+        self.slots, self.capacity = slots, slots * word
         super().__init__({
             "inp": In(stream.Signature(word_layout(word))),
             "enable": In(1), "drain": In(1), "flush": In(1),
@@ -97,30 +106,49 @@ class BitReader(wiring.Component):
         IW, W, N = self.word, self.window, self.slots
         wb = exact_log2(IW)                      # bit-in-word part of a ring position
         cw = bits_for(self.capacity)
+        pow2 = not N & (N - 1)
         ring = Array(Signal(IW, name=f"slot{i}") for i in range(N))
         ring_last = Signal(N)                    # slot i holds the last word of a chunk
-        rp = Signal(exact_log2(self.capacity))   # read position (bit), wraps with the ring
+        if pow2:                                 # one bit pointer that wraps with the ring
+            rp = Signal(exact_log2(self.capacity))   # read position (bit)
+            rp_word, rp_bit = rp[wb:], rp[:wb]
+        else:                                    # the slot counted modulo N beside the bit in it
+            rp_word = Signal(range(N))
+            rp_bit = Signal(wb)
         nwords = Signal(range(N + 1))            # slots holding unread bits, from rp's slot on
         used = Signal()                          # some bit of the current chunk has been taken
         # The current chunk was taken exactly up to its end: its flagged slot was freed with its last
         # bit, so remember that the chunk ends at position 0 (else the next chunk would look like its tail).
         at_end = Signal()
 
-        rp_word, rp_bit = rp[wb:], rp[:wb]
         fill = Signal(cw)
         m.d.comb += fill.eq((nwords << wb) - rp_bit)
+
+        def mod_n(v):                            # v mod N for 0 <= v < 2N
+            return Mux(v >= N, v - N, v)
+
+        if pow2:
+            def slot(d):                         # the slot d after rp's
+                return (rp_word + d)[:len(rp_word)]
+        else:
+            slot_at = [Signal(range(N), name=f"slot_at{d}") for d in range(N)]
+            for d in range(N):
+                m.d.comb += slot_at[d].eq(mod_n(rp_word + d))
+
+            def slot(d):
+                return slot_at[d]
 
         # Window: the slots from rp's slot on, rotated into place, then one shift by the bit offset.
         nview = -(-W // IW) + 1
         view = Signal(nview * IW)
-        m.d.comb += view.eq(Cat(*[ring[(rp_word + j)[:len(rp_word)]] for j in range(nview)]))
+        m.d.comb += view.eq(Cat(*[ring[slot(j % N)] for j in range(nview)]))
         # an MSB-first log shifter keeping only the bits the window can reach (hw/shifter.py: cheaper than >>)
         m.d.comb += self.win.eq(shift_right(m, view, rp_bit, W, "win_shift"))
 
         # Where the current chunk ends: the end of the first flagged slot from rp's slot on.
         flag = [Signal(name=f"end_flag{d}") for d in range(N)]
         for d in range(N):
-            m.d.comb += flag[d].eq(ring_last.bit_select((rp_word + d)[:len(rp_word)], 1) & (d < nwords))
+            m.d.comb += flag[d].eq(ring_last.bit_select(slot(d), 1) & (d < nwords))
         first = Signal(range(N + 1))            # slots up to and including the chunk's last one
         first_v = Const(0, bits_for(N))
         for d in reversed(range(N)):
@@ -145,7 +173,8 @@ class BitReader(wiring.Component):
         pad_from = Signal(wb)
         m.d.comb += [
             rest.eq(self.avail - self.take),
-            last_slot.eq(ring[(rp_word + first - 1)[:len(rp_word)]]),
+            last_slot.eq(ring[(rp_word + first - 1)[:len(rp_word)]] if pow2 else
+                         Array(ring[slot_at[d]] for d in range(N))[first - 1]),
             pad_from.eq(rp_bit + self.take),
         ]
         tail_any = (rest != 0) & (last_slot & ~thermometer(pad_from, IW)).any()
@@ -161,21 +190,26 @@ class BitReader(wiring.Component):
         shift = Signal(cw)
         m.d.comb += shift.eq(Mux(self.commit, Mux(self.skip, chunk_end, self.take), 0))
         freed = Signal(range(N + 1))
-        m.d.comb += freed.eq((rp_bit + shift) >> wb)
+        if pow2:
+            m.d.comb += freed.eq((rp_bit + shift) >> wb)
+        else:
+            moved = Signal(cw + 1)
+            m.d.comb += [moved.eq(rp_bit + shift), freed.eq(moved >> wb)]
 
         room = (nwords < N) | (freed != 0) if self.refill_on_commit else (nwords < N)
         m.d.comb += self.inp.ready.eq(self.drain | (self.enable & room))
         append = self.inp.valid & self.inp.ready & ~self.drain
-        write_slot = Signal(exact_log2(N))
-        m.d.comb += write_slot.eq(rp_word + nwords)
+        write_slot = Signal(range(N))
+        m.d.comb += write_slot.eq(rp_word + nwords if pow2 else mod_n(rp_word + nwords))
         with m.If(append):
             m.d.sync += ring[write_slot].eq(self.inp.payload.data)
             m.d.sync += ring_last.bit_select(write_slot, 1).eq(self.inp.payload.last)
+        position = [rp] if pow2 else [rp_word, rp_bit]
         with m.If(self.flush | self.drain):
-            m.d.sync += [rp.eq(0), nwords.eq(0), used.eq(0), at_end.eq(0)]
+            m.d.sync += [p.eq(0) for p in position] + [nwords.eq(0), used.eq(0), at_end.eq(0)]
         with m.Else():
+            m.d.sync += [rp.eq(rp + shift)] if pow2 else [rp_word.eq(mod_n(rp_word + freed)), rp_bit.eq(moved[:wb])]
             m.d.sync += [
-                rp.eq(rp + shift),
                 nwords.eq(nwords - freed + append),
                 used.eq(Mux(self.commit, Mux(self.skip, 0, used_now), used)),
                 at_end.eq(Mux(self.commit,

@@ -51,7 +51,7 @@ from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, PRUNED
-from .bitreader import BitReader, thermometer
+from .bitreader import BitReader
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane, Kind, compact_kind
 from .decoder import FIELD_MAX, SB_COUNT_BITS, DecoderC1, Err, Format2Registers, Reg
 from .shifter import shift_right
@@ -88,106 +88,11 @@ class SlotReader(BitReader):
     room, for a consumer that decides its take in the same cycle) gives 8 slots to a 72-bit window of
     64-bit words (L = 8 signman fields with suffix bits); here every take is registered a stage ahead, so
     the view's ``ceil(window / word) + 1`` slots plus one being written keep the plane at full rate
-    (measured: docs/HARDWARE.md section 2b)."""
+    (measured: docs/HARDWARE.md section 2b). A count that is not a power of two (session 7: the signman
+    view's 3 slots alone) counts the slot index modulo N (BitReader's ``slots``)."""
 
     def __init__(self, word: int, window: int, slots: int):
-        super().__init__(word, window)
-        need = -(-window // word) + 1
-        if not isinstance(slots, int) or slots < need:
-            raise ConfigError(f"reader slots must be an integer >= {need}, got {slots!r}")
-        self.slots, self.capacity = slots, slots * word
-
-    def elaborate(self, platform):
-        """A power of two of slots: BitReader's ring (the read position wraps for free). Otherwise the same
-        behaviour with the slot index counted modulo N (session 7: the view's slots alone, no spare one)."""
-        N = self.slots
-        if not N & (N - 1):
-            return super().elaborate(platform)
-        m = Module()
-        IW, W = self.word, self.window
-        wb = exact_log2(IW)
-        cw = bits_for(self.capacity)
-
-        def mod_n(v):                            # v mod N for 0 <= v < 2N
-            return Mux(v >= N, v - N, v)
-
-        ring = Array(Signal(IW, name=f"slot{i}") for i in range(N))
-        ring_last = Signal(N)
-        rp_word = Signal(range(N))               # slot of the read position
-        rp_bit = Signal(wb)                      # bit in that slot
-        nwords = Signal(range(N + 1))
-        used = Signal()
-        at_end = Signal()
-        fill = Signal(cw)
-        m.d.comb += fill.eq((nwords << wb) - rp_bit)
-        slot_at = [Signal(range(N), name=f"slot_at{d}") for d in range(N)]     # (rp_word + d) mod N
-        for d in range(N):
-            m.d.comb += slot_at[d].eq(mod_n(rp_word + d))
-        nview = -(-W // IW) + 1
-        view = Signal(nview * IW)
-        m.d.comb += view.eq(Cat(*[ring[slot_at[j % N]] for j in range(nview)]))
-        m.d.comb += self.win.eq(shift_right(m, view, rp_bit, W, "win_shift"))
-        flag = [Signal(name=f"end_flag{d}") for d in range(N)]
-        for d in range(N):
-            m.d.comb += flag[d].eq(ring_last.bit_select(slot_at[d], 1) & (d < nwords))
-        first = Signal(range(N + 1))
-        first_v = Const(0, bits_for(N))
-        for d in reversed(range(N)):
-            first_v = Mux(flag[d], d + 1, first_v)
-        m.d.comb += first.eq(first_v)
-        mark_end = Signal(cw)
-        chunk_end = Signal(cw)
-        m.d.comb += [
-            mark_end.eq((first << wb) - rp_bit),
-            chunk_end.eq(Mux(at_end, 0, mark_end)),
-            self.end_seen.eq(at_end | Cat(*flag).any()),
-            self.avail.eq(Mux(self.end_seen, chunk_end, fill)),
-            self.skip_ok.eq(self.end_seen),
-        ]
-        used_now = used | (self.take != 0)
-        rest = Signal(cw)
-        last_slot = Signal(IW)
-        pad_from = Signal(wb)
-        m.d.comb += [
-            rest.eq(self.avail - self.take),
-            last_slot.eq(Array(ring[slot_at[d]] for d in range(N))[first - 1]),
-            pad_from.eq(rp_bit + self.take),
-        ]
-        tail_any = (rest != 0) & (last_slot & ~thermometer(pad_from, IW)).any()
-        with m.If(self.end_seen):
-            m.d.comb += self.skip_err.eq(Mux(used_now, rest >= IW, rest != IW) | tail_any)
-        with m.Else():
-            err = (fill - self.take) >= IW
-            if self.full_skip_err:
-                err = err | ((nwords == N) & (fill >= self.take))
-            m.d.comb += self.skip_err.eq(err)
-        shift = Signal(cw)
-        m.d.comb += shift.eq(Mux(self.commit, Mux(self.skip, chunk_end, self.take), 0))
-        moved = Signal(cw + 1)
-        m.d.comb += moved.eq(rp_bit + shift)
-        freed = Signal(range(N + 1))
-        m.d.comb += freed.eq(moved >> wb)
-        room = (nwords < N) | (freed != 0) if self.refill_on_commit else (nwords < N)
-        m.d.comb += self.inp.ready.eq(self.drain | (self.enable & room))
-        append = self.inp.valid & self.inp.ready & ~self.drain
-        write_slot = Signal(range(N))
-        m.d.comb += write_slot.eq(mod_n(rp_word + nwords))
-        with m.If(append):
-            m.d.sync += ring[write_slot].eq(self.inp.payload.data)
-            m.d.sync += ring_last.bit_select(write_slot, 1).eq(self.inp.payload.last)
-        with m.If(self.flush | self.drain):
-            m.d.sync += [rp_word.eq(0), rp_bit.eq(0), nwords.eq(0), used.eq(0), at_end.eq(0)]
-        with m.Else():
-            m.d.sync += [
-                rp_word.eq(mod_n(rp_word + freed)),
-                rp_bit.eq(moved[:wb]),
-                nwords.eq(nwords - freed + append),
-                used.eq(Mux(self.commit, Mux(self.skip, 0, used_now), used)),
-                at_end.eq(Mux(self.commit,
-                              Mux(self.skip, 0, at_end | (Cat(*flag).any() & (self.take == mark_end))),
-                              at_end)),
-            ]
-        return m
+        super().__init__(word, window, slots=slots)
 
 
 def reader_slots(word: int, window: int) -> int:
