@@ -43,6 +43,12 @@ def word_layout(word: int) -> data.StructLayout:
     return data.StructLayout({"data": word, "last": 1})
 
 
+def view_slots(word: int, window: int) -> int:
+    """The fewest word slots a reader can have: its view, ``ceil(window / word) + 1`` (the window may start
+    anywhere in the first slot)."""
+    return -(-window // word) + 1
+
+
 def thermometer(n, width: int):
     """Bits ``[0, n)`` set: a comparator per bit, far cheaper than a shifted mask. Bits ``n`` can never
     reach are constant zero (no always-false comparison for lint to flag)."""
@@ -79,7 +85,7 @@ class BitReader(wiring.Component):
         in its last word; with so few slots a lengthened chunk would otherwise wait for an end it cannot take
         in). ``slots``: the ring's word slots (default: the power of two of the rule above). Any count from
         the view's ``ceil(window / word) + 1`` up is accepted (a consumer whose take is registered a stage
-        ahead needs no more: hw/decoder_c1_v2.SlotReader); a count that is not a power of two keeps the
+        ahead needs no more: hw/decoder_c1_v2's readers); a count that is not a power of two keeps the
         read slot and bit apart and counts the slot modulo N."""
         self.refill_on_commit, self.full_skip_err = bool(refill_on_commit), bool(full_skip_err)
         if not isinstance(word, int) or word < BYTE or word % BYTE or word & (word - 1):
@@ -89,7 +95,7 @@ class BitReader(wiring.Component):
         self.word, self.window = word, window
         if slots is None:
             slots = 1 << ceil_log2(-(-(window + 3 * word) // word))
-        need = -(-window // word) + 1
+        need = view_slots(word, window)
         if not isinstance(slots, int) or isinstance(slots, bool) or slots < need:
             raise ConfigError(f"reader slots must be an integer >= {need}, got {slots!r}")
         self.slots, self.capacity = slots, slots * word
@@ -173,6 +179,8 @@ class BitReader(wiring.Component):
         pad_from = Signal(wb)
         m.d.comb += [
             rest.eq(self.avail - self.take),
+            # (a power of two wraps the sum for free; otherwise select among the slot_at indices, whose
+            # modulo is already paid for)
             last_slot.eq(ring[(rp_word + first - 1)[:len(rp_word)]] if pow2 else
                          Array(ring[slot_at[d]] for d in range(N))[first - 1]),
             pad_from.eq(rp_bit + self.take),

@@ -14,8 +14,8 @@ Stages (every arrow into a stage is a register):
     verif_codes -> CodePlane (+ pair flag per code) -------------> J: the beat's verification codes: pair
                                                                     |  flag prefix count -> rest offsets /
                                                                     v  take; each lane's code (J register)
-    spec_signman -> SlotReader ----------------------------------> F: fetch: fires when every reader the
-    verif_rest   -> SlotReader ----------------------------------> |  mode uses has the beat's bits
+    spec_signman -> BitReader -----------------------------------> F: fetch: fires when every reader the
+    verif_rest   -> BitReader -----------------------------------> |  mode uses has the beat's bits
                                                                     |  (registered takes); fields 9 bits wide
                                                                     |  at registered offsets (suffix bit t
                                                                     |  first), book lookups at b_q + t
@@ -51,7 +51,7 @@ from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, PRUNED
-from .bitreader import BitReader
+from .bitreader import BitReader, view_slots
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane, Kind, compact_kind
 from .decoder import FIELD_MAX, SB_COUNT_BITS, DecoderC1, Err, Format2Registers, Reg
 from .shifter import shift_right
@@ -83,26 +83,9 @@ def popcounts(m, bits, name):
     return [Const(0, width)] + node
 
 
-class SlotReader(BitReader):
-    """hw/bitreader.BitReader with an explicit number of word slots. Its own rule (``window + 3 words`` of
-    room, for a consumer that decides its take in the same cycle) gives 8 slots to a 72-bit window of
-    64-bit words (L = 8 signman fields with suffix bits); here every take is registered a stage ahead, so
-    the view's ``ceil(window / word) + 1`` slots plus one being written keep the plane at full rate
-    (measured: docs/HARDWARE.md section 2b). A count that is not a power of two (session 7: the signman
-    view's 3 slots alone) counts the slot index modulo N (BitReader's ``slots``)."""
-
-    def __init__(self, word: int, window: int, slots: int):
-        super().__init__(word, window, slots=slots)
-
-
 def reader_slots(word: int, window: int) -> int:
-    """The fewest power-of-two slots holding the view (``ceil(window / word) + 1``) and one more word."""
-    return 1 << ceil_log2(-(-window // word) + 2)
-
-
-def view_slots(word: int, window: int) -> int:
-    """The view's slots alone (``ceil(window / word) + 1``): a word comes in when the head one is consumed."""
-    return -(-window // word) + 1
+    """The fewest power-of-two slots holding the view (``view_slots``) and one more word."""
+    return 1 << ceil_log2(view_slots(word, window) + 1)
 
 
 def default_segment(lanes: int, word: int) -> int:
@@ -247,8 +230,11 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                       fast_consumed=self.fast_consumed)
         V = CodePlane(self.verif_word, self.verif_seg, self.verif_code_lanes, pops=Lv + 1, word_slots=self.verif_word_slots,
                       pair_flags=True, fast_consumed=self.fast_consumed)
-        M = SlotReader(IW, SUFFIX_FIELD * L, self.signman_slots)
-        R = SlotReader(self.verif_word, SUFFIX_FIELD * Lv, self.rest_slots)
+        # BitReader's own slot rule (window + 3 words of room) is for a consumer that decides its take in the
+        # same cycle; here every take is registered a stage ahead, so fewer slots keep the planes at full rate
+        # (signman_slots / rest_slots above; measured: docs/HARDWARE.md section 2b)
+        M = BitReader(IW, SUFFIX_FIELD * L, slots=self.signman_slots)
+        R = BitReader(self.verif_word, SUFFIX_FIELD * Lv, slots=self.rest_slots)
         m.submodules.spec_codes_cp = S
         m.submodules.verif_codes_cp = V
         m.submodules.spec_signman_rd = M
