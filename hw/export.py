@@ -84,17 +84,20 @@ def to_verilog(component: wiring.Component, name: str, workdir: Path) -> str:
     return vf.read_text()
 
 
+def _width(shape) -> int:
+    """Bits of a port or field shape (a data layout or a plain shape)."""
+    return data.Layout.cast(shape).size if isinstance(shape, data.Layout) else len_of(shape)
+
+
 def _fields(shape) -> list[dict]:
     """Bit ranges of a payload layout's fields (LSB first), arrays expanded to element 0 and N-1."""
     if not isinstance(shape, data.Layout):
         return []
     out = []
     for fname, fld in shape:
-        w = data.Layout.cast(fld.shape).size if isinstance(fld.shape, data.Layout) else fld.width
-        entry = {"name": str(fname), "lsb": fld.offset, "width": w}
+        entry = {"name": str(fname), "lsb": fld.offset, "width": _width(fld.shape)}
         if isinstance(fld.shape, data.ArrayLayout):
-            entry["array"] = {"elem_width": data.Layout.cast(fld.shape.elem_shape).size if isinstance(
-                fld.shape.elem_shape, data.Layout) else len_of(fld.shape.elem_shape), "length": fld.shape.length}
+            entry["array"] = {"elem_width": _width(fld.shape.elem_shape), "length": fld.shape.length}
         out.append(entry)
     return out
 
@@ -110,10 +113,8 @@ def port_table(component: wiring.Component) -> list[dict]:
     for path, member in component.signature.members.flatten():
         if not member.is_port:
             continue
-        shape = member.shape
-        width = data.Layout.cast(shape).size if isinstance(shape, data.Layout) else len_of(shape)
         ports.append({"name": "__".join(map(str, path)), "dir": "input" if member.flow == wiring.In else "output",
-                      "width": width, "fields": _fields(shape)})
+                      "width": _width(member.shape), "fields": _fields(member.shape)})
     return ports
 
 
@@ -124,22 +125,16 @@ AXIS_DATA_FIELDS = ("data", "lanes")
 
 
 def _streams(component: wiring.Component) -> list[dict]:
-    """Valid/ready streams of a signature: (sub-)signatures whose ports are exactly valid, ready, payload.
-    dir is the stream's direction seen from the component (the payload's flow)."""
-    groups: dict[tuple, dict] = {}
-    for path, member in component.signature.members.flatten():
-        if member.is_port and len(path) > 1:
-            groups.setdefault(tuple(path[:-1]), {})[str(path[-1])] = member
-    out = []
-    for prefix, m in groups.items():
-        if set(m) != {"valid", "ready", "payload"}:
-            continue
-        shape = m["payload"].shape
-        width = data.Layout.cast(shape).size if isinstance(shape, data.Layout) else len_of(shape)
-        out.append({"name": "__".join(map(str, prefix)), "axis": "_".join(map(str, prefix)),
-                    "dir": "input" if m["payload"].flow == wiring.In else "output",
-                    "width": width, "fields": _fields(shape)})
-    return out
+    """Valid/ready streams among ``port_table``'s ports: the prefixes whose ports are exactly ``__valid``,
+    ``__ready`` and ``__payload``. dir is the stream's direction seen from the component (the payload's)."""
+    groups: dict[str, dict] = {}
+    for p in port_table(component)[2:]:
+        prefix, _, leaf = p["name"].rpartition("__")
+        if prefix:
+            groups.setdefault(prefix, {})[leaf] = p
+    return [{"name": prefix, "axis": prefix.replace("__", "_"), "dir": m["payload"]["dir"],
+             "width": m["payload"]["width"], "fields": m["payload"]["fields"]}
+            for prefix, m in groups.items() if set(m) == {"valid", "ready", "payload"}]
 
 
 def _pad8(width: int) -> int:
