@@ -183,10 +183,11 @@ class DecodeResult:
     cycles: int             # clock cycles from the first START to the last beat (or to the timeout)
     error_code: int
     busy: int
+    trace: str = ""         # with ``trace``: out.valid per cycle from the first START on ("B" / ".")
 
 
 def run_decoder(dut, jobs: list[DecodeJob], stalls: Stalls | None = None, max_cycles: int = 200_000,
-                expect_error: bool = False) -> DecodeResult:
+                expect_error: bool = False, trace: bool = False) -> DecodeResult:
     """Simulate ``dut`` (a DecoderC1 or DecoderC2) on ``jobs`` in sequence with random idles on every input and random
     backpressure on the output. The host waits for ``busy = 0`` before programming the next tensor."""
     from amaranth.sim import Simulator
@@ -199,7 +200,7 @@ def run_decoder(dut, jobs: list[DecodeJob], stalls: Stalls | None = None, max_cy
                   else decoder_planes(job.enc, job.full, getattr(dut, "port_words", None) or word))
         for port, items in planes.items():
             feeds[port].append((j, items))
-    state = {"beats": [], "cycles": 0, "err": 0, "busy": 0, "started": False, "programmed": 0}
+    state = {"beats": [], "cycles": 0, "err": 0, "busy": 0, "started": False, "programmed": 0, "trace": []}
     n_last_expected = len(jobs)
     regs2: dict = {}                 # the decoder's format 2.0 registers (reset: 0)
     programs = []
@@ -245,6 +246,8 @@ def run_decoder(dut, jobs: list[DecodeJob], stalls: Stalls | None = None, max_cy
             _, _, valid, payload, err = await ctx.tick().sample(out.valid, out.payload, dut.error)
             if state["started"]:
                 state["cycles"] += 1
+                if trace:
+                    state["trace"].append("B" if valid else ".")
             if valid and ready:
                 state["beats"].append(payload)
                 lasts += int(payload.last)
@@ -278,7 +281,7 @@ def run_decoder(dut, jobs: list[DecodeJob], stalls: Stalls | None = None, max_cy
         v, mt = beat_values(cur, lanes)
         values.append(v)
         meta.append(mt)
-    return DecodeResult(values, meta, state["cycles"], state["err"], state["busy"])
+    return DecodeResult(values, meta, state["cycles"], state["err"], state["busy"], "".join(state["trace"]))
 
 
 # ------------------------------------------------------------------------------------------- encoder

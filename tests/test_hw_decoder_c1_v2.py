@@ -310,43 +310,6 @@ def test_v2_superblock_boundaries_without_bubbles():
     assert overhead < 2 * (len(decoder_program(enc, False)) + 12), overhead
 
 
-
-def _beat_gaps(dut, enc) -> tuple[int, str]:
-    """Beats of ``enc`` (draft) with every word valid from cycle 0 and ``out.ready`` held high, as in the
-    formal liveness harness: the number of beats and the out.valid trace from the first beat to the last."""
-    from amaranth.sim import Simulator
-    from cassandra_rtl.hw.simutil import drive_stream
-
-    planes, prog, trace = decoder_planes(enc, False, dut.word), decoder_program(enc, False), []
-
-    def feeder(port, items):
-        async def proc(ctx):
-            await drive_stream(ctx, getattr(dut, port), items, Stalls())
-        return proc
-
-    async def host(ctx):
-        await drive_stream(ctx, dut.cfg, prog, Stalls(), fields=("addr", "data"))
-
-    async def sink(ctx):
-        ctx.set(dut.out.ready, 1)
-        for _ in range(400):
-            _, _, valid, payload = await ctx.tick().sample(dut.out.valid, dut.out.payload)
-            trace.append("B" if valid else ".")
-            if valid and payload.last:
-                break
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(host, background=True)
-    for port, items in planes.items():
-        if items:
-            sim.add_testbench(feeder(port, items), background=True)
-    sim.add_testbench(sink)
-    sim.run()
-    text = "".join(trace)
-    return text.count("B"), text[text.index("B"):]
-
-
 @pytest.mark.parametrize("n", [8, 36, 40, 44, 72])
 def test_v2_last_superblock_without_bubbles(n):
     """The formal liveness stimulus (one symbol, m = 0, G = 32, keep all, L = 4, no stalls): a beat every
@@ -356,9 +319,12 @@ def test_v2_last_superblock_without_bubbles(n):
     decoder_c1v2_l4_liveness counterexample at n = 40)."""
     bits = np.full(n, 0x3F80, dtype=np.uint16)
     enc = encode_tensor(bits, CodecConfig(group_size=32, mantissa_bits=0, keep_ratio=1.0, **V1))
-    beats, trace = _beat_gaps(DecoderC1v2(4, 32), enc)
-    assert beats == (n // 32) * 8 + -(-(n % 32) // 4)       # 8 beats a superblock, then ceil(rest / 4)
-    assert "." not in trace, trace
+    jobs = [DecodeJob(enc, False)]
+    res = run_decoder(DecoderC1v2(4, 32), jobs, Stalls(), trace=True)
+    check(res, jobs)
+    beats = res.trace[res.trace.index("B"):]
+    assert beats.count("B") == (n // 32) * 8 + -(-(n % 32) // 4)       # 8 beats a superblock, then ceil(rest / 4)
+    assert "." not in beats, res.trace
 
 
 # ------------------------------------------------------------------------------------ format 2.0
