@@ -90,11 +90,18 @@ class KvEncoderBase(wiring.Component):
         lanes      L, values per input beat and per emitted beat (divides every allowed G)
         word       IW, bits per output word on every plane (default 8 L, at least 64)
         max_group  largest G the vector buffer holds (32..256)
+        pipelined_emit  the emit pipeline of wide encoders (default: on at L >= 4): a register between each
+                   plane's packer and its BitWriter (stage 3), and in C2 each lane's exponent alignment
+                   computed into stage 1. The packer's offsets are a prefix sum over the L lanes' field
+                   widths; with the writer's shift behind it in one cycle encoder_kv_c1_l8 ran at 1.14x and
+                   encoder_kv_c2_l8 at 1.01x the PE (docs/HARDWARE.md 3, "Area and clock"). One cycle more
+                   latency, the same words and rate (the stages move together).
     """
 
     PLANES: tuple[str, ...] = ()
 
-    def __init__(self, lanes: int = 2, word: int | None = None, max_group: int = 128):
+    def __init__(self, lanes: int = 2, word: int | None = None, max_group: int = 128,
+                 pipelined_emit: bool | None = None):
         if not isinstance(lanes, int) or not 1 <= lanes <= MAX_LANES or min(ALLOWED_GROUP_SIZES) % lanes:
             raise ConfigError(f"lanes must divide {min(ALLOWED_GROUP_SIZES)} (1..{MAX_LANES}), got {lanes!r}")
         word = max(64, 8 * lanes) if word is None else word
@@ -102,7 +109,10 @@ class KvEncoderBase(wiring.Component):
             raise ConfigError(f"word must be a multiple of 8 bits in 8..{MAX_WORD}, got {word!r}")
         if max_group not in ALLOWED_GROUP_SIZES:
             raise ConfigError(f"max_group must be one of {ALLOWED_GROUP_SIZES}, got {max_group!r}")
+        if pipelined_emit is not None and not isinstance(pipelined_emit, bool):
+            raise ConfigError(f"pipelined_emit must be True, False or None (default), got {pipelined_emit!r}")
         self.lanes, self.word, self.max_group = lanes, word, max_group
+        self.pipelined_emit = lanes >= 4 if pipelined_emit is None else pipelined_emit
         self.row_values = max(MIN_ROW, lanes)          # R: values per buffer row (divides every G)
         plane = stream.Signature(word_layout(word))
         ports = {"inp": In(stream.Signature(in_layout(lanes))), "cfg": In(stream.Signature(cfg_layout))}
@@ -183,18 +193,33 @@ class KvEncoderBase(wiring.Component):
         return value, width
 
     def _pack(self, m, fields, name):
-        """Concatenate L (value, width) fields, lane 0 first: offsets are an exclusive prefix sum."""
+        """Concatenate L (value, width) fields, lane 0 first: offsets are an exclusive prefix sum of the
+        widths, formed by a Sklansky tree (log2 L adder levels; a chain of L - 1 adds was the critical path
+        of encoder_kv_c1_l8 / _c2_l8)."""
         total_w = sum(max(1, len(v)) for v, _ in fields)
+        ow = bits_for(total_w)
+        incl = []                                          # incl[i] = widths of lanes 0..i
+        for i, (_, w) in enumerate(fields):
+            s = Signal(ow, name=f"{name}_w{i}")
+            m.d.comb += s.eq(w)
+            incl.append(s)
+        span, level = 1, 0
+        while span < len(incl):
+            nxt = []
+            for i, v in enumerate(incl):
+                if i % (2 * span) < span:
+                    nxt.append(v)
+                    continue
+                s = Signal(ow, name=f"{name}_pre{level}_{i}")
+                m.d.comb += s.eq(v + incl[i // (2 * span) * (2 * span) + span - 1])
+                nxt.append(s)
+            incl, span, level = nxt, 2 * span, level + 1
         packed = Const(0, total_w)
-        off = Const(0, 1)
-        for i, (v, w) in enumerate(fields):
-            o = Signal(bits_for(total_w), name=f"{name}_off{i}")
-            m.d.comb += o.eq(off)
-            packed = packed | (v << o)
-            off = o + w
-        n = Signal(bits_for(total_w), name=f"{name}_n")
+        for i, (v, _) in enumerate(fields):
+            packed = packed | (v << (incl[i - 1] if i else 0))
+        n = Signal(ow, name=f"{name}_n")
         bits = Signal(total_w, name=f"{name}_bits")
-        m.d.comb += [n.eq(off), bits.eq(packed)]
+        m.d.comb += [n.eq(incl[-1]), bits.eq(packed)]
         return bits, n, total_w
 
     def _writer(self, m, pname, group, slack=0):
@@ -459,16 +484,35 @@ class KvEncoderBase(wiring.Component):
         m.d.comb += self.cfg.ready.eq(~p.in_flight & ((p.lbeat == 0) | err.any()))
         return p
 
-    def _stall_logic(self, m, p, writers, s1_valid):
-        """The emit pipeline's handshake: stage 1's fields go to every writer at once; the pipeline moves
-        unless stage 1 holds a beat some writer cannot take. Drives p.move, p.pipe_empty and busy."""
+    def _emit(self, m, p, feeds, s1_valid, s1_last):
+        """Stage 2 -> the plane writers, and the emit pipeline's handshake. ``feeds``: per plane
+        (name, packed bits, bit count, width), computed from stage 1's registers. With ``pipelined_emit``
+        they are registered first (stage 3). Every writer takes a beat at once; the stages move together
+        unless the last one holds a beat some writer cannot take. Drives p.move, p.pipe_empty and busy."""
+        last, valid = s1_last, s1_valid
+        if self.pipelined_emit:
+            last, valid = Signal(name="s3_last"), Signal(name="s3_valid")
+        writers = []
+        for pname, bits, n, width in feeds:
+            w = self._writer(m, pname, width)
+            if self.pipelined_emit:
+                rb, rn = Signal(width, name=f"s3_{pname}_bits"), Signal.like(n, name=f"s3_{pname}_n")
+                with m.If(p.move):
+                    m.d.sync += [rb.eq(bits), rn.eq(n)]
+                bits, n = rb, rn
+            m.d.comb += [w.bits.eq(bits), w.n.eq(n), w.close.eq(last)]
+            writers.append(w)
         all_ready, writers_idle = Signal(name="writers_ready"), Signal(name="writers_idle")
         m.d.comb += [all_ready.eq(Cat(*[w.ready for w in writers]).all()),
                      writers_idle.eq(Cat(*[w.idle for w in writers]).all())]
         for w in writers:
-            m.d.comb += w.valid.eq(s1_valid & all_ready)
-        m.d.comb += [p.move.eq(~s1_valid | all_ready), p.pipe_empty.eq(~s1_valid),
+            m.d.comb += w.valid.eq(valid & all_ready)
+        m.d.comb += [p.move.eq(~valid | all_ready), p.pipe_empty.eq(~s1_valid & ~valid),
                      self.busy.eq(((p.lbeat != 0) & ~self.error) | p.in_flight | ~writers_idle)]
+        if self.pipelined_emit:
+            with m.If(p.move):
+                m.d.sync += [valid.eq(s1_valid), last.eq(s1_last)]
+        return writers
 
 
 class EncoderKvC1(KvEncoderBase):
@@ -538,13 +582,9 @@ class EncoderKvC1(KvEncoderBase):
         with m.If(p.handover):                           # after the fire: it may be the last one
             m.d.sync += eq_seen.eq(0)
 
-        # ---- stage 2: per plane the packed fields of the beat, straight into the BitWriters
-        writers = []
-        for pname, flds in self._lane_fields(m, r, s1_vals, s1_kept).items():
-            bits_, n_, width_ = self._pack(m, flds, pname)
-            w = self._writer(m, pname, width_)
-            m.d.comb += [w.bits.eq(bits_), w.n.eq(n_), w.close.eq(s1_last)]
-            writers.append(w)
-        self._stall_logic(m, p, writers, s1_valid)
+        # ---- stage 2: per plane the packed fields of the beat, into the BitWriters (or stage 3)
+        feeds = [(pname, *self._pack(m, flds, pname))
+                 for pname, flds in self._lane_fields(m, r, s1_vals, s1_kept).items()]
+        self._emit(m, p, feeds, s1_valid, s1_last)
         self._errors(m, err, raise_err, clear)
         return m

@@ -87,18 +87,30 @@ class EncoderKvC2(KvEncoderBase):
         return xs
 
     # ------------------------------------------------------------------------------ per-lane fields
-    def _lane_fields(self, m, r, x, vals, kept):
-        """Per lane: (value, width) of its spec.mx element field, verification code and rest field; ``x``
-        is the beat's shared exponent (a beat lies inside one MX block: L divides 32)."""
-        m_reg = r["m"]
-        xe = Signal(BF16_EXPONENT_BITS, name="beat_xe")  # max(X, 1): subnormals share exponent 1's weight
+    @staticmethod
+    def _alignments(m, x, vals, name):
+        """Per lane (d, delta) against the beat's shared exponent ``x``: ``d = max(X, 1) - max(e, 1) >= 0``
+        bits of alignment (subnormals share exponent 1's weight; the draft keeps ``c = m - d`` mantissa bits)
+        and the verification symbol ``delta = X - e``."""
+        xe = Signal(BF16_EXPONENT_BITS, name=f"{name}_xe")
         m.d.comb += xe.eq(Mux(x == 0, 1, x))
+        out = []
+        for i, v in enumerate(vals):
+            e = bf16_fields(v)[1]
+            d, delta = Signal(BF16_EXPONENT_BITS, name=f"{name}_d{i}"), Signal(BF16_EXPONENT_BITS, name=f"{name}_delta{i}")
+            m.d.comb += [d.eq(xe - Mux(e == 0, 1, e)), delta.eq(x - e)]
+            out.append((d, delta))
+        return out
+
+    def _lane_fields(self, m, r, aligns, vals, kept):
+        """Per lane: (value, width) of its spec.mx element field, verification code and rest field;
+        ``aligns``: the lanes' (d, delta) from ``_alignments`` (a beat lies inside one MX block: L divides
+        32, so one X)."""
+        m_reg = r["m"]
         spec_f, ver_f, rest_f = [], [], []
         for i, v in enumerate(vals):
             sgn, e, f = bf16_fields(v)
-            # d = Xe - max(e, 1) >= 0 bits of alignment; the draft keeps c = m - d mantissa bits (c >= 0).
-            d = Signal(BF16_EXPONENT_BITS, name=f"d{i}")
-            m.d.comb += d.eq(xe - Mux(e == 0, 1, e))
+            d, delta = aligns[i]
             c_ok = Signal(name=f"c_ok{i}")
             c = Signal(range(BF16_MANTISSA_BITS + 1), name=f"c{i}")
             cut = Signal(range(MAX_SHIFT + 1), name=f"cut{i}")   # 7 - c: mantissa bits below the element
@@ -112,8 +124,6 @@ class EncoderKvC2(KvEncoderBase):
             sf = Signal(SPEC_FIELD_MAX, name=f"sf{i}")
             m.d.comb += sf.eq(elem | (sgn << (m_reg + 1)))
             spec_f.append((Mux(kept[i], sf, 0), Mux(kept[i], m_reg + 2, 0)))
-            delta = Signal(BF16_EXPONENT_BITS, name=f"delta{i}")
-            m.d.comb += delta.eq(x - e)
             vv, vw = self._code(m, delta, r["verif_tab"], r["verif_k"], f"vc{i}")
             ver_f.append((Mux(dz, vv, 0), Mux(dz, vw, 0)))         # bits above a field's width stay 0
             low = Signal(BF16_MANTISSA_BITS, name=f"low{i}")
@@ -186,6 +196,8 @@ class EncoderKvC2(KvEncoderBase):
                      hn.eq(Mux(is_bm, HDR_PIECE, Mux(x_left > HDR_PIECE, HDR_PIECE, x_left)))]
         s1_vals = [Signal(BF16_BITS, name=f"s1_val{i}") for i in range(L)]
         s1_kept, s1_x = Signal(L, name="s1_kept"), Signal(BF16_EXPONENT_BITS, name="s1_x")
+        fire_x = Signal(BF16_EXPONENT_BITS, name="fire_x")
+        m.d.comb += fire_x.eq(Array(xs)[(p.beat * L) >> exact_log2(MX_BLOCK)])
         with m.If(p.move):
             m.d.sync += s1_valid.eq(p.fire)
         with m.If(p.fire):
@@ -193,22 +205,27 @@ class EncoderKvC2(KvEncoderBase):
                          s1_item.eq(p.item),
                          *[s1_vals[i].eq(p.lane_vals[i]) for i in range(L)],
                          s1_kept.eq(kmask.bit_select(p.beat * L, L) | Mux(p.prunes, 0, (1 << L) - 1)),
-                         s1_x.eq(Array(xs)[(p.beat * L) >> exact_log2(MX_BLOCK)])]
+                         s1_x.eq(fire_x)]
 
-        # ---- stage 2: per plane the packed fields of the beat (spec.mx: or the header piece), into the writers
-        fields = self._lane_fields(m, r, s1_x, s1_vals, s1_kept)
-        writers = []
-        for q, f in fields.items():
+        # ---- stage 2: per plane the packed fields of the beat (spec.mx: or the header piece), into the
+        # writers (or stage 3)
+        feeds = []
+        if self.pipelined_emit:                          # the alignments into stage 1 (off stage 2's path)
+            aligns = [(Signal(BF16_EXPONENT_BITS, name=f"s1_d{i}"), Signal(BF16_EXPONENT_BITS, name=f"s1_delta{i}"))
+                      for i in range(L)]
+            with m.If(p.fire):
+                m.d.sync += [a.eq(b) for pair, fpair in zip(aligns, self._alignments(m, fire_x, p.lane_vals, "fire"))
+                             for a, b in zip(pair, fpair)]
+        else:
+            aligns = self._alignments(m, s1_x, s1_vals, "beat")
+        for q, f in self._lane_fields(m, r, aligns, s1_vals, s1_kept).items():
             bits_, n_, width_ = self._pack(m, f, q)
             if q == "spec_mx":
                 width_ = max(width_, HDR_PIECE)
-                bits_ = Mux(s1_hdr, hbits, bits_)
-                n_ = Mux(s1_hdr, hn, n_)
+                bits_, n_ = Mux(s1_hdr, hbits, bits_), Mux(s1_hdr, hn, n_)
             else:
                 bits_, n_ = Mux(s1_hdr, 0, bits_), Mux(s1_hdr, 0, n_)
-            w = self._writer(m, q, width_)
-            m.d.comb += [w.bits.eq(bits_), w.n.eq(n_), w.close.eq(s1_last)]
-            writers.append(w)
-        self._stall_logic(m, p, writers, s1_valid)
+            feeds.append((q, bits_, n_, width_))
+        self._emit(m, p, feeds, s1_valid, s1_last)
         self._errors(m, err, raise_err, clear)
         return m

@@ -56,6 +56,21 @@ def test_encoder_matches_golden(lanes, G, m, k):
         assert res.planes[port] == words, port
 
 
+@pytest.mark.parametrize("lanes,pipelined_emit", [(2, True), (4, False), (8, False)])
+def test_encoder_pipelined_emit_either_way(lanes, pipelined_emit):
+    """The stage-3 register between packer and writers (default on at L >= 4) changes latency only: the
+    words equal golden both ways (pruning, k < G), under input idles and output backpressure."""
+    G, m, k = 64, 3, 20
+    bits = kv_vectors(3, G, seed=5)
+    cfg, books, enc = encode_kv(bits, G, m, k)
+    dut = EncoderKvC1(lanes, max_group=G, pipelined_emit=pipelined_emit)
+    assert dut.pipelined_emit is pipelined_emit
+    res = run_encoder(dut, bits, encoder_program(cfg, books), Stalls(STALL, STALL, seed=9))
+    assert res.error_code == 0
+    for port, words in expected_plane_words(enc, dut.word).items():
+        assert res.planes[port] == words, port
+
+
 def test_encoder_decoder_round_trip():
     """encoder -> decoder v2 (full) == input, and the draft equals the golden draft; book reprogramming."""
     G, lanes = 64, 4
@@ -94,7 +109,8 @@ def test_encoder_requires_books():
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
-@pytest.mark.parametrize("kw", [{"lanes": 3}, {"lanes": 64}, {"lanes": 4, "word": 12}, {"lanes": 4, "max_group": 100}])
+@pytest.mark.parametrize("kw", [{"lanes": 3}, {"lanes": 64}, {"lanes": 4, "word": 12}, {"lanes": 4, "max_group": 100},
+                                {"lanes": 4, "pipelined_emit": "yes"}])
 def test_encoder_rejects_bad_parameters(kw):
     with pytest.raises(ConfigError):
         EncoderKvC1(**kw)

@@ -69,10 +69,11 @@ def run_c2(dut, vectors, prog, stalls=None, max_cycles=100_000, frame_last=None,
     return res.planes, res.cycles, res.error_code
 
 
-def check_matches(lanes, G, m, k, n=3, seed=0, verif=None, bits=None, word=None, stall=STALL, max_group=None):
+def check_matches(lanes, G, m, k, n=3, seed=0, verif=None, bits=None, word=None, stall=STALL, max_group=None,
+                  pipelined_emit=None):
     bits = kv_vectors(n, G, seed=seed) if bits is None else bits
     cfg, verif, enc = encode_kv(bits, G, m, k, verif)
-    dut = EncoderKvC2(lanes, word, max_group=max_group or G)
+    dut = EncoderKvC2(lanes, word, max_group=max_group or G, pipelined_emit=pipelined_emit)
     planes, _, err = run_c2(dut, bits, program(cfg, verif), Stalls(stall, stall, seed=seed + k))
     assert err == 0
     for port, words in expected_words(enc, dut.word).items():
@@ -94,6 +95,13 @@ def check_matches(lanes, G, m, k, n=3, seed=0, verif=None, bits=None, word=None,
 ])
 def test_encoder_c2_matches_golden(lanes, G, m, k):
     check_matches(lanes, G, m, k, n=3, seed=lanes + G + m)
+
+
+@pytest.mark.parametrize("lanes,pipelined_emit", [(2, True), (4, False), (8, False)])
+def test_encoder_c2_pipelined_emit_either_way(lanes, pipelined_emit):
+    """The stage-3 register (default on at L >= 4) changes latency only: the words equal golden both ways,
+    with header pieces (pruning: bitmap + X) and under input idles and output backpressure."""
+    check_matches(lanes, 64, 3, 20, n=3, seed=11, pipelined_emit=pipelined_emit)
 
 
 def test_encoder_c2_group_below_buffer():
@@ -224,7 +232,8 @@ def test_encoder_c2_bad_config(reg, value):
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
-@pytest.mark.parametrize("kw", [{"lanes": 3}, {"lanes": 64}, {"lanes": 4, "word": 12}, {"lanes": 4, "max_group": 100}])
+@pytest.mark.parametrize("kw", [{"lanes": 3}, {"lanes": 64}, {"lanes": 4, "word": 12}, {"lanes": 4, "max_group": 100},
+                                {"lanes": 4, "pipelined_emit": 1}])
 def test_encoder_c2_rejects_bad_parameters(kw):
     with pytest.raises(ConfigError):
         EncoderKvC2(**kw)
