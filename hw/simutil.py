@@ -393,3 +393,31 @@ def run_encoder(dut, vectors: np.ndarray, program: list, stalls: Stalls | None =
     sim.run()
     cycles = state["lastword"] - (state["first"] or 0) + 1
     return EncodeResult(got, cycles, state["err"])
+
+
+# ------------------------------------------------------------------------- AXI4-Lite master (hw/csr.py)
+
+async def axil_write(ctx, dut, addr: int, data: int, strb: int = 0xF) -> int:
+    """One AXI4-Lite write on ``dut``'s ``s_axil_*`` ports (AW and W together, as a CPU store); returns
+    BRESP once the response is taken."""
+    for port, value in (("awaddr", addr), ("wdata", data), ("wstrb", strb), ("awvalid", 1), ("wvalid", 1)):
+        ctx.set(getattr(dut, f"s_axil_{port}"), value)
+    await ctx.tick().until(dut.s_axil_awready)
+    ctx.set(dut.s_axil_awvalid, 0)
+    ctx.set(dut.s_axil_wvalid, 0)
+    ctx.set(dut.s_axil_bready, 1)
+    *_, resp = await ctx.tick().sample(dut.s_axil_bresp).until(dut.s_axil_bvalid)
+    ctx.set(dut.s_axil_bready, 0)
+    return resp
+
+
+async def axil_read(ctx, dut, addr: int) -> tuple[int, int]:
+    """One AXI4-Lite read; returns (RDATA, RRESP)."""
+    ctx.set(dut.s_axil_araddr, addr)
+    ctx.set(dut.s_axil_arvalid, 1)
+    await ctx.tick().until(dut.s_axil_arready)
+    ctx.set(dut.s_axil_arvalid, 0)
+    ctx.set(dut.s_axil_rready, 1)
+    *_, data, resp = await ctx.tick().sample(dut.s_axil_rdata, dut.s_axil_rresp).until(dut.s_axil_rvalid)
+    ctx.set(dut.s_axil_rready, 0)
+    return data, resp

@@ -1,0 +1,215 @@
+"""AXI4-Lite register block for the decoders and KV encoders (docs/HARDWARE.md 5a).
+
+The blocks take their registers as a write stream ``cfg`` ({addr: 8, data: 32}) and report ``busy`` and a
+sticky ``error_code``. An integrator's CPU expects a memory-mapped slave instead: ``AxiLiteCsr`` is that
+bridge, and ``CsrTop(name)`` is a named configuration with it attached (the block's data streams unchanged,
+its control ports replaced by an AXI4-Lite slave and one interrupt line). The byte map of its 32-bit
+registers is ``REGISTER_MAP`` below (also in docs/HARDWARE.md 5a and the export's ports.md).
+
+A write is taken when AW and W are both valid and no write is outstanding; a block-register write then waits
+in one register until the block's ``cfg`` takes it (``cfg.ready`` is low while the block is busy), and the B
+response comes after that, so a CPU that programs the next tensor while the current one decodes is held by
+the bus, not dropped. SLVERR, with nothing forwarded: a write to a read-only or unmapped offset, an
+unaligned address, or a strobe other than 0xF. Reads: SLVERR (data 0) outside the map. One read and one write
+may be in flight at once; responses are registered.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..errors import ConfigError
+from ..golden.config import FORMAT_VERSION
+from .decoder import CFG_ADDR_BITS, CFG_DATA_BITS, ERROR_BITS, cfg_layout
+
+ADDR_BITS = 12                     # a 4 KiB page
+BLOCK_REGS = 1 << CFG_ADDR_BITS    # the block's register indexes: byte offsets 0x000 .. 0x3FC
+MAP_VERSION = 1
+
+
+class Csr:
+    """Byte offsets of the local registers."""
+    ID = 0x400
+    VERSION = 0x404
+    BLOCK = 0x408
+    STATUS = 0x40C
+    ERROR_CODE = 0x410
+    IRQ_STATUS = 0x414
+    IRQ_ENABLE = 0x418
+
+
+ID_VALUE = 0x43415353              # "CASS"
+
+REGISTER_MAP = [   # (offset, name, access, meaning): the one source of the map's documentation
+    ("0x000 + 4a", "block register a (0 <= a < 256)", "W",
+     "forwarded to the block's `cfg` as (a, data), held until it takes it; reads return 0"),
+    (f"{Csr.ID:#05x}", "ID", "R", f"{ID_VALUE:#010x} (\"CASS\")"),
+    (f"{Csr.VERSION:#05x}", "VERSION", "R",
+     "[15:8] format major, [7:0] format minor (golden.config.FORMAT_VERSION), [23:16] register map version"),
+    (f"{Csr.BLOCK:#05x}", "BLOCK", "R",
+     "[7:0] kind (1 C1 decoder, 2 C2 decoder, 3 C1 KV encoder, 4 C2 KV encoder), [15:8] lanes, "
+     "[23:16] full-mode lanes"),
+    (f"{Csr.STATUS:#05x}", "STATUS", "R", "[0] busy, [1] error, [2] a block-register write waits for `cfg.ready`"),
+    (f"{Csr.ERROR_CODE:#05x}", "ERROR_CODE", "R",
+     "the block's sticky error bits (cleared by writing CTRL = CLEAR_ERROR at offset 0x000)"),
+    (f"{Csr.IRQ_STATUS:#05x}", "IRQ_STATUS", "R / W1C", "[0] DONE (busy fell with no error), [1] ERROR (error rose)"),
+    (f"{Csr.IRQ_ENABLE:#05x}", "IRQ_ENABLE", "RW", "`irq` = OR of (IRQ_STATUS & IRQ_ENABLE)"),
+]
+
+
+def register_table() -> list[dict]:
+    return [{"offset": o, "name": n, "access": a, "meaning": t} for o, n, a, t in REGISTER_MAP]
+IRQ_DONE, IRQ_ERROR = 1 << 0, 1 << 1
+RESP_OKAY, RESP_SLVERR = 0, 2
+KINDS = {"decoder_c1v2": 1, "decoder_c2": 2, "encoder_kv_c1": 3, "encoder_kv_c2": 4}
+
+
+def axil_signature() -> dict:
+    """The AXI4-Lite slave's ports (AWPROT / ARPROT omitted: the block has no protection levels)."""
+    return {
+        "s_axil_awaddr": In(ADDR_BITS), "s_axil_awvalid": In(1), "s_axil_awready": Out(1),
+        "s_axil_wdata": In(CFG_DATA_BITS), "s_axil_wstrb": In(CFG_DATA_BITS // 8), "s_axil_wvalid": In(1),
+        "s_axil_wready": Out(1),
+        "s_axil_bresp": Out(2), "s_axil_bvalid": Out(1), "s_axil_bready": In(1),
+        "s_axil_araddr": In(ADDR_BITS), "s_axil_arvalid": In(1), "s_axil_arready": Out(1),
+        "s_axil_rdata": Out(CFG_DATA_BITS), "s_axil_rresp": Out(2), "s_axil_rvalid": Out(1),
+        "s_axil_rready": In(1),
+        "irq": Out(1),
+    }
+
+
+class AxiLiteCsr(wiring.Component):
+    """The bridge: AXI4-Lite slave in, the block's ``cfg`` stream out, its ``busy`` / ``error_code`` in.
+
+    Parameters
+        kind          BLOCK[7:0] (see ``KINDS``)
+        lanes         BLOCK[15:8], values per beat
+        full_lanes    BLOCK[23:16], values per beat in full mode (decoders; the encoders: lanes)
+    """
+
+    def __init__(self, kind: int, lanes: int, full_lanes: int):
+        for label, v in (("kind", kind), ("lanes", lanes), ("full_lanes", full_lanes)):
+            if not isinstance(v, int) or not 0 <= v < 256:
+                raise ConfigError(f"{label} must be an integer 0..255 (one byte of BLOCK), got {v!r}")
+        self.kind, self.lanes, self.full_lanes = kind, lanes, full_lanes
+        super().__init__({**axil_signature(), "cfg": Out(stream.Signature(cfg_layout)),
+                          "busy": In(1), "error_code": In(ERROR_BITS)})
+
+    def elaborate(self, platform):
+        m = Module()
+        irq_status = Signal(2, name="irq_status")
+        irq_enable = Signal(2, name="irq_enable")
+        self._write_channel(m, irq_status, irq_enable)
+        self._read_channel(m, irq_status, irq_enable)
+        m.d.comb += self.irq.eq((irq_status & irq_enable).any())
+        return m
+
+    def _events(self, m):
+        """DONE: busy fell and no error is set; ERROR: the error code became non-zero."""
+        busy_q, err_q = Signal(name="busy_q"), Signal(name="error_q")
+        err_now = Signal(name="error_now")
+        m.d.comb += err_now.eq(self.error_code.any())
+        m.d.sync += [busy_q.eq(self.busy), err_q.eq(err_now)]
+        return Cat(busy_q & ~self.busy & ~err_now, err_now & ~err_q)
+
+    def _write_channel(self, m, irq_status, irq_enable):
+        aw, w = self.s_axil_awaddr, self.s_axil_wdata
+        pend = Signal(name="wr_pend")                      # a block write waiting for cfg.ready
+        pend_addr = Signal(CFG_ADDR_BITS, name="wr_pend_addr")
+        pend_data = Signal(CFG_DATA_BITS, name="wr_pend_data")
+        bvalid, bresp = Signal(name="bvalid"), Signal(2, name="bresp")
+        take = Signal(name="wr_take")
+        m.d.comb += [take.eq(self.s_axil_awvalid & self.s_axil_wvalid & ~pend & ~bvalid),
+                     self.s_axil_awready.eq(take), self.s_axil_wready.eq(take),
+                     self.s_axil_bvalid.eq(bvalid), self.s_axil_bresp.eq(bresp),
+                     self.cfg.valid.eq(pend), self.cfg.payload.addr.eq(pend_addr),
+                     self.cfg.payload.data.eq(pend_data)]
+        whole = Signal(name="wr_whole")                    # aligned, every byte strobed
+        m.d.comb += whole.eq((aw[:2] == 0) & (self.s_axil_wstrb == 0xF))
+        clear_irq = Signal(2, name="irq_w1c")
+        with m.If(take):
+            with m.If(whole & (aw < 4 * BLOCK_REGS)):
+                m.d.sync += [pend.eq(1), pend_addr.eq(aw[2:]), pend_data.eq(w)]
+            with m.Elif(whole & (aw == Csr.IRQ_STATUS)):
+                m.d.comb += clear_irq.eq(w[:2])
+                m.d.sync += [bvalid.eq(1), bresp.eq(RESP_OKAY)]
+            with m.Elif(whole & (aw == Csr.IRQ_ENABLE)):
+                m.d.sync += [irq_enable.eq(w[:2]), bvalid.eq(1), bresp.eq(RESP_OKAY)]
+            with m.Else():
+                m.d.sync += [bvalid.eq(1), bresp.eq(RESP_SLVERR)]
+        with m.If(self.cfg.valid & self.cfg.ready):
+            m.d.sync += [pend.eq(0), bvalid.eq(1), bresp.eq(RESP_OKAY)]
+        with m.If(bvalid & self.s_axil_bready):
+            m.d.sync += bvalid.eq(0)
+        m.d.sync += irq_status.eq((irq_status & ~clear_irq) | self._events(m))   # a new event beats its clear
+
+    def _read_channel(self, m, irq_status, irq_enable):
+        ar = self.s_axil_araddr
+        rvalid = Signal(name="rvalid")
+        rdata, rresp = Signal(CFG_DATA_BITS, name="rdata"), Signal(2, name="rresp")
+        m.d.comb += [self.s_axil_arready.eq(~rvalid), self.s_axil_rvalid.eq(rvalid),
+                     self.s_axil_rdata.eq(rdata), self.s_axil_rresp.eq(rresp)]
+        major, minor = FORMAT_VERSION
+        local = {
+            Csr.ID: Const(ID_VALUE, 32),
+            Csr.VERSION: Const(minor | (major << 8) | (MAP_VERSION << 16), 32),
+            Csr.BLOCK: Const(self.kind | (self.lanes << 8) | (self.full_lanes << 16), 32),
+            Csr.STATUS: Cat(self.busy, self.error_code.any(), self.cfg.valid),
+            Csr.ERROR_CODE: self.error_code,
+            Csr.IRQ_STATUS: irq_status,
+            Csr.IRQ_ENABLE: irq_enable,
+        }
+        with m.If(self.s_axil_arvalid & ~rvalid):
+            m.d.sync += [rvalid.eq(1), rdata.eq(0), rresp.eq(RESP_SLVERR)]
+            with m.If((ar[:2] == 0) & (ar < 4 * BLOCK_REGS)):
+                m.d.sync += rresp.eq(RESP_OKAY)            # write-only block registers read as zero
+            for off, value in local.items():
+                with m.If(ar == off):
+                    m.d.sync += [rdata.eq(value), rresp.eq(RESP_OKAY)]
+        with m.If(rvalid & self.s_axil_rready):
+            m.d.sync += rvalid.eq(0)
+
+
+CONTROL_PORTS = ("cfg", "busy", "error", "error_code")
+
+
+class CsrTop(wiring.Component):
+    """Named configuration ``name`` (a decoder or KV encoder of hw/configs.py) with ``AxiLiteCsr`` on its
+    control ports: the block's data streams keep their names and timing, ``cfg`` / ``busy`` / ``error`` /
+    ``error_code`` become the AXI4-Lite slave and ``irq``."""
+
+    def __init__(self, name: str):
+        from .configs import CONFIG_INFO, NAMED_CONFIGS
+        if name not in NAMED_CONFIGS:
+            raise ConfigError(f"unknown configuration {name!r}")
+        info = CONFIG_INFO[name]
+        if info["block"] not in KINDS:
+            raise ConfigError(f"{name} has no register port (block {info['block']!r}): only decoders and KV "
+                              f"encoders take an AXI4-Lite register block")
+        self.name, self.info = name, info
+        self.block = NAMED_CONFIGS[name]()
+        lanes = info["lanes"]
+        self.csr = AxiLiteCsr(KINDS[info["block"]], lanes, info.get("verif_lanes", lanes))
+        members = {k: v for k, v in self.block.signature.members.items() if k not in CONTROL_PORTS}
+        super().__init__({**members, **axil_signature()})
+        for attr in ("lanes", "word", "port_words", "verif_lanes"):
+            if hasattr(self.block, attr):
+                setattr(self, attr, getattr(self.block, attr))
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.block, m.submodules.csr = blk, csr = self.block, self.csr
+        for name in self.signature.members:
+            if name in axil_signature():
+                continue
+            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(blk, name))
+        wiring.connect(m, csr.cfg, blk.cfg)
+        m.d.comb += [csr.busy.eq(blk.busy), csr.error_code.eq(blk.error_code)]
+        for name in axil_signature():
+            ours, theirs = getattr(self, name), getattr(csr, name)
+            if self.signature.members[name].flow == In:
+                m.d.comb += theirs.eq(ours)
+            else:
+                m.d.comb += ours.eq(theirs)
+        return m

@@ -1,0 +1,243 @@
+"""AXI4-Lite register block (hw/csr.py) on a decoder and a KV encoder, in the Amaranth simulator.
+
+A CPU's view: identity registers, a tensor programmed by AXI writes and decoded bit-exactly against golden,
+the next tensor's writes held by the bus (not dropped, not applied early) while the block is busy, DONE /
+ERROR interrupts with write-one-to-clear, CLEAR_ERROR through the forwarded CTRL register, and SLVERR for
+everything outside the map (never forwarded to the block)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from cassandra_rtl.errors import ConfigError
+from cassandra_rtl.golden.codec import encode_tensor
+from cassandra_rtl.golden.config import FORMAT_VERSION, CodecConfig
+from cassandra_rtl.hw.csr import (ID_VALUE, IRQ_DONE, IRQ_ERROR, KINDS, RESP_OKAY, RESP_SLVERR, AxiLiteCsr, Csr,
+                                  CsrTop)
+from cassandra_rtl.hw.decoder import CTRL_CLEAR_ERROR, CTRL_START, Err, Reg
+from cassandra_rtl.hw.simutil import (Stalls, axil_read, axil_write, beat_values, decoder_planes, decoder_program,
+                                      drive_stream, encoder_program, expected_plane_words)
+from hw_helpers import expected, weights
+
+STALL = 0.3
+
+
+def _sim(dut, *testbenches, background=()):
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    for tb in background:
+        sim.add_testbench(tb, background=True)
+    for tb in testbenches:
+        sim.add_testbench(tb)
+    sim.run()
+
+
+async def _program(ctx, dut, writes):
+    """Block-register writes through the bus (register a at byte offset 4 a); every response OKAY."""
+    for addr, data in writes:
+        assert await axil_write(ctx, dut, 4 * addr, data) == RESP_OKAY
+
+
+@pytest.mark.parametrize("name,kind,lanes,full_lanes", [("decoder_c1v2_l4", "decoder_c1v2", 4, 4),
+                                                        ("decoder_c2v2_l8", "decoder_c2", 8, 4),
+                                                        ("encoder_kv_c1_l2", "encoder_kv_c1", 2, 2)])
+def test_identity_registers(name, kind, lanes, full_lanes):
+    dut = CsrTop(name)
+    got = {}
+
+    async def cpu(ctx):
+        for off in (Csr.ID, Csr.VERSION, Csr.BLOCK, Csr.STATUS, Csr.ERROR_CODE, Csr.IRQ_STATUS, Csr.IRQ_ENABLE):
+            got[off] = await axil_read(ctx, dut, off)
+    _sim(dut, cpu)
+    assert all(resp == RESP_OKAY for _, resp in got.values())
+    assert got[Csr.ID][0] == ID_VALUE == int.from_bytes(b"CASS", "big")
+    assert got[Csr.VERSION][0] & 0xFFFF == (FORMAT_VERSION[0] << 8) | FORMAT_VERSION[1]
+    assert got[Csr.BLOCK][0] == KINDS[kind] | (lanes << 8) | (full_lanes << 16)
+    assert [got[o][0] for o in (Csr.STATUS, Csr.ERROR_CODE, Csr.IRQ_STATUS, Csr.IRQ_ENABLE)] == [0, 0, 0, 0]
+
+
+def test_decoder_through_the_bus_two_tensors_and_done_irq():
+    """Tensor 1 (draft) and tensor 2 (full) programmed back to back: tensor 2's writes are issued right after
+    tensor 1's START and must wait on the bus until tensor 1 is done (STATUS shows the held write while
+    busy); both decode exactly under input idles and output backpressure; DONE rises, W1C clears it."""
+    dut = CsrTop("decoder_c1v2_l4")
+    cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5)
+    encs = [encode_tensor(weights(32 * 9 + 5, seed=s), cfg) for s in (1, 2)]
+    fulls = [False, True]
+    beats, seen, irq_log = [], set(), {}
+    state = {"cpu_done": False}
+
+    async def cpu(ctx):
+        assert await axil_write(ctx, dut, Csr.IRQ_ENABLE, IRQ_DONE) == RESP_OKAY
+        regs2 = {}
+        for enc, full in zip(encs, fulls):
+            await _program(ctx, dut, decoder_program(enc, full, state=regs2))
+        # Tensor 2's first write got its response only after tensor 1 was done: tensor 1's DONE is set.
+        irq_log["first"] = (await axil_read(ctx, dut, Csr.IRQ_STATUS))[0]
+        assert await axil_write(ctx, dut, Csr.IRQ_STATUS, IRQ_DONE) == RESP_OKAY
+        while not ctx.get(dut.irq):                          # tensor 2 done
+            await ctx.tick()
+        irq_log["status"] = (await axil_read(ctx, dut, Csr.IRQ_STATUS))[0]
+        assert await axil_write(ctx, dut, Csr.IRQ_STATUS, IRQ_DONE) == RESP_OKAY
+        await ctx.tick()
+        irq_log["after_clear"] = ctx.get(dut.irq)
+        state["cpu_done"] = True
+
+    async def monitor(ctx):                                 # STATUS as the block sees it, every cycle
+        while True:
+            await ctx.tick()
+            seen.add((ctx.get(dut.block.busy), ctx.get(dut.csr.cfg.valid)))
+
+    def feeder(port, seed):
+        async def proc(ctx):
+            for enc, full in zip(encs, fulls):
+                items = decoder_planes(enc, full, getattr(dut, "port_words", None) or dut.word)
+                if port in items:
+                    await drive_stream(ctx, getattr(dut, port), items[port], Stalls(idle=STALL, seed=seed))
+        return proc
+
+    async def sink(ctx):
+        rng, lasts = Stalls(backpressure=STALL, seed=3), 0
+        while not state["cpu_done"]:
+            ready = 0 if rng.stall_now() else 1
+            ctx.set(dut.out.ready, ready)
+            _, _, valid, payload = await ctx.tick().sample(dut.out.valid, dut.out.payload)
+            if valid and ready:
+                beats.append(payload)
+                lasts += int(payload.last)
+
+    ports = ("spec_codes", "spec_signman", "verif_codes", "verif_rest")
+    _sim(dut, cpu, sink, background=[monitor, *[feeder(p, 10 + i) for i, p in enumerate(ports)]])
+    split = [i + 1 for i, b in enumerate(beats) if int(b.last)]
+    assert len(split) == 2
+    for (lo, hi), enc, full in zip([(0, split[0]), (split[0], split[1])], encs, fulls):
+        vals, _ = beat_values(beats[lo:hi], dut.lanes)
+        assert np.array_equal(vals, expected(enc, full))
+    assert (1, 1) in seen                                   # a write held while the block was busy
+    assert irq_log["first"] == IRQ_DONE and irq_log["status"] == IRQ_DONE and not irq_log["after_clear"]
+
+
+def test_error_irq_error_code_and_clear():
+    """START before any book: NO_BOOK; the ERROR interrupt, STATUS / ERROR_CODE show it, CTRL = CLEAR_ERROR
+    through the bus clears the code, W1C clears the interrupt; DONE is not raised by an error."""
+    dut = CsrTop("decoder_c1v2_l4")
+    got = {}
+
+    async def cpu(ctx):
+        assert await axil_write(ctx, dut, Csr.IRQ_ENABLE, IRQ_DONE | IRQ_ERROR) == RESP_OKAY
+        await _program(ctx, dut, [(Reg.NUMEL, 64), (Reg.CTRL, CTRL_START)])
+        for _ in range(4):
+            await ctx.tick()
+        got["irq"] = ctx.get(dut.irq)
+        got["irq_status"] = (await axil_read(ctx, dut, Csr.IRQ_STATUS))[0]
+        got["status"] = (await axil_read(ctx, dut, Csr.STATUS))[0]
+        got["code"] = (await axil_read(ctx, dut, Csr.ERROR_CODE))[0]
+        await _program(ctx, dut, [(Reg.CTRL, CTRL_CLEAR_ERROR)])
+        got["code_after"] = (await axil_read(ctx, dut, Csr.ERROR_CODE))[0]
+        assert await axil_write(ctx, dut, Csr.IRQ_STATUS, IRQ_ERROR) == RESP_OKAY
+        got["irq_after"] = ctx.get(dut.irq)
+        got["irq_status_after"] = (await axil_read(ctx, dut, Csr.IRQ_STATUS))[0]
+    _sim(dut, cpu)
+    assert got["irq"] == 1 and got["irq_status"] == IRQ_ERROR
+    assert got["status"] & 0b10 and got["code"] == 1 << Err.NO_BOOK
+    assert got["code_after"] == 0 and got["irq_after"] == 0 and got["irq_status_after"] == 0
+
+
+def test_outside_the_map_is_slverr_and_never_reaches_the_block():
+    dut = CsrTop("decoder_c1v2_l4")
+    got, forwarded = {}, []
+
+    async def cpu(ctx):
+        got["w"] = [await axil_write(ctx, dut, a, 5, strb) for a, strb in
+                    [(Csr.ID, 0xF), (Csr.STATUS, 0xF), (0x002, 0xF), (4 * Reg.MBITS, 0x3), (0x800, 0xF),
+                     (0xFFC, 0xF)]]
+        got["r"] = [await axil_read(ctx, dut, a) for a in (4 * Reg.MBITS, 0x41C, 0x802, 0xFFC)]
+        got["ok"] = await axil_write(ctx, dut, 4 * Reg.MBITS, 5)        # a good write is forwarded
+
+    async def monitor(ctx):
+        while True:
+            *_, v, r, a, d = await ctx.tick().sample(dut.block.cfg.valid, dut.block.cfg.ready,
+                                                    dut.block.cfg.payload.addr, dut.block.cfg.payload.data)
+            if v and r:
+                forwarded.append((a, d))
+    _sim(dut, cpu, background=[monitor])
+    assert got["w"] == [RESP_SLVERR] * 6
+    assert got["r"] == [(0, RESP_OKAY), (0, RESP_SLVERR), (0, RESP_SLVERR), (0, RESP_SLVERR)]
+    assert got["ok"] == RESP_OKAY and forwarded == [(Reg.MBITS, 5)]
+
+
+def test_encoder_through_the_bus():
+    """encoder_kv_c1_l2: books and config by AXI writes, K/V vectors in, every plane word equals golden;
+    DONE when the last vector is out."""
+    dut = CsrTop("encoder_kv_c1_l2")
+    G, n = 64, 3
+    cfg = CodecConfig(group_size=G, mantissa_bits=3, keep_count=20, kind="kv")
+    bits = weights(n * G, seed=4).reshape(n, G)
+    enc = encode_tensor(bits, cfg)
+    books = (enc.spec_book, enc.verif_book)
+    got = {p: [] for p in ("spec_codes", "spec_signman", "verif_codes", "verif_rest")}
+    state = {}
+
+    async def cpu(ctx):
+        assert await axil_write(ctx, dut, Csr.IRQ_ENABLE, IRQ_DONE) == RESP_OKAY
+        await _program(ctx, dut, encoder_program(enc.config, books))
+        L = dut.lanes
+        beats = [(tuple(int(t) for t in bits[v, b * L:(b + 1) * L]), int(b == G // L - 1))
+                 for v in range(n) for b in range(G // L)]
+        st = Stalls(idle=STALL, seed=2)
+        for lanes, last in beats:
+            while st.idle_now():
+                await ctx.tick()
+            ctx.set(dut.inp.valid, 1)
+            for i, t in enumerate(lanes):
+                ctx.set(dut.inp.payload.lanes[i], t)
+            ctx.set(dut.inp.payload.last, last)
+            await ctx.tick().until(dut.inp.ready)
+            ctx.set(dut.inp.valid, 0)
+        for _ in range(2000):
+            if ctx.get(dut.irq):
+                break
+            await ctx.tick()
+        state["irq"] = ctx.get(dut.irq)
+        for _ in range(8):
+            await ctx.tick()
+
+    def sink(p, seed):
+        async def proc(ctx):
+            port, st = getattr(dut, p), Stalls(backpressure=STALL, seed=seed)
+            while True:
+                rdy = 0 if st.stall_now() else 1
+                ctx.set(port.ready, rdy)
+                *_, v, d, last = await ctx.tick().sample(port.valid, port.payload.data, port.payload.last)
+                if v and rdy:
+                    got[p].append((d, last))
+        return proc
+    _sim(dut, cpu, background=[sink(p, 20 + i) for i, p in enumerate(got)])
+    assert state["irq"] == 1
+    assert got == expected_plane_words(enc, dut.word)
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+@pytest.mark.parametrize("name", ["zero_counter_w64_l8", "no_such_block"])
+def test_csr_top_rejects_blocks_without_registers(name):
+    with pytest.raises(ConfigError):
+        CsrTop(name)
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+@pytest.mark.parametrize("kw", [{"kind": 256, "lanes": 4, "full_lanes": 4}, {"kind": 1, "lanes": -1, "full_lanes": 4},
+                                {"kind": 1, "lanes": 4, "full_lanes": "4"}])
+def test_csr_rejects_bad_parameters(kw):
+    with pytest.raises(ConfigError):
+        AxiLiteCsr(**kw)
+
+
+def test_hardware_doc_lists_the_register_map():
+    """docs/HARDWARE.md 5a shows the map hw/csr.py implements (register_table is its one source)."""
+    from pathlib import Path
+
+    from cassandra_rtl.hw.csr import register_table
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "HARDWARE.md").read_text()
+    for r in register_table():
+        assert f"| `{r['offset']}` | {r['name']} | {r['access']} | {r['meaning']} |" in doc, r["name"]
