@@ -15,6 +15,8 @@ Harnesses
   check: the first cycles write NUMEL 1..8 and START, no reset), deep enough to reach the output side.
 * ``DecoderLiveness(config)`` -- a legal tensor is streamed at full rate with the output always ready:
   no error, every word consumed, values accounted for, and a beat within N cycles.
+* ``CsrProtocol()`` -- the AXI4-Lite register block (hw/csr.py) with every input free: AXI response rules
+  and what reaches the block's ``cfg``.
 
 ``mutant=`` builds a deliberately broken DUT or specification; the runner requires it to FAIL, which
 shows that the property can fail and that the failing states are reachable within the depth.
@@ -572,3 +574,134 @@ class DecoderLiveness(wiring.Component):
         ]
         m.d.comb += Cover(out.valid & out.payload.last & (self.n == LIVENESS_MAX_NUMEL), "cover: a 40-value tensor")
         return m
+
+
+# ------------------------------------------------------------------------------------ AXI4-Lite register block
+
+CSR_BLOCK_BYTES = 0x400             # hw/csr.py: block register a at byte offset 4 a, a < 256
+CSR_ID, CSR_ID_VALUE = 0x400, 0x43415353
+CSR_READABLE = (0x400, 0x404, 0x408, 0x40C, 0x410, 0x414, 0x418)
+CSR_WRITABLE = (0x414, 0x418)       # IRQ_STATUS (W1C), IRQ_ENABLE
+MUTANTS_CSR = ("bhold", "forward", "early")
+
+
+class CsrProtocol(wiring.Component):
+    """AXI4-Lite register block (hw/csr.py ``AxiLiteCsr``) with every input free; the master obeys the AXI
+    rules (AW / W / AR valid held until ready with stable address and data, assumed). Asserted:
+
+    * responses: B and R valid held until ready, BRESP / RDATA / RRESP stable meanwhile; no AR taken while
+      a read response waits; AW and W taken together; at most one write outstanding, no B without one;
+    * forwarding: ``cfg`` (the block's write stream) obeys the stream rule; it carries exactly the
+      accepted write's (address / 4, data), once, only for an aligned, fully strobed write below 0x400, and
+      that write's B (OKAY) comes only after ``cfg`` took it; every other write is answered at once, OKAY
+      for IRQ_STATUS / IRQ_ENABLE, SLVERR otherwise;
+    * reads: OKAY exactly for the mapped offsets (block registers read 0), ID reads 0x43415353.
+
+    ``mutant``: "bhold" (BVALID dropped every other cycle while stalled), "forward" (cfg data bit 0
+    inverted), "early" (B shown while the forwarded write still waits) -- each must fail.
+    """
+
+    def __init__(self, mutant: str | None = None):
+        from .csr import AxiLiteCsr
+        if mutant is not None and mutant not in MUTANTS_CSR:
+            raise ConfigError(f"CSR mutant must be one of {', '.join(MUTANTS_CSR)}, got {mutant!r}")
+        self.mutant = mutant
+        self.dut = AxiLiteCsr(kind=1, lanes=4, full_lanes=4)
+        super().__init__(dict(self.dut.signature.members))
+
+    def elaborate(self, platform):
+        m = Module()
+        dut = m.submodules.dut = self.dut
+        p = _Past(m)
+        toggle = Signal(name="mut_toggle")
+        m.d.sync += toggle.eq(~toggle)
+        for name, member in self.signature.members.items():
+            if name == "cfg":
+                continue
+            if member.flow == In:
+                m.d.comb += getattr(dut, name).eq(getattr(self, name))
+            else:
+                m.d.comb += getattr(self, name).eq(getattr(dut, name))
+        m.d.comb += [self.cfg.valid.eq(dut.cfg.valid), self.cfg.payload.eq(dut.cfg.payload),
+                     dut.cfg.ready.eq(self.cfg.ready)]
+        if self.mutant == "bhold":
+            m.d.comb += self.s_axil_bvalid.eq(dut.s_axil_bvalid & ~(toggle & p(self.s_axil_bvalid & ~self.s_axil_bready, "bstall")))
+        if self.mutant == "forward":
+            m.d.comb += self.cfg.payload.data.eq(dut.cfg.payload.data ^ 1)
+        if self.mutant == "early":
+            m.d.comb += self.s_axil_bvalid.eq(dut.s_axil_bvalid | dut.cfg.valid)
+        self._master_rules(m, p)
+        self._responses(m, p)
+        self._forwarding(m)
+        self._reads(m)
+        return m
+
+    def _hold(self, m, p, valid, ready, values, name, kind):
+        """``valid`` held until ``ready`` with ``values`` stable (an AXI channel's rule)."""
+        stall = p(valid & ~ready, f"{name}_stall")
+        same = Const(1, 1)
+        for i, v in enumerate(values):
+            same = same & (v == p(v, f"{name}_v{i}"))
+        m.d.comb += kind(~stall | p.rst | (valid & same), f"{name}: valid held until ready, payload stable")
+
+    def _master_rules(self, m, p):
+        s = self
+        self._hold(m, p, s.s_axil_awvalid, s.s_axil_awready, [s.s_axil_awaddr], "aw", Assume)
+        self._hold(m, p, s.s_axil_wvalid, s.s_axil_wready, [s.s_axil_wdata, s.s_axil_wstrb], "w", Assume)
+        self._hold(m, p, s.s_axil_arvalid, s.s_axil_arready, [s.s_axil_araddr], "ar", Assume)
+
+    def _responses(self, m, p):
+        s = self
+        self._hold(m, p, s.s_axil_bvalid, s.s_axil_bready, [s.s_axil_bresp], "b", Assert)
+        self._hold(m, p, s.s_axil_rvalid, s.s_axil_rready, [s.s_axil_rdata, s.s_axil_rresp], "r", Assert)
+        _stream_rule(m, p, s.cfg, "cfg", Assert)
+        m.d.comb += [Assert(s.s_axil_awready == s.s_axil_wready, "AW and W are taken together"),
+                     Assert(~(s.s_axil_arready & s.s_axil_rvalid), "no read taken while a response waits")]
+
+    def _forwarding(self, m):
+        s = self
+        aw_take = s.s_axil_awvalid & s.s_axil_awready
+        b_take = s.s_axil_bvalid & s.s_axil_bready
+        cfg_take = s.cfg.valid & s.cfg.ready
+        outstanding = Signal(name="wr_outstanding")        # a write taken, its B not yet taken
+        addr_l, data_l, strb_l = Signal(12, name="aw_addr_l"), Signal(32, name="w_data_l"), Signal(4, name="w_strb_l")
+        forwarded = Signal(name="wr_forwarded")             # cfg took the outstanding write
+        with m.If(aw_take):
+            m.d.sync += [outstanding.eq(1), addr_l.eq(s.s_axil_awaddr), data_l.eq(s.s_axil_wdata),
+                         strb_l.eq(s.s_axil_wstrb), forwarded.eq(0)]
+        with m.Elif(b_take):
+            m.d.sync += outstanding.eq(0)
+        with m.If(cfg_take):
+            m.d.sync += forwarded.eq(1)
+        whole = (addr_l[:2] == 0) & (strb_l == 0xF)
+        to_block = whole & (addr_l < CSR_BLOCK_BYTES)
+        local_ok = Const(0, 1)
+        for off in CSR_WRITABLE:
+            local_ok = local_ok | (whole & (addr_l == off))
+        rst = ResetSignal()
+        m.d.comb += [
+            Assert(rst | ~(aw_take & outstanding & ~b_take), "at most one write outstanding"),
+            Assert(rst | ~s.s_axil_bvalid | outstanding, "no B response without a write"),
+            Assert(rst | ~s.cfg.valid | (outstanding & to_block & ~forwarded), "cfg only for an accepted block write, once"),
+            Assert(rst | ~s.cfg.valid | ((s.cfg.payload.addr == addr_l[2:10]) & (s.cfg.payload.data == data_l)),
+                   "cfg carries the accepted write's register and data"),
+            Assert(rst | ~s.s_axil_bvalid | ~to_block | forwarded, "a block write's B only after cfg took it"),
+            Assert(rst | ~s.s_axil_bvalid | (s.s_axil_bresp == Mux(to_block | local_ok, 0, 2)),
+                   "BRESP: OKAY for block / IRQ registers, SLVERR otherwise"),
+        ]
+
+    def _reads(self, m):
+        s = self
+        ar_l = Signal(12, name="ar_addr_l")
+        with m.If(s.s_axil_arvalid & s.s_axil_arready):
+            m.d.sync += ar_l.eq(s.s_axil_araddr)
+        mapped = (ar_l[:2] == 0) & (ar_l < CSR_BLOCK_BYTES)
+        for off in CSR_READABLE:
+            mapped = mapped | (ar_l == off)
+        rst = ResetSignal()
+        m.d.comb += [
+            Assert(rst | ~s.s_axil_rvalid | (s.s_axil_rresp == Mux(mapped, 0, 2)), "RRESP: OKAY exactly on the map"),
+            Assert(rst | ~s.s_axil_rvalid | (ar_l != CSR_ID) | (s.s_axil_rdata == CSR_ID_VALUE), "ID reads CASS"),
+            Assert(rst | ~s.s_axil_rvalid | ~(mapped & (ar_l < CSR_BLOCK_BYTES)) | (s.s_axil_rdata == 0),
+                   "block registers read 0"),
+        ]

@@ -54,6 +54,14 @@ def test_decoder_liveness(tools, tmp_path, name):
     assert r["ok"], r
 
 
+@pytest.mark.parametrize("name", ["csr_axil_protocol", "csr_axil_protocol_mutant_bhold",
+                                  "csr_axil_protocol_mutant_forward", "csr_axil_protocol_mutant_early"])
+def test_csr_protocol(tools, tmp_path, name):
+    """The AXI4-Lite register block's protocol (BMC 16, a few seconds) and its three mutants."""
+    r = _run(tools, tmp_path, name)
+    assert r["ok"], r
+
+
 COVER_MSGS = ("cover: an output beat", "cover: a beat held under backpressure", "cover: a tensor's last beat")
 
 
