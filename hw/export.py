@@ -17,7 +17,8 @@ signature as ports.json (see ``axis_map``); it adds no logic beyond the reset in
 
 ``--axil`` also writes, for every decoder and KV encoder, ``<name>_csr.v`` (module ``<name>_csr``: the block
 with the AXI4-Lite register block of hw/csr.py on its control ports, ``s_axil_*`` and ``irq``) and
-``<name>_csr_axis.v`` (module ``<name>_csr_axis``: the same under AXI4-Stream names, the integrator's top).
+``<name>_csr_axis.v`` (module ``<name>_csr_axis``: the same under AXI4-Stream names, the integrator's top),
+and ``cassandra_csr.h`` (the register map, block registers, CTRL / status / interrupt / error bits for C).
 """
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ from amaranth.lib import data, wiring
 from ..errors import ToolMissingError
 from .configs import CONFIG_INFO, NAMED_CONFIGS
 from .csr import KINDS as CSR_KINDS
-from .csr import CsrTop, register_table as csr_register_table
+from .csr import CsrTop
+from .csr import c_header as csr_c_header
+from .csr import register_table as csr_register_table
 
 HERE = Path(__file__).resolve().parent
 WAIVERS = HERE / "lint_waivers.vlt"
@@ -401,6 +404,8 @@ def export(out: Path, only: list[str] | None = None, run_lint: bool = False, qui
                                    "axis": axis_map(top), "registers": csr_register_table()}
             wrappers += [cname, f"{cname}_axis"]
             deps.update({out / f"{cname}.v": [], out / f"{cname}_axis.v": [out / f"{cname}.v"]})
+    if axil:
+        (out / "cassandra_csr.h").write_text(csr_c_header())
     (out / "ports.json").write_text(json.dumps(tables, indent=1))
     (out / "ports.md").write_text(_markdown(tables))
     shutil.copy(WAIVERS, out / WAIVERS.name)

@@ -13,8 +13,8 @@ from amaranth.sim import Simulator
 from cassandra_rtl.errors import ConfigError
 from cassandra_rtl.golden.codec import encode_tensor
 from cassandra_rtl.golden.config import FORMAT_VERSION, CodecConfig
-from cassandra_rtl.hw.csr import (ID_VALUE, IRQ_DONE, IRQ_ERROR, KINDS, RESP_OKAY, RESP_SLVERR, AxiLiteCsr, Csr,
-                                  CsrTop)
+from cassandra_rtl.hw.csr import (ID_VALUE, IRQ_DONE, IRQ_ERROR, KINDS, RESP_OKAY, RESP_SLVERR, STATUS_ERROR,
+                                  AxiLiteCsr, Csr, CsrTop)
 from cassandra_rtl.hw.decoder import CTRL_CLEAR_ERROR, CTRL_START, Err, Reg
 from cassandra_rtl.hw.simutil import (Stalls, axil_read, axil_write, beat_values, decoder_planes, decoder_program,
                                       drive_stream, encoder_program, expected_plane_words)
@@ -140,7 +140,7 @@ def test_error_irq_error_code_and_clear():
         got["irq_status_after"] = (await axil_read(ctx, dut, Csr.IRQ_STATUS))[0]
     _sim(dut, cpu)
     assert got["irq"] == 1 and got["irq_status"] == IRQ_ERROR
-    assert got["status"] & 0b10 and got["code"] == 1 << Err.NO_BOOK
+    assert got["status"] == STATUS_ERROR and got["code"] == 1 << Err.NO_BOOK    # not busy, no write held
     assert got["code_after"] == 0 and got["irq_after"] == 0 and got["irq_status_after"] == 0
 
 
@@ -241,3 +241,32 @@ def test_hardware_doc_lists_the_register_map():
     doc = (Path(__file__).resolve().parents[1] / "docs" / "HARDWARE.md").read_text()
     for r in register_table():
         assert f"| `{r['offset']}` | {r['name']} | {r['access']} | {r['meaning']} |" in doc, r["name"]
+
+
+def test_c_header_compiles_and_agrees(tmp_path):
+    """cassandra_csr.h (hw/csr.py c_header, written by hw.export --axil) compiles with -Wall -Werror and its
+    values are the ones the RTL is built from (the Python constants, printed by a C program)."""
+    import shutil
+    import subprocess
+
+    from cassandra_rtl.hw.csr import STATUS_BUSY, STATUS_WRITE_PENDING, c_header
+    from cassandra_rtl.hw.encoder import FRAME_ERR
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "cassandra_csr.h").write_text(c_header())
+    want = {"CASS_CSR_ID": Csr.ID, "CASS_CSR_STATUS": Csr.STATUS, "CASS_CSR_IRQ_ENABLE": Csr.IRQ_ENABLE,
+            "CASS_ID_VALUE": ID_VALUE, "CASS_FORMAT_MAJOR": FORMAT_VERSION[0], "CASS_FORMAT_MINOR": FORMAT_VERSION[1],
+            "CASS_KIND_DECODER_C2": KINDS["decoder_c2"], "CASS_STATUS_BUSY": STATUS_BUSY,
+            "CASS_STATUS_ERROR": STATUS_ERROR, "CASS_STATUS_WRITE_PENDING": STATUS_WRITE_PENDING,
+            "CASS_IRQ_ERROR": IRQ_ERROR, "CASS_REG_NUMEL": int(Reg.NUMEL), "CASS_REG_VERIF_SYM": int(Reg.VERIF_SYM),
+            "CASS_CTRL_CLEAR_ERROR": CTRL_CLEAR_ERROR, "CASS_ERR_NO_BOOK": 1 << Err.NO_BOOK,
+            "CASS_ERR_FRAME": 1 << FRAME_ERR, "CASS_BLOCK_REG(CASS_REG_MBITS)": 4 * int(Reg.MBITS)}
+    body = "\n".join(f'  printf("%u\\n", (unsigned)({k}));' for k in want)
+    (tmp_path / "t.c").write_text(f'#include <stdio.h>\n#include "cassandra_csr.h"\n'
+                                  f'#include "cassandra_csr.h"\nint main(void) {{\n{body}\n  return 0;\n}}\n')
+    build = subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-o", "t", "t.c"], cwd=tmp_path,
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run(["./t"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert [int(x) for x in run.stdout.split()] == list(want.values())
