@@ -6,12 +6,17 @@ bridge, and ``CsrTop(name)`` is a named configuration with it attached (the bloc
 its control ports replaced by an AXI4-Lite slave and one interrupt line). The byte map of its 32-bit
 registers is ``REGISTER_MAP`` below (also in docs/HARDWARE.md 5a and the export's ports.md).
 
-A write is taken when AW and W are both valid and no write is outstanding; a block-register write then waits
-in one register until the block's ``cfg`` takes it (``cfg.ready`` is low while the block is busy), and the B
-response comes after that, so a CPU that programs the next tensor while the current one decodes is held by
-the bus, not dropped. SLVERR, with nothing forwarded: a write to a read-only or unmapped offset, an
-unaligned address, or a strobe other than 0xF. Reads: SLVERR (data 0) outside the map. One read and one write
-may be in flight at once; responses are registered.
+Bus behaviour. AW, W and AR each land in a register (ready = that register is empty and no write, resp.
+read, is in flight), so no ready depends combinationally on a valid and AW / W may come in either order;
+one write and one read are handled at a time, in order. A write is executed once its AW and W are both in:
+a block-register write is forwarded to ``cfg`` if the block can take it now (``cfg.ready``; B after the
+block took it, the next cycle) and answered **SLVERR and dropped if not** — a decoder with a tensor in
+flight, an encoder with vectors in flight — so the bus is never held for the length of a decode (the CPU
+programs after DONE, or polls STATUS.busy; a sequencer that must program ahead at one write per cycle
+drives the bare block's ``cfg`` stream instead). While the block's error is set only CTRL = CLEAR_ERROR is
+forwarded (any other block write, a START included, would be ignored or drained by the block: SLVERR makes
+that visible). SLVERR too, nothing forwarded: read-only or unmapped offsets, unaligned addresses, strobes
+other than 0xF (a zero strobe included). Reads: SLVERR with data 0 outside the map.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..errors import ConfigError
 from ..golden.config import FORMAT_VERSION
-from .decoder import CFG_ADDR_BITS, CFG_DATA_BITS, ERROR_BITS, cfg_layout
+from .decoder import CFG_ADDR_BITS, CFG_DATA_BITS, CTRL_CLEAR_ERROR, ERROR_BITS, cfg_layout
 
 ADDR_BITS = 12                     # a 4 KiB page
 BLOCK_REGS = 1 << CFG_ADDR_BITS    # the block's register indexes: byte offsets 0x000 .. 0x3FC
@@ -43,14 +48,15 @@ ID_VALUE = 0x43415353              # "CASS"
 
 REGISTER_MAP = [   # (offset, name, access, meaning): the one source of the map's documentation
     ("0x000 + 4a", "block register a (0 <= a < 256)", "W",
-     "forwarded to the block's `cfg` as (a, data), held until it takes it; reads return 0"),
+     "forwarded to the block's `cfg` as (a, data) when it can take it, else SLVERR (busy; while error: all but "
+     "CTRL = CLEAR_ERROR); reads return 0"),
     (f"{Csr.ID:#05x}", "ID", "R", f"{ID_VALUE:#010x} (\"CASS\")"),
     (f"{Csr.VERSION:#05x}", "VERSION", "R",
      "[15:8] format major, [7:0] format minor (golden.config.FORMAT_VERSION), [23:16] register map version"),
     (f"{Csr.BLOCK:#05x}", "BLOCK", "R",
      "[7:0] kind (1 C1 decoder, 2 C2 decoder, 3 C1 KV encoder, 4 C2 KV encoder), [15:8] lanes, "
      "[23:16] full-mode lanes"),
-    (f"{Csr.STATUS:#05x}", "STATUS", "R", "[0] busy, [1] error, [2] a block-register write waits for `cfg.ready`"),
+    (f"{Csr.STATUS:#05x}", "STATUS", "R", "[0] busy, [1] error, [2] a block-register write is being offered to the block"),
     (f"{Csr.ERROR_CODE:#05x}", "ERROR_CODE", "R",
      "the block's sticky error bits (cleared by writing CTRL = CLEAR_ERROR at offset 0x000)"),
     (f"{Csr.IRQ_STATUS:#05x}", "IRQ_STATUS", "R / W1C", "[0] DONE (busy fell with no error), [1] ERROR (error rose)"),
@@ -114,54 +120,67 @@ class AxiLiteCsr(wiring.Component):
         return Cat(busy_q & ~self.busy & ~err_now, err_now & ~err_q)
 
     def _write_channel(self, m, irq_status, irq_enable):
-        aw, w = self.s_axil_awaddr, self.s_axil_wdata
-        pend = Signal(name="wr_pend")                      # a block write waiting for cfg.ready
-        pend_addr = Signal(CFG_ADDR_BITS, name="wr_pend_addr")
-        pend_data = Signal(CFG_DATA_BITS, name="wr_pend_data")
+        # AW and W registers (each channel's ready = its register empty and no write in flight)
+        aw_full, aw = Signal(name="aw_full"), Signal(ADDR_BITS, name="aw_addr")
+        w_full, w, strb = Signal(name="w_full"), Signal(CFG_DATA_BITS, name="w_data"), Signal(4, name="w_strb")
+        pend = Signal(name="wr_pend")                      # a block write offered on cfg
         bvalid, bresp = Signal(name="bvalid"), Signal(2, name="bresp")
-        take = Signal(name="wr_take")
-        m.d.comb += [take.eq(self.s_axil_awvalid & self.s_axil_wvalid & ~pend & ~bvalid),
-                     self.s_axil_awready.eq(take), self.s_axil_wready.eq(take),
+        busy_wr = Signal(name="wr_in_flight")             # a write is executing or its B waits
+        m.d.comb += [busy_wr.eq(pend | bvalid),
+                     self.s_axil_awready.eq(~aw_full & ~busy_wr), self.s_axil_wready.eq(~w_full & ~busy_wr),
                      self.s_axil_bvalid.eq(bvalid), self.s_axil_bresp.eq(bresp),
-                     self.cfg.valid.eq(pend), self.cfg.payload.addr.eq(pend_addr),
-                     self.cfg.payload.data.eq(pend_data)]
-        whole = Signal(name="wr_whole")                    # aligned, every byte strobed
-        m.d.comb += whole.eq((aw[:2] == 0) & (self.s_axil_wstrb == 0xF))
+                     self.cfg.valid.eq(pend), self.cfg.payload.addr.eq(aw[2:]), self.cfg.payload.data.eq(w)]
+        with m.If(self.s_axil_awvalid & self.s_axil_awready):
+            m.d.sync += [aw_full.eq(1), aw.eq(self.s_axil_awaddr)]
+        with m.If(self.s_axil_wvalid & self.s_axil_wready):
+            m.d.sync += [w_full.eq(1), w.eq(self.s_axil_wdata), strb.eq(self.s_axil_wstrb)]
+        # execute: both halves in, nothing in flight (aw / w stay in their registers while cfg is offered)
+        execute, whole, to_block, allowed = (Signal(name=n) for n in ("wr_execute", "wr_whole", "wr_to_block",
+                                                                      "wr_allowed"))
+        err = self.error_code.any()
+        m.d.comb += [execute.eq(aw_full & w_full & ~busy_wr),
+                     whole.eq((aw[:2] == 0) & (strb == 0xF)),
+                     to_block.eq(whole & (aw < 4 * BLOCK_REGS)),
+                     # while the block's error is set it only takes CLEAR_ERROR (it drains or ignores the rest)
+                     allowed.eq(self.cfg.ready & (~err | ((aw[2:] == 0) & (w == CTRL_CLEAR_ERROR))))]
         clear_irq = Signal(2, name="irq_w1c")
-        with m.If(take):
-            with m.If(whole & (aw < 4 * BLOCK_REGS)):
-                m.d.sync += [pend.eq(1), pend_addr.eq(aw[2:]), pend_data.eq(w)]
-            with m.Elif(whole & (aw == Csr.IRQ_STATUS)):
-                m.d.comb += clear_irq.eq(w[:2])
-                m.d.sync += [bvalid.eq(1), bresp.eq(RESP_OKAY)]
-            with m.Elif(whole & (aw == Csr.IRQ_ENABLE)):
-                m.d.sync += [irq_enable.eq(w[:2]), bvalid.eq(1), bresp.eq(RESP_OKAY)]
+        with m.If(execute):
+            with m.If(to_block & allowed):
+                m.d.sync += pend.eq(1)
             with m.Else():
-                m.d.sync += [bvalid.eq(1), bresp.eq(RESP_SLVERR)]
+                m.d.sync += [aw_full.eq(0), w_full.eq(0), bvalid.eq(1), bresp.eq(RESP_SLVERR)]
+                with m.If(whole & (aw == Csr.IRQ_STATUS)):
+                    m.d.comb += clear_irq.eq(w[:2])
+                    m.d.sync += bresp.eq(RESP_OKAY)
+                with m.If(whole & (aw == Csr.IRQ_ENABLE)):
+                    m.d.sync += [irq_enable.eq(w[:2]), bresp.eq(RESP_OKAY)]
         with m.If(self.cfg.valid & self.cfg.ready):
-            m.d.sync += [pend.eq(0), bvalid.eq(1), bresp.eq(RESP_OKAY)]
+            m.d.sync += [pend.eq(0), aw_full.eq(0), w_full.eq(0), bvalid.eq(1), bresp.eq(RESP_OKAY)]
         with m.If(bvalid & self.s_axil_bready):
             m.d.sync += bvalid.eq(0)
         m.d.sync += irq_status.eq((irq_status & ~clear_irq) | self._events(m))   # a new event beats its clear
 
     def _read_channel(self, m, irq_status, irq_enable):
-        ar = self.s_axil_araddr
+        # AR register; the response the cycle after (RDATA / RRESP registered), one read at a time
+        ar_full, ar = Signal(name="ar_full"), Signal(ADDR_BITS, name="ar_addr")
         rvalid = Signal(name="rvalid")
         rdata, rresp = Signal(CFG_DATA_BITS, name="rdata"), Signal(2, name="rresp")
-        m.d.comb += [self.s_axil_arready.eq(~rvalid), self.s_axil_rvalid.eq(rvalid),
+        m.d.comb += [self.s_axil_arready.eq(~ar_full & ~rvalid), self.s_axil_rvalid.eq(rvalid),
                      self.s_axil_rdata.eq(rdata), self.s_axil_rresp.eq(rresp)]
+        with m.If(self.s_axil_arvalid & self.s_axil_arready):
+            m.d.sync += [ar_full.eq(1), ar.eq(self.s_axil_araddr)]
         major, minor = FORMAT_VERSION
         local = {
             Csr.ID: Const(ID_VALUE, 32),
             Csr.VERSION: Const(minor | (major << 8) | (MAP_VERSION << 16), 32),
             Csr.BLOCK: Const(self.kind | (self.lanes << 8) | (self.full_lanes << 16), 32),
-            Csr.STATUS: Cat(self.busy, self.error_code.any(), self.cfg.valid),
+            Csr.STATUS: Cat(self.busy, self.error_code.any(), self.cfg.valid),     # STATUS_* bits
             Csr.ERROR_CODE: self.error_code,
             Csr.IRQ_STATUS: irq_status,
             Csr.IRQ_ENABLE: irq_enable,
         }
-        with m.If(self.s_axil_arvalid & ~rvalid):
-            m.d.sync += [rvalid.eq(1), rdata.eq(0), rresp.eq(RESP_SLVERR)]
+        with m.If(ar_full):
+            m.d.sync += [ar_full.eq(0), rvalid.eq(1), rdata.eq(0), rresp.eq(RESP_SLVERR)]
             with m.If((ar[:2] == 0) & (ar < 4 * BLOCK_REGS)):
                 m.d.sync += rresp.eq(RESP_OKAY)            # write-only block registers read as zero
             for off, value in local.items():

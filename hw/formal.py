@@ -292,13 +292,17 @@ def properties(quick: bool, configs=DEFAULT_DECODERS, depth_scale: float = 1.0, 
                           lambda c=cfg, n=n: fp.DecoderLiveness(build_decoder(c), first=n, mutant="bound"),
                           "bmc", 10 + n - 3, f"{cfg}: the bound {n - 1} instead of {n} must fail ({n} is exact)",
                           expect="FAIL"))
-    # The AXI4-Lite register block (hw/csr.py): BMC from reset (k-induction is UNKNOWN: the harness's copy of
-    # the accepted write is not tied to the block's held write in an arbitrary start state, and a stalled cfg
-    # can hold it for ever), 16 cycles = several transactions with stalls; each mutant fails within 6.
-    props.append(Prop("csr_axil_protocol", lambda: fp.CsrProtocol(), "bmc", 16,
-                      "AXI4-Lite register block: AXI response rules, one write outstanding, cfg carries exactly "
-                      "the accepted block writes and their B follows it, BRESP / RRESP by the map (inputs free)",
-                      timeout=1200))
+    # The AXI4-Lite register block (hw/csr.py): BMC from reset, 24 cycles = several transactions with stalls
+    # (k-induction is UNKNOWN: the harness's copies of the write in flight are not tied to the block's
+    # registers in an arbitrary start state); a cover run shows that forwarded and refused block writes, an ID
+    # read and an IRQ_ENABLE write are reached at that depth; each mutant fails within 6.
+    props.append(Prop("csr_axil_protocol", lambda: fp.CsrProtocol(), "bmc", 24,
+                      "AXI4-Lite register block: AXI response rules, one write / read in flight, an idle slave "
+                      "ready, bounded responses, cfg carries exactly the accepted block writes (B OKAY exactly when "
+                      "taken, SLVERR only when the block could not take it), BRESP / RRESP by the map, IRQ_ENABLE "
+                      "read-back (inputs free)", timeout=1200))
+    props.append(Prop("csr_axil_protocol_cover", lambda: fp.CsrProtocol(covers=True), "cover", 24,
+                      "AXI4-Lite register block reaches: " + "; ".join(fp.COVERS_CSR), timeout=600))
     for mut in fp.MUTANTS_CSR:
         props.append(Prop(f"csr_axil_protocol_mutant_{mut}", lambda mut=mut: fp.CsrProtocol(mut), "bmc", 6,
                           f"AXI4-Lite register block, mutant '{mut}': must fail", expect="FAIL", timeout=600))

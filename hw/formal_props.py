@@ -580,32 +580,40 @@ class DecoderLiveness(wiring.Component):
 
 CSR_BLOCK_BYTES = 0x400             # hw/csr.py: block register a at byte offset 4 a, a < 256
 CSR_ID, CSR_ID_VALUE = 0x400, 0x43415353
+CSR_IRQ_ENABLE = 0x418
 CSR_READABLE = (0x400, 0x404, 0x408, 0x40C, 0x410, 0x414, 0x418)
 CSR_WRITABLE = (0x414, 0x418)       # IRQ_STATUS (W1C), IRQ_ENABLE
-MUTANTS_CSR = ("bhold", "forward", "early")
+CSR_CLEAR_ERROR = 2                 # CTRL bit 1 (docs/HARDWARE.md section 2)
+MUTANTS_CSR = ("bhold", "forward", "early", "stuck")
+COVERS_CSR = ("a block write taken by the block", "a block write refused", "an ID read", "an IRQ_ENABLE write")
 
 
 class CsrProtocol(wiring.Component):
-    """AXI4-Lite register block (hw/csr.py ``AxiLiteCsr``) with every input free; the master obeys the AXI
-    rules (AW / W / AR valid held until ready with stable address and data, assumed). Asserted:
+    """AXI4-Lite register block (hw/csr.py ``AxiLiteCsr``) with every input free (the block's ``cfg.ready``,
+    ``busy`` and ``error_code`` too); the master obeys the AXI rules (AW / W / AR valid held until ready with
+    stable address and data, assumed). Asserted, every cycle:
 
-    * responses: B and R valid held until ready, BRESP / RDATA / RRESP stable meanwhile; no AR taken while
-      a read response waits; AW and W taken together; at most one write outstanding, no B without one;
-    * forwarding: ``cfg`` (the block's write stream) obeys the stream rule; it carries exactly the
-      accepted write's (address / 4, data), once, only for an aligned, fully strobed write below 0x400, and
-      that write's B (OKAY) comes only after ``cfg`` took it; every other write is answered at once, OKAY
-      for IRQ_STATUS / IRQ_ENABLE, SLVERR otherwise;
-    * reads: OKAY exactly for the mapped offsets (block registers read 0), ID reads 0x43415353.
+    * handshakes: B and R valid held until ready with BRESP / RDATA / RRESP stable; one write and one read in
+      flight (no second AW / W / AR before the response is taken); no B without both halves of a write, no R
+      without an AR; an idle slave is ready (AW, W, AR); a write whose halves are in and which is not offered
+      to the block is answered within 2 cycles, a read within 2;
+    * forwarding: ``cfg`` obeys the stream rule and carries exactly the write's (address / 4, data), once,
+      only for an aligned, fully strobed write below 0x400; such a write's B is OKAY exactly when the block
+      took it, and a refusal (SLVERR) only after the block was seen not ready, or in error with the write not
+      CTRL = CLEAR_ERROR; every other write answers OKAY for IRQ_STATUS / IRQ_ENABLE, SLVERR otherwise;
+    * reads: OKAY exactly on the map, ID reads 0x43415353, block registers read 0, IRQ_ENABLE reads back the
+      last value written to it; ``irq`` only while some interrupt is enabled.
 
     ``mutant``: "bhold" (BVALID dropped every other cycle while stalled), "forward" (cfg data bit 0
-    inverted), "early" (B shown while the forwarded write still waits) -- each must fail.
+    inverted), "early" (B shown while the block write is still offered), "stuck" (AWREADY held low) -- each
+    must fail. ``covers=True``: Cover statements instead (COVERS_CSR), so the passing run is not vacuous.
     """
 
-    def __init__(self, mutant: str | None = None):
+    def __init__(self, mutant: str | None = None, covers: bool = False):
         from .csr import AxiLiteCsr
         if mutant is not None and mutant not in MUTANTS_CSR:
             raise ConfigError(f"CSR mutant must be one of {', '.join(MUTANTS_CSR)}, got {mutant!r}")
-        self.mutant = mutant
+        self.mutant, self.covers = mutant, covers
         self.dut = AxiLiteCsr(kind=1, lanes=4, full_lanes=4)
         super().__init__(dict(self.dut.signature.members))
 
@@ -625,18 +633,29 @@ class CsrProtocol(wiring.Component):
         m.d.comb += [self.cfg.valid.eq(dut.cfg.valid), self.cfg.payload.eq(dut.cfg.payload),
                      dut.cfg.ready.eq(self.cfg.ready)]
         if self.mutant == "bhold":
-            m.d.comb += self.s_axil_bvalid.eq(dut.s_axil_bvalid & ~(toggle & p(self.s_axil_bvalid & ~self.s_axil_bready, "bstall")))
+            stalled = p(self.s_axil_bvalid & ~self.s_axil_bready, "bstall")
+            m.d.comb += self.s_axil_bvalid.eq(dut.s_axil_bvalid & ~(toggle & stalled))
         if self.mutant == "forward":
             m.d.comb += self.cfg.payload.data.eq(dut.cfg.payload.data ^ 1)
         if self.mutant == "early":
             m.d.comb += self.s_axil_bvalid.eq(dut.s_axil_bvalid | dut.cfg.valid)
-        self._master_rules(m, p)
-        self._responses(m, p)
-        self._forwarding(m)
-        self._reads(m)
+        if self.mutant == "stuck":
+            m.d.comb += self.s_axil_awready.eq(0)
+            m.d.comb += dut.s_axil_awvalid.eq(0)
+        self._hold(m, p, self.s_axil_awvalid, self.s_axil_awready, [self.s_axil_awaddr], "aw", Assume)
+        self._hold(m, p, self.s_axil_wvalid, self.s_axil_wready, [self.s_axil_wdata, self.s_axil_wstrb], "w", Assume)
+        self._hold(m, p, self.s_axil_arvalid, self.s_axil_arready, [self.s_axil_araddr], "ar", Assume)
+        kind = Cover if self.covers else Assert
+        if not self.covers:
+            self._hold(m, p, self.s_axil_bvalid, self.s_axil_bready, [self.s_axil_bresp], "b", Assert)
+            self._hold(m, p, self.s_axil_rvalid, self.s_axil_rready, [self.s_axil_rdata, self.s_axil_rresp], "r", Assert)
+            _stream_rule(m, p, self.cfg, "cfg", Assert)
+        self._writes(m, kind)
+        self._reads(m, kind)
         return m
 
-    def _hold(self, m, p, valid, ready, values, name, kind):
+    @staticmethod
+    def _hold(m, p, valid, ready, values, name, kind):
         """``valid`` held until ``ready`` with ``values`` stable (an AXI channel's rule)."""
         stall = p(valid & ~ready, f"{name}_stall")
         same = Const(1, 1)
@@ -644,64 +663,100 @@ class CsrProtocol(wiring.Component):
             same = same & (v == p(v, f"{name}_v{i}"))
         m.d.comb += kind(~stall | p.rst | (valid & same), f"{name}: valid held until ready, payload stable")
 
-    def _master_rules(self, m, p):
-        s = self
-        self._hold(m, p, s.s_axil_awvalid, s.s_axil_awready, [s.s_axil_awaddr], "aw", Assume)
-        self._hold(m, p, s.s_axil_wvalid, s.s_axil_wready, [s.s_axil_wdata, s.s_axil_wstrb], "w", Assume)
-        self._hold(m, p, s.s_axil_arvalid, s.s_axil_arready, [s.s_axil_araddr], "ar", Assume)
-
-    def _responses(self, m, p):
-        s = self
-        self._hold(m, p, s.s_axil_bvalid, s.s_axil_bready, [s.s_axil_bresp], "b", Assert)
-        self._hold(m, p, s.s_axil_rvalid, s.s_axil_rready, [s.s_axil_rdata, s.s_axil_rresp], "r", Assert)
-        _stream_rule(m, p, s.cfg, "cfg", Assert)
-        m.d.comb += [Assert(s.s_axil_awready == s.s_axil_wready, "AW and W are taken together"),
-                     Assert(~(s.s_axil_arready & s.s_axil_rvalid), "no read taken while a response waits")]
-
-    def _forwarding(self, m):
-        s = self
-        aw_take = s.s_axil_awvalid & s.s_axil_awready
-        b_take = s.s_axil_bvalid & s.s_axil_bready
-        cfg_take = s.cfg.valid & s.cfg.ready
-        outstanding = Signal(name="wr_outstanding")        # a write taken, its B not yet taken
-        addr_l, data_l, strb_l = Signal(12, name="aw_addr_l"), Signal(32, name="w_data_l"), Signal(4, name="w_strb_l")
-        forwarded = Signal(name="wr_forwarded")             # cfg took the outstanding write
-        with m.If(aw_take):
-            m.d.sync += [outstanding.eq(1), addr_l.eq(s.s_axil_awaddr), data_l.eq(s.s_axil_wdata),
-                         strb_l.eq(s.s_axil_wstrb), forwarded.eq(0)]
-        with m.Elif(b_take):
-            m.d.sync += outstanding.eq(0)
-        with m.If(cfg_take):
-            m.d.sync += forwarded.eq(1)
-        whole = (addr_l[:2] == 0) & (strb_l == 0xF)
-        to_block = whole & (addr_l < CSR_BLOCK_BYTES)
+    def _writes(self, m, kind):
+        s, rst = self, ResetSignal()
+        aw_take, w_take = s.s_axil_awvalid & s.s_axil_awready, s.s_axil_wvalid & s.s_axil_wready
+        b_take, cfg_take = s.s_axil_bvalid & s.s_axil_bready, s.cfg.valid & s.cfg.ready
+        aw_in, w_in = Signal(name="aw_in"), Signal(name="w_in")      # taken since the last B
+        addr, wdata, strb = Signal(12, name="wr_addr"), Signal(32, name="wr_data"), Signal(4, name="wr_strb")
+        forwarded, could_refuse = Signal(name="wr_forwarded"), Signal(name="wr_could_refuse")
+        irq_en = Signal(2, name="irq_enable_shadow")
+        waited = Signal(2, name="wr_waited")                         # cycles answered by neither B nor cfg
+        whole = (addr[:2] == 0) & (strb == 0xF)
+        to_block = whole & (addr < CSR_BLOCK_BYTES)
         local_ok = Const(0, 1)
         for off in CSR_WRITABLE:
-            local_ok = local_ok | (whole & (addr_l == off))
-        rst = ResetSignal()
+            local_ok = local_ok | (whole & (addr == off))
+        both = aw_in & w_in
+        is_clear = (addr[2:10] == 0) & (wdata == CSR_CLEAR_ERROR)
+        with m.If(aw_take):
+            m.d.sync += [aw_in.eq(1), addr.eq(s.s_axil_awaddr)]
+        with m.If(w_take):
+            m.d.sync += [w_in.eq(1), wdata.eq(s.s_axil_wdata), strb.eq(s.s_axil_wstrb)]
+        with m.If(cfg_take):
+            m.d.sync += forwarded.eq(1)
+        with m.If(both & ~s.s_axil_bvalid & (~s.cfg.ready | (s.error_code.any() & ~is_clear))):
+            m.d.sync += could_refuse.eq(1)
+        with m.If(both & ~s.s_axil_bvalid & ~s.cfg.valid):
+            m.d.sync += waited.eq(Mux(waited == 3, 3, waited + 1))
+        with m.Else():
+            m.d.sync += waited.eq(0)
+        with m.If(b_take):
+            m.d.sync += [aw_in.eq(0), w_in.eq(0), forwarded.eq(0), could_refuse.eq(0)]
+        # IRQ_ENABLE as written: the register changes when the write executes, its B appears the cycle after
+        en_now = Signal(2, name="irq_enable_now")
+        m.d.comb += en_now.eq(Mux(s.s_axil_bvalid & whole & (addr == CSR_IRQ_ENABLE) & (s.s_axil_bresp == 0),
+                                  wdata[:2], irq_en))
+        m.d.sync += irq_en.eq(en_now)
+        self.irq_en = en_now
+        if self.covers:
+            m.d.comb += [
+                Cover(b_take & to_block & forwarded, COVERS_CSR[0]),
+                Cover(b_take & to_block & ~forwarded, COVERS_CSR[1]),
+                Cover(b_take & whole & (addr == CSR_IRQ_ENABLE) & (s.s_axil_bresp == 0), COVERS_CSR[3]),
+            ]
+            return
         m.d.comb += [
-            Assert(rst | ~(aw_take & outstanding & ~b_take), "at most one write outstanding"),
-            Assert(rst | ~s.s_axil_bvalid | outstanding, "no B response without a write"),
-            Assert(rst | ~s.cfg.valid | (outstanding & to_block & ~forwarded), "cfg only for an accepted block write, once"),
-            Assert(rst | ~s.cfg.valid | ((s.cfg.payload.addr == addr_l[2:10]) & (s.cfg.payload.data == data_l)),
-                   "cfg carries the accepted write's register and data"),
-            Assert(rst | ~s.s_axil_bvalid | ~to_block | forwarded, "a block write's B only after cfg took it"),
-            Assert(rst | ~s.s_axil_bvalid | (s.s_axil_bresp == Mux(to_block | local_ok, 0, 2)),
-                   "BRESP: OKAY for block / IRQ registers, SLVERR otherwise"),
+            Assert(rst | ~(aw_take & aw_in) & ~(w_take & w_in), "one write in flight: no second AW / W before B"),
+            Assert(rst | ~s.s_axil_bvalid | both, "no B without both halves of a write"),
+            Assert(rst | aw_in | w_in | s.s_axil_bvalid | s.cfg.valid | (s.s_axil_awready & s.s_axil_wready),
+                   "an idle slave is ready for AW and W"),
+            Assert(rst | (waited < 3), "a write not offered to the block is answered within 2 cycles"),
+            Assert(rst | ~s.cfg.valid | (both & to_block & ~forwarded), "cfg only for a block write, once"),
+            Assert(rst | ~s.cfg.valid | ((s.cfg.payload.addr == addr[2:10]) & (s.cfg.payload.data == wdata)),
+                   "cfg carries the write's register and data"),
+            Assert(rst | ~s.s_axil_bvalid | ~to_block | ((s.s_axil_bresp == 0) == forwarded),
+                   "a block write's B is OKAY exactly when the block took it"),
+            Assert(rst | ~s.s_axil_bvalid | ~to_block | forwarded | could_refuse,
+                   "a block write is refused only when the block was not ready, or in error and not CLEAR_ERROR"),
+            Assert(rst | ~s.s_axil_bvalid | to_block | (s.s_axil_bresp == Mux(local_ok, 0, 2)),
+                   "BRESP of other writes: OKAY for IRQ_STATUS / IRQ_ENABLE, SLVERR otherwise"),
+            Assert(rst | ~s.irq | (en_now != 0), "irq only while an interrupt is enabled"),
         ]
 
-    def _reads(self, m):
-        s = self
-        ar_l = Signal(12, name="ar_addr_l")
-        with m.If(s.s_axil_arvalid & s.s_axil_arready):
-            m.d.sync += ar_l.eq(s.s_axil_araddr)
-        mapped = (ar_l[:2] == 0) & (ar_l < CSR_BLOCK_BYTES)
+    def _reads(self, m, kind):
+        s, rst = self, ResetSignal()
+        ar_take, r_take = s.s_axil_arvalid & s.s_axil_arready, s.s_axil_rvalid & s.s_axil_rready
+        ar_in, ar = Signal(name="ar_in"), Signal(12, name="rd_addr")
+        waited = Signal(2, name="rd_waited")
+        with m.If(ar_take):
+            m.d.sync += [ar_in.eq(1), ar.eq(s.s_axil_araddr)]
+        # a read samples its register the cycle after AR is taken (the response the cycle after that)
+        rd_en, ar_fresh = Signal(2, name="rd_irq_enable"), Signal(name="ar_fresh")
+        m.d.sync += ar_fresh.eq(ar_take)
+        with m.If(ar_fresh):
+            m.d.sync += rd_en.eq(self.irq_en)
+        with m.If(r_take):
+            m.d.sync += ar_in.eq(0)
+        with m.If(ar_in & ~s.s_axil_rvalid):
+            m.d.sync += waited.eq(Mux(waited == 3, 3, waited + 1))
+        with m.Else():
+            m.d.sync += waited.eq(0)
+        block = (ar[:2] == 0) & (ar < CSR_BLOCK_BYTES)
+        mapped = block
         for off in CSR_READABLE:
-            mapped = mapped | (ar_l == off)
-        rst = ResetSignal()
+            mapped = mapped | (ar == off)
+        if self.covers:
+            m.d.comb += Cover(r_take & (ar == CSR_ID), COVERS_CSR[2])
+            return
         m.d.comb += [
+            Assert(rst | ~(ar_take & ar_in), "one read in flight"),
+            Assert(rst | ~s.s_axil_rvalid | ar_in, "no R without an AR"),
+            Assert(rst | ar_in | s.s_axil_arready, "an idle slave is ready for AR"),
+            Assert(rst | (waited < 3), "a read is answered within 2 cycles"),
             Assert(rst | ~s.s_axil_rvalid | (s.s_axil_rresp == Mux(mapped, 0, 2)), "RRESP: OKAY exactly on the map"),
-            Assert(rst | ~s.s_axil_rvalid | (ar_l != CSR_ID) | (s.s_axil_rdata == CSR_ID_VALUE), "ID reads CASS"),
-            Assert(rst | ~s.s_axil_rvalid | ~(mapped & (ar_l < CSR_BLOCK_BYTES)) | (s.s_axil_rdata == 0),
-                   "block registers read 0"),
+            Assert(rst | ~s.s_axil_rvalid | (ar != CSR_ID) | (s.s_axil_rdata == CSR_ID_VALUE), "ID reads CASS"),
+            Assert(rst | ~s.s_axil_rvalid | ~block | (s.s_axil_rdata == 0), "block registers read 0"),
+            Assert(rst | ~s.s_axil_rvalid | (ar != CSR_IRQ_ENABLE) | (s.s_axil_rdata == rd_en),
+                   "IRQ_ENABLE reads back the last value written"),
         ]

@@ -397,14 +397,37 @@ def run_encoder(dut, vectors: np.ndarray, program: list, stalls: Stalls | None =
 
 # ------------------------------------------------------------------------- AXI4-Lite master (hw/csr.py)
 
-async def axil_write(ctx, dut, addr: int, data: int, strb: int = 0xF) -> int:
-    """One AXI4-Lite write on ``dut``'s ``s_axil_*`` ports (AW and W together, as a CPU store); returns
-    BRESP once the response is taken."""
-    for port, value in (("awaddr", addr), ("wdata", data), ("wstrb", strb), ("awvalid", 1), ("wvalid", 1)):
-        ctx.set(getattr(dut, f"s_axil_{port}"), value)
-    await ctx.tick().until(dut.s_axil_awready)
-    ctx.set(dut.s_axil_awvalid, 0)
-    ctx.set(dut.s_axil_wvalid, 0)
+async def axil_write(ctx, dut, addr: int, data: int, strb: int = 0xF, order: str = "together", gap: int = 0) -> int:
+    """One AXI4-Lite write on ``dut``'s ``s_axil_*`` ports; returns BRESP once the response is taken.
+    ``order``: "together" (AW and W in the same cycle, as a CPU store), "aw" (AW first, W ``gap`` cycles after
+    AW was taken) or "w" (W first)."""
+    chans = {"aw": (("awaddr", addr),), "w": (("wdata", data), ("wstrb", strb))}
+
+    async def send(ch):
+        for port, value in chans[ch]:
+            ctx.set(getattr(dut, f"s_axil_{port}"), value)
+        ctx.set(getattr(dut, f"s_axil_{ch}valid"), 1)
+        await ctx.tick().until(getattr(dut, f"s_axil_{ch}ready"))
+        ctx.set(getattr(dut, f"s_axil_{ch}valid"), 0)
+
+    if order == "together":
+        for ch in chans:
+            for port, value in chans[ch]:
+                ctx.set(getattr(dut, f"s_axil_{port}"), value)
+            ctx.set(getattr(dut, f"s_axil_{ch}valid"), 1)
+        taken = {"aw": False, "w": False}
+        while not all(taken.values()):
+            *_, awr, wr = await ctx.tick().sample(dut.s_axil_awready, dut.s_axil_wready)
+            for ch, rdy in (("aw", awr), ("w", wr)):
+                if rdy and not taken[ch]:
+                    taken[ch] = True
+                    ctx.set(getattr(dut, f"s_axil_{ch}valid"), 0)
+    else:
+        first, second = ("aw", "w") if order == "aw" else ("w", "aw")
+        await send(first)
+        for _ in range(gap):
+            await ctx.tick()
+        await send(second)
     ctx.set(dut.s_axil_bready, 1)
     *_, resp = await ctx.tick().sample(dut.s_axil_bresp).until(dut.s_axil_bvalid)
     ctx.set(dut.s_axil_bready, 0)

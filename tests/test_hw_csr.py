@@ -1,9 +1,9 @@
 """AXI4-Lite register block (hw/csr.py) on a decoder and a KV encoder, in the Amaranth simulator.
 
-A CPU's view: identity registers, a tensor programmed by AXI writes and decoded bit-exactly against golden,
-the next tensor's writes held by the bus (not dropped, not applied early) while the block is busy, DONE /
-ERROR interrupts with write-one-to-clear, CLEAR_ERROR through the forwarded CTRL register, and SLVERR for
-everything outside the map (never forwarded to the block)."""
+A CPU's view: identity registers, tensors programmed by AXI writes (AW / W in either order) and decoded
+bit-exactly against golden, writes while the block is busy or in error refused with SLVERR (never applied),
+DONE / ERROR interrupts with write-one-to-clear, CLEAR_ERROR through the forwarded CTRL register, and SLVERR
+for everything outside the map (never forwarded to the block)."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +13,8 @@ from amaranth.sim import Simulator
 from cassandra_rtl.errors import ConfigError
 from cassandra_rtl.golden.codec import encode_tensor
 from cassandra_rtl.golden.config import FORMAT_VERSION, CodecConfig
-from cassandra_rtl.hw.csr import (ID_VALUE, IRQ_DONE, IRQ_ERROR, KINDS, RESP_OKAY, RESP_SLVERR, STATUS_ERROR,
-                                  AxiLiteCsr, Csr, CsrTop)
+from cassandra_rtl.hw.csr import (ID_VALUE, IRQ_DONE, IRQ_ERROR, KINDS, RESP_OKAY, RESP_SLVERR, STATUS_BUSY,
+                                  STATUS_ERROR, AxiLiteCsr, Csr, CsrTop)
 from cassandra_rtl.hw.decoder import CTRL_CLEAR_ERROR, CTRL_START, Err, Reg
 from cassandra_rtl.hw.simutil import (Stalls, axil_read, axil_write, beat_values, decoder_planes, decoder_program,
                                       drive_stream, encoder_program, expected_plane_words)
@@ -57,55 +57,67 @@ def test_identity_registers(name, kind, lanes, full_lanes):
     assert [got[o][0] for o in (Csr.STATUS, Csr.ERROR_CODE, Csr.IRQ_STATUS, Csr.IRQ_ENABLE)] == [0, 0, 0, 0]
 
 
-def test_decoder_through_the_bus_two_tensors_and_done_irq():
-    """Tensor 1 (draft) and tensor 2 (full) programmed back to back: tensor 2's writes are issued right after
-    tensor 1's START and must wait on the bus until tensor 1 is done (STATUS shows the held write while
-    busy); both decode exactly under input idles and output backpressure; DONE rises, W1C clears it."""
+def test_decoder_through_the_bus_busy_writes_refused_and_done_irq():
+    """Tensor 1 (draft) programmed over the bus; a register write right after its START answers SLVERR
+    (the decoder is busy) and never reaches the block; DONE rises, W1C clears it; tensor 2 (full) is then
+    programmed with AW first, W first and apart (independent channels); both decode exactly under 30 %
+    input idles and output backpressure; the block saw exactly the two programs."""
     dut = CsrTop("decoder_c1v2_l4")
     cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5)
     encs = [encode_tensor(weights(32 * 9 + 5, seed=s), cfg) for s in (1, 2)]
     fulls = [False, True]
-    beats, seen, irq_log = [], set(), {}
-    state = {"cpu_done": False}
+    regs2: dict = {}
+    progs = [decoder_program(enc, full, state=regs2) for enc, full in zip(encs, fulls)]
+    beats, forwarded, log = [], [], {}
+    state = {"cpu_done": False, "programmed": 0}
+
+    async def wait_irq(ctx):
+        while not ctx.get(dut.irq):
+            await ctx.tick()
 
     async def cpu(ctx):
         assert await axil_write(ctx, dut, Csr.IRQ_ENABLE, IRQ_DONE) == RESP_OKAY
-        regs2 = {}
-        for enc, full in zip(encs, fulls):
-            await _program(ctx, dut, decoder_program(enc, full, state=regs2))
-        # Tensor 2's first write got its response only after tensor 1 was done: tensor 1's DONE is set.
-        irq_log["first"] = (await axil_read(ctx, dut, Csr.IRQ_STATUS))[0]
+        await _program(ctx, dut, progs[0])
+        state["programmed"] = 1
+        log["busy_write"] = await axil_write(ctx, dut, 4 * Reg.MBITS, 5)
+        log["status_busy"] = (await axil_read(ctx, dut, Csr.STATUS))[0]
+        await wait_irq(ctx)
+        log["irq1"] = (await axil_read(ctx, dut, Csr.IRQ_STATUS))[0]
         assert await axil_write(ctx, dut, Csr.IRQ_STATUS, IRQ_DONE) == RESP_OKAY
-        while not ctx.get(dut.irq):                          # tensor 2 done
-            await ctx.tick()
-        irq_log["status"] = (await axil_read(ctx, dut, Csr.IRQ_STATUS))[0]
-        assert await axil_write(ctx, dut, Csr.IRQ_STATUS, IRQ_DONE) == RESP_OKAY
-        await ctx.tick()
-        irq_log["after_clear"] = ctx.get(dut.irq)
+        log["irq_after_clear"] = ctx.get(dut.irq)
+        for i, (addr, data) in enumerate(progs[1]):
+            order, gap = [("aw", 0), ("w", 0), ("aw", 3), ("w", 2), ("together", 0)][i % 5]
+            assert await axil_write(ctx, dut, 4 * addr, data, order=order, gap=gap) == RESP_OKAY
+        state["programmed"] = 2
+        await wait_irq(ctx)
+        log["irq2"] = (await axil_read(ctx, dut, Csr.IRQ_STATUS))[0]
         state["cpu_done"] = True
 
-    async def monitor(ctx):                                 # STATUS as the block sees it, every cycle
+    async def monitor(ctx):                                 # every write the block takes
         while True:
-            await ctx.tick()
-            seen.add((ctx.get(dut.block.busy), ctx.get(dut.csr.cfg.valid)))
+            *_, v, r, a, d = await ctx.tick().sample(dut.block.cfg.valid, dut.block.cfg.ready,
+                                                    dut.block.cfg.payload.addr, dut.block.cfg.payload.data)
+            if v and r:
+                forwarded.append((a, d))
 
     def feeder(port, seed):
         async def proc(ctx):
-            for enc, full in zip(encs, fulls):
+            for j, (enc, full) in enumerate(zip(encs, fulls)):
                 items = decoder_planes(enc, full, getattr(dut, "port_words", None) or dut.word)
+                while state["programmed"] <= j:
+                    await ctx.tick()
                 if port in items:
                     await drive_stream(ctx, getattr(dut, port), items[port], Stalls(idle=STALL, seed=seed))
         return proc
 
     async def sink(ctx):
-        rng, lasts = Stalls(backpressure=STALL, seed=3), 0
+        rng = Stalls(backpressure=STALL, seed=3)
         while not state["cpu_done"]:
             ready = 0 if rng.stall_now() else 1
             ctx.set(dut.out.ready, ready)
             _, _, valid, payload = await ctx.tick().sample(dut.out.valid, dut.out.payload)
             if valid and ready:
                 beats.append(payload)
-                lasts += int(payload.last)
 
     ports = ("spec_codes", "spec_signman", "verif_codes", "verif_rest")
     _sim(dut, cpu, sink, background=[monitor, *[feeder(p, 10 + i) for i, p in enumerate(ports)]])
@@ -114,8 +126,9 @@ def test_decoder_through_the_bus_two_tensors_and_done_irq():
     for (lo, hi), enc, full in zip([(0, split[0]), (split[0], split[1])], encs, fulls):
         vals, _ = beat_values(beats[lo:hi], dut.lanes)
         assert np.array_equal(vals, expected(enc, full))
-    assert (1, 1) in seen                                   # a write held while the block was busy
-    assert irq_log["first"] == IRQ_DONE and irq_log["status"] == IRQ_DONE and not irq_log["after_clear"]
+    assert log["busy_write"] == RESP_SLVERR and log["status_busy"] & STATUS_BUSY
+    assert forwarded == progs[0] + progs[1]                 # the refused write never reached the block
+    assert log["irq1"] == log["irq2"] == IRQ_DONE and not log["irq_after_clear"]
 
 
 def test_error_irq_error_code_and_clear():
@@ -133,6 +146,9 @@ def test_error_irq_error_code_and_clear():
         got["irq_status"] = (await axil_read(ctx, dut, Csr.IRQ_STATUS))[0]
         got["status"] = (await axil_read(ctx, dut, Csr.STATUS))[0]
         got["code"] = (await axil_read(ctx, dut, Csr.ERROR_CODE))[0]
+        # while the error is set the block would ignore these: refused, so the CPU sees it
+        got["refused"] = [await axil_write(ctx, dut, 4 * a, d) for a, d in
+                          [(Reg.CTRL, CTRL_START), (Reg.MBITS, 3), (Reg.CTRL, CTRL_START | CTRL_CLEAR_ERROR)]]
         await _program(ctx, dut, [(Reg.CTRL, CTRL_CLEAR_ERROR)])
         got["code_after"] = (await axil_read(ctx, dut, Csr.ERROR_CODE))[0]
         assert await axil_write(ctx, dut, Csr.IRQ_STATUS, IRQ_ERROR) == RESP_OKAY
@@ -141,6 +157,7 @@ def test_error_irq_error_code_and_clear():
     _sim(dut, cpu)
     assert got["irq"] == 1 and got["irq_status"] == IRQ_ERROR
     assert got["status"] == STATUS_ERROR and got["code"] == 1 << Err.NO_BOOK    # not busy, no write held
+    assert got["refused"] == [RESP_SLVERR] * 3
     assert got["code_after"] == 0 and got["irq_after"] == 0 and got["irq_status_after"] == 0
 
 

@@ -54,10 +54,11 @@ def test_decoder_liveness(tools, tmp_path, name):
     assert r["ok"], r
 
 
-@pytest.mark.parametrize("name", ["csr_axil_protocol", "csr_axil_protocol_mutant_bhold",
-                                  "csr_axil_protocol_mutant_forward", "csr_axil_protocol_mutant_early"])
+@pytest.mark.parametrize("name", ["csr_axil_protocol", "csr_axil_protocol_cover", "csr_axil_protocol_mutant_bhold",
+                                  "csr_axil_protocol_mutant_forward", "csr_axil_protocol_mutant_early",
+                                  "csr_axil_protocol_mutant_stuck"])
 def test_csr_protocol(tools, tmp_path, name):
-    """The AXI4-Lite register block's protocol (BMC 16, a few seconds) and its three mutants."""
+    """The AXI4-Lite register block's protocol (BMC 24, a few seconds), its cover run and its four mutants."""
     r = _run(tools, tmp_path, name)
     assert r["ok"], r
 
