@@ -32,6 +32,7 @@ QUICK = [
     ("encoder", "encoder_kv_c1_l2", "icarus", None, {"TB_SCALE": "2"}),
     ("decoder_c2", "decoder_c2v2_l8", "icarus", ICARUS_DECODER_C2, {}),
     ("encoder", "encoder_kv_c2_l2", "icarus", None, {"TB_SCALE": "2"}),
+    ("csr", "decoder_c1v2_l4", "icarus", None, {}),
 ]
 
 

@@ -118,6 +118,16 @@ def _enc_make(params):
     return hwapi.make_encoder(params)
 
 
+def _csr_configs():
+    from . import hwapi
+    return hwapi.csr_configs()
+
+
+def _csr_make(params):
+    from . import hwapi
+    return hwapi.make_csr(params)
+
+
 def _quick(kind):
     def q():
         from . import hwapi
@@ -137,6 +147,8 @@ BLOCKS: dict[str, BlockSpec] = {
                             _dec2_configs, _dec2_make, _quick("decoder_c2")),
     "encoder": BlockSpec("encoder", "cassandra_encoder", "cassandra_rtl.tb.encoder.test_encoder",
                          _enc_configs, _enc_make, _quick("encoder")),
+    "csr": BlockSpec("csr", "cassandra_csr", "cassandra_rtl.tb.csr.test_csr", _csr_configs, _csr_make,
+                     _quick("csr")),
     "kv_loopback_c2": BlockSpec("kv_loopback_c2", "cassandra_kv_loopback_c2",
                                 "cassandra_rtl.tb.selftest.test_kv_loopback_c2", _kvl_configs, _kvl_make,
                                 _quick("kv_loopback_c2")),

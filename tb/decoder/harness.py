@@ -15,6 +15,22 @@ def bits_for(n: int) -> int:
     return max(1, int(n).bit_length())
 
 
+class _PortStatus:
+    """busy / error / error_code from the block's own ports."""
+
+    def __init__(self, dut):
+        self.dut = dut
+
+    def busy(self) -> int:
+        return int(self.dut.busy.value)
+
+    def error(self) -> int:
+        return int(self.dut.error.value)
+
+    def error_code(self) -> int:
+        return int(self.dut.error_code.value)
+
+
 class Tensor:
     def __init__(self, enc, full: bool, check: bool = True):
         self.enc, self.full, self.check = enc, full, check
@@ -25,7 +41,11 @@ class Tensor:
 
 
 class DecoderHarness:
-    def __init__(self, dut, ctx, profiles: dict | str | None = None):
+    """``cfg_agent(pacer, cov)``: the register-write agent (default: a Source on the ``cfg`` stream; the AXI4-Lite
+    bench passes its bus master); ``status``: an object with ``busy()``, ``error()``, ``error_code()`` (default:
+    the block's ports)."""
+
+    def __init__(self, dut, ctx, profiles: dict | str | None = None, cfg_agent=None, status=None):
         p = ctx.params
         self.dut, self.ctx = dut, ctx
         self.L, self.IW = int(p["lanes"]), int(p["word"])
@@ -44,7 +64,9 @@ class DecoderHarness:
         # verif_word / code_word: narrower verification / speculation code ports (hw/configs.py CONFIG_INFO)
         self.port_words = {port: int(p.get("verif_word") or IW) if port.startswith("verif")
                            else int(p.get("code_word") or IW) if port == "spec_codes" else IW for port in ports}
-        self.cfg = Source(dut, "cfg", ctx.pacer(prof["cfg"]), cov, encode=lambda aw: aw[0] | (aw[1] << 8))
+        self.cfg = (Source(dut, "cfg", ctx.pacer(prof["cfg"]), cov, encode=lambda aw: aw[0] | (aw[1] << 8))
+                    if cfg_agent is None else cfg_agent(ctx.pacer(prof["cfg"]), cov))
+        self.status = status or _PortStatus(dut)
         self.planes = {port: Source(dut, port, ctx.pacer(prof[port]), cov,
                                     encode=lambda w, iw=self.port_words[port]: w[0] | (w[1] << iw))
                        for port in ports}
@@ -82,7 +104,7 @@ class DecoderHarness:
 
     # ----------------------------------------------------------------------------------------- monitors
     def _watch(self):
-        err = int(self.dut.error.value)
+        err = self.status.error()
         if err:
             self.error_seen += 1
         ins = [s for s in self.planes.values() if s.cur is not None]
@@ -92,8 +114,9 @@ class DecoderHarness:
             self.ctx.cov.hit("dec.out_stall_while_valid", "yes")
 
     def _violation(self, msg):
-        self.sb._report(f"decoder protocol: {msg} (cycle {self.engine.cycles}, error={int(self.dut.error.value)}, "
-                        f"error_code=0x{int(self.dut.error_code.value):02x}, busy={int(self.dut.busy.value)})")
+        st = self.status
+        self.sb._report(f"decoder protocol: {msg} (cycle {self.engine.cycles}, error={st.error()}, "
+                        f"error_code=0x{st.error_code():02x}, busy={st.busy()})")
 
     def _beat(self, payload: int):
         L, cb = self.L, self.cb
@@ -224,9 +247,9 @@ class DecoderHarness:
     async def drain(self, what="decode"):
         """Run until every queued tensor came out completely and the decoder is idle again."""
         await self.engine.run_until(lambda: not self.tensors and self.inputs_idle(), self.budget(), what)
-        await self.engine.run_until(lambda: not int(self.dut.busy.value), 64, f"{what}: busy after last beat")
+        await self.engine.run_until(lambda: not self.status.busy(), 64, f"{what}: busy after last beat")
         if self.error_seen:
-            raise AssertionError(f"{what}: error output rose (error_code=0x{int(self.dut.error_code.value):02x})")
+            raise AssertionError(f"{what}: error output rose (error_code=0x{self.status.error_code():02x})")
 
     async def write(self, regs):
         self.cfg.send(regs)
