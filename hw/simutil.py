@@ -139,6 +139,22 @@ async def drive_stream(ctx, port, items, stalls: Stalls, fields=("data", "last")
         ctx.set(port.valid, 0)
 
 
+async def drive_lanes(ctx, port, beats, stalls: Stalls, on_offer=None):
+    """Send ``(lanes, last)`` beats on a KV encoder's ``inp`` stream (``lanes``: L bf16 values), idling at
+    random; ``on_offer()`` is called as each beat is offered."""
+    for lanes, last in beats:
+        while stalls.idle_now():
+            await ctx.tick()
+        ctx.set(port.valid, 1)
+        for i, t in enumerate(lanes):
+            ctx.set(port.payload.lanes[i], t)
+        ctx.set(port.payload.last, last)
+        if on_offer is not None:
+            on_offer()
+        await ctx.tick().until(port.ready)
+        ctx.set(port.valid, 0)
+
+
 async def collect_beats(ctx, port, done, stalls: Stalls, max_cycles: int):
     """Accept output beats with random backpressure until ``done(beats)``; returns (beats, cycles)."""
     beats = []
@@ -345,18 +361,12 @@ def run_encoder(dut, vectors: np.ndarray, program: list, stalls: Stalls | None =
         st = Stalls(idle=stalls.idle, seed=stalls.seed + 1)
         for prg, vecs in batches:
             await drive_stream(ctx, dut.cfg, prg, Stalls(), fields=("addr", "data"))
-            for lanes, last in beats_of(vecs):
-                while st.idle_now():
-                    await ctx.tick()
-                ctx.set(dut.inp.valid, 1)
-                for i, t in enumerate(lanes):
-                    ctx.set(dut.inp.payload.lanes[i], t)
-                ctx.set(dut.inp.payload.last, last)
-                if state["first"] is None:
-                    state["first"] = state["cycle"]
-                await ctx.tick().until(dut.inp.ready)
-                ctx.set(dut.inp.valid, 0)
+            await drive_lanes(ctx, dut.inp, beats_of(vecs), st, on_offer=first_offer)
         state["host_done"] = True
+
+    def first_offer():
+        if state["first"] is None:
+            state["first"] = state["cycle"]
 
     def sink(p, seed):
         async def proc(ctx):

@@ -17,7 +17,7 @@ from cassandra_rtl.hw.csr import (ID_VALUE, IRQ_DONE, IRQ_ERROR, KINDS, RESP_OKA
                                   STATUS_ERROR, AxiLiteCsr, Csr, CsrTop)
 from cassandra_rtl.hw.decoder import CTRL_CLEAR_ERROR, CTRL_START, Err, Reg
 from cassandra_rtl.hw.simutil import (Stalls, axil_read, axil_write, beat_values, decoder_planes, decoder_program,
-                                      drive_stream, encoder_program, expected_plane_words)
+                                      drive_lanes, drive_stream, encoder_program, expected_plane_words)
 from hw_helpers import expected, weights
 
 STALL = 0.3
@@ -202,16 +202,7 @@ def test_encoder_through_the_bus():
         L = dut.lanes
         beats = [(tuple(int(t) for t in bits[v, b * L:(b + 1) * L]), int(b == G // L - 1))
                  for v in range(n) for b in range(G // L)]
-        st = Stalls(idle=STALL, seed=2)
-        for lanes, last in beats:
-            while st.idle_now():
-                await ctx.tick()
-            ctx.set(dut.inp.valid, 1)
-            for i, t in enumerate(lanes):
-                ctx.set(dut.inp.payload.lanes[i], t)
-            ctx.set(dut.inp.payload.last, last)
-            await ctx.tick().until(dut.inp.ready)
-            ctx.set(dut.inp.valid, 0)
+        await drive_lanes(ctx, dut.inp, beats, Stalls(idle=STALL, seed=2))
         for _ in range(2000):
             if ctx.get(dut.irq):
                 break
