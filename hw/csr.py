@@ -56,7 +56,7 @@ REGISTER_MAP = [   # (offset, name, access, meaning): the one source of the map'
     (f"{Csr.BLOCK:#05x}", "BLOCK", "R",
      "[7:0] kind (1 C1 decoder, 2 C2 decoder, 3 C1 KV encoder, 4 C2 KV encoder), [15:8] lanes, "
      "[23:16] full-mode lanes"),
-    (f"{Csr.STATUS:#05x}", "STATUS", "R", "[0] busy, [1] error, [2] a block-register write is being offered to the block"),
+    (f"{Csr.STATUS:#05x}", "STATUS", "R", "[0] busy, [1] error, [2] a register write (bus or `cfg_dma`) is being offered to the block"),
     (f"{Csr.ERROR_CODE:#05x}", "ERROR_CODE", "R",
      "the block's sticky error bits (cleared by writing CTRL = CLEAR_ERROR at offset 0x000)"),
     (f"{Csr.IRQ_STATUS:#05x}", "IRQ_STATUS", "R / W1C", "[0] DONE (busy fell with no error), [1] ERROR (error rose)"),
@@ -92,15 +92,25 @@ class AxiLiteCsr(wiring.Component):
         kind          BLOCK[7:0] (see ``KINDS``)
         lanes         BLOCK[15:8], values per beat
         full_lanes    BLOCK[23:16], values per beat in full mode (decoders; the encoders: lanes)
+        program_port  add ``cfg_dma``, a second register-write stream ({addr, data}, the block's own ``cfg``
+                      format) for a DMA channel that streams each tensor's register program from memory: its
+                      writes are merged into ``cfg`` and, like the block's, held while the block is busy, so
+                      the next tensor is programmed ahead at one write per cycle (the bus refuses writes while
+                      busy). A CPU write goes first; an offered write is never switched (stream rule).
     """
 
-    def __init__(self, kind: int, lanes: int, full_lanes: int):
+    def __init__(self, kind: int, lanes: int, full_lanes: int, program_port: bool = False):
         for label, v in (("kind", kind), ("lanes", lanes), ("full_lanes", full_lanes)):
             if not isinstance(v, int) or not 0 <= v < 256:
                 raise ConfigError(f"{label} must be an integer 0..255 (one byte of BLOCK), got {v!r}")
-        self.kind, self.lanes, self.full_lanes = kind, lanes, full_lanes
-        super().__init__({**axil_signature(), "cfg": Out(stream.Signature(cfg_layout)),
-                          "busy": In(1), "error_code": In(ERROR_BITS)})
+        if not isinstance(program_port, bool):
+            raise ConfigError(f"program_port must be True or False, got {program_port!r}")
+        self.kind, self.lanes, self.full_lanes, self.program_port = kind, lanes, full_lanes, program_port
+        ports = {**axil_signature(), "cfg": Out(stream.Signature(cfg_layout)),
+                 "busy": In(1), "error_code": In(ERROR_BITS)}
+        if program_port:
+            ports["cfg_dma"] = In(stream.Signature(cfg_layout))
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -128,8 +138,8 @@ class AxiLiteCsr(wiring.Component):
         busy_wr = Signal(name="wr_in_flight")             # a write is executing or its B waits
         m.d.comb += [busy_wr.eq(pend | bvalid),
                      self.s_axil_awready.eq(~aw_full & ~busy_wr), self.s_axil_wready.eq(~w_full & ~busy_wr),
-                     self.s_axil_bvalid.eq(bvalid), self.s_axil_bresp.eq(bresp),
-                     self.cfg.valid.eq(pend), self.cfg.payload.addr.eq(aw[2:]), self.cfg.payload.data.eq(w)]
+                     self.s_axil_bvalid.eq(bvalid), self.s_axil_bresp.eq(bresp)]
+        cpu_take = self._merge(m, pend, aw[2:2 + CFG_ADDR_BITS], w)
         with m.If(self.s_axil_awvalid & self.s_axil_awready):
             m.d.sync += [aw_full.eq(1), aw.eq(self.s_axil_awaddr)]
         with m.If(self.s_axil_wvalid & self.s_axil_wready):
@@ -154,11 +164,29 @@ class AxiLiteCsr(wiring.Component):
                     m.d.sync += bresp.eq(RESP_OKAY)
                 with m.If(whole & (aw == Csr.IRQ_ENABLE)):
                     m.d.sync += [irq_enable.eq(w[:2]), bresp.eq(RESP_OKAY)]
-        with m.If(self.cfg.valid & self.cfg.ready):
+        with m.If(cpu_take):
             m.d.sync += [pend.eq(0), aw_full.eq(0), w_full.eq(0), bvalid.eq(1), bresp.eq(RESP_OKAY)]
         with m.If(bvalid & self.s_axil_bready):
             m.d.sync += bvalid.eq(0)
         m.d.sync += irq_status.eq((irq_status & ~clear_irq) | self._events(m))   # a new event beats its clear
+
+    def _merge(self, m, pend, addr, data):
+        """Drive ``cfg`` from the CPU's held write (``pend``) and, with ``program_port``, the ``cfg_dma``
+        stream; returns "the block takes the CPU's write this cycle". The CPU's write goes first. No write is
+        ever switched while offered (the stream rule) without a lock register: ``pend`` rises only after a
+        cycle in which the block was ready (``allowed``), and in that cycle an offered DMA write was taken;
+        a held CPU write keeps ``pend`` until taken (formal: csr_axil_protocol asserts cfg's stream rule)."""
+        cfg = self.cfg
+        if not self.program_port:
+            m.d.comb += [cfg.valid.eq(pend), cfg.payload.addr.eq(addr), cfg.payload.data.eq(data)]
+            return pend & cfg.ready
+        dma = self.cfg_dma
+        from_dma = Signal(name="cfg_from_dma")
+        m.d.comb += [from_dma.eq(~pend),
+                     cfg.valid.eq(Mux(from_dma, dma.valid, pend)),
+                     cfg.payload.eq(Mux(from_dma, dma.payload, Cat(addr, data))),
+                     dma.ready.eq(from_dma & cfg.ready)]
+        return pend & cfg.ready
 
     def _read_channel(self, m, irq_status, irq_enable):
         # AR register; the response the cycle after (RDATA / RRESP registered), one read at a time
@@ -196,9 +224,10 @@ CONTROL_PORTS = ("cfg", "busy", "error", "error_code")
 class CsrTop(wiring.Component):
     """Named configuration ``name`` (a decoder or KV encoder of hw/configs.py) with ``AxiLiteCsr`` on its
     control ports: the block's data streams keep their names and timing, ``cfg`` / ``busy`` / ``error`` /
-    ``error_code`` become the AXI4-Lite slave and ``irq``."""
+    ``error_code`` become the AXI4-Lite slave and ``irq``, and (``program_port``, default) ``cfg_dma`` takes
+    register programs from a DMA channel (tie its valid low if unused)."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, program_port: bool = True):
         from .configs import CONFIG_INFO, NAMED_CONFIGS
         if name not in NAMED_CONFIGS:
             raise ConfigError(f"unknown configuration {name!r}")
@@ -209,8 +238,10 @@ class CsrTop(wiring.Component):
         self.name, self.info = name, info
         self.block = NAMED_CONFIGS[name]()
         lanes = info["lanes"]
-        self.csr = AxiLiteCsr(KINDS[info["block"]], lanes, info.get("verif_lanes", lanes))
+        self.csr = AxiLiteCsr(KINDS[info["block"]], lanes, info.get("verif_lanes", lanes), program_port)
         members = {k: v for k, v in self.block.signature.members.items() if k not in CONTROL_PORTS}
+        if program_port:
+            members["cfg_dma"] = self.csr.signature.members["cfg_dma"]
         super().__init__({**members, **axil_signature()})
         for attr in ("lanes", "word", "port_words", "verif_lanes"):
             if hasattr(self.block, attr):
@@ -222,7 +253,7 @@ class CsrTop(wiring.Component):
         for name in self.signature.members:
             if name in axil_signature():
                 continue
-            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(blk, name))
+            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(csr if name == "cfg_dma" else blk, name))
         wiring.connect(m, csr.cfg, blk.cfg)
         m.d.comb += [csr.busy.eq(blk.busy), csr.error_code.eq(blk.error_code)]
         for name in axil_signature():

@@ -584,8 +584,9 @@ CSR_IRQ_ENABLE = 0x418
 CSR_READABLE = (0x400, 0x404, 0x408, 0x40C, 0x410, 0x414, 0x418)
 CSR_WRITABLE = (0x414, 0x418)       # IRQ_STATUS (W1C), IRQ_ENABLE
 CSR_CLEAR_ERROR = 2                 # CTRL bit 1 (docs/HARDWARE.md section 2)
-MUTANTS_CSR = ("bhold", "forward", "early", "stuck")
-COVERS_CSR = ("a block write taken by the block", "a block write refused", "an ID read", "an IRQ_ENABLE write")
+MUTANTS_CSR = ("bhold", "forward", "early", "stuck", "dma_lost")
+COVERS_CSR = ("a block write taken by the block", "a block write refused", "an ID read", "an IRQ_ENABLE write",
+              "a DMA write taken while a CPU write waits")
 
 
 class CsrProtocol(wiring.Component):
@@ -604,9 +605,15 @@ class CsrProtocol(wiring.Component):
     * reads: OKAY exactly on the map, ID reads 0x43415353, block registers read 0, IRQ_ENABLE reads back the
       last value written to it; ``irq`` only while some interrupt is enabled.
 
+    With the program port (``cfg_dma``, a DMA channel's register-write stream, free but obeying the stream
+    rule, assumed): every ``cfg`` transfer is exactly one of the CPU's block write (as above) or the DMA's
+    offered write (same payload), a DMA transfer only together with a ``cfg`` transfer of its payload, and
+    ``cfg`` still obeys the stream rule while the two sources meet.
+
     ``mutant``: "bhold" (BVALID dropped every other cycle while stalled), "forward" (cfg data bit 0
-    inverted), "early" (B shown while the block write is still offered), "stuck" (AWREADY held low) -- each
-    must fail. ``covers=True``: Cover statements instead (COVERS_CSR), so the passing run is not vacuous.
+    inverted), "early" (B shown while the block write is still offered), "stuck" (AWREADY held low),
+    "dma_lost" (the DMA told its write was taken whenever it offers one) -- each must fail. ``covers=True``:
+    Cover statements instead (COVERS_CSR), so the passing run is not vacuous.
     """
 
     def __init__(self, mutant: str | None = None, covers: bool = False):
@@ -614,7 +621,7 @@ class CsrProtocol(wiring.Component):
         if mutant is not None and mutant not in MUTANTS_CSR:
             raise ConfigError(f"CSR mutant must be one of {', '.join(MUTANTS_CSR)}, got {mutant!r}")
         self.mutant, self.covers = mutant, covers
-        self.dut = AxiLiteCsr(kind=1, lanes=4, full_lanes=4)
+        self.dut = AxiLiteCsr(kind=1, lanes=4, full_lanes=4, program_port=True)
         super().__init__(dict(self.dut.signature.members))
 
     def elaborate(self, platform):
@@ -624,7 +631,7 @@ class CsrProtocol(wiring.Component):
         toggle = Signal(name="mut_toggle")
         m.d.sync += toggle.eq(~toggle)
         for name, member in self.signature.members.items():
-            if name == "cfg":
+            if name in ("cfg", "cfg_dma"):
                 continue
             if member.flow == In:
                 m.d.comb += getattr(dut, name).eq(getattr(self, name))
@@ -632,6 +639,10 @@ class CsrProtocol(wiring.Component):
                 m.d.comb += getattr(self, name).eq(getattr(dut, name))
         m.d.comb += [self.cfg.valid.eq(dut.cfg.valid), self.cfg.payload.eq(dut.cfg.payload),
                      dut.cfg.ready.eq(self.cfg.ready)]
+        wiring.connect(m, wiring.flipped(self.cfg_dma), dut.cfg_dma)
+        if self.mutant == "dma_lost":
+            m.d.comb += self.cfg_dma.ready.eq(dut.cfg_dma.ready | self.cfg_dma.valid)
+        _stream_rule(m, p, self.cfg_dma, "cfg_dma", Assume)
         if self.mutant == "bhold":
             stalled = p(self.s_axil_bvalid & ~self.s_axil_bready, "bstall")
             m.d.comb += self.s_axil_bvalid.eq(dut.s_axil_bvalid & ~(toggle & stalled))
@@ -667,6 +678,8 @@ class CsrProtocol(wiring.Component):
         s, rst = self, ResetSignal()
         aw_take, w_take = s.s_axil_awvalid & s.s_axil_awready, s.s_axil_wvalid & s.s_axil_wready
         b_take, cfg_take = s.s_axil_bvalid & s.s_axil_bready, s.cfg.valid & s.cfg.ready
+        dma_take = s.cfg_dma.valid & s.cfg_dma.ready
+        cpu_take = cfg_take & ~dma_take
         aw_in, w_in = Signal(name="aw_in"), Signal(name="w_in")      # taken since the last B
         addr, wdata, strb = Signal(12, name="wr_addr"), Signal(32, name="wr_data"), Signal(4, name="wr_strb")
         forwarded, could_refuse = Signal(name="wr_forwarded"), Signal(name="wr_could_refuse")
@@ -683,7 +696,7 @@ class CsrProtocol(wiring.Component):
             m.d.sync += [aw_in.eq(1), addr.eq(s.s_axil_awaddr)]
         with m.If(w_take):
             m.d.sync += [w_in.eq(1), wdata.eq(s.s_axil_wdata), strb.eq(s.s_axil_wstrb)]
-        with m.If(cfg_take):
+        with m.If(cpu_take):
             m.d.sync += forwarded.eq(1)
         with m.If(both & ~s.s_axil_bvalid & (~s.cfg.ready | (s.error_code.any() & ~is_clear))):
             m.d.sync += could_refuse.eq(1)
@@ -704,17 +717,24 @@ class CsrProtocol(wiring.Component):
                 Cover(b_take & to_block & forwarded, COVERS_CSR[0]),
                 Cover(b_take & to_block & ~forwarded, COVERS_CSR[1]),
                 Cover(b_take & whole & (addr == CSR_IRQ_ENABLE) & (s.s_axil_bresp == 0), COVERS_CSR[3]),
+                Cover(dma_take & both & to_block & ~s.s_axil_bvalid, COVERS_CSR[4]),
             ]
             return
         m.d.comb += [
             Assert(rst | ~(aw_take & aw_in) & ~(w_take & w_in), "one write in flight: no second AW / W before B"),
             Assert(rst | ~s.s_axil_bvalid | both, "no B without both halves of a write"),
-            Assert(rst | aw_in | w_in | s.s_axil_bvalid | s.cfg.valid | (s.s_axil_awready & s.s_axil_wready),
+            Assert(rst | aw_in | w_in | s.s_axil_bvalid | (s.s_axil_awready & s.s_axil_wready),
                    "an idle slave is ready for AW and W"),
             Assert(rst | (waited < 3), "a write not offered to the block is answered within 2 cycles"),
-            Assert(rst | ~s.cfg.valid | (both & to_block & ~forwarded), "cfg only for a block write, once"),
-            Assert(rst | ~s.cfg.valid | ((s.cfg.payload.addr == addr[2:10]) & (s.cfg.payload.data == wdata)),
-                   "cfg carries the write's register and data"),
+            Assert(rst | ~cpu_take | (both & to_block & ~forwarded & (s.cfg.payload.addr == addr[2:10])
+                                      & (s.cfg.payload.data == wdata)),
+                   "a cfg transfer not the DMA's is the CPU's block write (its register and data), once"),
+            Assert(rst | ~s.cfg.valid | (both & to_block & ~forwarded & (s.cfg.payload.addr == addr[2:10])
+                                         & (s.cfg.payload.data == wdata))
+                   | (s.cfg_dma.valid & (s.cfg.payload.as_value() == s.cfg_dma.payload.as_value())),
+                   "cfg offers the CPU's block write or the DMA's offered write"),
+            Assert(rst | ~dma_take | (cfg_take & (s.cfg.payload.as_value() == s.cfg_dma.payload.as_value())),
+                   "a DMA write is taken only with a cfg transfer of its payload"),
             Assert(rst | ~s.s_axil_bvalid | ~to_block | ((s.s_axil_bresp == 0) == forwarded),
                    "a block write's B is OKAY exactly when the block took it"),
             Assert(rst | ~s.s_axil_bvalid | ~to_block | forwarded | could_refuse,

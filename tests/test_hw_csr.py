@@ -71,9 +71,12 @@ def test_decoder_through_the_bus_busy_writes_refused_and_done_irq():
     beats, forwarded, log = [], [], {}
     state = {"cpu_done": False, "programmed": 0}
 
-    async def wait_irq(ctx):
-        while not ctx.get(dut.irq):
+    async def wait_irq(ctx, limit=20_000):
+        for _ in range(limit):
+            if ctx.get(dut.irq):
+                return
             await ctx.tick()
+        raise AssertionError("no interrupt")
 
     async def cpu(ctx):
         assert await axil_write(ctx, dut, Csr.IRQ_ENABLE, IRQ_DONE) == RESP_OKAY
@@ -278,3 +281,71 @@ def test_c_header_compiles_and_agrees(tmp_path):
     assert build.returncode == 0, build.stderr
     run = subprocess.run(["./t"], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert [int(x) for x in run.stdout.split()] == list(want.values())
+
+
+def test_program_stream_programs_ahead_while_the_cpu_is_refused():
+    """cfg_dma (a DMA channel streaming register programs): three tensors' programs streamed back to back with
+    random idles are held by the busy decoder, not dropped — the second tensor's first write is offered before
+    the first tensor's last beat — and all three decode exactly; a CPU write meanwhile answers SLVERR (busy);
+    DONE rises at the end."""
+    dut = CsrTop("decoder_c1v2_l4")
+    cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5)
+    encs = [encode_tensor(weights(32 * 7 + 3 * s, seed=s), cfg) for s in (3, 4, 5)]
+    fulls = [True, False, True]
+    regs2: dict = {}
+    progs = [decoder_program(enc, full, state=regs2) for enc, full in zip(encs, fulls)]
+    beats, log = [], {"cycle": 0}
+
+    async def clock(ctx):
+        while True:
+            await ctx.tick()
+            log["cycle"] += 1
+
+    async def dma(ctx):
+        for j, prog in enumerate(progs):
+            log.setdefault("first_write_offered", []).append(log["cycle"])      # offered at once (no idle)
+            await drive_stream(ctx, dut.cfg_dma, prog[:1], Stalls(), fields=("addr", "data"))
+            log.setdefault("first_write_taken", []).append(log["cycle"])
+            await drive_stream(ctx, dut.cfg_dma, prog[1:], Stalls(idle=STALL, seed=50 + j), fields=("addr", "data"))
+
+    async def cpu(ctx):
+        assert await axil_write(ctx, dut, Csr.IRQ_ENABLE, IRQ_DONE) == RESP_OKAY
+        while not ctx.get(dut.block.busy):
+            await ctx.tick()
+        log["busy_write"] = await axil_write(ctx, dut, 4 * Reg.MBITS, 1)
+
+    def feeder(port, seed):
+        async def proc(ctx):
+            for enc, full in zip(encs, fulls):
+                items = decoder_planes(enc, full, getattr(dut, "port_words", None) or dut.word)
+                if port in items:
+                    await drive_stream(ctx, getattr(dut, port), items[port], Stalls(idle=STALL, seed=seed))
+        return proc
+
+    async def sink(ctx):
+        rng, lasts = Stalls(backpressure=STALL, seed=5), 0
+        for _ in range(30_000):
+            ready = 0 if rng.stall_now() else 1
+            ctx.set(dut.out.ready, ready)
+            _, _, valid, payload = await ctx.tick().sample(dut.out.valid, dut.out.payload)
+            if valid and ready:
+                beats.append(payload)
+                if int(payload.last):
+                    lasts += 1
+                    log.setdefault("last_beats", []).append(log["cycle"])
+                    if lasts == 3:
+                        break
+        for _ in range(8):
+            await ctx.tick()
+        log["irq"] = ctx.get(dut.irq)
+
+    ports = ("spec_codes", "spec_signman", "verif_codes", "verif_rest")
+    _sim(dut, sink, background=[clock, dma, cpu, *[feeder(p, 30 + i) for i, p in enumerate(ports)]])
+    split = [0] + [i + 1 for i, b in enumerate(beats) if int(b.last)]
+    assert len(split) == 4
+    for j, (enc, full) in enumerate(zip(encs, fulls)):
+        vals, _ = beat_values(beats[split[j]:split[j + 1]], dut.lanes)
+        assert np.array_equal(vals, expected(enc, full)), j
+    # tensor 2's program was offered while tensor 1 decoded and held until it was done (then taken at once)
+    assert log["first_write_offered"][1] < log["last_beats"][0] <= log["first_write_taken"][1]
+    assert log["busy_write"] == RESP_SLVERR and log["irq"] == 1

@@ -238,11 +238,11 @@ def test_axil_writes_csr_tops_for_register_blocks_only(tmp_path):
     csr = tables["decoder_c1v2_l4"]["csr"]
     assert csr["registers"] == register_table() and csr["module"] == "decoder_c1v2_l4_csr"
     names = {p["name"] for p in csr["ports"]}
-    assert {"s_axil_awaddr", "s_axil_rdata", "irq", "out__valid", "spec_codes__payload"} <= names
+    assert {"s_axil_awaddr", "s_axil_rdata", "irq", "out__valid", "spec_codes__payload", "cfg_dma__valid"} <= names
     assert not names & {"cfg__valid", "busy", "error", "error_code"}
     top = (tmp_path / "decoder_c1v2_l4_csr_axis.v").read_text()
     assert "module decoder_c1v2_l4_csr_axis (" in top and "s_axil_awaddr" in top and "m_axis_out_tdata" in top
-    assert "s_axis_cfg" not in top
+    assert "s_axis_cfg_tdata" not in top and "s_axis_cfg_dma_tdata" in top and "s_axis_cfg_dma_tuser" in top
     assert "decoder_c1v2_l4_csr_axis.v" in (tmp_path / "files.f").read_text()
     assert "AXI4-Lite register block" in (tmp_path / "ports.md").read_text()
     assert "#define CASS_CSR_IRQ_STATUS" in (tmp_path / "cassandra_csr.h").read_text()

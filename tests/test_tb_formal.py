@@ -56,9 +56,9 @@ def test_decoder_liveness(tools, tmp_path, name):
 
 @pytest.mark.parametrize("name", ["csr_axil_protocol", "csr_axil_protocol_cover", "csr_axil_protocol_mutant_bhold",
                                   "csr_axil_protocol_mutant_forward", "csr_axil_protocol_mutant_early",
-                                  "csr_axil_protocol_mutant_stuck"])
+                                  "csr_axil_protocol_mutant_stuck", "csr_axil_protocol_mutant_dma_lost"])
 def test_csr_protocol(tools, tmp_path, name):
-    """The AXI4-Lite register block's protocol (BMC 24, a few seconds), its cover run and its four mutants."""
+    """The AXI4-Lite register block's protocol (BMC 24, a few seconds), its cover run and its five mutants."""
     r = _run(tools, tmp_path, name)
     assert r["ok"], r
 

@@ -284,3 +284,29 @@ async def error_interrupt_and_clear(dut, ctx):
     cfg = D.random_config(rng)
     enc = D.encode(D.random_tensor(rng, D.random_numel(rng, cfg.group_size, 2)), cfg)
     await h.run([(enc, True)])
+
+
+@tb_test()
+async def tensors_over_the_program_stream(dut, ctx):
+    """Register programs on ``cfg_dma`` (a DMA channel's stream, random pacing) queued with the planes, back to
+    back: the decoder holds the next tensor's writes while busy, every value bit for bit against golden;
+    the bus master meanwhile polls STATUS / ERROR_CODE (the harness's status) and DONE is raised."""
+    from cassandra_rtl.tb.common.stream import Source
+    rng = rng_of(ctx)
+    holder = {}
+
+    def agent(pacer, cov):
+        return Source(dut, "cfg_dma", pacer, cov, encode=lambda aw: aw[0] | (aw[1] << 8))
+
+    h = DecoderHarness(dut, ctx, cfg_agent=agent)
+    m = holder["m"] = AxiLiteMaster(dut, ctx, ctx.pacer("random"))
+    h.status = m
+    h.engine.agents.append(m)
+    m.write(Csr.IRQ_ENABLE, IRQ_DONE)
+    items = []
+    for _ in range(scale(4, 16)):
+        cfg = D.random_config(rng)
+        items.append((D.encode(D.random_tensor(rng, D.random_numel(rng, cfg.group_size, 3)), cfg),
+                      bool(rng.integers(2))))
+    await h.run(items)
+    await h.engine.run_until(lambda: int(dut.irq.value), 64, "DONE interrupt")
