@@ -134,7 +134,7 @@ def make_kv_loopback_c2(params):
 # CsrTop(name) (hw/csr.py, docs/HARDWARE.md 5a): the decoder's data streams, its control ports as AXI4-Lite.
 
 def csr_configs() -> dict[str, dict]:
-    return _named("decoder_c1")
+    return {**_named("decoder_c1"), **_named("decoder_c2")}
 
 
 def make_csr(params):

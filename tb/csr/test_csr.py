@@ -1,5 +1,5 @@
-"""cocotb tests of the AXI4-Lite register block on a decoder (hw/csr.py ``CsrTop``, docs/HARDWARE.md 5a), on
-the exported Verilog of ``<name>_csr``: random register traffic against a reference model of the map (AW / W
+"""cocotb tests of the AXI4-Lite register block on a decoder (hw/csr.py ``CsrTop``, docs/HARDWARE.md 5a; every C1
+and C2 decoder configuration, the scheme from its block), on the exported Verilog of ``<name>_csr``: random register traffic against a reference model of the map (AW / W
 with random skew, random B / R backpressure), tensors programmed over the bus by a driver that polls STATUS
 and retries writes refused while the decoder is busy (decoded bit for bit against golden by the decoder
 bench's harness, under random idles and backpressure on the data streams), and the error / interrupt path."""
@@ -173,6 +173,18 @@ class CsrModel:
         return 0, RESP_SLVERR
 
 
+def _random_items(ctx, rng, n):
+    """``n`` random small tensors of the configuration's scheme (C1 or C2 decoder), each in a random mode."""
+    c2 = str(ctx.params.get("block", "")).endswith("c2")
+    items = []
+    for _ in range(n):
+        cfg = D.random_c2_config(rng) if c2 else D.random_config(rng)
+        n_vals = D.random_numel(rng, cfg.group_size, 3)
+        x = D.random_c2_tensor(rng, n_vals) if c2 else D.random_tensor(rng, n_vals)
+        items.append((D.encode(x, cfg), bool(rng.integers(2))))
+    return items
+
+
 def _harness(dut, ctx):
     holder = {}
 
@@ -240,12 +252,7 @@ async def tensors_over_the_bus(dut, ctx):
     h, m = _harness(dut, ctx)
     got = {}
     m.write(Csr.IRQ_ENABLE, IRQ_DONE)
-    items = []
-    for _ in range(scale(3, 12)):
-        cfg = D.random_config(rng)
-        n = D.random_numel(rng, cfg.group_size, 3)
-        items.append((D.encode(D.random_tensor(rng, n), cfg), bool(rng.integers(2))))
-    await h.run(items)
+    await h.run(_random_items(ctx, rng, scale(3, 12)))
     ctx.extra["refused_while_busy"] = m.refused_while_busy
     ctx.cov.define("csr.refused_while_busy", ["yes"])
     if m.refused_while_busy:
@@ -261,12 +268,13 @@ async def tensors_over_the_bus(dut, ctx):
 
 @tb_test()
 async def error_interrupt_and_clear(dut, ctx):
-    """START with no book loaded: NO_BOOK, the ERROR interrupt, ERROR_CODE over the bus, START / other writes
+    """START in full mode with no book loaded (C1: neither, C2: no verification book): NO_BOOK, the ERROR interrupt, ERROR_CODE over the bus, START / other writes
     refused while in error, CLEAR_ERROR through CTRL, W1C; then a tensor decodes."""
     rng = rng_of(ctx)
     h, m = _harness(dut, ctx)
     resps = []
     m.write(Csr.IRQ_ENABLE, IRQ_ERROR)
+    m.write(4 * Reg.MODE, 1)
     m.write(4 * Reg.NUMEL, 64)
     m.write(4 * Reg.CTRL, CTRL_START)
     await h.engine.run_until(lambda: int(dut.irq.value), 200, "ERROR interrupt")
@@ -281,9 +289,7 @@ async def error_interrupt_and_clear(dut, ctx):
     await h.engine.run_until(lambda: m.error_code() == 0 and not m.error(), 200, "error cleared")
     assert int(dut.irq.value) == 0
     h.error_seen = 0
-    cfg = D.random_config(rng)
-    enc = D.encode(D.random_tensor(rng, D.random_numel(rng, cfg.group_size, 2)), cfg)
-    await h.run([(enc, True)])
+    await h.run([(enc, True) for enc, _ in _random_items(ctx, rng, 1)])
 
 
 @tb_test()
@@ -303,10 +309,5 @@ async def tensors_over_the_program_stream(dut, ctx):
     h.status = m
     h.engine.agents.append(m)
     m.write(Csr.IRQ_ENABLE, IRQ_DONE)
-    items = []
-    for _ in range(scale(4, 16)):
-        cfg = D.random_config(rng)
-        items.append((D.encode(D.random_tensor(rng, D.random_numel(rng, cfg.group_size, 3)), cfg),
-                      bool(rng.integers(2))))
-    await h.run(items)
+    await h.run(_random_items(ctx, rng, scale(4, 16)))
     await h.engine.run_until(lambda: int(dut.irq.value), 64, "DONE interrupt")
