@@ -10,13 +10,15 @@ Bus behaviour. AW, W and AR each land in a register (ready = that register is em
 read, is in flight), so no ready depends combinationally on a valid and AW / W may come in either order;
 one write and one read are handled at a time, in order. A write is executed once its AW and W are both in:
 a block-register write is forwarded to ``cfg`` if the block can take it now (``cfg.ready``; B after the
-block took it, the next cycle) and answered **SLVERR and dropped if not** — a decoder with a tensor in
-flight, an encoder with vectors in flight — so the bus is never held for the length of a decode (the CPU
-programs after DONE, or polls STATUS.busy; a sequencer that must program ahead at one write per cycle
-drives the bare block's ``cfg`` stream instead). While the block's error is set only CTRL = CLEAR_ERROR is
-forwarded (any other block write, a START included, would be ignored or drained by the block: SLVERR makes
-that visible). SLVERR too, nothing forwarded: read-only or unmapped offsets, unaligned addresses, strobes
-other than 0xF (a zero strobe included). Reads: SLVERR with data 0 outside the map.
+block took it) and answered **SLVERR and dropped if not** — a decoder with a tensor in flight, an encoder
+with vectors in flight — so the bus is not held for the length of a decode (the CPU programs after DONE, or
+polls STATUS.busy; programs ahead go through ``cfg_dma``). While ``cfg_dma`` is offering a write to a ready
+block the CPU's write waits (that DMA write is taken this cycle), so it is then offered to a block that saw
+no other write and, for a decoder, taken the next cycle; an encoder's ``cfg.ready`` also falls when an input
+vector starts, which may hold a forwarded write's B for up to that vector. The block applies register writes
+while its error is set and ignores START: a START taken while the error is set answers SLVERR. SLVERR too,
+nothing forwarded: read-only or unmapped offsets, unaligned addresses, strobes other than 0xF (a zero strobe
+included). Reads: SLVERR with data 0 outside the map.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..errors import ConfigError
 from ..golden.config import FORMAT_VERSION
-from .decoder import CFG_ADDR_BITS, CFG_DATA_BITS, CTRL_CLEAR_ERROR, ERROR_BITS, cfg_layout
+from .decoder import CFG_ADDR_BITS, CFG_DATA_BITS, ERROR_BITS, cfg_layout
 
 ADDR_BITS = 12                     # a 4 KiB page
 BLOCK_REGS = 1 << CFG_ADDR_BITS    # the block's register indexes: byte offsets 0x000 .. 0x3FC
@@ -48,8 +50,8 @@ ID_VALUE = 0x43415353              # "CASS"
 
 REGISTER_MAP = [   # (offset, name, access, meaning): the one source of the map's documentation
     ("0x000 + 4a", "block register a (0 <= a < 256)", "W",
-     "forwarded to the block's `cfg` as (a, data) when it can take it, else SLVERR (busy; while error: all but "
-     "CTRL = CLEAR_ERROR); reads return 0"),
+     "forwarded to the block's `cfg` as (a, data) when it can take it, else SLVERR (busy); a START taken while "
+     "the block's error is set answers SLVERR (ignored); reads return 0"),
     (f"{Csr.ID:#05x}", "ID", "R", f"{ID_VALUE:#010x} (\"CASS\")"),
     (f"{Csr.VERSION:#05x}", "VERSION", "R",
      "[15:8] format major, [7:0] format minor (golden.config.FORMAT_VERSION), [23:16] register map version"),
@@ -144,18 +146,22 @@ class AxiLiteCsr(wiring.Component):
             m.d.sync += [aw_full.eq(1), aw.eq(self.s_axil_awaddr)]
         with m.If(self.s_axil_wvalid & self.s_axil_wready):
             m.d.sync += [w_full.eq(1), w.eq(self.s_axil_wdata), strb.eq(self.s_axil_wstrb)]
-        # execute: both halves in, nothing in flight (aw / w stay in their registers while cfg is offered)
-        execute, whole, to_block, allowed = (Signal(name=n) for n in ("wr_execute", "wr_whole", "wr_to_block",
-                                                                      "wr_allowed"))
-        err = self.error_code.any()
+        # execute: both halves in, nothing in flight (aw / w stay in their registers while cfg is offered). A
+        # block write the block cannot take now is refused at once; one it can take waits while cfg_dma is
+        # offering (a DMA write is taken this cycle and may be a START), so in the cycle it is forwarded no
+        # other cfg transfer happens and it is offered to a block that was ready and saw no write since:
+        # a decoder takes it the next cycle (its cfg.ready changes only by cfg writes and at a tensor's end).
+        execute, whole, to_block, refuse, wait = (Signal(name=n) for n in (
+            "wr_execute", "wr_whole", "wr_to_block", "wr_refuse", "wr_wait_dma"))
+        dma_offers = self.cfg_dma.valid if self.program_port else Const(0, 1)
         m.d.comb += [execute.eq(aw_full & w_full & ~busy_wr),
                      whole.eq((aw[:2] == 0) & (strb == 0xF)),
                      to_block.eq(whole & (aw < 4 * BLOCK_REGS)),
-                     # while the block's error is set it only takes CLEAR_ERROR (it drains or ignores the rest)
-                     allowed.eq(self.cfg.ready & (~err | ((aw[2:] == 0) & (w == CTRL_CLEAR_ERROR))))]
+                     refuse.eq(~self.cfg.ready),
+                     wait.eq(self.cfg.ready & dma_offers)]
         clear_irq = Signal(2, name="irq_w1c")
-        with m.If(execute):
-            with m.If(to_block & allowed):
+        with m.If(execute & ~(to_block & wait)):
+            with m.If(to_block & ~refuse):
                 m.d.sync += pend.eq(1)
             with m.Else():
                 m.d.sync += [aw_full.eq(0), w_full.eq(0), bvalid.eq(1), bresp.eq(RESP_SLVERR)]
@@ -164,8 +170,12 @@ class AxiLiteCsr(wiring.Component):
                     m.d.sync += bresp.eq(RESP_OKAY)
                 with m.If(whole & (aw == Csr.IRQ_ENABLE)):
                     m.d.sync += [irq_enable.eq(w[:2]), bresp.eq(RESP_OKAY)]
+        # taken: OKAY, except a START taken while the block's error is set (the block ignores it: SLVERR says so)
+        ignored_start = Signal(name="wr_ignored_start")
+        m.d.comb += ignored_start.eq(self.error_code.any() & (aw[2:2 + CFG_ADDR_BITS] == 0) & w[0])
         with m.If(cpu_take):
-            m.d.sync += [pend.eq(0), aw_full.eq(0), w_full.eq(0), bvalid.eq(1), bresp.eq(RESP_OKAY)]
+            m.d.sync += [pend.eq(0), aw_full.eq(0), w_full.eq(0), bvalid.eq(1),
+                         bresp.eq(Mux(ignored_start, RESP_SLVERR, RESP_OKAY))]
         with m.If(bvalid & self.s_axil_bready):
             m.d.sync += bvalid.eq(0)
         m.d.sync += irq_status.eq((irq_status & ~clear_irq) | self._events(m))   # a new event beats its clear
@@ -174,8 +184,8 @@ class AxiLiteCsr(wiring.Component):
         """Drive ``cfg`` from the CPU's held write (``pend``) and, with ``program_port``, the ``cfg_dma``
         stream; returns "the block takes the CPU's write this cycle". The CPU's write goes first. No write is
         ever switched while offered (the stream rule) without a lock register: ``pend`` rises only after a
-        cycle in which the block was ready (``allowed``), and in that cycle an offered DMA write was taken;
-        a held CPU write keeps ``pend`` until taken (formal: csr_axil_protocol asserts cfg's stream rule)."""
+        cycle in which no DMA write was offered, and a held CPU write keeps ``pend`` until taken (formal:
+        csr_axil_protocol asserts cfg's stream rule)."""
         cfg = self.cfg
         if not self.program_port:
             m.d.comb += [cfg.valid.eq(pend), cfg.payload.addr.eq(addr), cfg.payload.data.eq(data)]

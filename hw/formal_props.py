@@ -583,7 +583,6 @@ CSR_ID, CSR_ID_VALUE = 0x400, 0x43415353
 CSR_IRQ_ENABLE = 0x418
 CSR_READABLE = (0x400, 0x404, 0x408, 0x40C, 0x410, 0x414, 0x418)
 CSR_WRITABLE = (0x414, 0x418)       # IRQ_STATUS (W1C), IRQ_ENABLE
-CSR_CLEAR_ERROR = 2                 # CTRL bit 1 (docs/HARDWARE.md section 2)
 MUTANTS_CSR = ("bhold", "forward", "early", "stuck", "dma_lost")
 COVERS_CSR = ("a block write taken by the block", "a block write refused", "an ID read", "an IRQ_ENABLE write",
               "a DMA write taken while a CPU write waits")
@@ -600,8 +599,8 @@ class CsrProtocol(wiring.Component):
       to the block is answered within 2 cycles, a read within 2;
     * forwarding: ``cfg`` obeys the stream rule and carries exactly the write's (address / 4, data), once,
       only for an aligned, fully strobed write below 0x400; such a write's B is OKAY exactly when the block
-      took it, and a refusal (SLVERR) only after the block was seen not ready, or in error with the write not
-      CTRL = CLEAR_ERROR; every other write answers OKAY for IRQ_STATUS / IRQ_ENABLE, SLVERR otherwise;
+      took it (SLVERR for a START taken while the block's error is set: the block ignores it), and a refusal
+      (SLVERR) only after the block was seen not ready; every other write answers OKAY for IRQ_STATUS / IRQ_ENABLE, SLVERR otherwise;
     * reads: OKAY exactly on the map, ID reads 0x43415353, block registers read 0, IRQ_ENABLE reads back the
       last value written to it; ``irq`` only while some interrupt is enabled.
 
@@ -683,6 +682,7 @@ class CsrProtocol(wiring.Component):
         aw_in, w_in = Signal(name="aw_in"), Signal(name="w_in")      # taken since the last B
         addr, wdata, strb = Signal(12, name="wr_addr"), Signal(32, name="wr_data"), Signal(4, name="wr_strb")
         forwarded, could_refuse = Signal(name="wr_forwarded"), Signal(name="wr_could_refuse")
+        ignored = Signal(name="wr_start_ignored")                  # taken while error, with START: SLVERR
         irq_en = Signal(2, name="irq_enable_shadow")
         waited = Signal(2, name="wr_waited")                         # cycles answered by neither B nor cfg
         whole = (addr[:2] == 0) & (strb == 0xF)
@@ -691,21 +691,21 @@ class CsrProtocol(wiring.Component):
         for off in CSR_WRITABLE:
             local_ok = local_ok | (whole & (addr == off))
         both = aw_in & w_in
-        is_clear = (addr[2:10] == 0) & (wdata == CSR_CLEAR_ERROR)
+        is_start = (addr[2:10] == 0) & wdata[0]
         with m.If(aw_take):
             m.d.sync += [aw_in.eq(1), addr.eq(s.s_axil_awaddr)]
         with m.If(w_take):
             m.d.sync += [w_in.eq(1), wdata.eq(s.s_axil_wdata), strb.eq(s.s_axil_wstrb)]
         with m.If(cpu_take):
-            m.d.sync += forwarded.eq(1)
-        with m.If(both & ~s.s_axil_bvalid & (~s.cfg.ready | (s.error_code.any() & ~is_clear))):
+            m.d.sync += [forwarded.eq(1), ignored.eq(s.error_code.any() & is_start)]
+        with m.If(both & ~s.s_axil_bvalid & ~s.cfg.ready):
             m.d.sync += could_refuse.eq(1)
         with m.If(both & ~s.s_axil_bvalid & ~s.cfg.valid):
             m.d.sync += waited.eq(Mux(waited == 3, 3, waited + 1))
         with m.Else():
             m.d.sync += waited.eq(0)
         with m.If(b_take):
-            m.d.sync += [aw_in.eq(0), w_in.eq(0), forwarded.eq(0), could_refuse.eq(0)]
+            m.d.sync += [aw_in.eq(0), w_in.eq(0), forwarded.eq(0), could_refuse.eq(0), ignored.eq(0)]
         # IRQ_ENABLE as written: the register changes when the write executes, its B appears the cycle after
         en_now = Signal(2, name="irq_enable_now")
         m.d.comb += en_now.eq(Mux(s.s_axil_bvalid & whole & (addr == CSR_IRQ_ENABLE) & (s.s_axil_bresp == 0),
@@ -735,10 +735,10 @@ class CsrProtocol(wiring.Component):
                    "cfg offers the CPU's block write or the DMA's offered write"),
             Assert(rst | ~dma_take | (cfg_take & (s.cfg.payload.as_value() == s.cfg_dma.payload.as_value())),
                    "a DMA write is taken only with a cfg transfer of its payload"),
-            Assert(rst | ~s.s_axil_bvalid | ~to_block | ((s.s_axil_bresp == 0) == forwarded),
-                   "a block write's B is OKAY exactly when the block took it"),
+            Assert(rst | ~s.s_axil_bvalid | ~to_block | ((s.s_axil_bresp == 0) == (forwarded & ~ignored)),
+                   "a block write's B is OKAY exactly when the block took it (a START taken in error: SLVERR)"),
             Assert(rst | ~s.s_axil_bvalid | ~to_block | forwarded | could_refuse,
-                   "a block write is refused only when the block was not ready, or in error and not CLEAR_ERROR"),
+                   "a block write is refused only when the block was seen not ready"),
             Assert(rst | ~s.s_axil_bvalid | to_block | (s.s_axil_bresp == Mux(local_ok, 0, 2)),
                    "BRESP of other writes: OKAY for IRQ_STATUS / IRQ_ENABLE, SLVERR otherwise"),
             Assert(rst | ~s.irq | (en_now != 0), "irq only while an interrupt is enabled"),

@@ -135,8 +135,9 @@ def test_decoder_through_the_bus_busy_writes_refused_and_done_irq():
 
 
 def test_error_irq_error_code_and_clear():
-    """START before any book: NO_BOOK; the ERROR interrupt, STATUS / ERROR_CODE show it, CTRL = CLEAR_ERROR
-    through the bus clears the code, W1C clears the interrupt; DONE is not raised by an error."""
+    """START before any book: NO_BOOK; the ERROR interrupt, STATUS / ERROR_CODE show it; while in error a START
+    answers SLVERR (the block ignores it) and other writes OKAY; CTRL = CLEAR_ERROR through the bus clears the
+    code, W1C clears the interrupt; DONE is not raised by an error."""
     dut = CsrTop("decoder_c1v2_l4")
     got = {}
 
@@ -149,9 +150,10 @@ def test_error_irq_error_code_and_clear():
         got["irq_status"] = (await axil_read(ctx, dut, Csr.IRQ_STATUS))[0]
         got["status"] = (await axil_read(ctx, dut, Csr.STATUS))[0]
         got["code"] = (await axil_read(ctx, dut, Csr.ERROR_CODE))[0]
-        # while the error is set the block would ignore these: refused, so the CPU sees it
-        got["refused"] = [await axil_write(ctx, dut, 4 * a, d) for a, d in
-                          [(Reg.CTRL, CTRL_START), (Reg.MBITS, 3), (Reg.CTRL, CTRL_START | CTRL_CLEAR_ERROR)]]
+        # while the error is set the block ignores START (SLVERR says so) and applies other writes (OKAY)
+        got["in_error"] = [await axil_write(ctx, dut, 4 * a, d) for a, d in
+                           [(Reg.CTRL, CTRL_START), (Reg.MBITS, 3), (Reg.CTRL, CTRL_START | CTRL_CLEAR_ERROR)]]
+        got["code_after_start_clear"] = (await axil_read(ctx, dut, Csr.ERROR_CODE))[0]
         await _program(ctx, dut, [(Reg.CTRL, CTRL_CLEAR_ERROR)])
         got["code_after"] = (await axil_read(ctx, dut, Csr.ERROR_CODE))[0]
         assert await axil_write(ctx, dut, Csr.IRQ_STATUS, IRQ_ERROR) == RESP_OKAY
@@ -160,7 +162,8 @@ def test_error_irq_error_code_and_clear():
     _sim(dut, cpu)
     assert got["irq"] == 1 and got["irq_status"] == IRQ_ERROR
     assert got["status"] == STATUS_ERROR and got["code"] == 1 << Err.NO_BOOK    # not busy, no write held
-    assert got["refused"] == [RESP_SLVERR] * 3
+    assert got["in_error"] == [RESP_SLVERR, RESP_OKAY, RESP_SLVERR]
+    assert got["code_after_start_clear"] == 0            # the CLEAR of START | CLEAR_ERROR took effect
     assert got["code_after"] == 0 and got["irq_after"] == 0 and got["irq_status_after"] == 0
 
 
@@ -349,3 +352,66 @@ def test_program_stream_programs_ahead_while_the_cpu_is_refused():
     # tensor 2's program was offered while tensor 1 decoded and held until it was done (then taken at once)
     assert log["first_write_offered"][1] < log["last_beats"][0] <= log["first_write_taken"][1]
     assert log["busy_write"] == RESP_SLVERR and log["irq"] == 1
+
+
+def test_cpu_write_racing_a_dma_start_is_refused_at_once():
+    """The CPU's write executes in the cycle cfg_dma offers START to the ready decoder: it waits that cycle
+    (the DMA write is taken), then finds the decoder busy and answers SLVERR within a few cycles instead of
+    holding the bus for the decode; it never reaches the block; the tensor decodes exactly."""
+    dut = CsrTop("decoder_c1v2_l4")
+    cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5)
+    enc = encode_tensor(weights(32 * 6, seed=9), cfg)
+    prog = decoder_program(enc, True)
+    beats, forwarded, log = [], [], {"cycle": 0}
+
+    async def clock(ctx):
+        while True:
+            await ctx.tick()
+            log["cycle"] += 1
+
+    async def setup_then_race(ctx):
+        await _program(ctx, dut, prog[:-1])                # everything but START, over the bus
+        ctx.set(dut.cfg_dma.payload.addr, prog[-1][0])     # START on cfg_dma, offered in the same cycle as
+        ctx.set(dut.cfg_dma.payload.data, prog[-1][1])     # the CPU's AW and W
+        ctx.set(dut.cfg_dma.valid, 1)
+        t0 = log["cycle"]
+        resp = await axil_write(ctx, dut, 4 * Reg.MBITS, 1)
+        log["race"] = (resp, log["cycle"] - t0)
+
+    async def dma_release(ctx):
+        while True:
+            *_, v, r = await ctx.tick().sample(dut.cfg_dma.valid, dut.cfg_dma.ready)
+            if v and r:
+                ctx.set(dut.cfg_dma.valid, 0)
+
+    async def monitor(ctx):
+        while True:
+            *_, v, r, a, d = await ctx.tick().sample(dut.block.cfg.valid, dut.block.cfg.ready,
+                                                    dut.block.cfg.payload.addr, dut.block.cfg.payload.data)
+            if v and r:
+                forwarded.append((a, d))
+
+    def feeder(port, seed):
+        async def proc(ctx):
+            items = decoder_planes(enc, True, getattr(dut, "port_words", None) or dut.word)
+            if port in items:
+                await drive_stream(ctx, getattr(dut, port), items[port], Stalls(idle=STALL, seed=seed))
+        return proc
+
+    async def sink(ctx):
+        ctx.set(dut.out.ready, 1)
+        for _ in range(5000):
+            _, _, valid, payload = await ctx.tick().sample(dut.out.valid, dut.out.payload)
+            if valid:
+                beats.append(payload)
+                if int(payload.last):
+                    return
+
+    ports = ("spec_codes", "spec_signman", "verif_codes", "verif_rest")
+    _sim(dut, setup_then_race, sink, background=[clock, dma_release, monitor,
+                                                  *[feeder(p, 60 + i) for i, p in enumerate(ports)]])
+    resp, cycles = log["race"]
+    assert resp == RESP_SLVERR and cycles <= 8, log["race"]
+    assert forwarded == prog                                # the racing MBITS write never reached the block
+    vals, _ = beat_values(beats, dut.lanes)
+    assert np.array_equal(vals, expected(enc, True))
