@@ -33,6 +33,17 @@ def _sim(dut, *testbenches, background=()):
     sim.run()
 
 
+def _block_writes(dut, out: list):
+    """A background process appending every (register, data) the block takes on its cfg port to ``out``."""
+    async def monitor(ctx):
+        while True:
+            *_, v, r, a, d = await ctx.tick().sample(dut.block.cfg.valid, dut.block.cfg.ready,
+                                                    dut.block.cfg.payload.addr, dut.block.cfg.payload.data)
+            if v and r:
+                out.append((a, d))
+    return monitor
+
+
 async def _program(ctx, dut, writes):
     """Block-register writes through the bus (register a at byte offset 4 a); every response OKAY."""
     for addr, data in writes:
@@ -96,12 +107,7 @@ def test_decoder_through_the_bus_busy_writes_refused_and_done_irq():
         log["irq2"] = (await axil_read(ctx, dut, Csr.IRQ_STATUS))[0]
         state["cpu_done"] = True
 
-    async def monitor(ctx):                                 # every write the block takes
-        while True:
-            *_, v, r, a, d = await ctx.tick().sample(dut.block.cfg.valid, dut.block.cfg.ready,
-                                                    dut.block.cfg.payload.addr, dut.block.cfg.payload.data)
-            if v and r:
-                forwarded.append((a, d))
+    monitor = _block_writes(dut, forwarded)
 
     def feeder(port, seed):
         async def proc(ctx):
@@ -178,12 +184,7 @@ def test_outside_the_map_is_slverr_and_never_reaches_the_block():
         got["r"] = [await axil_read(ctx, dut, a) for a in (4 * Reg.MBITS, 0x41C, 0x802, 0xFFC)]
         got["ok"] = await axil_write(ctx, dut, 4 * Reg.MBITS, 5)        # a good write is forwarded
 
-    async def monitor(ctx):
-        while True:
-            *_, v, r, a, d = await ctx.tick().sample(dut.block.cfg.valid, dut.block.cfg.ready,
-                                                    dut.block.cfg.payload.addr, dut.block.cfg.payload.data)
-            if v and r:
-                forwarded.append((a, d))
+    monitor = _block_writes(dut, forwarded)
     _sim(dut, cpu, background=[monitor])
     assert got["w"] == [RESP_SLVERR] * 6
     assert got["r"] == [(0, RESP_OKAY), (0, RESP_SLVERR), (0, RESP_SLVERR), (0, RESP_SLVERR)]
@@ -384,12 +385,7 @@ def test_cpu_write_racing_a_dma_start_is_refused_at_once():
             if v and r:
                 ctx.set(dut.cfg_dma.valid, 0)
 
-    async def monitor(ctx):
-        while True:
-            *_, v, r, a, d = await ctx.tick().sample(dut.block.cfg.valid, dut.block.cfg.ready,
-                                                    dut.block.cfg.payload.addr, dut.block.cfg.payload.data)
-            if v and r:
-                forwarded.append((a, d))
+    monitor = _block_writes(dut, forwarded)
 
     def feeder(port, seed):
         async def proc(ctx):
