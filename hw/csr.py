@@ -68,7 +68,10 @@ REGISTER_MAP = [   # (offset, name, access, meaning): the one source of the map'
 
 def register_table() -> list[dict]:
     return [{"offset": o, "name": n, "access": a, "meaning": t} for o, n, a, t in REGISTER_MAP]
+
+
 IRQ_DONE, IRQ_ERROR = 1 << 0, 1 << 1
+STATUS_BUSY, STATUS_ERROR, STATUS_WRITE_PENDING = 1 << 0, 1 << 1, 1 << 2
 RESP_OKAY, RESP_SLVERR = 0, 2
 KINDS = {"decoder_c1v2": 1, "decoder_c2": 2, "encoder_kv_c1": 3, "encoder_kv_c2": 4}
 
@@ -141,7 +144,8 @@ class AxiLiteCsr(wiring.Component):
         m.d.comb += [busy_wr.eq(pend | bvalid),
                      self.s_axil_awready.eq(~aw_full & ~busy_wr), self.s_axil_wready.eq(~w_full & ~busy_wr),
                      self.s_axil_bvalid.eq(bvalid), self.s_axil_bresp.eq(bresp)]
-        cpu_take = self._merge(m, pend, aw[2:2 + CFG_ADDR_BITS], w)
+        reg = aw[2:2 + CFG_ADDR_BITS]                      # the block register a write at 4 a addresses
+        cpu_take = self._merge(m, pend, reg, w)
         with m.If(self.s_axil_awvalid & self.s_axil_awready):
             m.d.sync += [aw_full.eq(1), aw.eq(self.s_axil_awaddr)]
         with m.If(self.s_axil_wvalid & self.s_axil_wready):
@@ -172,7 +176,7 @@ class AxiLiteCsr(wiring.Component):
                     m.d.sync += [irq_enable.eq(w[:2]), bresp.eq(RESP_OKAY)]
         # taken: OKAY, except a START taken while the block's error is set (the block ignores it: SLVERR says so)
         ignored_start = Signal(name="wr_ignored_start")
-        m.d.comb += ignored_start.eq(self.error_code.any() & (aw[2:2 + CFG_ADDR_BITS] == 0) & w[0])
+        m.d.comb += ignored_start.eq(self.error_code.any() & (reg == 0) & w[0])
         with m.If(cpu_take):
             m.d.sync += [pend.eq(0), aw_full.eq(0), w_full.eq(0), bvalid.eq(1),
                          bresp.eq(Mux(ignored_start, RESP_SLVERR, RESP_OKAY))]
@@ -187,15 +191,12 @@ class AxiLiteCsr(wiring.Component):
         cycle in which no DMA write was offered, and a held CPU write keeps ``pend`` until taken (formal:
         csr_axil_protocol asserts cfg's stream rule)."""
         cfg = self.cfg
-        if not self.program_port:
-            m.d.comb += [cfg.valid.eq(pend), cfg.payload.addr.eq(addr), cfg.payload.data.eq(data)]
-            return pend & cfg.ready
-        dma = self.cfg_dma
-        from_dma = Signal(name="cfg_from_dma")
-        m.d.comb += [from_dma.eq(~pend),
-                     cfg.valid.eq(Mux(from_dma, dma.valid, pend)),
-                     cfg.payload.eq(Mux(from_dma, dma.payload, Cat(addr, data))),
-                     dma.ready.eq(from_dma & cfg.ready)]
+        m.d.comb += [cfg.valid.eq(pend), cfg.payload.addr.eq(addr), cfg.payload.data.eq(data)]
+        if self.program_port:                         # pend low: the DMA's write (if any) is offered
+            dma = self.cfg_dma
+            with m.If(~pend):
+                m.d.comb += [cfg.valid.eq(dma.valid), cfg.payload.eq(dma.payload)]
+            m.d.comb += dma.ready.eq(~pend & cfg.ready)
         return pend & cfg.ready
 
     def _read_channel(self, m, irq_status, irq_enable):
@@ -274,8 +275,6 @@ class CsrTop(wiring.Component):
                 m.d.comb += ours.eq(theirs)
         return m
 
-
-STATUS_BUSY, STATUS_ERROR, STATUS_WRITE_PENDING = 1 << 0, 1 << 1, 1 << 2
 
 
 def c_header() -> str:
