@@ -33,6 +33,46 @@ def _sim(dut, *testbenches, background=()):
     sim.run()
 
 
+PLANES_C1 = ("spec_codes", "spec_signman", "verif_codes", "verif_rest")
+
+
+def _plane_feeders(dut, jobs, seed: int, gate=None):
+    """Background processes, one per C1 plane port, streaming the (enc, full) jobs' words in order with 30 %
+    random idles; job j starts only once ``gate(j)`` is true (when given)."""
+    words = getattr(dut, "port_words", None) or dut.word
+
+    def feeder(port, s):
+        async def proc(ctx):
+            for j, (enc, full) in enumerate(jobs):
+                items = decoder_planes(enc, full, words)
+                while gate is not None and not gate(j):
+                    await ctx.tick()
+                if port in items:
+                    await drive_stream(ctx, getattr(dut, port), items[port], Stalls(idle=STALL, seed=s))
+        return proc
+    return [feeder(port, seed + i) for i, port in enumerate(PLANES_C1)]
+
+
+def _cycle_counter(log: dict):
+    """A background process counting cycles into ``log["cycle"]``."""
+    log["cycle"] = 0
+
+    async def clock(ctx):
+        while True:
+            await ctx.tick()
+            log["cycle"] += 1
+    return clock
+
+
+def _check_tensors(beats, jobs, lanes: int):
+    """The beats split at their `last` flags are the jobs' golden decodes, exactly."""
+    split = [0] + [i + 1 for i, b in enumerate(beats) if int(b.last)]
+    assert len(split) == len(jobs) + 1
+    for j, (enc, full) in enumerate(jobs):
+        vals, _ = beat_values(beats[split[j]:split[j + 1]], lanes)
+        assert np.array_equal(vals, expected(enc, full)), j
+
+
 def _block_writes(dut, out: list):
     """A background process appending every (register, data) the block takes on its cfg port to ``out``."""
     async def monitor(ctx):
@@ -109,16 +149,6 @@ def test_decoder_through_the_bus_busy_writes_refused_and_done_irq():
 
     monitor = _block_writes(dut, forwarded)
 
-    def feeder(port, seed):
-        async def proc(ctx):
-            for j, (enc, full) in enumerate(zip(encs, fulls)):
-                items = decoder_planes(enc, full, getattr(dut, "port_words", None) or dut.word)
-                while state["programmed"] <= j:
-                    await ctx.tick()
-                if port in items:
-                    await drive_stream(ctx, getattr(dut, port), items[port], Stalls(idle=STALL, seed=seed))
-        return proc
-
     async def sink(ctx):
         rng = Stalls(backpressure=STALL, seed=3)
         while not state["cpu_done"]:
@@ -128,13 +158,9 @@ def test_decoder_through_the_bus_busy_writes_refused_and_done_irq():
             if valid and ready:
                 beats.append(payload)
 
-    ports = ("spec_codes", "spec_signman", "verif_codes", "verif_rest")
-    _sim(dut, cpu, sink, background=[monitor, *[feeder(p, 10 + i) for i, p in enumerate(ports)]])
-    split = [i + 1 for i, b in enumerate(beats) if int(b.last)]
-    assert len(split) == 2
-    for (lo, hi), enc, full in zip([(0, split[0]), (split[0], split[1])], encs, fulls):
-        vals, _ = beat_values(beats[lo:hi], dut.lanes)
-        assert np.array_equal(vals, expected(enc, full))
+    jobs = list(zip(encs, fulls))
+    _sim(dut, cpu, sink, background=[monitor, *_plane_feeders(dut, jobs, 10, gate=lambda j: state["programmed"] > j)])
+    _check_tensors(beats, jobs, dut.lanes)
     assert log["busy_write"] == RESP_SLVERR and log["status_busy"] & STATUS_BUSY
     assert forwarded == progs[0] + progs[1]                 # the refused write never reached the block
     assert log["irq1"] == log["irq2"] == IRQ_DONE and not log["irq_after_clear"]
@@ -298,12 +324,8 @@ def test_program_stream_programs_ahead_while_the_cpu_is_refused():
     fulls = [True, False, True]
     regs2: dict = {}
     progs = [decoder_program(enc, full, state=regs2) for enc, full in zip(encs, fulls)]
-    beats, log = [], {"cycle": 0}
-
-    async def clock(ctx):
-        while True:
-            await ctx.tick()
-            log["cycle"] += 1
+    beats, log = [], {}
+    clock = _cycle_counter(log)
 
     async def dma(ctx):
         for j, prog in enumerate(progs):
@@ -317,14 +339,6 @@ def test_program_stream_programs_ahead_while_the_cpu_is_refused():
         while not ctx.get(dut.block.busy):
             await ctx.tick()
         log["busy_write"] = await axil_write(ctx, dut, 4 * Reg.MBITS, 1)
-
-    def feeder(port, seed):
-        async def proc(ctx):
-            for enc, full in zip(encs, fulls):
-                items = decoder_planes(enc, full, getattr(dut, "port_words", None) or dut.word)
-                if port in items:
-                    await drive_stream(ctx, getattr(dut, port), items[port], Stalls(idle=STALL, seed=seed))
-        return proc
 
     async def sink(ctx):
         rng, lasts = Stalls(backpressure=STALL, seed=5), 0
@@ -343,13 +357,9 @@ def test_program_stream_programs_ahead_while_the_cpu_is_refused():
             await ctx.tick()
         log["irq"] = ctx.get(dut.irq)
 
-    ports = ("spec_codes", "spec_signman", "verif_codes", "verif_rest")
-    _sim(dut, sink, background=[clock, dma, cpu, *[feeder(p, 30 + i) for i, p in enumerate(ports)]])
-    split = [0] + [i + 1 for i, b in enumerate(beats) if int(b.last)]
-    assert len(split) == 4
-    for j, (enc, full) in enumerate(zip(encs, fulls)):
-        vals, _ = beat_values(beats[split[j]:split[j + 1]], dut.lanes)
-        assert np.array_equal(vals, expected(enc, full)), j
+    jobs = list(zip(encs, fulls))
+    _sim(dut, sink, background=[clock, dma, cpu, *_plane_feeders(dut, jobs, 30)])
+    _check_tensors(beats, jobs, dut.lanes)
     # tensor 2's program was offered while tensor 1 decoded and held until it was done (then taken at once)
     assert log["first_write_offered"][1] < log["last_beats"][0] <= log["first_write_taken"][1]
     assert log["busy_write"] == RESP_SLVERR and log["irq"] == 1
@@ -363,12 +373,8 @@ def test_cpu_write_racing_a_dma_start_is_refused_at_once():
     cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5)
     enc = encode_tensor(weights(32 * 6, seed=9), cfg)
     prog = decoder_program(enc, True)
-    beats, forwarded, log = [], [], {"cycle": 0}
-
-    async def clock(ctx):
-        while True:
-            await ctx.tick()
-            log["cycle"] += 1
+    beats, forwarded, log = [], [], {}
+    clock = _cycle_counter(log)
 
     async def setup_then_race(ctx):
         await _program(ctx, dut, prog[:-1])                # everything but START, over the bus
@@ -387,13 +393,6 @@ def test_cpu_write_racing_a_dma_start_is_refused_at_once():
 
     monitor = _block_writes(dut, forwarded)
 
-    def feeder(port, seed):
-        async def proc(ctx):
-            items = decoder_planes(enc, True, getattr(dut, "port_words", None) or dut.word)
-            if port in items:
-                await drive_stream(ctx, getattr(dut, port), items[port], Stalls(idle=STALL, seed=seed))
-        return proc
-
     async def sink(ctx):
         ctx.set(dut.out.ready, 1)
         for _ in range(5000):
@@ -403,11 +402,8 @@ def test_cpu_write_racing_a_dma_start_is_refused_at_once():
                 if int(payload.last):
                     return
 
-    ports = ("spec_codes", "spec_signman", "verif_codes", "verif_rest")
-    _sim(dut, setup_then_race, sink, background=[clock, dma_release, monitor,
-                                                  *[feeder(p, 60 + i) for i, p in enumerate(ports)]])
+    _sim(dut, setup_then_race, sink, background=[clock, dma_release, monitor, *_plane_feeders(dut, [(enc, True)], 60)])
     resp, cycles = log["race"]
     assert resp == RESP_SLVERR and cycles <= 8, log["race"]
     assert forwarded == prog                                # the racing MBITS write never reached the block
-    vals, _ = beat_values(beats, dut.lanes)
-    assert np.array_equal(vals, expected(enc, True))
+    _check_tensors(beats, [(enc, True)], dut.lanes)
