@@ -190,14 +190,10 @@ def _random_items(ctx, rng, n):
 
 
 def _harness(dut, ctx):
-    holder = {}
-
-    def agent(pacer, cov):
-        holder["m"] = AxiLiteMaster(dut, ctx, pacer)
-        return holder["m"]
-    h = DecoderHarness(dut, ctx, cfg_agent=agent, status=None)
-    h.status = holder["m"]
-    return h, holder["m"]
+    """tb/decoder's harness with the bus master as its cfg agent and its status (busy / error polled)."""
+    h = DecoderHarness(dut, ctx, cfg_agent=lambda pacer, cov: AxiLiteMaster(dut, ctx, pacer))
+    h.status = h.cfg
+    return h, h.cfg
 
 
 @tb_test()
@@ -305,13 +301,12 @@ async def tensors_over_the_program_stream(dut, ctx):
     the bus master meanwhile polls STATUS / ERROR_CODE (the harness's status) and DONE is raised."""
     from cassandra_rtl.tb.common.stream import Source
     rng = rng_of(ctx)
-    holder = {}
 
     def agent(pacer, cov):
         return Source(dut, "cfg_dma", pacer, cov, encode=lambda aw: aw[0] | (aw[1] << 8))
 
     h = DecoderHarness(dut, ctx, cfg_agent=agent)
-    m = holder["m"] = AxiLiteMaster(dut, ctx, ctx.pacer("random"))
+    m = AxiLiteMaster(dut, ctx, ctx.pacer("random"))
     h.status = m
     h.engine.agents.append(m)
     m.write(Csr.IRQ_ENABLE, IRQ_DONE)
