@@ -173,12 +173,19 @@ class _Past:
         return s
 
 
+def _held_until_ready(m, p: _Past, valid, ready, values, name, kind):
+    """``valid`` is held until ``ready`` and ``values`` are stable while valid & ~ready (a stream's or an AXI
+    channel's rule), as ``kind`` (Assert / Assume)."""
+    held = p(valid & ~ready, f"{name}_stall")
+    same = Const(1, 1)
+    for i, v in enumerate(values):
+        same = same & (v == p(v, f"{name}_v{i}"))
+    m.d.comb += kind(~held | p.rst | (valid & same), f"{name}: valid held until ready, payload stable")
+
+
 def _stream_rule(m, p: _Past, s, name, kind):
-    """valid is held until ready and the payload is stable while valid & ~ready (Amaranth lib.stream)."""
-    held = p(s.valid & ~s.ready, f"{name}_stall")
-    payload = p(s.payload.as_value(), f"{name}_payload")
-    cond = ~held | p.rst | (s.valid & (s.payload.as_value() == payload))
-    m.d.comb += kind(cond, f"{name}: valid held until ready, payload stable")
+    """The Amaranth lib.stream rule on stream interface ``s``."""
+    _held_until_ready(m, p, s.valid, s.ready, [s.payload.as_value()], name, kind)
 
 
 class _Shadow:
@@ -652,26 +659,17 @@ class CsrProtocol(wiring.Component):
         if self.mutant == "stuck":
             m.d.comb += self.s_axil_awready.eq(0)
             m.d.comb += dut.s_axil_awvalid.eq(0)
-        self._hold(m, p, self.s_axil_awvalid, self.s_axil_awready, [self.s_axil_awaddr], "aw", Assume)
-        self._hold(m, p, self.s_axil_wvalid, self.s_axil_wready, [self.s_axil_wdata, self.s_axil_wstrb], "w", Assume)
-        self._hold(m, p, self.s_axil_arvalid, self.s_axil_arready, [self.s_axil_araddr], "ar", Assume)
+        _held_until_ready(m, p, self.s_axil_awvalid, self.s_axil_awready, [self.s_axil_awaddr], "aw", Assume)
+        _held_until_ready(m, p, self.s_axil_wvalid, self.s_axil_wready, [self.s_axil_wdata, self.s_axil_wstrb], "w", Assume)
+        _held_until_ready(m, p, self.s_axil_arvalid, self.s_axil_arready, [self.s_axil_araddr], "ar", Assume)
         kind = Cover if self.covers else Assert
         if not self.covers:
-            self._hold(m, p, self.s_axil_bvalid, self.s_axil_bready, [self.s_axil_bresp], "b", Assert)
-            self._hold(m, p, self.s_axil_rvalid, self.s_axil_rready, [self.s_axil_rdata, self.s_axil_rresp], "r", Assert)
+            _held_until_ready(m, p, self.s_axil_bvalid, self.s_axil_bready, [self.s_axil_bresp], "b", Assert)
+            _held_until_ready(m, p, self.s_axil_rvalid, self.s_axil_rready, [self.s_axil_rdata, self.s_axil_rresp], "r", Assert)
             _stream_rule(m, p, self.cfg, "cfg", Assert)
         self._writes(m, kind)
         self._reads(m, kind)
         return m
-
-    @staticmethod
-    def _hold(m, p, valid, ready, values, name, kind):
-        """``valid`` held until ``ready`` with ``values`` stable (an AXI channel's rule)."""
-        stall = p(valid & ~ready, f"{name}_stall")
-        same = Const(1, 1)
-        for i, v in enumerate(values):
-            same = same & (v == p(v, f"{name}_v{i}"))
-        m.d.comb += kind(~stall | p.rst | (valid & same), f"{name}: valid held until ready, payload stable")
 
     def _writes(self, m, kind):
         s, rst = self, ResetSignal()
