@@ -413,18 +413,19 @@ async def axil_write(ctx, dut, addr: int, data: int, strb: int = 0xF, order: str
     AW was taken) or "w" (W first)."""
     chans = {"aw": (("awaddr", addr),), "w": (("wdata", data), ("wstrb", strb))}
 
-    async def send(ch):
+    def offer(ch):
         for port, value in chans[ch]:
             ctx.set(getattr(dut, f"s_axil_{port}"), value)
         ctx.set(getattr(dut, f"s_axil_{ch}valid"), 1)
+
+    async def send(ch):
+        offer(ch)
         await ctx.tick().until(getattr(dut, f"s_axil_{ch}ready"))
         ctx.set(getattr(dut, f"s_axil_{ch}valid"), 0)
 
     if order == "together":
         for ch in chans:
-            for port, value in chans[ch]:
-                ctx.set(getattr(dut, f"s_axil_{port}"), value)
-            ctx.set(getattr(dut, f"s_axil_{ch}valid"), 1)
+            offer(ch)
         taken = {"aw": False, "w": False}
         while not all(taken.values()):
             *_, awr, wr = await ctx.tick().sample(dut.s_axil_awready, dut.s_axil_wready)
