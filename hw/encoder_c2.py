@@ -195,7 +195,7 @@ class EncoderKvC2(KvEncoderBase):
         m.d.comb += [hbits.eq(Mux(is_bm, bm_piece, x_piece)),
                      hn.eq(Mux(is_bm, HDR_PIECE, Mux(x_left > HDR_PIECE, HDR_PIECE, x_left)))]
         s1_vals = [Signal(BF16_BITS, name=f"s1_val{i}") for i in range(L)]
-        s1_kept, s1_x = Signal(L, name="s1_kept"), Signal(BF16_EXPONENT_BITS, name="s1_x")
+        s1_kept = Signal(L, name="s1_kept")
         fire_x = Signal(BF16_EXPONENT_BITS, name="fire_x")
         m.d.comb += fire_x.eq(Array(xs)[(p.beat * L) >> exact_log2(MX_BLOCK)])
         with m.If(p.move):
@@ -204,8 +204,7 @@ class EncoderKvC2(KvEncoderBase):
             m.d.sync += [s1_last.eq(p.last_item), s1_hdr.eq(p.is_hdr),
                          s1_item.eq(p.item),
                          *[s1_vals[i].eq(p.lane_vals[i]) for i in range(L)],
-                         s1_kept.eq(kmask.bit_select(p.beat * L, L) | Mux(p.prunes, 0, (1 << L) - 1)),
-                         s1_x.eq(fire_x)]
+                         s1_kept.eq(kmask.bit_select(p.beat * L, L) | Mux(p.prunes, 0, (1 << L) - 1))]
 
         # ---- stage 2: per plane the packed fields of the beat (spec.mx: or the header piece), into the
         # writers (or stage 3)
@@ -216,7 +215,10 @@ class EncoderKvC2(KvEncoderBase):
             with m.If(p.fire):
                 m.d.sync += [a.eq(b) for pair, fpair in zip(aligns, self._alignments(m, fire_x, p.lane_vals, "fire"))
                              for a, b in zip(pair, fpair)]
-        else:
+        else:                                            # the beat's X into stage 1, the alignments in stage 2
+            s1_x = Signal(BF16_EXPONENT_BITS, name="s1_x")
+            with m.If(p.fire):
+                m.d.sync += s1_x.eq(fire_x)
             aligns = self._alignments(m, s1_x, s1_vals, "beat")
         for q, f in self._lane_fields(m, r, aligns, s1_vals, s1_kept).items():
             bits_, n_, width_ = self._pack(m, f, q)
