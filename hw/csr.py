@@ -47,6 +47,9 @@ class Csr:
 
 
 ID_VALUE = 0x43415353              # "CASS"
+KINDS = {"decoder_c1v2": 1, "decoder_c2": 2, "encoder_kv_c1": 3, "encoder_kv_c2": 4}   # BLOCK[7:0]
+KIND_NAMES = {"decoder_c1v2": "C1 decoder", "decoder_c2": "C2 decoder", "encoder_kv_c1": "C1 KV encoder",
+              "encoder_kv_c2": "C2 KV encoder"}
 
 REGISTER_MAP = [   # (offset, name, access, meaning): the one source of the map's documentation
     ("0x000 + 4a", "block register a (0 <= a < 256)", "W",
@@ -56,7 +59,7 @@ REGISTER_MAP = [   # (offset, name, access, meaning): the one source of the map'
     (f"{Csr.VERSION:#05x}", "VERSION", "R",
      "[15:8] format major, [7:0] format minor (golden.config.FORMAT_VERSION), [23:16] register map version"),
     (f"{Csr.BLOCK:#05x}", "BLOCK", "R",
-     "[7:0] kind (1 C1 decoder, 2 C2 decoder, 3 C1 KV encoder, 4 C2 KV encoder), [15:8] lanes, "
+     "[7:0] kind (" + ", ".join(f"{v} {KIND_NAMES[k]}" for k, v in KINDS.items()) + "), [15:8] lanes, "
      "[23:16] full-mode lanes"),
     (f"{Csr.STATUS:#05x}", "STATUS", "R", "[0] busy, [1] error, [2] a register write (bus or `cfg_dma`) is being offered to the block"),
     (f"{Csr.ERROR_CODE:#05x}", "ERROR_CODE", "R",
@@ -73,7 +76,6 @@ def register_table() -> list[dict]:
 IRQ_DONE, IRQ_ERROR = 1 << 0, 1 << 1
 STATUS_BUSY, STATUS_ERROR, STATUS_WRITE_PENDING = 1 << 0, 1 << 1, 1 << 2
 RESP_OKAY, RESP_SLVERR = 0, 2
-KINDS = {"decoder_c1v2": 1, "decoder_c2": 2, "encoder_kv_c1": 3, "encoder_kv_c2": 4}
 
 
 def axil_signature() -> dict:
