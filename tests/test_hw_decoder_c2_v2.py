@@ -255,7 +255,8 @@ def test_c2v2_verif_escapes_and_empty_book():
     run(DecoderC2v2(4), [DecodeJob(enc_k0, True), DecodeJob(enc_long, True)], seed=41)
 
 
-@pytest.mark.parametrize("group,keep", [(64, 1.0), (128, 0.5), (256, 0.5), (256, 1.0)])
+@pytest.mark.parametrize("group,keep", [(64, 1.0), (128, 0.5), (256, 0.5),
+                                        pytest.param(256, 1.0, marks=pytest.mark.slow)])
 def test_c2v2_no_bubbles_at_superblock_boundaries(group, keep):
     """No stalls: one full beat per cycle in draft mode (L = 8) and per Lv = 4 values in full mode, across
     superblock boundaries (incl. G = 256 with its two bitmap words): the cycle count is the beat count
@@ -479,7 +480,8 @@ def test_c2v2_format2_bf16_pattern_spread(full):
     run(DecoderC2v2(4), [DecodeJob(enc, full)], seed=9)
 
 
-@pytest.mark.parametrize("group,keep,A", [(128, 0.5, 8), (32, 0.5, 32), (256, 1.0, 4)])
+@pytest.mark.parametrize("group,keep,A", [(128, 0.5, 8), (32, 0.5, 32),
+                                          pytest.param(256, 1.0, 4, marks=pytest.mark.slow)])
 def test_c2v2_format2_no_bubbles(group, keep, A):
     """No stalls: one full beat per cycle inside and across chunks (superblocks back to back in a chunk)."""
     bits = weights(16 * group, 3)

@@ -143,6 +143,7 @@ def _small_hw_families():
     }
 
 
+@pytest.mark.slow      # ~2 min: ten small hw blocks through the flow
 def test_hw_blocks_monotone_in_lanes(tmp_path):
     """Every hw block family (C1/C2 decoders and encoders, zero counter) synthesises and grows with L."""
     blocks = {}

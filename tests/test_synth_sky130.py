@@ -92,6 +92,7 @@ Endpoint: b (rising edge-triggered flip-flop clocked by clk)
 
 
 @need_pdk
+@pytest.mark.slow      # ~1 min
 def test_fanout_repair_keeps_connectivity():
     """One flop output driving 40 gates: buffered into a tree of <= 16 loads per net, every sink still
     reached from the original driver through buffers only."""

@@ -66,6 +66,7 @@ def test_csr_protocol(tools, tmp_path, name):
 COVER_MSGS = ("cover: an output beat", "cover: a beat held under backpressure", "cover: a tensor's last beat")
 
 
+@pytest.mark.slow      # 45-90 s each; the protocol and liveness harnesses of the same blocks stay in make test
 @pytest.mark.parametrize("cfg", ["decoder_c1v2_l4", "decoder_c2v2_l4_w64"])
 def test_decoder_stream_cover(tools, tmp_path, cfg):
     """The stream check's depth reaches the output side: a beat, a beat held under backpressure and a last
