@@ -219,6 +219,7 @@ endmodule
     assert "PASS" in run.stdout, run.stdout + run.stderr
 
 
+@pytest.mark.slow      # 19 s (every CSR top exported and linted); test_axil_top_simulates stays in make test
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_axil_writes_csr_tops_for_register_blocks_only(tmp_path):
     """--axil: <name>_csr.v and <name>_csr_axis.v for decoders / encoders (none for the zero counter), the
