@@ -19,7 +19,7 @@ help:
 	@echo "make sim       - cocotb testbenches on SIM=$(SIM) (verilator|icarus) with a summary table"
 	@echo "make sim-full  - long random runs and the whole model through the RTL"
 	@echo "make verilog   - export Verilog (cores, AXI4-Stream and AXI4-Lite tops) + port tables to build/verilog/"
-	@echo "make synth     - Yosys area/timing reports to build/synth/ (LIBERTY=cells.lib: real library + OpenSTA)"
+	@echo "make synth     - Yosys area/timing reports to build/synth/ (LIBERTY=cells.lib: real library + OpenSTA; CLOCK_GATING=1)"
 	@echo "make formal    - SymbiYosys (yices/z3) + BDD proofs: zero counters, decoder protocol, liveness"
 	@echo "make fpga      - ECP5-85k place and route (nextpnr) of every block to build/fpga/ (FPGA_ARGS=...)"
 	@echo "make report    - the evaluation report into build/report-out/ (QUICK=1: smoke run); make report-docs: docs/report/"
@@ -76,11 +76,13 @@ sim-full: setup iverilog
 
 # make synth LIBERTY=path/to/cells.lib[.gz] [DONT_USE='pat1,pat2'] maps onto a real library and times it
 # with OpenSTA (report in build/synth-<library name>/; the generic library, build/synth/, is the default).
+# CLOCK_GATING=1: integrated clock gates instead of hold multiplexers (report in <out>-cg/; docs/SYNTHESIS.md).
 LIBERTY ?=
 DONT_USE ?=
-SYNTH_OUT ?= $(if $(LIBERTY),build/synth-$(basename $(basename $(notdir $(LIBERTY)))),build/synth)
+CLOCK_GATING ?=
+SYNTH_OUT ?= $(if $(LIBERTY),build/synth-$(basename $(basename $(notdir $(LIBERTY)))),build/synth)$(if $(CLOCK_GATING),-cg)
 synth: setup $(if $(LIBERTY),opensta)
-	$(PY) -m cassandra_rtl.synth.flow --out $(SYNTH_OUT) $(if $(LIBERTY),--liberty $(LIBERTY)) $(if $(DONT_USE),--dont-use '$(DONT_USE)') $(SYNTH_ARGS)
+	$(PY) -m cassandra_rtl.synth.flow --out $(SYNTH_OUT) $(if $(LIBERTY),--liberty $(LIBERTY)) $(if $(DONT_USE),--dont-use '$(DONT_USE)') $(if $(CLOCK_GATING),--clock-gating) $(SYNTH_ARGS)
 
 formal: setup
 	@$(PY) -c "import z3" 2>/dev/null || $(PIP) install -q z3-solver || echo "[formal] z3-solver not installed: 64-bit models will be UNTRUSTED"; $(PY) -m cassandra_rtl.hw.formal --out build/formal

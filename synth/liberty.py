@@ -99,9 +99,17 @@ SEQ_CELLS: tuple[Seq, ...] = (
 
 TIE_CELLS = (("TIEHI_X1", 0.75, "1"), ("TIELO_X1", 0.75, "0"))
 
+# The integrated clock gate of `synth.flow --clock-gating` (Yosys `clockgate`): a latch that is transparent while
+# CLK is low holds E, GCLK = CLK & latch. One gate replaces the hold multiplexers of every flip-flop sharing an
+# enable. Area: a latch (~3.75 GE) and an AND2, rounded up; sky130's sky130_fd_sc_hd__dlclkp_1 is 4.7 GE.
+ICG_CELL = "ICG_X1"
+ICG_AREA_GE = 5.00
+ICG_SETUP_NS = DFF_SETUP_NS          # E is latched at the rising edge like a flip-flop's D
+ICG_CLK_GCLK_NS = 0.0                # the gated clock's delay is a clock-tree matter (ideal clock, as for CLK)
+
 # Convenience for consumers (the flow's own netlist timing and the docs).
 AREA_GE = {c.name: c.area for c in COMB_CELLS} | {s.name: s.area for s in SEQ_CELLS} | {
-    n: a for n, a, _ in TIE_CELLS}
+    n: a for n, a, _ in TIE_CELLS} | {ICG_CELL: ICG_AREA_GE}
 SEQ_CELL_NAMES = frozenset(s.name for s in SEQ_CELLS)
 
 
@@ -266,6 +274,51 @@ library ({LIB_NAME}) {{
       direction : output;
       function : "IQ";
 {_timing("CLK", "non_unate", clkq, extra=chr(10) + "        timing_type : rising_edge;")}{reset_arc}
+    }}
+  }}
+""")
+    icg_setup = [[ICG_SETUP_NS + 0.1 * s for s in SLEW_INDEX_NS] for _ in SLEW_INDEX_NS]
+    out.append(f"""  /* integrated clock gate (positive-edge flip-flops): latch transparent while CLK is low, GCLK = CLK & latch;
+     E setup {ICG_SETUP_NS*1000:.0f} ps to the rising edge; used only by `synth.flow --clock-gating` */
+  cell ({ICG_CELL}) {{
+    area : {ICG_AREA_GE:.4f};
+    cell_leakage_power : 0.0;
+    clock_gating_integrated_cell : "latch_posedge";
+    statetable ("CLK E", "IQ") {{
+      table : "L L : - : L, L H : - : H, H - : - : N";
+    }}
+    pin (IQ) {{
+      direction : internal;
+      internal_node : "IQ";
+    }}
+    pin (CLK) {{
+      direction : input;
+      clock : true;
+      clock_gate_clock_pin : true;
+      capacitance : {C_UNIT_FF:.4f};
+    }}
+    pin (E) {{
+      direction : input;
+      clock_gate_enable_pin : true;
+      capacitance : {C_UNIT_FF:.4f};
+      timing () {{
+        related_pin : "CLK";
+        timing_type : setup_rising;
+        rise_constraint (constraint_2x2) {{ {_table(icg_setup)} }}
+        fall_constraint (constraint_2x2) {{ {_table(icg_setup)} }}
+      }}
+      timing () {{
+        related_pin : "CLK";
+        timing_type : hold_rising;
+        rise_constraint (constraint_2x2) {{ {_table(hold)} }}
+        fall_constraint (constraint_2x2) {{ {_table(hold)} }}
+      }}
+    }}
+    pin (GCLK) {{
+      direction : output;
+      clock_gate_out_pin : true;
+      state_function : "CLK * IQ";
+{_timing("CLK", "positive_unate", _delay_tables(0.0, intrinsic_ns=ICG_CLK_GCLK_NS))}
     }}
   }}
 """)

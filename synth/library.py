@@ -45,6 +45,7 @@ class Library:
     text: bytes                        # the uncompressed Liberty text (copied next to each design)
     cell_area: dict[str, float]        # every cell, in the library's area unit
     sequential: frozenset[str]         # cells with an ff/latch group
+    clock_gates: frozenset[str]        # integrated clock gates (clock_gating_integrated_cell)
     nand2_cell: str                    # smallest-area 2-input NAND (the GE unit)
     tie_hi: tuple[str, str]            # (cell, pin) driving constant 1
     tie_lo: tuple[str, str]            # (cell, pin) driving constant 0
@@ -128,10 +129,13 @@ def load_library(path: str | pathlib.Path, dont_use: list[str] | tuple[str, ...]
     name = name_m.group(1)
     unit_m = re.search(r'time_unit\s*:\s*"?\s*1\s*(ps|ns)"?', text)
     time_unit_ns = 0.001 if unit_m and unit_m.group(1) == "ps" else 1.0
-    area, seq, nand2, hi, lo = {}, set(), [], None, None
+    area, seq, icg, nand2, hi, lo = {}, set(), set(), [], None, None
     for cell, body in _cells(text):
         am = re.search(r"\barea\s*:\s*([0-9.eE+-]+)", body)
         area[cell] = float(am.group(1)) if am else 0.0
+        if re.search(r"\bclock_gating_integrated_cell\s*:", body):
+            icg.add(cell)
+            continue
         if re.search(r"\b(ff|latch|ff_bank|latch_bank)\s*\(", body):
             seq.add(cell)
             continue
@@ -157,5 +161,6 @@ def load_library(path: str | pathlib.Path, dont_use: list[str] | tuple[str, ...]
     if not seq:
         raise ConfigError(f"{path}: no flip-flop cells in library {name!r}")
     return Library(path=path, name=name, text=data, cell_area=area, sequential=frozenset(seq),
+                   clock_gates=frozenset(icg),
                    nand2_cell=min(usable_nand2, key=lambda c: (area[c], c)), tie_hi=hi, tie_lo=lo,
                    dont_use=dont_use, generic=generic, time_unit_ns=time_unit_ns)

@@ -34,11 +34,14 @@ OUTPUT_LOAD_FF = lib.C_UNIT_FF
 # an ideal fanout-of-4 tree of BUF_X1 (its area is estimated separately, not added to the block).
 BUFFER_TREE_THRESHOLD_FF = 40.0     # above the ~34 fF that ABC's `buffer -N 8` leaves on its own nets
 TREE_STAGE_LOAD_FF = 4.0 * lib.C_UNIT_FF
-TIMING_VERSION = 2
+TIMING_VERSION = 3                  # 3: clock gates (E captured, GCLK ideal)
 
 _COMB = {c.name: c for c in lib.COMB_CELLS}
 _SEQ = {s.name: s for s in lib.SEQ_CELLS}
 _TIE = {name for name, _, _ in lib.TIE_CELLS}
+# Integrated clock gates (`synth.flow --clock-gating`): E is captured like a flip-flop's D; GCLK is a clock and,
+# like CLK, ideal, so it launches nothing and its flip-flop CLK pins load nothing.
+_ICG = {lib.ICG_CELL}
 _SEQ_INPUT_CAP = {"D": lib.C_UNIT_FF, "CLK": lib.C_UNIT_FF, "RN": lib.C_UNIT_FF, "SN": lib.C_UNIT_FF}
 
 
@@ -82,10 +85,14 @@ def _input_cap(cell_type: str, pin: str) -> float:
         return _COMB[cell_type].g * lib.C_UNIT_FF
     if cell_type in _SEQ:
         return _SEQ_INPUT_CAP.get(pin, lib.C_UNIT_FF)
+    if cell_type in _ICG:
+        return lib.C_UNIT_FF
     return 0.0
 
 
 def _is_output(cell_type: str, pin: str) -> bool:
+    if cell_type in _ICG:
+        return pin == "GCLK"
     return pin == "Y" if cell_type in _COMB or cell_type in _TIE else pin == "Q"
 
 
@@ -105,7 +112,8 @@ def analyse(netlist: dict, top: str) -> TimingResult:
     sinks: dict[int, list[tuple[str, str]]] = defaultdict(list)
     cells = module.get("cells", {})
     unknown = sorted({c["type"] for c in cells.values()
-                      if c["type"] not in _COMB and c["type"] not in _SEQ and c["type"] not in _TIE})
+                      if c["type"] not in _COMB and c["type"] not in _SEQ and c["type"] not in _TIE
+                      and c["type"] not in _ICG})
     if unknown:
         raise TimingError(f"cells outside cassandra_generic.lib: {', '.join(unknown)}")
 
@@ -161,6 +169,8 @@ def analyse(netlist: dict, top: str) -> TimingResult:
     pred: dict[int, tuple[str, int | None]] = {}        # net -> (driving cell, worst input net)
     launched_by_reg: dict[int, bool] = {}
     for net, (cname, pin) in driver.items():
+        if cname != "$in" and cells[cname]["type"] in _ICG:      # a gated clock: ideal, not a data path
+            continue
         if cname == "$in" or cells[cname]["type"] in _SEQ:
             d, sl = drive(net)
             arrival[net] = clkq_ps + d
@@ -223,6 +233,8 @@ def analyse(netlist: dict, top: str) -> TimingResult:
                 kind = ("reg" if launched_by_reg[net] else "in") + "->out"
             elif cells[cname]["type"] in _SEQ and pin == "D":
                 kind = ("reg" if launched_by_reg[net] else "in") + "->reg"
+            elif cells[cname]["type"] in _ICG and pin == "E":
+                kind = ("reg" if launched_by_reg[net] else "in") + "->clock gate"
             else:
                 continue
             t = arrival[net] + setup_ps

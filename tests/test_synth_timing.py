@@ -73,3 +73,30 @@ def test_high_fanout_register_net_is_timed_as_a_buffer_tree():
     unbuffered = lib.R_NS_PER_FF * 1000 * n * 2 * (4 / 3 + timing.WIRE_CAP_FF)
     assert r.tree_nets == 1 and r.tree_buffer_area_ge > 0
     assert r.critical_path_ps < unbuffered / 4
+
+
+def test_clock_gate_enable_is_captured_and_its_clock_is_ideal():
+    # ff0.Q -> INV -> ICG.E; ICG.GCLK clocks ff1, whose D is a primary input: the only reg->X path ends at E
+    cells = {
+        "ff0": _dff(2, 10), "ff1": _dff(3, 12, clk=20),
+        "i": {"type": "INV_X1", "connections": {"A": [10], "Y": [11]}},
+        "cg": {"type": lib.ICG_CELL, "connections": {"CLK": [1], "E": [11], "GCLK": [20]}},
+    }
+    ports = {"clk": {"direction": "input", "bits": [1]}, "a": {"direction": "input", "bits": [2, 3]},
+             "y": {"direction": "output", "bits": [12]}}
+    r = timing.analyse(_netlist(cells, ports), "top")
+    r_ps, tau = lib.R_NS_PER_FF * 1000, lib.TAU_NS * 1000
+    c_q = lib.C_UNIT_FF + timing.WIRE_CAP_FF                   # Q drives one INV input
+    t_q = lib.DFF_CLK_Q_NS * 1000 + r_ps * c_q
+    slew_q = lib.TRANS_BASE_NS * 1000 + 2 * r_ps * c_q
+    c_e = lib.C_UNIT_FF + timing.WIRE_CAP_FF                   # INV drives the gate's E pin
+    t_e = t_q + lib.SLEW_FACTOR * slew_q + tau * 1.0 + r_ps * c_e
+    assert r.critical_path_ps == pytest.approx(t_e + lib.ICG_SETUP_NS * 1000)
+    assert r.path_kind == "reg->clock gate"
+    assert [t for _, t, _ in r.path] == ["DFF_X1", "INV_X1"]
+    # GCLK launches nothing and loads nothing: with E fed straight from an input, no path has a cell on it
+    cells["i"]["connections"]["Y"] = [30]
+    cells["cg"]["connections"]["E"] = [2]
+    r2 = timing.analyse(_netlist(cells, ports), "top")
+    assert r2.logic_depth == 0 and all(t != lib.ICG_CELL for _, t, _ in r2.path)
+    assert r2.critical_path_ps < r.critical_path_ps
