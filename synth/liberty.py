@@ -127,6 +127,25 @@ def _trans_tables() -> list[list[float]]:
     return [[TRANS_BASE_NS + 2 * R_NS_PER_FF * c for c in LOAD_INDEX_FF] for _ in SLEW_INDEX_NS]
 
 
+def _setup_hold_arcs(setup_ns: float) -> str:
+    """The setup / hold checks of a pin sampled at CLK's rising edge (a flip-flop's D, a clock gate's E)."""
+    setup = [[setup_ns + 0.1 * s for s in SLEW_INDEX_NS] for _ in SLEW_INDEX_NS]
+    hold = [[DFF_HOLD_NS for _ in SLEW_INDEX_NS] for _ in SLEW_INDEX_NS]
+    return f"""      timing () {{
+        related_pin : "CLK";
+        timing_type : setup_rising;
+        rise_constraint (constraint_2x2) {{ {_table(setup)} }}
+        fall_constraint (constraint_2x2) {{ {_table(setup)} }}
+      }}
+      timing () {{
+        related_pin : "CLK";
+        timing_type : hold_rising;
+        rise_constraint (constraint_2x2) {{ {_table(hold)} }}
+        fall_constraint (constraint_2x2) {{ {_table(hold)} }}
+      }}
+"""
+
+
 def _timing(related: str, sense: str, delay: list[list[float]], extra: str = "") -> str:
     trans = _trans_tables()
     return f"""      timing () {{
@@ -221,8 +240,7 @@ library ({LIB_NAME}) {{
     }}
   }}
 """)
-    setup = [[DFF_SETUP_NS + 0.1 * s for s in SLEW_INDEX_NS] for _ in SLEW_INDEX_NS]
-    hold = [[DFF_HOLD_NS for _ in SLEW_INDEX_NS] for _ in SLEW_INDEX_NS]
+    setup = DFF_SETUP_NS
     clkq = _delay_tables(0.0, intrinsic_ns=DFF_CLK_Q_NS)
     for s in SEQ_CELLS:
         rpin = {"clear": "RN", "preset": "SN"}.get(s.reset or "")
@@ -252,19 +270,7 @@ library ({LIB_NAME}) {{
     pin (D) {{
       direction : input;
       capacitance : {C_UNIT_FF:.4f};
-      timing () {{
-        related_pin : "CLK";
-        timing_type : setup_rising;
-        rise_constraint (constraint_2x2) {{ {_table(setup)} }}
-        fall_constraint (constraint_2x2) {{ {_table(setup)} }}
-      }}
-      timing () {{
-        related_pin : "CLK";
-        timing_type : hold_rising;
-        rise_constraint (constraint_2x2) {{ {_table(hold)} }}
-        fall_constraint (constraint_2x2) {{ {_table(hold)} }}
-      }}
-    }}
+{_setup_hold_arcs(setup)}    }}
     pin (CLK) {{
       direction : input;
       clock : true;
@@ -277,7 +283,6 @@ library ({LIB_NAME}) {{
     }}
   }}
 """)
-    icg_setup = [[ICG_SETUP_NS + 0.1 * s for s in SLEW_INDEX_NS] for _ in SLEW_INDEX_NS]
     out.append(f"""  /* integrated clock gate (positive-edge flip-flops): latch transparent while CLK is low, GCLK = CLK & latch;
      E setup {ICG_SETUP_NS*1000:.0f} ps to the rising edge; used only by `synth.flow --clock-gating` */
   cell ({ICG_CELL}) {{
@@ -301,19 +306,7 @@ library ({LIB_NAME}) {{
       direction : input;
       clock_gate_enable_pin : true;
       capacitance : {C_UNIT_FF:.4f};
-      timing () {{
-        related_pin : "CLK";
-        timing_type : setup_rising;
-        rise_constraint (constraint_2x2) {{ {_table(icg_setup)} }}
-        fall_constraint (constraint_2x2) {{ {_table(icg_setup)} }}
-      }}
-      timing () {{
-        related_pin : "CLK";
-        timing_type : hold_rising;
-        rise_constraint (constraint_2x2) {{ {_table(hold)} }}
-        fall_constraint (constraint_2x2) {{ {_table(hold)} }}
-      }}
-    }}
+{_setup_hold_arcs(ICG_SETUP_NS)}    }}
     pin (GCLK) {{
       direction : output;
       clock_gate_out_pin : true;
