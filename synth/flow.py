@@ -203,8 +203,9 @@ def _dont_use_args(lib: Library | None) -> str:
 
 def _clock_gating_steps(top: str, lib: Library | None) -> list[str]:
     """`synth`'s coarse steps with synchronous resets kept in the D logic (``opt -nosdff``: Yosys' `clockgate`
-    takes plain enable flip-flops only; an Amaranth register's reset then joins its enable, EN | RST), one
-    integrated clock gate per distinct enable (`clockgate`), then `synth`'s fine steps. A flip-flop whose
+    takes plain enable flip-flops only; an Amaranth register's reset then joins its enable, EN | RST) and
+    memories mapped to flip-flops, one integrated clock gate per distinct enable (`clockgate`), then `synth`'s
+    fine steps. A flip-flop whose
     enable is gated loses its hold multiplexer; the gate's E is timed like a D pin."""
     gate = (f"clockgate -pos {liberty.ICG_CELL} E:CLK:GCLK" if lib is None or lib.generic
             else f"clockgate -liberty {LOCAL_LIB}{_dont_use_args(lib)}")
@@ -212,6 +213,9 @@ def _clock_gating_steps(top: str, lib: Library | None) -> list[str]:
         f"read_liberty -lib {LOCAL_LIB}",
         "proc", "flatten", "opt_expr", "opt_clean", "check", "opt -nodffe -nosdff", "fsm", "opt -nosdff",
         "wreduce", "peepopt", "opt_clean", "alumacc", "opt -nosdff", "memory -nomap", "opt_clean",
+        # memories (lib.memory: the encoders' vector buffers) become flip-flops here rather than in the fine
+        # steps, so each word's write enable gets its gate too
+        "memory_map", "opt -nosdff",
         f"{gate} -min_net_size 1",
         f"synth -flatten -noabc -noshare -top {top} -run fine:",
     ]
