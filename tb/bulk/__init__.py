@@ -77,17 +77,19 @@ def _decoder_params(config: str) -> dict:
 
 
 def verilate_harness(exe_dir: Path, config: str, make, harness: Path, top: str, prefix: str, exe_name: str,
-                     c2: bool, what: str) -> Path:
+                     c2: bool, what: str, verilog: list[Path] | None = None) -> Path:
     """Verilate the exported block (``make()`` elaborates it) with the C++ ``harness`` into
     ``exe_dir/obj/exe_name``, cached by a digest of the Verilog, the harness and the scheme flag (shared by
-    the decoders' harness here and the KV encoders' in tb/bulk_encoder)."""
+    the decoders' harness here and the KV encoders' in tb/bulk_encoder). ``verilog``: these files instead of
+    the export (a synthesised netlist and its cell models: tests/test_synth_clock_gating.py)."""
     exe = exe_dir / "obj" / exe_name
     exe_dir.mkdir(parents=True, exist_ok=True)
     with file_lock(exe_dir / ".build.lock"):
-        vdir = exe_dir / "hdl"
-        vdir.mkdir(parents=True, exist_ok=True)
-        vfile = cached_verilog(vdir / f"{top}.v", make, top, config)
-        text = vfile.read_text()
+        if verilog is None:
+            vdir = exe_dir / "hdl"
+            vdir.mkdir(parents=True, exist_ok=True)
+            verilog = [cached_verilog(vdir / f"{top}.v", make, top, config)]
+        text = "".join(v.read_text() for v in verilog)
         scheme_flag = " -DHARNESS_C2" if c2 else ""
         # -fno-tree-slp-vectorize: g++ 12.2's SLP vectoriser at -O2 miscompiled a Verilated decoder (session 7:
         # an earlier C1 v2 netlist hung in this harness, correct with -O1, with this flag and in Amaranth's
@@ -104,7 +106,7 @@ def verilate_harness(exe_dir: Path, config: str, make, harness: Path, top: str, 
         cmd = [verilator, "--cc", "--exe", "--build", "-j", "2", "-O3", "--x-assign", "fast", "--x-initial", "fast",
                "--top-module", top, "--prefix", prefix, "-Wno-fatal", "-Wno-lint", "-Wno-style",
                "-Mdir", str(exe_dir / "obj"), "-o", exe_name, "-CFLAGS", cxxflags,
-               str(harness), str(vfile)]
+               str(harness), *map(str, verilog)]
         res = subprocess.run(cmd, capture_output=True, text=True, env=env)
         (exe_dir / "build.log").write_text(res.stdout + res.stderr)
         if res.returncode != 0 or not exe.exists():
