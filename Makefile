@@ -59,7 +59,8 @@ demo: setup
 
 # pytest exit code 5 means "no tests collected": a broken suite, reported as a failure.
 test: setup iverilog opensta
-	@$(PY) -m pytest -q -n $(JOBS) -m "not slow" tests; rc=$$?; \
+	@# --durations: the slowest tests at the end of every run, to keep make test's ~10-minute budget in sight
+	@$(PY) -m pytest -q -n $(JOBS) -m "not slow" --durations=15 tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 test-slow: setup iverilog
