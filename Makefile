@@ -81,9 +81,10 @@ sim-full: setup iverilog
 LIBERTY ?=
 DONT_USE ?=
 CLOCK_GATING ?=
-SYNTH_OUT ?= $(if $(LIBERTY),build/synth-$(basename $(basename $(notdir $(LIBERTY)))),build/synth)$(if $(CLOCK_GATING),-cg)
+GATED := $(filter 1 yes true,$(CLOCK_GATING))
+SYNTH_OUT ?= $(if $(LIBERTY),build/synth-$(basename $(basename $(notdir $(LIBERTY)))),build/synth)$(if $(GATED),-cg)
 synth: setup $(if $(LIBERTY),opensta)
-	$(PY) -m cassandra_rtl.synth.flow --out $(SYNTH_OUT) $(if $(LIBERTY),--liberty $(LIBERTY)) $(if $(DONT_USE),--dont-use '$(DONT_USE)') $(if $(CLOCK_GATING),--clock-gating) $(SYNTH_ARGS)
+	$(PY) -m cassandra_rtl.synth.flow --out $(SYNTH_OUT) $(if $(LIBERTY),--liberty $(LIBERTY)) $(if $(DONT_USE),--dont-use '$(DONT_USE)') $(if $(GATED),--clock-gating) $(SYNTH_ARGS)
 
 formal: setup
 	@$(PY) -c "import z3" 2>/dev/null || $(PIP) install -q z3-solver || echo "[formal] z3-solver not installed: 64-bit models will be UNTRUSTED"; $(PY) -m cassandra_rtl.hw.formal --out build/formal

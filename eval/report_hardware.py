@@ -248,6 +248,10 @@ def main(argv=None) -> int:
         print(f"wrote {a.freeze_v1}: " + ", ".join(f"{k} {len(v['blocks'])} rows" for k, v in d["flows"].items()))
         return 0
     out = Path(a.out)
+    if ((_load(a.synth) or {}).get("flow") or {}).get("clock_gating"):
+        print(f"report_hardware: error: {a.synth} is a clock-gated run; the report compares the reference flows "
+              "(make synth without CLOCK_GATING)", file=sys.stderr)
+        return 2
     body = render(out, a.synth, a.real, a.fpga, a.formal, a.v1_synth, v1_retired=a.v1_retired)
     if body is None:
         print(f"report_hardware: error: {a.synth} not found (run `make synth`)", file=sys.stderr)

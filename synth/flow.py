@@ -205,8 +205,7 @@ def _clock_gating_steps(top: str, lib: Library | None) -> list[str]:
     """`synth`'s coarse steps with synchronous resets kept in the D logic (``opt -nosdff``: Yosys' `clockgate`
     takes plain enable flip-flops only; an Amaranth register's reset then joins its enable, EN | RST) and
     memories mapped to flip-flops, one integrated clock gate per distinct enable (`clockgate`), then `synth`'s
-    fine steps. A flip-flop whose
-    enable is gated loses its hold multiplexer; the gate's E is timed like a D pin."""
+    fine steps. A flip-flop whose enable is gated loses its hold multiplexer; the gate's E is timed like a D pin."""
     gate = (f"clockgate -pos {liberty.ICG_CELL} E:CLK:GCLK" if lib is None or lib.generic
             else f"clockgate -liberty {LOCAL_LIB}{_dont_use_args(lib)}")
     return [
@@ -216,6 +215,9 @@ def _clock_gating_steps(top: str, lib: Library | None) -> list[str]:
         # memories (lib.memory: the encoders' vector buffers) become flip-flops here rather than in the fine
         # steps, so each word's write enable gets its gate too
         "memory_map", "opt -nosdff",
+        # clockgate would gate a reset-over-enable flip-flop too and lose a reset while the enable is low;
+        # opt -nosdff leaves none, and a design (or Yosys version) that did must stop here, not map wrongly
+        "select -assert-none t:$sdffe t:$_SDFFE_*",
         f"{gate} -min_net_size 1",
         f"synth -flatten -noabc -noshare -top {top} -run fine:",
     ]
@@ -436,6 +438,13 @@ class FlowOptions:
         self.library = load_library(self.lib, self.dont_use)     # ConfigError with one line if unusable
         if not self.library.generic:
             sta.sta_binary()                                       # fail early, with the install hint
+        if self.clock_gating:
+            if not self.library.generic and not any(self.library.usable(c) for c in self.library.clock_gates):
+                raise ConfigError(f"--clock-gating: library {self.library.name!r} has no usable integrated "
+                                  "clock gate (clock_gating_integrated_cell), so nothing would be gated")
+            if self.breakdown:
+                raise ConfigError("--breakdown and --clock-gating together are not supported (the per-submodule "
+                                  "split runs the reference script)")
 
 
 def _log(msg: str) -> None:
@@ -447,7 +456,9 @@ def synthesise_block(block: Block, opts: FlowOptions, rtlil_text: str, meta: dic
     top = _top_name(block.name)
     lib = opts.library
     # One work directory per library, so results for two libraries never overwrite each other's netlists.
-    workdir = (opts.out / "blocks" / (block.name if lib.generic else f"{lib.name}/{block.name}")).resolve()
+    # gated netlists in their own folder: a cached reference entry is re-timed from its own netlist
+    name = block.name + ("-cg" if opts.clock_gating else "")
+    workdir = (opts.out / "blocks" / (name if lib.generic else f"{lib.name}/{name}")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     abc_text = abc_script(opts.period_ps, opts.quick)
     script = yosys_script(top, abc_text, opts.period_ps, lib, opts.clock_gating)
@@ -666,7 +677,8 @@ def write_reports(report: dict, out: pathlib.Path, render: Callable[[dict], str]
 # ---------------------------------------------------------------------------------------------
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/synth"), help="output directory")
+    ap.add_argument("--out", type=pathlib.Path, default=None,
+                    help="output directory (default build/synth, with --clock-gating build/synth-cg)")
     ap.add_argument("--quick", action="store_true",
                     help="cheaper ABC script and only the smallest configuration of each block family")
     ap.add_argument("--only", action="append", metavar="NAME",
@@ -733,6 +745,8 @@ def run_from_args(args) -> int:
     if args.dont_use:
         pats = [s.strip() for item in args.dont_use for s in item.split(",") if s.strip()]
         dont_use = () if pats == ["none"] else tuple(pats)
+    if args.out is None:
+        args.out = pathlib.Path("build/synth-cg" if args.clock_gating else "build/synth")
     opts = FlowOptions(out=args.out, quick=args.quick, period_ps=args.period_ps, nand2_um2=args.nand2_um2,
                        jobs=args.jobs, timeout_s=args.timeout, use_cache=not args.no_cache, lib=args.liberty,
                        dont_use=dont_use, breakdown=args.breakdown, cached_only=args.cached_only,

@@ -106,6 +106,7 @@ def analyse(netlist: dict, top: str) -> TimingResult:
     r_ps = lib.R_NS_PER_FF * 1000
     clkq_ps = lib.DFF_CLK_Q_NS * 1000
     setup_ps = lib.DFF_SETUP_NS * 1000
+    icg_setup_ps = lib.ICG_SETUP_NS * 1000
     trans_base_ps = lib.TRANS_BASE_NS * 1000
 
     driver: dict[int, tuple[str, str]] = {}             # net -> (cell, pin) or ("$in", port)
@@ -237,7 +238,7 @@ def analyse(netlist: dict, top: str) -> TimingResult:
                 kind = ("reg" if launched_by_reg[net] else "in") + "->clock gate"
             else:
                 continue
-            t = arrival[net] + setup_ps
+            t = arrival[net] + (icg_setup_ps if kind.endswith("clock gate") else setup_ps)
             max_depth = max(max_depth, depth[net])
             if best[1] is None or t > best[0]:
                 best = (t, net, kind)

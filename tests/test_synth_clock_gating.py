@@ -47,7 +47,7 @@ def _netlist(tmp_path, block: flow.Block, gated: bool) -> tuple[str, dict]:
     entry = report["blocks"][block.name]
     assert entry["status"] == "ok", entry
     assert (entry["clock_gates"] > 0) == gated
-    work = out / "blocks" / block.name
+    work = out / "blocks" / (block.name + ("-cg" if gated else ""))
     top = flow._top_name(block.name)
     ports = json.loads((work / "netlist.json").read_text())["modules"][top]["ports"]
     suffix = "_cg" if gated else "_plain"
@@ -149,7 +149,7 @@ def _gated_netlist(tmp_path, component, top: str) -> list:
     entry = report["blocks"][top]
     assert entry["status"] == "ok" and entry["clock_gates"] > 0, entry
     (tmp_path / "cells.v").write_text(cell_models())
-    return [tmp_path / "cg" / "blocks" / top / "netlist.v", tmp_path / "cells.v"]
+    return [tmp_path / "cg" / "blocks" / f"{top}-cg" / "netlist.v", tmp_path / "cells.v"]
 
 
 @pytest.mark.slow

@@ -222,3 +222,20 @@ def test_clock_gating_replaces_hold_multiplexers(tmp_path):
     assert gated["timing"]["est_fmax_mhz"] > 0 and "error" not in gated["timing"]
     assert gated_report["flow"]["clock_gating"] is True
     assert "clock gating" in (tmp_path / "cg" / "report.md").read_text()
+
+
+def test_clock_gating_refuses_what_it_cannot_do(tmp_path):
+    with pytest.raises(ConfigError, match="breakdown"):
+        flow.FlowOptions(out=tmp_path, clock_gating=True, breakdown=True)
+    # a real library without an integrated clock gate would be "gated" with nothing gated
+    text = liberty.LIB_PATH.read_text()
+    start = text.index(f"cell ({liberty.ICG_CELL})")
+    end = text.rindex("}", 0, text.rindex("}"))          # the ICG is the last cell: up to its closing brace
+    no_icg = (text[:start] + text[end + 1:]).replace(f"library ({liberty.LIB_NAME})", "library (no_gates_lib)")
+    lib = tmp_path / "no_gates.lib"
+    lib.write_text(no_icg)
+    try:
+        with pytest.raises(ConfigError, match="no usable integrated clock gate"):
+            flow.FlowOptions(out=tmp_path, clock_gating=True, lib=lib)
+    except ToolMissingError:
+        pytest.skip("OpenSTA not installed (a real library needs it)")
