@@ -51,7 +51,9 @@ def _run(capsys, *argv):
 def test_cosim_container_json(cass, capsys, mode):
     if not bulk.available():
         pytest.skip("Verilator not available")
-    rc, out = _run(capsys, cass, "--mode", mode, "--json")
+    # decoder_c1v2_l4: the harness make test builds anyway (test_cosim_bulk); the default configuration
+    # (decoder_c1v2_l8, 4 min to verilate here) is chosen by the tests of test_robustness_cli.py
+    rc, out = _run(capsys, cass, "--mode", mode, "--config", "decoder_c1v2_l4", "--json")
     rep = json.loads(out.out)
     assert rc == 0, out
     for key in ("values", "mismatches", "values_per_second", "simulator"):
@@ -63,7 +65,7 @@ def test_cosim_container_json(cass, capsys, mode):
 def test_cosim_npy_max_values(npy, capsys):
     if not bulk.available():
         pytest.skip("Verilator not available")
-    rc, out = _run(capsys, npy, "--max-values", "20000", "--json")
+    rc, out = _run(capsys, npy, "--max-values", "20000", "--config", "decoder_c1v2_l4", "--json")
     rep = json.loads(out.out)
     assert rc == 0 and rep["mismatches"] == 0 and 20000 <= rep["values"] < 20000 + 128
 
