@@ -195,9 +195,9 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
         return None
     # default: the most recent real-library report of the reference flow (make synth LIBERTY=... writes
     # build/synth-<library>/; a CLOCK_GATING=1 run, build/synth-<library>-cg/, is not the reference)
-    reals = [f for f in glob.glob("build/synth-*/report.json")
-             if ((_load(f) or {}).get("flow", {}).get("library_info") or {}).get("kind") == "real"
-             and not (_load(f) or {}).get("flow", {}).get("clock_gating")]
+    flows = {f: (_load(f) or {}).get("flow") or {} for f in glob.glob("build/synth-*/report.json")}
+    reals = [f for f, fl in flows.items()
+             if (fl.get("library_info") or {}).get("kind") == "real" and not fl.get("clock_gating")]
     real_path = real or max(reals, key=lambda f: Path(f).stat().st_mtime, default=None)
     real_rep = _load(real_path) if real_path else None
     fpga_rep, formal_rep = _load(fpga), _load(formal)

@@ -451,14 +451,18 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def block_workdir(opts: FlowOptions, name: str) -> pathlib.Path:
+    """Where a block's netlist and logs go: one folder per library, so results for two libraries never overwrite
+    each other's netlists, and gated netlists in their own (a cached reference entry is re-timed from its own)."""
+    name += "-cg" if opts.clock_gating else ""
+    return (opts.out / "blocks" / (name if opts.library.generic else f"{opts.library.name}/{name}")).resolve()
+
+
 def synthesise_block(block: Block, opts: FlowOptions, rtlil_text: str, meta: dict) -> dict:
     """One block through Yosys (or the cache). Returns its report entry (never raises)."""
     top = _top_name(block.name)
     lib = opts.library
-    # One work directory per library, so results for two libraries never overwrite each other's netlists.
-    # gated netlists in their own folder: a cached reference entry is re-timed from its own netlist
-    name = block.name + ("-cg" if opts.clock_gating else "")
-    workdir = (opts.out / "blocks" / (name if lib.generic else f"{lib.name}/{name}")).resolve()
+    workdir = block_workdir(opts, block.name)
     workdir.mkdir(parents=True, exist_ok=True)
     abc_text = abc_script(opts.period_ps, opts.quick)
     script = yosys_script(top, abc_text, opts.period_ps, lib, opts.clock_gating)

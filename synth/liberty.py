@@ -240,7 +240,6 @@ library ({LIB_NAME}) {{
     }}
   }}
 """)
-    setup = DFF_SETUP_NS
     clkq = _delay_tables(0.0, intrinsic_ns=DFF_CLK_Q_NS)
     for s in SEQ_CELLS:
         rpin = {"clear": "RN", "preset": "SN"}.get(s.reset or "")
@@ -270,7 +269,7 @@ library ({LIB_NAME}) {{
     pin (D) {{
       direction : input;
       capacitance : {C_UNIT_FF:.4f};
-{_setup_hold_arcs(setup)}    }}
+{_setup_hold_arcs(DFF_SETUP_NS)}    }}
     pin (CLK) {{
       direction : input;
       clock : true;

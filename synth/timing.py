@@ -231,14 +231,15 @@ def analyse(netlist: dict, top: str) -> TimingResult:
             continue
         for cname, pin in sink_list:
             if cname == "$out":
-                kind = ("reg" if launched_by_reg[net] else "in") + "->out"
+                to, setup = "out", setup_ps
             elif cells[cname]["type"] in _SEQ and pin == "D":
-                kind = ("reg" if launched_by_reg[net] else "in") + "->reg"
+                to, setup = "reg", setup_ps
             elif cells[cname]["type"] in _ICG and pin == "E":
-                kind = ("reg" if launched_by_reg[net] else "in") + "->clock gate"
+                to, setup = "clock gate", icg_setup_ps
             else:
                 continue
-            t = arrival[net] + (icg_setup_ps if kind.endswith("clock gate") else setup_ps)
+            kind = ("reg" if launched_by_reg[net] else "in") + "->" + to
+            t = arrival[net] + setup
             max_depth = max(max_depth, depth[net])
             if best[1] is None or t > best[0]:
                 best = (t, net, kind)

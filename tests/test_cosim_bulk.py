@@ -35,31 +35,19 @@ def smollm2_rows():
         pytest.skip(str(exc))
 
 
+@pytest.mark.parametrize("config", [C1_CONFIG, pytest.param(C1_WIDE, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("mode", ["draft", "full"])
 @pytest.mark.parametrize("keep", [1.0, 0.75, 0.3])
-def test_smollm2_sample_through_rtl(harness, smollm2_rows, mode, keep):
+def test_smollm2_sample_through_rtl(harness, smollm2_rows, mode, keep, config):
     cfg = CodecConfig(group_size=128, mantissa_bits=3, keep_ratio=keep)
     encs = [encode_tensor(x, cfg) for x in smollm2_rows]
     st = bulk.BulkStats()
-    got = bulk.decode_many_with_rtl(encs, mode, config=C1_CONFIG, stats=st)
+    got = bulk.decode_many_with_rtl(encs, mode, config=config, stats=st)
     for enc, g in zip(encs, got):
         ref = decode_full(enc) if mode == "full" else decode_draft(enc)
         bad = np.flatnonzero(g.reshape(-1) != ref.reshape(-1))
         assert len(bad) == 0, f"{len(bad)} mismatches, first at {bad[:5]}"
     assert st.values == sum(e.numel for e in encs)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["draft", "full"])
-def test_smollm2_sample_through_wide_rtl(smollm2_rows, mode):
-    if not bulk.available():
-        pytest.skip("Verilator not available")
-    cfg = CodecConfig(group_size=128, mantissa_bits=3, keep_ratio=0.75)
-    encs = [encode_tensor(x, cfg) for x in smollm2_rows]
-    got = bulk.decode_many_with_rtl(encs, mode, config=C1_WIDE)
-    for enc, g in zip(encs, got):
-        ref = decode_full(enc) if mode == "full" else decode_draft(enc)
-        assert np.array_equal(g.reshape(-1), ref.reshape(-1))
 
 
 def test_random_configs_with_stalls(harness):

@@ -41,13 +41,17 @@ def cell_models() -> str:
     return "\n".join(out)
 
 
-def _netlist(tmp_path, block: flow.Block, gated: bool) -> tuple[str, dict]:
-    out = tmp_path / ("cg" if gated else "plain")
-    report = flow.run_flow(flow.FlowOptions(out=out, clock_gating=gated), blocks={block.name: block})
-    entry = report["blocks"][block.name]
+def _synthesise(tmp_path, block: flow.Block, gated: bool):
+    """The block through the flow (gated or reference); its work directory, holding netlist.v / netlist.json."""
+    opts = flow.FlowOptions(out=tmp_path / ("cg" if gated else "plain"), clock_gating=gated)
+    entry = flow.run_flow(opts, blocks={block.name: block})["blocks"][block.name]
     assert entry["status"] == "ok", entry
     assert (entry["clock_gates"] > 0) == gated
-    work = out / "blocks" / (block.name + ("-cg" if gated else ""))
+    return flow.block_workdir(opts, block.name)
+
+
+def _netlist(tmp_path, block: flow.Block, gated: bool) -> tuple[str, dict]:
+    work = _synthesise(tmp_path, block, gated)
     top = flow._top_name(block.name)
     ports = json.loads((work / "netlist.json").read_text())["modules"][top]["ports"]
     suffix = "_cg" if gated else "_plain"
@@ -142,14 +146,11 @@ def test_gated_netlist_equals_reference_at_gate_level(tmp_path):
     assert compare_gate_level(tmp_path, block, cycles=400) == 400
 
 
-def _gated_netlist(tmp_path, component, top: str) -> list:
+def _gated_netlist(tmp_path, component, top: str, kind: str) -> list:
     """The clock-gated netlist of ``component`` with ``top`` as its module name, and the cell models."""
-    block = flow.Block(top, component, "test", {"kind": "decoder"})
-    report = flow.run_flow(flow.FlowOptions(out=tmp_path / "cg", clock_gating=True), blocks={top: block})
-    entry = report["blocks"][top]
-    assert entry["status"] == "ok" and entry["clock_gates"] > 0, entry
+    work = _synthesise(tmp_path, flow.Block(top, component, "test", {"kind": kind}), gated=True)
     (tmp_path / "cells.v").write_text(cell_models())
-    return [tmp_path / "cg" / "blocks" / f"{top}-cg" / "netlist.v", tmp_path / "cells.v"]
+    return [work / "netlist.v", tmp_path / "cells.v"]
 
 
 @pytest.mark.slow
@@ -171,7 +172,7 @@ def test_gated_decoder_netlist_decodes_bit_exactly(tmp_path, config):
     c2 = bulk.scheme_of(config) == "c2"
     exe = bulk.verilate_harness(tmp_path / "bulk", config, None, bulk.HARNESS, bulk.TOP, "Vdec", "Vharness", c2,
                                 "gate-level bulk harness",
-                                verilog=_gated_netlist(tmp_path, lambda: build_config(config), bulk.TOP))
+                                verilog=_gated_netlist(tmp_path, lambda: build_config(config), bulk.TOP, "decoder"))
     rng = np.random.default_rng(5)
     encs = []
     for _ in range(10):
@@ -207,7 +208,7 @@ def test_gated_encoder_netlist_encodes_bit_exactly(tmp_path, config):
     scheme = BE.scheme_of(config)
     exe = bulk.verilate_harness(tmp_path / "bulk", config, None, BE.HARNESS, BE.TOP, "Venc", "Vharness_enc",
                                 scheme == "c2", "gate-level bulk encoder harness",
-                                verilog=_gated_netlist(tmp_path, lambda: build_config(config), BE.TOP))
+                                verilog=_gated_netlist(tmp_path, lambda: build_config(config), BE.TOP, "encoder"))
     params = BE._params(config)
     batches = [(BE._check_batch(x, c, k, scheme, params), c, k)
                for x, c, k in random_batches(np.random.default_rng(5), scheme, 12)]
