@@ -90,6 +90,11 @@ KV_MODELS = {
 }
 
 
+# The decoder shares at which the report prices the area budget per draft value/cycle (render_markdown, by_device).
+BUDGET_PERCENTS = (1.0, 2.0, 5.0)
+# The budget's design point: full mode at half the draft rate (issue 12; decoder_*_v4 / Lv = L/2).
+BUDGET_FULL_RATE = 0.5
+
 # The streams the decoder must keep up with (module docstring, assumption 3; measured, with the command there).
 DRAFT_BITS_PER_VALUE = 4.787
 FULL_BITS_PER_VALUE = 11.150
@@ -221,12 +226,19 @@ def overhead(report: dict, p: OverheadParams | None = None) -> dict:
             "decoder_values_per_s_draft": bytes_s * 8 / p.draft_bits_per_value,
             "encoder_values_per_s": round(kv_vps), "prefill_tokens_per_s": round(prefill_tok_s, 1),
         }
+        # The area budget: a decoder of A GE per draft value/cycle (full mode at BUDGET_FULL_RATE of it) takes
+        # A * need / array_ge of the array, need = the draft values/cycle the binding stream asks at this clock.
+        need = max(bytes_s * 8 / p.draft_bits_per_value, bytes_s * 8 / p.full_bits_per_value / BUDGET_FULL_RATE) / f_pe
+        r["draft_values_per_cycle_needed"] = round(need, 1)
+        r["decoder_budget_ge_per_draft_value_cycle"] = {f"{pct:g}": round(pct / 100 * array_ge / need)
+                                                        for pct in BUDGET_PERCENTS}
         total = total_own = 0.0
         if dec:
             c = _block_cost(report["blocks"][dec], bytes_s * 8 / p.draft_bits_per_value,
                             bytes_s * 8 / p.full_bits_per_value, f_pe)
             r.update({f"decoder_{k}": v for k, v in c.items()})
             r["decoder_percent"] = round(100 * c["area_ge"] / array_ge, 3)
+            r["decoder_ge_per_draft_value_cycle"] = round(report["blocks"][dec]["area_ge"] / c["values_per_cycle"])
             total += c["area_ge"]
             total_own += c["area_ge_own_clock"]
         if enc:
@@ -310,6 +322,17 @@ def render_markdown(report: dict) -> list[str]:
             f"{_fmt(r.get('decoder_percent'), '{:.3f}')} | {_fmt(r.get('encoder_instances'))} | "
             f"{_fmt(r.get('encoder_percent'), '{:.4f}')} | **{_fmt(r.get('total_percent'), '{:.3f}')}** | "
             f"{_fmt(r.get('total_percent_own_clock'), '{:.3f}')} |")
+    pcts = list(next(iter(ov["by_device"].values()))["decoder_budget_ge_per_draft_value_cycle"])
+    lines += ["", f"Area budget: the GE per draft value/cycle at which the decoders alone take {' / '.join(pcts)} % of "
+                  f"the PE array (full mode at {BUDGET_FULL_RATE:g} of the draft rate; draft values/cycle needed at "
+                  "the clock above, the binding stream), against the chosen decoder's:", "",
+              "| device | draft values/cycle needed | " + " | ".join(f"budget at {q} %" for q in pcts)
+              + " | decoder GE per draft value/cycle |", "|---|---:|" + "---:|" * (len(pcts) + 1)]
+    for r in ov["by_device"].values():
+        b = r["decoder_budget_ge_per_draft_value_cycle"]
+        lines.append(f"| {r['label']} | {r['draft_values_per_cycle_needed']:,.1f} | "
+                     + " | ".join(f"{b[q]:,}" for q in pcts)
+                     + f" | {_fmt(r.get('decoder_ge_per_draft_value_cycle'), '{:,.0f}')} |")
     if ov.get("by_decoder"):
         keys = list(p["devices"])
         lines += ["", "Decoder-only overhead at the PE clock for every decoder (instances / % of the PE array; "

@@ -12,14 +12,15 @@ from cassandra_rtl.synth.overhead import Device, OverheadParams
 
 
 def _fake_report(pe_ge=1000.0, pe_mhz=1000.0, dec_ge=10_000.0, dec_vpc=16, dec_mhz=2000.0,
-                 enc_ge=20_000.0, enc_vpc=2, enc_mhz=1500.0):
+                 enc_ge=20_000.0, enc_vpc=2, enc_mhz=1500.0, dec_vpc_full=None):
     return {
         "flow": {"library": "fake"},
         "blocks": {
             "pe_bf16_fp32": {"status": "ok", "kind": "pe", "area_ge": pe_ge, "meta": {"flops_per_cycle": 2},
                              "timing": {"est_fmax_mhz": pe_mhz}},
             "decoder_x_l16": {"status": "ok", "kind": "decoder", "area_ge": dec_ge,
-                              "meta": {"values_per_cycle": dec_vpc}, "timing": {"est_fmax_mhz": dec_mhz}},
+                              "meta": {"values_per_cycle": dec_vpc, "values_per_cycle_full": dec_vpc_full or dec_vpc},
+                              "timing": {"est_fmax_mhz": dec_mhz}},
             "encoder_x_l2": {"status": "ok", "kind": "encoder", "area_ge": enc_ge,
                              "meta": {"values_per_cycle": enc_vpc}, "timing": {"est_fmax_mhz": enc_mhz}},
         },
@@ -134,3 +135,30 @@ def test_compare_ratios_across_flows(tmp_path):
     assert f["decoder_x_l16"]["area_vs_pe"] == 8.0 and f["decoder_x_l16"]["fmax_vs_pe"] == 1.25
     assert "decoder_x_l16" in compare.render(res)
     assert compare.main([str(tmp_path / "missing")]) == 2
+
+
+@pytest.mark.parametrize("full_bits", [11.0, 6.0])   # draft binds / the full stream at half rate binds
+def test_area_budget_is_the_share_a_decoder_at_budget_takes(full_bits):
+    """The budget per draft value/cycle, by hand: decoders of exactly that area (full mode at half the draft rate)
+    take 1 / 2 / 5 % of the PE array, up to the instance count's rounding (< 1 % with 10 values/cycle here)."""
+    p = OverheadParams(devices=DEV, draft_bits_per_value=5.0, full_bits_per_value=full_bits)
+    r = overhead.overhead(_fake_report(), p)["overhead"]["by_device"]["x"]
+    need = max(1000e9 * 8 / 5.0, 2 * 1000e9 * 8 / full_bits) / 1e9      # values/cycle at the PE's 1 GHz
+    assert r["draft_values_per_cycle_needed"] == pytest.approx(need, abs=0.05)
+    array = math.ceil(64e12 / 2e9) * 1000
+    assert r["decoder_budget_ge_per_draft_value_cycle"] == {
+        "1": round(0.01 * array / need), "2": round(0.02 * array / need), "5": round(0.05 * array / need)}
+    budget = r["decoder_budget_ge_per_draft_value_cycle"]["1"]
+    at_budget = overhead.overhead(
+        _fake_report(dec_ge=budget * 10, dec_vpc=10, dec_vpc_full=5, dec_mhz=1000.0), p)["overhead"]["by_device"]["x"]
+    assert at_budget["decoder_percent"] == pytest.approx(1.0, rel=0.01)
+    assert at_budget["decoder_ge_per_draft_value_cycle"] == budget
+
+
+def test_area_budget_in_the_markdown():
+    rep = _fake_report()
+    rep.update(overhead.overhead(rep, OverheadParams(devices=DEV)))
+    text = "\n".join(overhead.render_markdown(rep))
+    r = rep["overhead"]["by_device"]["x"]
+    assert f"| x | {r['draft_values_per_cycle_needed']:,.1f} | {r['decoder_budget_ge_per_draft_value_cycle']['1']:,} |" in text
+    assert f"| {r['decoder_ge_per_draft_value_cycle']:,} |" in text
