@@ -717,6 +717,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ov.add_argument("--full-bits", type=float, help="bits/value of speculation+verification (default 11.150: FULL_BITS_PER_VALUE)")
     ov.add_argument("--kv-model", help=f"model whose prefill sizes the KV encoders ({', '.join(overhead_model.KV_MODELS)})")
     ov.add_argument("--prefill-utilisation", type=float, help="prefill FLOPS as a share of peak (default 1.0)")
+    ov.add_argument("--scheme", choices=overhead_model.SCHEMES,
+                    help="scheme of the priced streams; the headline picks blocks of it (default c1: the bundled "
+                         "artifact's streams; c2 needs --draft-bits / --full-bits of a C2 stream)")
     ov.add_argument("--decoder", help="decoder block for the headline figure")
     ov.add_argument("--encoder", help="encoder block for the headline figure")
 
@@ -725,7 +728,8 @@ def overhead_params_from_args(args) -> OverheadParams:
     extra = dict(overhead_model.parse_device(spec) for spec in args.device or [])
     overrides = dict(clock_mhz=args.clock_mhz, draft_bits_per_value=args.draft_bits,
                      full_bits_per_value=args.full_bits, kv_model=args.kv_model,
-                     prefill_utilisation=args.prefill_utilisation, decoder=args.decoder, encoder=args.encoder)
+                     prefill_utilisation=args.prefill_utilisation, decoder=args.decoder, encoder=args.encoder,
+                     scheme=args.scheme)
     if args.overhead_json:
         params = OverheadParams.from_json(args.overhead_json, **overrides)
         params.devices.update(extra)

@@ -13,7 +13,11 @@ Assumptions (each is a field of OverheadParams or Device, overridable from the c
    (``full_bits_per_value``). Defaults: the bundled SmolLM2 model artifact with the tuned draft in format
    2.0, 4.787 and 11.150 bits/value over all 272 tensors (``cassandra-rtl encode MODEL -o smol.cass
    --draft-config bundled`` then ``cassandra-rtl stats smol.cass --json``: ``bits_per_value.speculation`` /
-   ``.total``; format 1.0 and the session-2 draft gave 5 / 11).
+   ``.total``; format 1.0 and the session-2 draft gave 5 / 11). Those streams are **C1** (the tuner picked
+   C1 for every tensor and for the KV view), so the headline prices only blocks of the streams' scheme
+   (``scheme``, default ``"c1"``): a C2 decoder cannot read a C1 stream. Pricing C2 needs a C2 stream's
+   figures (``scheme="c2"`` with ``draft_bits_per_value`` / ``full_bits_per_value``); ``by_decoder`` lists
+   every decoder, those of the other scheme priced on these streams' bits/value and marked so.
    Values/s = bandwidth x 8 / bits; instances = ceil(values/s / (values/cycle x f)), the larger of the
    two modes (full mode uses the block's ``values_per_cycle_full`` when it has fewer verification lanes).
 4. **Encoder rate.** The online KV encoder compresses the KV cache as it is written. Decode writes
@@ -95,6 +99,8 @@ BUDGET_PERCENTS = (1.0, 2.0, 5.0)
 # The budget's design point: full mode at half the draft rate (issue 12; decoder_*_v4 / Lv = L/2).
 BUDGET_FULL_RATE = 0.5
 
+SCHEMES = ("c1", "c2")
+
 # The streams the decoder must keep up with (module docstring, assumption 3; measured, with the command there).
 DRAFT_BITS_PER_VALUE = 4.787
 FULL_BITS_PER_VALUE = 11.150
@@ -106,6 +112,7 @@ class OverheadParams:
     draft_bits_per_value: float = DRAFT_BITS_PER_VALUE
     full_bits_per_value: float = FULL_BITS_PER_VALUE
     kv_model: str = "llama3-8b"
+    scheme: str = "c1"                    # the streams' scheme: the headline's decoder and encoder read it
     prefill_utilisation: float = 1.0
     clock_mhz: float | None = None        # None: the PE's Fmax in this flow
     decoder: str | None = None            # None: the cheapest decoder that meets the PE clock
@@ -118,6 +125,8 @@ class OverheadParams:
                 raise ConfigError(f"{field} must be a positive number, got {v!r}")
         if not 0 < self.prefill_utilisation <= 1:
             raise ConfigError(f"prefill_utilisation must be in (0, 1], got {self.prefill_utilisation}")
+        if self.scheme not in SCHEMES:
+            raise ConfigError(f"scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
         if self.kv_model not in KV_MODELS:
             raise ConfigError(f"unknown kv_model {self.kv_model!r}; known: {', '.join(KV_MODELS)}")
         if self.clock_mhz is not None and not self.clock_mhz > 0:
@@ -173,6 +182,16 @@ def parse_device(spec: str) -> tuple[str, Device]:
 
 def _ok_blocks(report: dict, kind: str) -> dict[str, dict]:
     return {n: b for n, b in report["blocks"].items() if b.get("status") == "ok" and b.get("kind") == kind}
+
+
+def block_scheme(name: str, block: dict) -> str | None:
+    """"c1" / "c2" for a decoder or encoder (its registry family, e.g. decoder_c1v2, encoder_kv_c2), else None."""
+    family = (block.get("meta") or {}).get("block") or name
+    for part in family.split("_")[1:]:
+        for sch in SCHEMES:
+            if part.startswith(sch):
+                return sch
+    return None
 
 
 def _fmax_hz(block: dict) -> float | None:
@@ -257,8 +276,9 @@ def overhead(report: dict, p: OverheadParams | None = None) -> dict:
         ok = _ok_blocks(report, kind)
         if wanted:
             return (wanted, None) if wanted in ok else (None, f"{kind} {wanted!r} not synthesised")
+        ok = {n: b for n, b in ok.items() if block_scheme(n, b) == p.scheme}
         if not ok:
-            return None, f"no {kind} block synthesised"
+            return None, f"no {p.scheme.upper()} {kind} block synthesised"
         first_key, first = next(iter(p.devices.items()))
         def cost(n):
             r = row(first_key, first, n if kind == "decoder" else None, n if kind == "encoder" else None)
@@ -272,12 +292,15 @@ def overhead(report: dict, p: OverheadParams | None = None) -> dict:
         "clock_source": "--clock-mhz" if p.clock_mhz else f"{PE_BLOCK} Fmax in this flow",
         "pe_area_ge": pe["area_ge"], "library": lib, "decoder": dec, "encoder": enc,
         "choice": ("--decoder/--encoder" if (p.decoder or p.encoder) else
-                   f"the cheapest block meeting the PE clock at {next(iter(p.devices))}"),
+                   f"the cheapest {p.scheme.upper()} block (the streams' scheme) meeting the PE clock at "
+                   f"{next(iter(p.devices))}"),
+        "scheme": p.scheme,
         "kv_model": kv.name, "kv_values_per_token": kv.kv_values_per_token,
         "by_device": {k: row(k, d, dec, enc) for k, d in p.devices.items()},
         "by_decoder": {n: {k: {"instances": (r := row(k, d, n, None))["decoder_instances"],
-                               "percent": r["decoder_percent"], "meets_pe_clock": r["decoder_meets_pe_clock"]}
-                           for k, d in p.devices.items()} for n in sorted(_ok_blocks(report, "decoder"))},
+                               "percent": r["decoder_percent"], "meets_pe_clock": r["decoder_meets_pe_clock"],
+                               "scheme": block_scheme(n, b)}
+                           for k, d in p.devices.items()} for n, b in sorted(_ok_blocks(report, "decoder").items())},
         "note": "At one shared clock the percentage does not depend on the clock: both instance counts scale "
                 "with 1/f. 'own clock' prices a block that misses the PE clock at its own Fmax (more instances).",
     }
@@ -305,7 +328,8 @@ def render_markdown(report: dict) -> list[str]:
         f"library `{ov['library'].get('library')}`. Decoder `{ov['decoder']}`"
         f"{' — ' + ov['decoder_missing'] if ov.get('decoder_missing') else ''}, encoder `{ov['encoder']}`"
         f"{' — ' + ov['encoder_missing'] if ov.get('encoder_missing') else ''} ({ov['choice']}). "
-        f"Streams: draft {p['draft_bits_per_value']:g}, lossless {p['full_bits_per_value']:g} bits/value. "
+        f"Streams ({p.get('scheme', 'c1').upper()}): draft {p['draft_bits_per_value']:g}, lossless "
+        f"{p['full_bits_per_value']:g} bits/value. "
         f"KV encoder sized for prefill of {ov['kv_model']} ({ov['kv_values_per_token']:,} KV values/token) at "
         f"{p['prefill_utilisation']:.0%} of peak FLOPS.",
         "",
@@ -336,11 +360,13 @@ def render_markdown(report: dict) -> list[str]:
     if ov.get("by_decoder"):
         keys = list(p["devices"])
         lines += ["", "Decoder-only overhead at the PE clock for every decoder (instances / % of the PE array; "
-                      "* = misses the PE clock):", "",
+                      "* = misses the PE clock; † = the other scheme, priced on these streams' bits/value, which "
+                      "it cannot read):", "",
                   "| decoder | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys)]
         for n, rows in ov["by_decoder"].items():
             lines.append(f"| {n} | " + " | ".join(
                 f"{rows[k]['instances']} / {rows[k]['percent']:.3f} %{'' if rows[k]['meets_pe_clock'] else ' *'}"
+                f"{'' if rows[k].get('scheme') in (None, ov.get('scheme')) else ' †'}"
                 for k in keys) + " |")
     lines += ["", "Sources: " + "; ".join(f"{k}: {d['source']}" for k, d in p["devices"].items()) + ".",
               "", ov["note"]]

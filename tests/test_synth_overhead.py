@@ -18,10 +18,10 @@ def _fake_report(pe_ge=1000.0, pe_mhz=1000.0, dec_ge=10_000.0, dec_vpc=16, dec_m
         "blocks": {
             "pe_bf16_fp32": {"status": "ok", "kind": "pe", "area_ge": pe_ge, "meta": {"flops_per_cycle": 2},
                              "timing": {"est_fmax_mhz": pe_mhz}},
-            "decoder_x_l16": {"status": "ok", "kind": "decoder", "area_ge": dec_ge,
+            "decoder_c1x_l16": {"status": "ok", "kind": "decoder", "area_ge": dec_ge,
                               "meta": {"values_per_cycle": dec_vpc, "values_per_cycle_full": dec_vpc_full or dec_vpc},
                               "timing": {"est_fmax_mhz": dec_mhz}},
-            "encoder_x_l2": {"status": "ok", "kind": "encoder", "area_ge": enc_ge,
+            "encoder_kv_c1x_l2": {"status": "ok", "kind": "encoder", "area_ge": enc_ge,
                              "meta": {"values_per_cycle": enc_vpc}, "timing": {"est_fmax_mhz": enc_mhz}},
         },
     }
@@ -87,11 +87,11 @@ def test_clock_independence_and_missed_clock():
 
 def test_choice_prefers_blocks_that_meet_the_clock():
     rep = _fake_report()
-    rep["blocks"]["decoder_cheap_but_slow"] = {"status": "ok", "kind": "decoder", "area_ge": 1_000.0,
+    rep["blocks"]["decoder_c1_cheap_but_slow"] = {"status": "ok", "kind": "decoder", "area_ge": 1_000.0,
                                                "meta": {"values_per_cycle": 16}, "timing": {"est_fmax_mhz": 100.0}}
     ov = overhead.overhead(rep, OverheadParams(devices=DEV))["overhead"]
-    assert ov["decoder"] == "decoder_x_l16"
-    assert ov["by_decoder"]["decoder_cheap_but_slow"]["x"]["meets_pe_clock"] is False
+    assert ov["decoder"] == "decoder_c1x_l16"
+    assert ov["by_decoder"]["decoder_c1_cheap_but_slow"]["x"]["meets_pe_clock"] is False
 
 
 def test_params_validation_and_json(tmp_path):
@@ -125,15 +125,15 @@ def test_compare_ratios_across_flows(tmp_path):
     asic = _fake_report()
     fpga = {"flow": {"tool": "nextpnr"}, "blocks": {
         "pe_bf16_fp32": {"status": "ok", "lut4": 1000, "fmax_mhz": 20.0},
-        "decoder_x_l16": {"status": "ok", "lut4": 8000, "fmax_mhz": 25.0}}}
+        "decoder_c1x_l16": {"status": "ok", "lut4": 8000, "fmax_mhz": 25.0}}}
     for name, rep in (("asic", asic), ("fpga", fpga)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "report.json").write_text(json.dumps(rep))
     res = compare.compare([compare.load_report(tmp_path / "asic"), compare.load_report(tmp_path / "fpga")])
     a, f = res["flows"]["fake"], res["flows"]["ECP5 (nextpnr)"]
-    assert a["decoder_x_l16"]["area_vs_pe"] == 10.0 and a["decoder_x_l16"]["fmax_vs_pe"] == 2.0
-    assert f["decoder_x_l16"]["area_vs_pe"] == 8.0 and f["decoder_x_l16"]["fmax_vs_pe"] == 1.25
-    assert "decoder_x_l16" in compare.render(res)
+    assert a["decoder_c1x_l16"]["area_vs_pe"] == 10.0 and a["decoder_c1x_l16"]["fmax_vs_pe"] == 2.0
+    assert f["decoder_c1x_l16"]["area_vs_pe"] == 8.0 and f["decoder_c1x_l16"]["fmax_vs_pe"] == 1.25
+    assert "decoder_c1x_l16" in compare.render(res)
     assert compare.main([str(tmp_path / "missing")]) == 2
 
 
@@ -162,3 +162,31 @@ def test_area_budget_in_the_markdown():
     r = rep["overhead"]["by_device"]["x"]
     assert f"| x | {r['draft_values_per_cycle_needed']:,.1f} | {r['decoder_budget_ge_per_draft_value_cycle']['1']:,} |" in text
     assert f"| {r['decoder_ge_per_draft_value_cycle']:,} |" in text
+
+
+def test_headline_prices_only_blocks_of_the_streams_scheme():
+    """The default streams are C1 (the bundled artifact's), so a cheaper C2 decoder / encoder, which cannot read
+    them, is listed (marked) but not chosen; with scheme="c2" it is, and a scheme without blocks says so."""
+    rep = _fake_report()
+    rep["blocks"]["decoder_c2v2_l16"] = {"status": "ok", "kind": "decoder", "area_ge": 5_000.0,
+                                         "meta": {"block": "decoder_c2", "values_per_cycle": 16},
+                                         "timing": {"est_fmax_mhz": 2000.0}}
+    rep["blocks"]["encoder_kv_c2_l2"] = {"status": "ok", "kind": "encoder", "area_ge": 1_000.0,
+                                         "meta": {"block": "encoder_kv_c2", "values_per_cycle": 2},
+                                         "timing": {"est_fmax_mhz": 2000.0}}
+    c1 = overhead.overhead(rep, OverheadParams(devices=DEV))
+    assert (c1["overhead"]["decoder"], c1["overhead"]["encoder"]) == ("decoder_c1x_l16", "encoder_kv_c1x_l2")
+    assert c1["overhead"]["by_decoder"]["decoder_c2v2_l16"]["x"]["scheme"] == "c2"
+    rep1 = {**rep, **c1}
+    assert "| decoder_c2v2_l16 | " in (text := "\n".join(overhead.render_markdown(rep1))) and " % †" in text
+    c2 = overhead.overhead(rep, OverheadParams(devices=DEV, scheme="c2"))
+    assert (c2["overhead"]["decoder"], c2["overhead"]["encoder"]) == ("decoder_c2v2_l16", "encoder_kv_c2_l2")
+    assert c2["npu_overhead_percent"]["x"] < c1["npu_overhead_percent"]["x"]
+    del rep["blocks"]["decoder_c2v2_l16"]
+    none = overhead.overhead(rep, OverheadParams(devices=DEV, scheme="c2"))["overhead"]
+    assert none["decoder"] is None and "C2 decoder" in none["decoder_missing"]
+    with pytest.raises(ConfigError, match="scheme"):
+        OverheadParams(scheme="c3")
+    assert overhead.block_scheme("decoder_c1v2_l8_v4", {"meta": {"block": "decoder_c1v2"}}) == "c1"
+    assert overhead.block_scheme("encoder_kv_c2_l2", {}) == "c2"
+    assert overhead.block_scheme("pe_bf16_fp32", {"meta": {}}) is None
