@@ -113,7 +113,9 @@ class BitReader(wiring.Component):
         wb = exact_log2(IW)                      # bit-in-word part of a ring position
         cw = bits_for(self.capacity)
         pow2 = not N & (N - 1)
-        ring = Array(Signal(IW, name=f"slot{i}") for i in range(N))
+        # No reset on the word slots: they are read only as far as `nwords` (reset) says they hold words, and hold
+        # stale words after the first wrap anyway (power-up content = stale; tests/test_hw_power_up.py).
+        ring = Array(Signal(IW, name=f"slot{i}", reset_less=True) for i in range(N))
         ring_last = Signal(N)                    # slot i holds the last word of a chunk
         if pow2:                                 # one bit pointer that wraps with the ring
             rp = Signal(exact_log2(self.capacity))   # read position (bit)

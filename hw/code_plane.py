@@ -274,7 +274,9 @@ class CodePlane(wiring.Component):
         m.d.comb += empty.eq(self.flush | self.drain)
 
         # ------------------------------------------------------------------ W: word ring
-        wring = [Signal(IW, name=f"word{i}") for i in range(NW)]
+        # The word ring, the code ring and the escape FIFO have no reset: each is read only as far as its
+        # (reset) count says, and holds stale entries after the first wrap anyway (tests/test_hw_power_up.py).
+        wring = [Signal(IW, name=f"word{i}", reset_less=True) for i in range(NW)]
         wlast = Signal(NW)
         head = Signal(range(NW))                        # slot of the oldest word (the one B is in)
         nwords = Signal(range(NW + 1))
@@ -290,7 +292,7 @@ class CodePlane(wiring.Component):
 
         # ------------------------------------------------------------------ R: the ring of codes
         entry_layout = self.entry_layout
-        ring = [Signal(entry_layout, name=f"ent{i}") for i in range(D)]
+        ring = [Signal(entry_layout, name=f"ent{i}", reset_less=True) for i in range(D)]
         wp = Signal(exact_log2(D) + 1)
         rp = Signal(exact_log2(D) + 1)
         fill = Signal(bits_for(D))                      # = wp - rp, kept as a register (no subtractor in
@@ -532,7 +534,7 @@ class CodePlane(wiring.Component):
 
         # escape side FIFO: B pushes the written escape's payload (at most one per pass), the consumer pops
         if E:
-            efifo = [Signal(ESCAPE_PAYLOAD_BITS, name=f"esc{i}") for i in range(E)]
+            efifo = [Signal(ESCAPE_PAYLOAD_BITS, name=f"esc{i}", reset_less=True) for i in range(E)]
             ewp = Signal(exact_log2(E))
             erp = Signal(exact_log2(E))
             push = Signal()

@@ -371,7 +371,8 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         F = TakeRing(IW, self.fwin, slots=self.field_slots, take_max=self.fwin, skip_max=G_MAX)
         m.submodules.spec_mx_ring = F
         nbw = self.bitmap_words
-        bm_slots = Array(Signal(IW, name=f"bm_slot{i}") for i in range(nbw))
+        # no reset on the FIFO words: read only as far as bm_count (reset) says (tests/test_hw_power_up.py)
+        bm_slots = Array(Signal(IW, name=f"bm_slot{i}", reset_less=True) for i in range(nbw))
         bm_head = Signal(range(nbw), name="bm_head")
         bm_count = Signal(range(nbw + 1), name="bm_count")
         qw = bits_for(2 * SB_BITS_MAX + IW) + 1

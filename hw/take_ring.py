@@ -76,7 +76,10 @@ class TakeRing(wiring.Component):
         m = Module()
         IW, N = self.word, self.slots
         wb = exact_log2(IW)
-        ring = Array(Signal(IW, name=f"slot{i}") for i in range(N))
+        # Word slots without reset (as the other buffers: hw/bitreader.py): a slot is read only as far as `nwords`
+        # (reset) says it holds a word, and after the first wrap every slot holds stale words anyway, so its
+        # power-up content is one more stale word (tests/test_hw_power_up.py runs the decoders from random state).
+        ring = Array(Signal(IW, name=f"slot{i}", reset_less=True) for i in range(N))
         head = Signal(range(N), name="head")             # slot of the word holding the read offset
         nwords = Signal(range(N + 1), name="nwords")     # words buffered from the head on
         pw = bits_for(2 * IW + self.take_max + self.skip_max)

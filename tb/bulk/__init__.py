@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import struct
 import subprocess
 import tempfile
@@ -53,6 +54,7 @@ class BulkStats:
     beats: int = 0
     seconds: float = 0.0       # simulation time inside the harness
     wall: float = 0.0          # including framing and process start
+    power_up_nonzero: int = 0  # harness runs whose outputs showed uninitialised state before the reset (power_up)
 
     @property
     def values_per_second(self) -> float:
@@ -76,12 +78,27 @@ def _decoder_params(config: str) -> dict:
     return get_block(_block(config)).params(config)
 
 
+_REG_INIT = re.compile(r"^(\s*reg\s+(?:signed\s+)?(?:\[[^\]]+\]\s+)?[^\s=;]+)\s*=\s*[^;]+;", re.M)
+_MEM_INIT = re.compile(r"^\s*initial begin\n(?:\s*[^\s\[]+\[\d+\] = [^;]+;\n)+\s*end\n", re.M)
+
+
+def without_initial_values(verilog: str) -> str:
+    """The Verilog with no power-up values: Amaranth writes every register's reset value as its initial value
+    (``reg [7:0] x = 8'h00;``) and every memory's contents in an ``initial`` block, which silicon does not
+    have. Without them, Verilator's ``--x-initial unique`` starts each flip-flop and memory word from the
+    random state the harness seeds (``power_up`` below); the reset then sets only the registers that have one."""
+    # " ;": an escaped identifier (``\$signal``) ends at white space, not at the semicolon
+    return _MEM_INIT.sub("", _REG_INIT.sub(r"\1 ;", verilog))
+
+
 def verilate_harness(exe_dir: Path, config: str, make, harness: Path, top: str, prefix: str, exe_name: str,
-                     c2: bool, what: str, verilog: list[Path] | None = None) -> Path:
+                     c2: bool, what: str, verilog: list[Path] | None = None, power_up: bool = False) -> Path:
     """Verilate the exported block (``make()`` elaborates it) with the C++ ``harness`` into
     ``exe_dir/obj/exe_name``, cached by a digest of the Verilog, the harness and the scheme flag (shared by
     the decoders' harness here and the KV encoders' in tb/bulk_encoder). ``verilog``: these files instead of
-    the export (a synthesised netlist and its cell models: tests/test_synth_clock_gating.py)."""
+    the export (a synthesised netlist and its cell models: tests/test_synth_clock_gating.py). ``power_up``:
+    the Verilog without initial values (``without_initial_values``), every flip-flop and memory word random
+    at start, seeded by the job's ``--seed`` (the harness's HARNESS_POWER_UP), then the harness's reset."""
     exe = exe_dir / "obj" / exe_name
     exe_dir.mkdir(parents=True, exist_ok=True)
     with file_lock(exe_dir / ".build.lock"):
@@ -89,8 +106,16 @@ def verilate_harness(exe_dir: Path, config: str, make, harness: Path, top: str, 
             vdir = exe_dir / "hdl"
             vdir.mkdir(parents=True, exist_ok=True)
             verilog = [cached_verilog(vdir / f"{top}.v", make, top, config)]
+        if power_up:
+            pdir = exe_dir / "hdl-power-up"
+            pdir.mkdir(parents=True, exist_ok=True)
+            stripped = []
+            for v in verilog:
+                (out := pdir / v.name).write_text(without_initial_values(v.read_text()))
+                stripped.append(out)
+            verilog = stripped
         text = "".join(v.read_text() for v in verilog)
-        scheme_flag = " -DHARNESS_C2" if c2 else ""
+        scheme_flag = (" -DHARNESS_C2" if c2 else "") + (" -DHARNESS_POWER_UP" if power_up else "")
         # -fno-tree-slp-vectorize: g++ 12.2's SLP vectoriser at -O2 miscompiled a Verilated decoder (session 7:
         # an earlier C1 v2 netlist hung in this harness, correct with -O1, with this flag and in Amaranth's
         # simulator fed the same stimulus; valgrind clean). An explicit -f flag wins over OPT_FAST's -O2.
@@ -103,7 +128,8 @@ def verilate_harness(exe_dir: Path, config: str, make, harness: Path, top: str, 
         env = dict(os.environ)
         # PyPI wheel: fix the empty PCH include flag (see tb/common/build.py); optimise the model's C++.
         env["MAKEFLAGS"] = (env.get("MAKEFLAGS", "") + " CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2 OPT_SLOW=-O1").strip()
-        cmd = [verilator, "--cc", "--exe", "--build", "-j", "2", "-O3", "--x-assign", "fast", "--x-initial", "fast",
+        cmd = [verilator, "--cc", "--exe", "--build", "-j", "2", "-O3", "--x-assign", "fast",
+               "--x-initial", "unique" if power_up else "fast",
                "--top-module", top, "--prefix", prefix, "-Wno-fatal", "-Wno-lint", "-Wno-style",
                "-Mdir", str(exe_dir / "obj"), "-o", exe_name, "-CFLAGS", cxxflags,
                str(harness), *map(str, verilog)]
@@ -115,12 +141,14 @@ def verilate_harness(exe_dir: Path, config: str, make, harness: Path, top: str, 
     return exe
 
 
-def build_harness(config: str = DEFAULT_CONFIG) -> Path:
-    """Verilate the exported decoder + harness.cpp into an executable (cached)."""
+def build_harness(config: str = DEFAULT_CONFIG, power_up: bool = False) -> Path:
+    """Verilate the exported decoder + harness.cpp into an executable (cached); ``power_up``: from random
+    flip-flop state (``verilate_harness``), in its own folder."""
     from ..common.blocks import get_block
 
-    return verilate_harness(BULK_ROOT / config, config, lambda: get_block(_block(config)).make(config), HARNESS,
-                            TOP, "Vdec", "Vharness", scheme_of(config) == "c2", "bulk harness")
+    return verilate_harness(BULK_ROOT / (config + ("-power-up" if power_up else "")), config,
+                            lambda: get_block(_block(config)).make(config), HARNESS, TOP, "Vdec", "Vharness",
+                            scheme_of(config) == "c2", "bulk harness", power_up=power_up)
 
 
 # -------------------------------------------------------------------------------------------- framing
@@ -208,14 +236,15 @@ def _run_job(exe: Path, encs, full, params, idle=0.0, backpressure=0.0, seed=1) 
 
 def decode_many_with_rtl(encs: list[EncodedTensor], mode: str = "full", config: str = DEFAULT_CONFIG,
                          jobs: int = 2, idle: float = 0.0, backpressure: float = 0.0, seed: int = 1,
-                         stats: BulkStats | None = None) -> list[np.ndarray]:
-    """Decode every tensor with the RTL (in order), splitting the work over ``jobs`` harness processes."""
+                         stats: BulkStats | None = None, power_up: bool = False) -> list[np.ndarray]:
+    """Decode every tensor with the RTL (in order), splitting the work over ``jobs`` harness processes;
+    ``power_up``: each process starts the decoder from random flip-flop state (seeded by its ``seed``)."""
     if mode not in ("draft", "full"):
         raise ValueError(f"mode must be draft or full, got {mode!r}")
     t0 = time.perf_counter()
     params = _decoder_params(config)
     BULK_ROOT.mkdir(parents=True, exist_ok=True)
-    exe = build_harness(config)
+    exe = build_harness(config, power_up=power_up)
     full = mode == "full"
     # balance by value count
     groups = [[] for _ in range(max(1, jobs))]
@@ -238,6 +267,7 @@ def decode_many_with_rtl(encs: list[EncodedTensor], mode: str = "full", config: 
                 stats.cycles += st["cycles"]
                 stats.beats += st["beats"]
                 stats.seconds += st["seconds"]
+                stats.power_up_nonzero += int(st.get("power_up_nonzero", 0))
     if stats is not None:
         stats.wall += time.perf_counter() - t0
     return [results[i] for i in range(len(encs))]

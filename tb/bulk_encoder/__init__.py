@@ -57,6 +57,7 @@ class EncoderStats:
     wall: float = 0.0          # including job writing, process start and the golden comparison
     runs: int = 0              # harness processes started
     batches: int = 0           # register programs (config + books)
+    power_up_nonzero: int = 0  # runs whose outputs showed uninitialised state before the reset (power_up)
 
     @property
     def values_per_cycle(self) -> float:
@@ -90,13 +91,15 @@ def plane_names(scheme: str) -> tuple[str, ...]:
     return spec + verif
 
 
-def build_harness(config: str = DEFAULT_CONFIG["c1"]) -> Path:
-    """Verilate the exported encoder + harness_enc.cpp into an executable (cached per configuration)."""
+def build_harness(config: str = DEFAULT_CONFIG["c1"], power_up: bool = False) -> Path:
+    """Verilate the exported encoder + harness_enc.cpp into an executable (cached per configuration);
+    ``power_up``: from random flip-flop and memory state (tb/bulk.verilate_harness), in its own folder."""
     from ..common.blocks import get_block
 
     _params(config)  # unknown configuration -> KeyError naming the known ones
-    return verilate_harness(BULK_ROOT / config, config, lambda: get_block("encoder").make(config), HARNESS, TOP,
-                            "Venc", "Vharness_enc", scheme_of(config) == "c2", "bulk encoder harness")
+    return verilate_harness(BULK_ROOT / (config + ("-power-up" if power_up else "")), config,
+                            lambda: get_block("encoder").make(config), HARNESS, TOP, "Venc", "Vharness_enc",
+                            scheme_of(config) == "c2", "bulk encoder harness", power_up=power_up)
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -233,12 +236,13 @@ def _run(exe: Path, batches, params: dict, scheme: str, idle: float, backpressur
 
 def encode_many_with_rtl(batches, config: str | None = None, idle: float = 0.0, backpressure: float = 0.0,
                          seed: int = 1, stats: EncoderStats | None = None, strict: bool = True,
-                         golden: list[EncodedTensor] | None = None) -> list[EncodedTensor]:
+                         golden: list[EncodedTensor] | None = None, power_up: bool = False) -> list[EncodedTensor]:
     """Encode every batch ``(bits[n, G], cfg, books)`` with the RTL encoder in one harness run (in order; a
     batch = vectors sharing one config and book pair, e.g. one layer's K of one step) and compare every
     plane word with golden ``encode_kv(bits, cfg, books)`` (or ``golden``, already computed). Returns the
     golden EncodedTensors, which the RTL matched word for word; with ``strict`` (default) a mismatch raises
-    RtlError after counting it in ``stats``."""
+    RtlError after counting it in ``stats``. ``power_up``: the encoder starts from random flip-flop and memory
+    state seeded by ``seed`` (``build_harness``)."""
     t0 = time.perf_counter()
     batches = list(batches)
     if not batches:
@@ -251,7 +255,7 @@ def encode_many_with_rtl(batches, config: str | None = None, idle: float = 0.0, 
     encs = golden if golden is not None else [encode_kv(a, c, k) for a, c, k in checked]
     run = [(a, c, k) for a, c, k in checked if a.shape[0]]
     if run:
-        exe = build_harness(config)
+        exe = build_harness(config, power_up=power_up)
         words, st = _run(exe, run, params, scheme, idle, backpressure, seed)
         bad, notes = compare([e for e, (a, _, _) in zip(encs, checked) if a.shape[0]], words, scheme,
                              int(params["word"]))
@@ -262,6 +266,7 @@ def encode_many_with_rtl(batches, config: str | None = None, idle: float = 0.0, 
         stats.values += int(st["values"])
         stats.cycles += int(st["cycles"])
         stats.seconds += float(st["seconds"])
+        stats.power_up_nonzero += int(st.get("power_up_nonzero", 0))
         stats.mismatches += bad
         stats.runs += 1 if run else 0
         stats.batches += len(run)
