@@ -318,7 +318,9 @@ class FpgaOptions:
     def __init__(self, out: pathlib.Path, seeds=DEFAULT_SEEDS, speed: int = DEFAULT_SPEED,
                  freq_mhz: float = DEFAULT_FREQ_MHZ, timeout_s: float = DEFAULT_TIMEOUT_S, jobs: int = 1,
                  use_cache: bool = True, cached_only: bool = False, nice: int = DEFAULT_NICE,
-                 router: str = DEFAULT_ROUTER):
+                 router: str = DEFAULT_ROUTER, cached_seeds_only: bool = False):
+        """``cached_seeds_only`` (with ``cached_only``): report only the cached results of ``seeds``, not every
+        cached seed (one seed for every block, so that blocks compare like for like)."""
         seeds = tuple(seeds)
         if not seeds or any(not isinstance(s, int) or isinstance(s, bool) for s in seeds):
             raise ConfigError(f"seeds must be a non-empty list of integers, got {seeds!r}")
@@ -340,6 +342,7 @@ class FpgaOptions:
         self.out, self.seeds, self.speed, self.freq_mhz = pathlib.Path(out), seeds, speed, freq_mhz
         self.timeout_s, self.jobs, self.use_cache, self.cached_only, self.nice = (
             timeout_s, jobs, use_cache, cached_only, nice)
+        self.cached_seeds_only = cached_seeds_only
 
 
 class BlockRun:
@@ -446,6 +449,8 @@ def run_block(block: Block, opts: FpgaOptions, versions: dict, index: str) -> di
 
     synth = _read_json(run.synth_cache()) if opts.use_cache else None
     cached_seeds = run.cached_seeds() if opts.use_cache else {}
+    if opts.cached_only and opts.cached_seeds_only:
+        cached_seeds = {s: r for s, r in cached_seeds.items() if s in opts.seeds}
     if opts.cached_only:
         if not cached_seeds:
             tout = _read_json(run.timeout_cache())
@@ -684,8 +689,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", metavar="NAME", help="only this block (repeatable, or comma-separated)")
     ap.add_argument("--list", action="store_true", help="list the registered blocks and exit")
     ap.add_argument("--jobs", "-j", type=int, default=1, help="blocks run in parallel (default 1)")
-    ap.add_argument("--seeds", type=_seeds, default=DEFAULT_SEEDS,
-                    help=f"nextpnr seeds, best Fmax reported (default {','.join(map(str, DEFAULT_SEEDS))})")
+    ap.add_argument("--seeds", type=_seeds, default=None,
+                    help=f"nextpnr seeds, best Fmax reported (default {','.join(map(str, DEFAULT_SEEDS))}; with "
+                         "--cached-only: report only these seeds' cached results)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                     help=f"per-block time limit in s, synthesis + all seeds (default {DEFAULT_TIMEOUT_S:.0f})")
     ap.add_argument("--speed", type=int, default=DEFAULT_SPEED, help="ECP5 speed grade 6/7/8 (default 6)")
@@ -695,7 +701,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nice", type=int, default=DEFAULT_NICE, help="niceness added to the tools (default 10)")
     ap.add_argument("--no-cache", action="store_true", help="rerun even unchanged blocks")
     ap.add_argument("--cached-only", action="store_true",
-                    help="report every cached seed of the selected blocks without running any tool")
+                    help="report the cached seeds of the selected blocks without running any tool: every cached "
+                         "seed, or those of --seeds when given (e.g. one seed for every block, like for like)")
     args = ap.parse_args(argv)
     try:
         if args.list:
@@ -706,9 +713,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"(hw registry: {note})")
             return 0
         only = [n.strip() for item in (args.only or []) for n in item.split(",") if n.strip()] or None
-        opts = FpgaOptions(args.out, seeds=args.seeds, speed=args.speed, freq_mhz=args.freq,
+        opts = FpgaOptions(args.out, seeds=args.seeds or DEFAULT_SEEDS, speed=args.speed, freq_mhz=args.freq,
                            timeout_s=args.timeout, jobs=args.jobs, use_cache=not args.no_cache,
-                           cached_only=args.cached_only, nice=args.nice, router=args.router)
+                           cached_only=args.cached_only, nice=args.nice, router=args.router,
+                           cached_seeds_only=args.seeds is not None)
         report = run_fpga(opts, only=only)
     except (ConfigError, ToolMissingError) as exc:
         print(f"fpga: error: {exc}", file=sys.stderr)

@@ -84,6 +84,19 @@ def test_second_run_is_answered_by_the_cache(toy_run, monkeypatch):
         assert a[k] == b[k]
 
 
+def test_cached_only_reports_the_given_seeds(toy_run, monkeypatch):
+    """--cached-only with --seeds reports only those seeds' cached results (like for like across blocks), and a
+    block without one as missing; without --seeds every cached seed. No tool starts either way."""
+    out, _, first = toy_run
+    monkeypatch.setattr(fpga, "run_tool", lambda *a, **k: (_ for _ in ()).throw(AssertionError("a tool ran")))
+    every = fpga.run_fpga(fpga.FpgaOptions(out, seeds=(1, 2, 3), cached_only=True), blocks=_toy())
+    assert every["blocks"]["toy_adder"]["fmax_mhz"] == first["blocks"]["toy_adder"]["fmax_mhz"]
+    seed2 = fpga.run_fpga(fpga.FpgaOptions(out, seeds=(2,), cached_only=True, cached_seeds_only=True), blocks=_toy())
+    assert seed2["blocks"]["toy_adder"]["status"] == "missing"
+    seed1 = fpga.run_fpga(fpga.FpgaOptions(out, seeds=(1, 2), cached_only=True, cached_seeds_only=True), blocks=_toy())
+    assert seed1["blocks"]["toy_adder"]["fmax_by_seed"] == {"1": first["blocks"]["toy_adder"]["fmax_mhz"]}
+
+
 def test_cache_key_ignores_src_attributes_but_not_the_design(toy_run):
     _, opts, _ = toy_run
     versions = fpga.tool_versions()
