@@ -398,7 +398,9 @@ class DecoderC1v2(Format2Registers, DecoderC1):
             return Array(S.esc[i] for i in range(n))[ep[j][:bits_for(n - 1)] if n > 1 else 0]
         kc, pc = kp[L], pp[L]
         e_keep = Signal()
-        m.d.comb += e_keep.eq(fin & have & codes_ok & ~tail_bad & ((kept_cnt + kc) != sb_k))
+        # at a chunk's end a bad tail is TOO_LONG, which wins; elsewhere the entry after the superblock's codes is
+        # the next superblock's first code (or not yet in the ring), which says nothing about this KEEP check
+        m.d.comb += e_keep.eq(fin & have & codes_ok & ~(cend & tail_bad) & ((kept_cnt + kc) != sb_k))
 
         i_err = Signal(4)                    # CODE, OVERRUN, TOO_LONG, KEEP (error_code bits 0..3)
         m.d.comb += i_err.eq(Cat(e_code, e_over & ~e_code, e_long, e_keep))

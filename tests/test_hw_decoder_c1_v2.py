@@ -503,6 +503,21 @@ def test_v2_format2_malformed_raises_sticky_error(kind):
     assert res.busy == 0
 
 
+@pytest.mark.parametrize("full", [False, True])
+def test_v2_keep_error_in_a_superblock_that_does_not_end_its_chunk(full):
+    """KEEP one above the stream's k: superblock 0 (32 values, 16 kept) ends a beat but not its chunk of two, and
+    must raise KEEP there; the last superblock (1 value) is consistent with either k. Until session 11 the
+    check at a superblock's final beat also required the code after it to be a chunk's END, so KEEP was lost
+    unless the superblock ended its chunk (found by review, reproduced here first)."""
+    enc = encode_tensor(weights(33, 5), CodecConfig(group_size=32, mantissa_bits=3, keep_count=16,
+                                                    chunk_superblocks=2, pair_codes=False))
+    prog = [(a, d + 1 if a == Reg.KEEP else d) for a, d in decoder_program(enc, full)]
+    res = run_decoder(DecoderC1v2(4, 32), [DecodeJob(enc, full, program=prog)], Stalls(0.2, 0.2, seed=3),
+                      max_cycles=3000, expect_error=True)
+    assert res.error_code == 1 << Err.KEEP, f"expected only KEEP, got {res.error_code:#x}"
+    assert res.busy == 0
+
+
 @pytest.mark.parametrize("kind", ["code", pytest.param("run_past_q", marks=pytest.mark.slow)]
                          + [pytest.param(k, marks=pytest.mark.slow) for k in QUICK_ERRORS[1:] + SLOW_ERRORS])
 def test_v2_error_drains_and_recovers_after_clear_error(kind):
