@@ -713,7 +713,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"(hw registry: {note})")
             return 0
         only = [n.strip() for item in (args.only or []) for n in item.split(",") if n.strip()] or None
-        opts = FpgaOptions(args.out, seeds=args.seeds or DEFAULT_SEEDS, speed=args.speed, freq_mhz=args.freq,
+        opts = FpgaOptions(args.out, seeds=DEFAULT_SEEDS if args.seeds is None else args.seeds, speed=args.speed, freq_mhz=args.freq,
                            timeout_s=args.timeout, jobs=args.jobs, use_cache=not args.no_cache,
                            cached_only=args.cached_only, nice=args.nice, router=args.router,
                            cached_seeds_only=args.seeds is not None)

@@ -186,11 +186,11 @@ def _ok_blocks(report: dict, kind: str) -> dict[str, dict]:
 
 def block_scheme(name: str, block: dict) -> str | None:
     """"c1" / "c2" for a decoder or encoder (its registry family, e.g. decoder_c1v2, encoder_kv_c2), else None."""
-    family = (block.get("meta") or {}).get("block") or name
-    for part in family.split("_")[1:]:
-        for sch in SCHEMES:
-            if part.startswith(sch):
-                return sch
+    for label in ((block.get("meta") or {}).get("block"), name):     # the registry family, else the name
+        for part in (label or "").split("_")[1:]:
+            for sch in SCHEMES:
+                if part.startswith(sch):
+                    return sch
     return None
 
 
@@ -291,7 +291,10 @@ def overhead(report: dict, p: OverheadParams | None = None) -> dict:
         "clock_mhz": round(f_pe / 1e6, 1),
         "clock_source": "--clock-mhz" if p.clock_mhz else f"{PE_BLOCK} Fmax in this flow",
         "pe_area_ge": pe["area_ge"], "library": lib, "decoder": dec, "encoder": enc,
-        "choice": ("--decoder/--encoder" if (p.decoder or p.encoder) else
+        "choice": ("--decoder/--encoder" + "".join(
+                       f"; {n} is a {sch.upper()} block, priced on {p.scheme.upper()} streams it cannot read"
+                       for n in (dec, enc) if n and (sch := block_scheme(n, report["blocks"][n])) not in (None, p.scheme))
+                   if (p.decoder or p.encoder) else
                    f"the cheapest {p.scheme.upper()} block (the streams' scheme) meeting the PE clock at "
                    f"{next(iter(p.devices))}"),
         "scheme": p.scheme,
@@ -346,13 +349,14 @@ def render_markdown(report: dict) -> list[str]:
             f"{_fmt(r.get('decoder_percent'), '{:.3f}')} | {_fmt(r.get('encoder_instances'))} | "
             f"{_fmt(r.get('encoder_percent'), '{:.4f}')} | **{_fmt(r.get('total_percent'), '{:.3f}')}** | "
             f"{_fmt(r.get('total_percent_own_clock'), '{:.3f}')} |")
-    pcts = list(next(iter(ov["by_device"].values()))["decoder_budget_ge_per_draft_value_cycle"])
-    lines += ["", f"Area budget: the GE per draft value/cycle at which the decoders alone take {' / '.join(pcts)} % of "
+    budgets = [r.get("decoder_budget_ge_per_draft_value_cycle") for r in ov["by_device"].values()]
+    pcts = list(budgets[0]) if budgets and all(budgets) else []     # reports written before the budget: none
+    lines += [] if not pcts else ["", f"Area budget: the GE per draft value/cycle at which the decoders alone take {' / '.join(pcts)} % of "
                   f"the PE array (full mode at {BUDGET_FULL_RATE:g} of the draft rate; draft values/cycle needed at "
                   "the clock above, the binding stream), against the chosen decoder's:", "",
               "| device | draft values/cycle needed | " + " | ".join(f"budget at {q} %" for q in pcts)
               + " | decoder GE per draft value/cycle |", "|---|---:|" + "---:|" * (len(pcts) + 1)]
-    for r in ov["by_device"].values():
+    for r in ov["by_device"].values() if pcts else ():
         b = r["decoder_budget_ge_per_draft_value_cycle"]
         lines.append(f"| {r['label']} | {r['draft_values_per_cycle_needed']:,.1f} | "
                      + " | ".join(f"{b[q]:,}" for q in pcts)

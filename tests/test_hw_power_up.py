@@ -55,6 +55,15 @@ def test_without_initial_values_leaves_declarations_only():
         assert re.sub(r"\s*=[^;]*;", " ;", ln) in stripped.splitlines(), ln
 
 
+def test_without_initial_values_handles_escaped_and_partial_memory_words():
+    text = ("module t;\n  reg [7:0] \\a.b [1:0];\n  initial begin\n    \\a.b [0] = 8'h01;\n    \\a.b [1][3:0] = 4'h2;\n"
+            "  end\n  reg [3:0] \\$x  = 4'h3;\nendmodule\n")
+    out = bulk.without_initial_values(text)
+    assert "initial" not in out and "8'h01" not in out and "reg [3:0] \\$x ;" in out
+    with pytest.raises(RuntimeError, match="initial value is left"):
+        bulk.without_initial_values("module t;\n  initial x = 1;\nendmodule\n")
+
+
 def _random_c1(rng):
     return [D.encode(D.random_tensor(rng, D.random_numel(rng, (cfg := D.random_config(rng)).group_size, 30)), cfg)
             for _ in range(10)]

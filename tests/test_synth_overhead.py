@@ -182,11 +182,21 @@ def test_headline_prices_only_blocks_of_the_streams_scheme():
     c2 = overhead.overhead(rep, OverheadParams(devices=DEV, scheme="c2"))
     assert (c2["overhead"]["decoder"], c2["overhead"]["encoder"]) == ("decoder_c2v2_l16", "encoder_kv_c2_l2")
     assert c2["npu_overhead_percent"]["x"] < c1["npu_overhead_percent"]["x"]
-    del rep["blocks"]["decoder_c2v2_l16"]
+    c2_block = rep["blocks"].pop("decoder_c2v2_l16")
     none = overhead.overhead(rep, OverheadParams(devices=DEV, scheme="c2"))["overhead"]
     assert none["decoder"] is None and "C2 decoder" in none["decoder_missing"]
+    forced = overhead.overhead(rep, OverheadParams(devices=DEV, decoder="decoder_c1x_l16"))["overhead"]
+    assert forced["decoder"] == "decoder_c1x_l16" and "cannot read" not in forced["choice"]
+    rep["blocks"]["decoder_c2v2_l16"] = c2_block
+    other = overhead.overhead(rep, OverheadParams(devices=DEV, decoder="decoder_c2v2_l16"))["overhead"]
+    assert other["decoder"] == "decoder_c2v2_l16" and "C2 block, priced on C1 streams it cannot read" in other["choice"]
+    old = {**rep1, "overhead": {**rep1["overhead"], "by_device": {
+        k: {kk: vv for kk, vv in r.items() if kk != "decoder_budget_ge_per_draft_value_cycle"}
+        for k, r in rep1["overhead"]["by_device"].items()}}}
+    assert "Area budget" not in "\n".join(overhead.render_markdown(old))     # a report from before the budget
     with pytest.raises(ConfigError, match="scheme"):
         OverheadParams(scheme="c3")
     assert overhead.block_scheme("decoder_c1v2_l8_v4", {"meta": {"block": "decoder_c1v2"}}) == "c1"
     assert overhead.block_scheme("encoder_kv_c2_l2", {}) == "c2"
     assert overhead.block_scheme("pe_bf16_fp32", {"meta": {}}) is None
+    assert overhead.block_scheme("decoder_c2v2_l8", {"meta": {"block": "decoder"}}) == "c2"   # the name, then
