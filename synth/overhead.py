@@ -235,6 +235,7 @@ def overhead(report: dict, p: OverheadParams | None = None) -> dict:
         n_pe = math.ceil(dev.dense_tflops * 1e12 / (flops_per_cycle * f_pe))
         array_ge = n_pe * pe["area_ge"]
         bytes_s = dev.bandwidth_gbps * 1e9
+        draft_vps, full_vps = bytes_s * 8 / p.draft_bits_per_value, bytes_s * 8 / p.full_bits_per_value
         prefill_tok_s = p.prefill_utilisation * dev.dense_tflops * 1e12 / (2 * kv.params)
         kv_vps = prefill_tok_s * kv.kv_values_per_token
         r: dict[str, Any] = {
@@ -242,19 +243,18 @@ def overhead(report: dict, p: OverheadParams | None = None) -> dict:
             "bytes_per_kflop": round(dev.bytes_per_kflop, 2), "clock_mhz": round(f_pe / 1e6, 1),
             "library": lib.get("library"), "pe_count": n_pe, "pe_array_area_ge": round(array_ge),
             "decoder": dec, "encoder": enc,
-            "decoder_values_per_s_draft": bytes_s * 8 / p.draft_bits_per_value,
+            "decoder_values_per_s_draft": draft_vps,
             "encoder_values_per_s": round(kv_vps), "prefill_tokens_per_s": round(prefill_tok_s, 1),
         }
         # The area budget: a decoder of A GE per draft value/cycle (full mode at BUDGET_FULL_RATE of it) takes
         # A * need / array_ge of the array, need = the draft values/cycle the binding stream asks at this clock.
-        need = max(bytes_s * 8 / p.draft_bits_per_value, bytes_s * 8 / p.full_bits_per_value / BUDGET_FULL_RATE) / f_pe
+        need = max(draft_vps, full_vps / BUDGET_FULL_RATE) / f_pe
         r["draft_values_per_cycle_needed"] = round(need, 1)
         r["decoder_budget_ge_per_draft_value_cycle"] = {f"{pct:g}": round(pct / 100 * array_ge / need)
                                                         for pct in BUDGET_PERCENTS}
         total = total_own = 0.0
         if dec:
-            c = _block_cost(report["blocks"][dec], bytes_s * 8 / p.draft_bits_per_value,
-                            bytes_s * 8 / p.full_bits_per_value, f_pe)
+            c = _block_cost(report["blocks"][dec], draft_vps, full_vps, f_pe)
             r.update({f"decoder_{k}": v for k, v in c.items()})
             r["decoder_percent"] = round(100 * c["area_ge"] / array_ge, 3)
             r["decoder_ge_per_draft_value_cycle"] = round(report["blocks"][dec]["area_ge"] / c["values_per_cycle"])

@@ -106,6 +106,8 @@ def verilate_harness(exe_dir: Path, config: str, make, harness: Path, top: str, 
     the export (a synthesised netlist and its cell models: tests/test_synth_clock_gating.py). ``power_up``:
     the Verilog without initial values (``without_initial_values``), every flip-flop and memory word random
     at start, seeded by the job's ``--seed`` (the harness's HARNESS_POWER_UP), then the harness's reset."""
+    if power_up:                      # its own folder: the two builds of a configuration never replace each other
+        exe_dir = exe_dir.with_name(exe_dir.name + "-power-up")
     exe = exe_dir / "obj" / exe_name
     exe_dir.mkdir(parents=True, exist_ok=True)
     with file_lock(exe_dir / ".build.lock"):
@@ -153,7 +155,7 @@ def build_harness(config: str = DEFAULT_CONFIG, power_up: bool = False) -> Path:
     flip-flop state (``verilate_harness``), in its own folder."""
     from ..common.blocks import get_block
 
-    return verilate_harness(BULK_ROOT / (config + ("-power-up" if power_up else "")), config,
+    return verilate_harness(BULK_ROOT / config, config,
                             lambda: get_block(_block(config)).make(config), HARNESS, TOP, "Vdec", "Vharness",
                             scheme_of(config) == "c2", "bulk harness", power_up=power_up)
 

@@ -97,7 +97,7 @@ def build_harness(config: str = DEFAULT_CONFIG["c1"], power_up: bool = False) ->
     from ..common.blocks import get_block
 
     _params(config)  # unknown configuration -> KeyError naming the known ones
-    return verilate_harness(BULK_ROOT / (config + ("-power-up" if power_up else "")), config,
+    return verilate_harness(BULK_ROOT / config, config,
                             lambda: get_block("encoder").make(config), HARNESS, TOP, "Venc", "Vharness_enc",
                             scheme_of(config) == "c2", "bulk encoder harness", power_up=power_up)
 
