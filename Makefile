@@ -20,6 +20,7 @@ help:
 	@echo "make sim-full  - long random runs and the whole model through the RTL"
 	@echo "make verilog   - export Verilog (cores, AXI4-Stream and AXI4-Lite tops) + port tables to build/verilog/"
 	@echo "make synth     - Yosys area/timing reports to build/synth/ (LIBERTY=cells.lib: real library + OpenSTA; CLOCK_GATING=1)"
+	@echo "make regs      - C header, HTML / Markdown register docs, Python register layer from hw/regs/cassandra.rdl to build/regs/"
 	@echo "make formal    - SymbiYosys (yices/z3) + BDD proofs: zero counters, decoder protocol, liveness"
 	@echo "make fpga      - ECP5-85k place and route (nextpnr) of every block to build/fpga/ (FPGA_ARGS=...)"
 	@echo "make report    - the evaluation report into build/report-out/ (QUICK=1: smoke run); make report-docs: docs/report/"
@@ -85,6 +86,15 @@ GATED := $(filter 1 yes true,$(CLOCK_GATING))
 SYNTH_OUT ?= $(if $(LIBERTY),build/synth-$(basename $(basename $(notdir $(LIBERTY)))),build/synth)$(if $(GATED),-cg)
 synth: setup $(if $(LIBERTY),opensta)
 	$(PY) -m cassandra_rtl.synth.flow --out $(SYNTH_OUT) $(if $(LIBERTY),--liberty $(LIBERTY)) $(if $(DONT_USE),--dont-use '$(DONT_USE)') $(if $(GATED),--clock-gating) $(SYNTH_ARGS)
+
+# The one register description, hw/regs/cassandra.rdl (SystemRDL), through PeakRDL: build/regs/cassandra_regs.h,
+# build/regs/html/, build/regs/python/cassandra_csr/, and the Markdown committed as docs/datasheets/register_map.md
+# (tests/test_regs_rdl.py checks it is current and that the RTL matches the description).
+.PHONY: regs
+regs: setup
+	@$(PY) -c "import peakrdl_html, peakrdl_python, peakrdl_cheader, peakrdl_markdown" 2>/dev/null || \
+	  PYTHONWARNINGS='ignore:Editable installation' $(PIP) install -q -e '.[regs]'
+	$(PY) -m cassandra_rtl.hw.regmap --out build/regs --check
 
 formal: setup
 	@$(PY) -c "import z3" 2>/dev/null || $(PIP) install -q z3-solver || echo "[formal] z3-solver not installed: 64-bit models will be UNTRUSTED"; $(PY) -m cassandra_rtl.hw.formal --out build/formal
