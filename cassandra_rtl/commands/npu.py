@@ -1,0 +1,107 @@
+"""`cassandra-rtl npu [--cass FILE] [--tensors N | --all] [--json]`: real linear tensors through the Verilated
+NPU tile (hw/npu/tile.py) in every pass kind — bf16 (plain weights), Cassandra draft, Cassandra full, and a
+verify pass (full, R rows) — each output checked bit for bit against the tile's reference (golden/npu.py),
+with cycles, the fraction of the memory port used and where the cycles went (docs/NPU.md).
+
+Exit 0 when every output matches and the batch is invariant, 1 on a mismatch or tile failure, 2 on bad input.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..argtypes import float_range, int_range, positive_int
+from ..cli import CliError
+
+DEFAULT_CASS = Path("build/demo/smollm2.cass")
+
+
+def _ordered(container):
+    from ..tb.npu.bulk import linear_tensors
+    items = linear_tensors(container)
+
+    def key(it):
+        name = it[0]
+        parts = name.split(".")
+        layer = int(parts[1]) if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit() else 10**6
+        return (layer, name)
+    return sorted(items, key=key)
+
+
+def _container(path: Path | None):
+    from ..golden.container import read_container
+    if path is not None:
+        if not path.exists():
+            raise CliError(f"{path}: no such file")
+        return read_container(path)
+    if not DEFAULT_CASS.exists():
+        from ..golden.config import CodecConfig
+        from ..golden.io import bundled_model_path
+        from .demo import DEFAULTS
+        from .encode import encode_file
+        print(f"[npu] encoding the bundled model into {DEFAULT_CASS} (demo defaults)", file=sys.stderr)
+        DEFAULT_CASS.parent.mkdir(parents=True, exist_ok=True)
+        encode_file(bundled_model_path(), DEFAULT_CASS, CodecConfig(**DEFAULTS))
+    return read_container(DEFAULT_CASS)
+
+
+def run(args) -> int:
+    from ..tb.npu import MemParams, TileError, TileParams, available
+    from ..tb.npu.bulk import measure
+
+    if not available():
+        raise CliError("Verilator is not available (make setup installs it)")
+    tile = TileParams(instances=args.instances)
+    mem = MemParams(bandwidth=args.bandwidth, read_latency=args.latency)
+    c = _container(Path(args.cass) if args.cass else None)
+    items = [it for it in _ordered(c) if it[1].config.scheme == tile.scheme]
+    if not items:
+        raise CliError(f"{args.cass or DEFAULT_CASS} has no 2-D {tile.scheme} tensors")
+    if not args.all:
+        items = items[:args.tensors]
+
+    def progress(done, total):
+        print(f"[npu] job {done}/{total}", file=sys.stderr, flush=True)
+    try:
+        meas = measure(items, tile, mem, verify_rows=args.verify_rows, jobs=args.jobs, seed=args.seed,
+                       progress=progress)
+    except TileError as exc:
+        print(f"cassandra-rtl npu: tile failed: {exc}", file=sys.stderr)
+        return 1
+    rep = meas.report()
+    if not args.per_tensor:
+        rep.pop("per_tensor_cycles")
+    ok = meas.batch_invariant and all(p["mismatches"] == 0 for p in rep["passes"].values())
+    if args.json:
+        print(json.dumps(rep))
+    else:
+        print(f"{rep['tensors']} tensors through the tile ({tile.instances} x {tile.decoder}, {tile.data_bytes} B/cycle "
+              f"port, memory {mem.bandwidth or tile.data_bytes} B/cycle, read latency {mem.read_latency})")
+        print(f"{'pass':8} {'values':>12} {'mismatch':>9} {'cycles':>11} {'values/cyc':>10} {'port':>6} "
+              f"{'busy':>6} {'mem':>6} {'dec':>6} {'act':>6}")
+        for k, p in rep["passes"].items():
+            w = p["where"]
+            print(f"{k:8} {p['values']:>12,} {p['mismatches']:>9} {p['cycles']:>11,} {p['values_per_cycle']:>10.2f} "
+                  f"{p['bandwidth_fraction']:>6.3f} {w['array_busy']:>6.3f} {w['wait_memory']:>6.3f} "
+                  f"{w['wait_decoder']:>6.3f} {w['activation_load']:>6.3f}")
+        print(f"batch invariant (verify row 0 == one-row passes): {meas.batch_invariant}; wall {meas.wall:.0f} s")
+    return 0 if ok else 1
+
+
+def register(sub):
+    p = sub.add_parser("npu", help="real tensors through the Verilated NPU tile, checked against its reference")
+    p.add_argument("--cass", default=None, help=f"a .cass container (default {DEFAULT_CASS}, encoded from the "
+                   "bundled model with the demo defaults if missing)")
+    p.add_argument("--tensors", type=positive_int, default=7, help="the first N linear tensors (layer order)")
+    p.add_argument("--all", action="store_true", help="every linear tensor")
+    p.add_argument("--instances", type=int_range(1, 4), default=2, help="decoder instances of the tile")
+    p.add_argument("--bandwidth", type=float_range(0, 64, lo_open=True), default=None,
+                   help="memory bandwidth in bytes per cycle (default: the port width)")
+    p.add_argument("--latency", type=int_range(1, 4096), default=64, help="memory read latency in cycles")
+    p.add_argument("--verify-rows", type=int_range(1, 5), default=5, help="rows of the verify pass")
+    p.add_argument("--jobs", type=int_range(1, 64), default=2, help="harness processes")
+    p.add_argument("--seed", type=int_range(0, 2**31), default=0, help="activation seed")
+    p.add_argument("--per-tensor", action="store_true", help="include each tensor's cycles in the JSON")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
