@@ -1,0 +1,255 @@
+"""The generated parts of the block datasheets (docs/datasheets/*.md): port tables and register summaries.
+
+A datasheet marks each generated part with a begin comment and ``<!-- end generated -->``:
+
+    <!-- generated: ports NAME [NAME ...] -->     ports of the named configurations (hw/configs.py), exactly
+                                                  the export's port table (hw/export.py ``port_table``, what
+                                                  ``make verilog`` writes to ports.md): Verilog name, direction,
+                                                  width per configuration, payload fields, meaning
+    <!-- generated: csr-ports NAME -->            the AXI4-Lite top ``NAME_csr`` (hw/csr.py ``CsrTop``)
+    <!-- generated: axis NAME -->                 the AXI4-Stream names of ``NAME_axis`` (hw/export.py ``axis_map``)
+    <!-- generated: registers block|local -->     a summary of the register description hw/regs/cassandra.rdl
+
+``python -m cassandra_rtl.hw.datasheets`` rewrites those parts in place; ``--check`` exits 1 if any is stale
+(tests/test_datasheets.py runs the check). A port without a meaning below, or a meaning for a port no
+configuration has, is an error, so a port added to or renamed in the RTL fails the check until its row is
+written.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+DATASHEETS = Path(__file__).resolve().parent.parent / "docs" / "datasheets"
+
+# Meaning of each port, by Verilog name with the stream suffix (__valid / __ready / __payload) removed.
+MEANINGS = {
+    "clk": "clock; every register is on its rising edge",
+    "rst": "synchronous reset, active high (hold for at least one rising edge of `clk`)",
+    # zero counter
+    "data": "window; bit 0 is the next stream bit",
+    "valid": "lane i found a one (thermometer code)",
+    "rank": "lane i: the zero run in front of its one (its code rank), bw bits per lane; 0 when not valid",
+    "end": "lane i: bits consumed through its one, bw bits per lane; 0 when not valid",
+    "consumed": "bits consumed by all valid lanes",
+    # decoders
+    "spec_codes": "plane `spec.codes` (C1): the speculation book's codes",
+    "spec_signman": "plane `spec.signman` (C1): sign and top m mantissa bits of the kept values",
+    "spec_mx": "plane `spec.mx` (C2): keep bitmap, X bytes, element fields",
+    "verif_codes": "plane `verif.codes`: the verification book's codes (full mode only; `ready` low in draft mode)",
+    "verif_rest": "plane `verif.rest`: the remaining bits (full mode only)",
+    "cfg": "register writes {addr: register index, data} (decoders / encoders without the AXI4-Lite top)",
+    "out": "decoded bf16 values: `lanes` (lane i at bits 16i+15:16i), `count` valid lanes, `sb_end`, `last`",
+    "busy": "decoder: a tensor is in flight (from START to its last beat); encoder: a vector is in flight",
+    "error": "sticky: `error_code` is not zero",
+    "error_code": "sticky error bits (register ERROR_CODE)",
+    # encoders
+    "inp": "L bf16 values per beat, G / L beats per vector, `last` on the vector's final beat",
+    # AXI4-Lite top
+    "cfg_dma": "register program stream {addr, data} from a DMA channel, merged into the block's writes and held "
+               "while the block is busy (tie `valid` low if unused)",
+    "s_axil_awaddr": "AXI4-Lite write address (byte address; 12 bits)", "s_axil_awvalid": "AXI4-Lite AWVALID",
+    "s_axil_awready": "AXI4-Lite AWREADY", "s_axil_wdata": "AXI4-Lite write data", "s_axil_wstrb": "AXI4-Lite "
+    "write strobes (must be 0xF)", "s_axil_wvalid": "AXI4-Lite WVALID", "s_axil_wready": "AXI4-Lite WREADY",
+    "s_axil_bresp": "AXI4-Lite write response (OKAY 0, SLVERR 2)", "s_axil_bvalid": "AXI4-Lite BVALID",
+    "s_axil_bready": "AXI4-Lite BREADY", "s_axil_araddr": "AXI4-Lite read address", "s_axil_arvalid":
+    "AXI4-Lite ARVALID", "s_axil_arready": "AXI4-Lite ARREADY", "s_axil_rdata": "AXI4-Lite read data",
+    "s_axil_rresp": "AXI4-Lite read response", "s_axil_rvalid": "AXI4-Lite RVALID", "s_axil_rready":
+    "AXI4-Lite RREADY", "irq": "interrupt, active high: OR of IRQ_STATUS & IRQ_ENABLE",
+}
+SUFFIX_MEANING = {"valid": "stream valid", "ready": "stream ready"}
+
+BEGIN = re.compile(r"<!-- generated: (?P<kind>[\w-]+)(?P<args>[^>]*?) -->\n.*?<!-- end generated -->", re.S)
+
+
+def _stream_of(name: str) -> tuple[str, str | None]:
+    base, sep, leaf = name.rpartition("__")
+    return (base, leaf) if sep and leaf in ("valid", "ready", "payload") else (name, None)
+
+
+def _meaning(name: str) -> str:
+    base, leaf = _stream_of(name)
+    if base not in MEANINGS:
+        raise KeyError(f"port {name!r}: no meaning in hw/datasheets.py MEANINGS")
+    if leaf in SUFFIX_MEANING:
+        return f"{SUFFIX_MEANING[leaf]} of `{base}`"
+    return MEANINGS[base]
+
+
+def _fields_text(fields: list[dict]) -> str:
+    parts = []
+    for f in fields:
+        if "array" in f:
+            a = f["array"]
+            parts.append(f"{f['name']}[{a['length']}×{a['elem_width']}]@{f['lsb']}")
+        else:
+            parts.append(f"{f['name']}@{f['lsb']}:{f['width']}")
+    return ", ".join(parts)
+
+
+def _components(names: list[str]):
+    from .configs import NAMED_CONFIGS
+    comps = {}
+    for n in names:
+        if n not in NAMED_CONFIGS:
+            raise KeyError(f"unknown configuration {n!r}")
+        comps[n] = NAMED_CONFIGS[n]()
+        comps[n]._MustUse__silence = True                  # built only to read its signature
+    return comps
+
+
+def ports_table(names: list[str], csr: bool = False) -> str:
+    """One table over several configurations: a width column per configuration ('—' where it has no such
+    port); payload fields of the first configuration that has the port."""
+    from .export import port_table
+    if csr:
+        from .csr import CsrTop
+        comps = {f"{n}_csr": CsrTop(n) for n in names}
+        for c in comps.values():
+            c._MustUse__silence = True
+            c.block._MustUse__silence = True
+    else:
+        comps = _components(names)
+    tables = {n: {p["name"]: p for p in port_table(c)} for n, c in comps.items()}
+    order = []
+    for t in tables.values():
+        order += [p for p in t if p not in order]
+    head = "| port | dir | " + " | ".join(f"`{n}`" for n in tables) + " | payload fields (name@lsb:width) | meaning |"
+    lines = [head, "|---|---|" + "---:|" * len(tables) + "---|---|"]
+    for p in order:
+        rows = [t[p] for t in tables.values() if p in t]
+        widths = " | ".join(str(t[p]["width"]) if p in t else "—" for t in tables.values())
+        fields = []                                # distinct payload layouts, in configuration order
+        for r in rows:
+            if _fields_text(r["fields"]) not in fields:
+                fields.append(_fields_text(r["fields"]))
+        lines.append(f"| `{p}` | {rows[0]['dir']} | {widths} | {' / '.join(fields)} | {_meaning(p)} |")
+    return "\n".join(lines)
+
+
+def axis_table(name: str) -> str:
+    from .export import axis_map, _seg_cells
+    comp = _components([name])[name]
+    lines = ["| AXI4-Stream signal | dir | width | core port / field |", "|---|---|---:|---|"]
+    for r in axis_map(comp):
+        core = _seg_cells(r) if "segs" in r else f"`{r['core']}`" + (" (inverted)" if r["axis"] == "aresetn" else "")
+        lines.append(f"| `{r['axis']}` | {r['dir']} | {r['width']} | {core} |")
+    return "\n".join(lines)
+
+
+def registers_table(which: str) -> str:
+    """Summary of the register description: one row per register (arrays as one row)."""
+    from .regmap import BLOCK_SPAN, load
+    from systemrdl.node import RegNode
+    root = load()
+    lines = ["| offset | register | field [bits] | access | reset | meaning |", "|---|---|---|---|---|---|"]
+    for reg in root.children():
+        if not isinstance(reg, RegNode):
+            continue
+        addr = reg.raw_absolute_address
+        if (which == "block") != (addr < BLOCK_SPAN):
+            continue
+        name = reg.inst_name
+        off = f"{addr:#05x}"
+        if reg.is_array:
+            (n,) = reg.array_dimensions
+            name += f"[0..{n - 1}]"
+            off += f" + 4i"
+        for i, f in enumerate(reg.fields()):
+            acc = f.get_property("sw").name.upper()
+            if f.get_property("onwrite") is not None:
+                acc += "/W1C"
+            reset = f.get_property("reset")
+            desc = " ".join((f.get_property("desc") or "").split())
+            if i == 0 and reg.get_property("desc"):
+                desc = " ".join(reg.get_property("desc").split()) + " " + desc
+            lines.append(f"| {off if i == 0 else ''} | {name if i == 0 else ''} | {f.inst_name} [{f.high}:{f.low}] | "
+                         f"{acc} | {'—' if reset is None else hex(reset) if reset > 9 else reset} | {desc} |")
+    return "\n".join(lines)
+
+
+EXAMPLE_VALUES = (0x3F80, 0xBF00, 0x3E80, 0x0000, 0x4040, 0xBE00, 0x3FC0, 0x3C00,
+                  0xBF80, 0x3F00, 0x4000, 0xBD80, 0x3E00, 0x3F40, 0xC000, 0x3DC0)
+
+
+def example_c1(word_bits: int = 32) -> str:
+    """A worked example generated by golden: 16 bf16 values, one superblock (G = 32, a partial superblock of
+    16 values), m = 3, k = 24 of 32 (so 12 of these 16 are kept), the register program, every plane's words
+    at ``word_bits`` bits and the values a decoder returns in draft and full mode."""
+    import numpy as np
+    from ..golden.codec import decode_draft, decode_full, encode_tensor
+    from ..golden.config import CodecConfig
+    from .simutil import decoder_planes, decoder_program
+    from .decoder import Reg
+    bits = np.array(EXAMPLE_VALUES, dtype=np.uint16)
+    cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_count=24, chunk_superblocks=1, pair_codes=False)
+    enc = encode_tensor(bits, cfg)
+    names = {int(r): r.name for r in Reg}
+
+    def reg_name(a):
+        for base in (Reg.SPEC_SYM, Reg.VERIF_SYM):
+            if int(base) <= a < int(base) + 15:
+                return f"{base.name}[{a - int(base)}]"
+        return names[a]
+
+    out = ["Input (bf16 hex, tensor order): " + " ".join(f"{v:04X}" for v in EXAMPLE_VALUES), "",
+           f"Golden's books: `books.spec` = {list(enc.spec_book.symbols)} (256 = the pruned mark P), "
+           f"`books.verif` = {list(enc.verif_book.symbols)}; no pair groups; one chunk.", "",
+           "Register program, full mode (`cfg` index / AXI4-Lite byte offset, value); draft mode is the same "
+           "without MODE = 1 and the VERIF_* writes:", "", "| register | index | byte offset | value |",
+           "|---|---:|---:|---:|"]
+    for a, d in decoder_program(enc, True, force_format2=True):
+        out.append(f"| {reg_name(a)} | {a:#04x} | {4 * a:#05x} | {d} |")
+    out += ["", f"Plane words at {word_bits} bits (hex, word 0 first; `last` on the final word of each chunk):", ""]
+    for port, words in decoder_planes(enc, True, word_bits).items():
+        ws = " ".join(f"{w:0{word_bits // 4}X}{'*' if last else ''}" for w, last in words)
+        out.append(f"- `{port}`: {ws}")
+    out += ["", "(`*` = `last`.)", "", "Output values (`out.lanes`, bf16 hex, tensor order):", "",
+            "- draft: " + " ".join(f"{int(v):04X}" for v in decode_draft(enc)),
+            "- full:  " + " ".join(f"{int(v):04X}" for v in decode_full(enc))]
+    return "\n".join(out)
+
+
+def render_part(kind: str, args: list[str]) -> str:
+    if kind == "example-c1":
+        return example_c1(int(args[0]) if args else 32)
+    if kind == "ports":
+        return ports_table(args)
+    if kind == "csr-ports":
+        return ports_table(args, csr=True)
+    if kind == "axis":
+        return axis_table(args[0])
+    if kind == "registers":
+        return registers_table(args[0])
+    raise ValueError(f"unknown generated part {kind!r}")
+
+
+def render(text: str) -> str:
+    def sub(m):
+        args = m.group("args").split()
+        return f"<!-- generated: {m.group('kind')}{m.group('args')} -->\n{render_part(m.group('kind'), args)}\n" \
+               f"<!-- end generated -->"
+    return BEGIN.sub(sub, text)
+
+
+def stale(folder: Path = DATASHEETS) -> list[Path]:
+    return [p for p in sorted(folder.glob("*.md")) if render(p.read_text()) != p.read_text()]
+
+
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m cassandra_rtl.hw.datasheets", description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if a generated part is stale (write nothing)")
+    args = ap.parse_args(argv)
+    paths = stale()
+    if args.check:
+        print("\n".join(f"stale: {p}" for p in paths) or "datasheets current")
+        return 1 if paths else 0
+    for p in paths:
+        p.write_text(render(p.read_text()))
+        print(f"updated {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
