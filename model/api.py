@@ -8,6 +8,7 @@
     for piece in m.stream("Write a haiku about the sea.", temperature=0.7, top_k=40, stop=["\\n\\n"]):
         print(piece, end="", flush=True)
     m.last                                  # the Generation of the last stream
+    m = load(numerics="npu")                # every linear layer as the NPU tile computes it (batched verify)
 
 ``load(MODEL)`` for a .gguf or a Hugging Face folder encodes the model once into the cache
 (``cache_dir``, default ``~/.cache/cassandra-rtl``; ``cache_dir=None``: encode in memory, write nothing)
@@ -112,6 +113,20 @@ class CassandraModel:
         self.load_info = load
         self.gamma = gamma
         self.last: Generation | None = None
+        self.numerics = "torch"
+
+    def set_numerics(self, numerics: str = "torch") -> "CassandraModel":
+        """``torch`` (bf16 ``F.linear``, row-exact verify) or ``npu``: every linear layer of the target and of
+        a model-based draft (the Cassandra draft on its decoded draft weights) computes what the NPU tile
+        computes, and a verify pass reads each weight once (model/npu_numerics.py). Returns self."""
+        from .npu_numerics import check_numerics
+
+        check_numerics(numerics)
+        models = [self.target, self.engine.target, getattr(self.drafter, "model", None)]
+        for x in {id(x): x for x in models if x is not None}.values():
+            x.set_numerics(numerics)
+        self.numerics = numerics
+        return self
 
     # ------------------------------------------------------------------------------------ loading
     @classmethod
@@ -405,8 +420,16 @@ class Chat:
         return self.model.last
 
 
-def load(model=None, **kw) -> CassandraModel:
-    """A ``.cass`` model artifact, a .gguf, a Hugging Face folder, or None (the bundled SmolLM2)."""
+def load(model=None, *, numerics: str = "torch", **kw) -> CassandraModel:
+    """A ``.cass`` model artifact, a .gguf, a Hugging Face folder, or None (the bundled SmolLM2).
+    ``numerics``: ``torch`` or ``npu`` (``CassandraModel.set_numerics``)."""
+    from .npu_numerics import check_numerics
+
+    check_numerics(numerics)
+    return _load(model, **kw).set_numerics(numerics)
+
+
+def _load(model=None, **kw) -> CassandraModel:
     if model is not None and str(model).endswith(".cass"):
         bad = sorted(k for k in kw if k in ("draft_config", "keep_ratio", "mantissa_bits", "kv_mantissa_bits",
                                              "kv_keep_ratio", "scheme", "group_size", "cache_dir") and

@@ -522,10 +522,10 @@ class DerivedDraft(Transformer):
                             casting="unsafe")
         self._filled = li
 
-    def _block(self, blk, li, x, start_pos, cache):
+    def _block(self, blk, li, x, start_pos, cache, **kw):
         if self._filled != li and self._plan[li]:
             self._fill(li)
-        return super()._block(blk, li, x, start_pos, cache)
+        return super()._block(blk, li, x, start_pos, cache, **kw)
 
     def resident_bytes(self) -> int:
         """Bytes the draft holds besides the target: the scratch, the keep bitmaps, own tensors."""

@@ -2,7 +2,10 @@
 
 The target always verifies through ``Transformer.forward(exact=True)`` (row-exact, see transformer.py),
 and plain decoding runs the same 1-row code path, so greedy speculative decoding is token-identical to
-plain greedy decoding of the target. Sampling uses the Leviathan/Chen rule (sampling.py).
+plain greedy decoding of the target. Under the NPU tile's numerics (``Transformer.set_numerics("npu")``,
+model/npu_numerics.py) the verify pass sends its k+1 rows through each linear layer together -- one weight
+read per layer, the one k+1-row target pass the ledger records -- and each row's logits are still the bits
+of a 1-token step, so the same identity holds. Sampling uses the Leviathan/Chen rule (sampling.py).
 
 Draft length per step (``adaptive``, see ``parse_schedule``): fixed ``gamma``; ``"hf"`` (or True): HF's
 +2 after a fully accepted draft, -1 otherwise; ``"confidence[:T]"``: the draft proposes up to ``gamma``
@@ -309,4 +312,5 @@ class Engine:
             self.baseline_cost.charge(base, "target", 1, len(prompt) + i, a)
             self.cost.charge(tar, "target", 1, len(prompt) + i, a)
         info = drafter.describe() if drafter is not None else {"draft": "none"}
+        info["numerics"] = getattr(self.target, "numerics", "torch")
         return Result(out, stats, self.ledger, base, info, tar)

@@ -15,6 +15,13 @@ after rows < t of the same layer have written their K/V. Layers stay the outer l
 matrix is streamed from DRAM once per verify step and re-read from cache for the other rows.
 ``exact=False`` (the prompt prefill) uses ordinary batched kernels; the reference and
 the speculative engine share the same prefill, so that is consistent too.
+
+Numerics (``set_numerics``). ``torch`` (the default) is the above. ``npu``: every linear layer computes what
+the NPU tile computes (model/npu_numerics.py), whose reduction order does not depend on the number of rows,
+so ``forward(exact=True)`` sends the T rows through each linear layer together (one weight read per layer
+per pass) and runs everything else (norms, RoPE, attention with the cache write, SiLU, residual adds, the
+final norm) row by row with the code and shapes of a 1-token step: each row's logits are the bits of that
+step. The prefill (``exact=False``) runs batched throughout, with the tile's linears.
 """
 from __future__ import annotations
 
@@ -192,6 +199,18 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-x[..., h:], x[..., :h]], -1)
 
 
+def _swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return F.silu(gate) * up
+
+
+def _each_row(f, *ts: torch.Tensor) -> torch.Tensor:
+    """``f`` applied to row t of every tensor in ``ts`` separately (shapes [1, ...], as a 1-token step has),
+    the rows concatenated; one row: ``f`` itself."""
+    if ts[0].shape[0] == 1:
+        return f(*ts)
+    return torch.cat([f(*(x[t : t + 1] for x in ts)) for t in range(ts[0].shape[0])], 0)
+
+
 class Transformer(nn.Module):
     def __init__(self, a: ModelArgs):
         super().__init__()
@@ -206,6 +225,17 @@ class Transformer(nn.Module):
         cos, sin = rope_tables(a)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        self.numerics = "torch"
+        self.tile = None                      # npu numerics: the TileLinear every linear layer goes through
+
+    def set_numerics(self, numerics: str = "torch", lanes: int | None = None) -> "Transformer":
+        """``torch``: bf16 ``F.linear`` (row-exact verify); ``npu``: every linear layer is the NPU tile's
+        (``lanes`` reduction lanes, default the tile's 8; batched verify). Returns self."""
+        from .npu_numerics import NPU_LANES, TileLinear, check_numerics
+
+        self.numerics = check_numerics(numerics)
+        self.tile = TileLinear(lanes or NPU_LANES) if numerics == "npu" else None
+        return self
 
     # -- weights as named tensors (the unit the codec encodes) --------------------------------------
     def named_weights(self) -> dict[str, torch.Tensor]:
@@ -273,6 +303,15 @@ class Transformer(nn.Module):
 
             raise InputError(f"sequence of {start_pos + T} tokens exceeds the context of {a.max_seq_len}")
         x = self.tok_emb[tokens]  # [T, dim] bf16
+        if self.tile is not None:
+            # npu numerics: linears batched over the rows, the rest row by row when exact (module docstring)
+            for li, blk in enumerate(self.layers):
+                if li not in skip_layers:
+                    x = self._block(blk, li, x, start_pos, cache, rowwise=exact)
+            if logits_rows is not None:
+                x = x[logits_rows]
+            h = _each_row(self.norm, x) if exact else self.norm(x)
+            return self.tile(h, self.head_weight()).float()
         for li, blk in enumerate(self.layers):
             if li in skip_layers:
                 continue
@@ -290,16 +329,48 @@ class Transformer(nn.Module):
     def _head(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(self.norm(x), self.head_weight()).float()
 
-    def _block(self, blk: Block, li: int, x: torch.Tensor, start_pos: int, cache: KVCache) -> torch.Tensor:
-        a = self.args
-        T = x.shape[0]
-        hd, nh, nkv = a.head_dim, a.n_heads, a.n_kv_heads
-        g = nh // nkv
+    def _block(self, blk: Block, li: int, x: torch.Tensor, start_pos: int, cache: KVCache,
+               rowwise: bool = False) -> torch.Tensor:
+        if self.tile is not None:
+            return self._block_tile(blk, li, x, start_pos, cache, rowwise)
         at = blk.attn
         h = blk.attn_norm(x)
-        q = F.linear(h, at.wq, at.bq).view(T, nh, hd)
-        k = F.linear(h, at.wk, at.bk).view(T, nkv, hd)
-        v = F.linear(h, at.wv, at.bv).view(T, nkv, hd)
+        o = self._attend(at, li, F.linear(h, at.wq, at.bq), F.linear(h, at.wk, at.bk), F.linear(h, at.wv, at.bv),
+                         start_pos, cache)
+        x = x + F.linear(o, at.wo)
+        h = blk.ffn_norm(x)
+        m = blk.mlp
+        return x + F.linear(F.silu(F.linear(h, m.w_gate)) * F.linear(h, m.w_up), m.w_down)
+
+    def _block_tile(self, blk: Block, li: int, x: torch.Tensor, start_pos: int, cache: KVCache,
+                    rowwise: bool) -> torch.Tensor:
+        """One layer under npu numerics: each linear once over all T rows (the tile); with ``rowwise`` every
+        other op runs per row, row t as the 1-token step at start_pos + t after rows < t wrote their K/V."""
+        lin, at, m = self.tile, blk.attn, blk.mlp
+        each = _each_row if rowwise else (lambda f, *ts: f(*ts))
+        h = each(blk.attn_norm, x)
+        q, k, v = lin(h, at.wq, at.bq), lin(h, at.wk, at.bk), lin(h, at.wv, at.bv)
+        if rowwise and x.shape[0] > 1:
+            o = torch.cat([self._attend(at, li, q[t : t + 1], k[t : t + 1], v[t : t + 1], start_pos + t, cache)
+                           for t in range(x.shape[0])], 0)
+        else:
+            o = self._attend(at, li, q, k, v, start_pos, cache)
+        x = each(torch.add, x, lin(o, at.wo))
+        h = each(blk.ffn_norm, x)
+        act = each(_swiglu, lin(h, m.w_gate), lin(h, m.w_up))
+        return each(torch.add, x, lin(act, m.w_down))
+
+    def _attend(self, at: Attention, li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos: int,
+                cache: KVCache) -> torch.Tensor:
+        """Attention of T rows at positions start_pos.. from their q/k/v projections [T, *] (bf16): q/k norm,
+        RoPE, K/V written to ``cache``, causal softmax attention; returns [T, n_heads * head_dim] bf16."""
+        a = self.args
+        T = q.shape[0]
+        hd, nh, nkv = a.head_dim, a.n_heads, a.n_kv_heads
+        g = nh // nkv
+        q = q.view(T, nh, hd)
+        k = k.view(T, nkv, hd)
+        v = v.view(T, nkv, hd)
         if at.q_norm is not None:
             q, k = at.q_norm(q), at.k_norm(k)
         c = self.rope_cos[start_pos : start_pos + T][:, None, :]
@@ -317,11 +388,7 @@ class Transformer(nn.Module):
             mask = torch.arange(L)[None, :] > (start_pos + torch.arange(T))[:, None]
             sc = sc.masked_fill(mask, float("-inf"))
         o = torch.matmul(torch.softmax(sc, -1), vv[:, None])  # [nkv, g, T, hd]
-        o = o.permute(2, 0, 1, 3).reshape(T, nh * hd).to(torch.bfloat16)
-        x = x + F.linear(o, at.wo)
-        h = blk.ffn_norm(x)
-        m = blk.mlp
-        return x + F.linear(F.silu(F.linear(h, m.w_gate)) * F.linear(h, m.w_up), m.w_down)
+        return o.permute(2, 0, 1, 3).reshape(T, nh * hd).to(torch.bfloat16)
 
     def param_bytes(self) -> int:
         """bf16 bytes of all parameters (the tied head counted once)."""

@@ -31,6 +31,7 @@ def _table(s: dict) -> str:
 
     rows = [
         ("draft", s.get("draft")),
+        ("numerics", s.get("numerics", "torch")),
         ("generated tokens", s["generated"]),
         ("prompt tokens", s["prompt_tokens"]),
         ("acceptance rate", f(s["acceptance_rate"])),
@@ -114,6 +115,7 @@ def run(args) -> int:
         m = CassandraModel.from_cass(args.cass, draft=args.draft, max_seq_len=args.max_seq_len, verify=args.verify,
                                      rtl=args.rtl, rtl_layers=args.rtl_layers, progress=prog, skip_layers=skip,
                                      n_skip=args.n_skip, precheck=precheck, draft_memory=args.draft_memory)
+        m.set_numerics(args.numerics)
     else:
         cache = None if args.no_cache else (args.cache_dir or DEFAULT_CACHE)
         m = load(args.model, draft=args.draft, draft_config=args.draft_config, keep_ratio=args.keep_ratio,
@@ -121,7 +123,7 @@ def run(args) -> int:
                  kv_keep_ratio=args.kv_keep_ratio, scheme=args.scheme, group_size=args.group_size, cache_dir=cache,
                  max_seq_len=args.max_seq_len, verify=args.verify, rtl=args.rtl, rtl_layers=args.rtl_layers,
                  skip_layers=skip, n_skip=args.n_skip, gamma=args.gamma, progress=prog, say=say,
-                 precheck=precheck, draft_memory=args.draft_memory)
+                 precheck=precheck, draft_memory=args.draft_memory, numerics=args.numerics)
         what = (m.load_info.extra or {}).get("draft_choice") if m.load_info else None
         if what and not quiet and args.draft == "cassandra":
             print(f"[generate] draft: {what}", file=sys.stderr)
@@ -265,5 +267,11 @@ def register(sub):
                    help="derived: the draft's layers are rebuilt from the target's bits as they run (one model in "
                         "memory; the default, or $CASSANDRA_RTL_DRAFT_MEMORY); copy: the draft decoded into its own "
                         "parameters (about 1.3x faster on a CPU, 0.7x more memory; docs/MODEL.md)")
+    p.add_argument("--numerics", choices=("torch", "npu"), default="torch",
+                   help="torch: bf16 F.linear, a verify pass runs each row as a 1-token step (row-exact); npu: every "
+                        "linear layer (target and draft) computes what the NPU tile computes (golden/npu.py, 8 lanes, "
+                        "RNE to bf16), batch-invariant, so a verify pass sends its k+1 rows through each layer "
+                        "together (one weight read); greedy speculative output equals plain greedy under the same "
+                        "numerics (--compare). Much slower on a CPU")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text + table")
     p.set_defaults(func=run)
