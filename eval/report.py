@@ -525,7 +525,7 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
 
 
 def hardware_section(synth_path: Path, out: Path, command: str) -> str | None:
-    """Section 5's synthesis part: every flow's blocks relative to its PE, v1 -> this round, the overhead per
+    """Section 5's synthesis part: every flow's blocks relative to its PE, v1 -> v2, the overhead per
     device, the proofs (eval/report_hardware.py, also `make report-hw`)."""
     import report_hardware
 

@@ -6,10 +6,10 @@ Writes OUT/hardware.md and OUT/hardware_v2.png from the flows' own reports (noth
   * build/fpga/report.json                  ECP5 place and route (make fpga)
   * build/formal/report.json                SymbiYosys proofs (make formal)
   * synth/v1_retired.json                    the retired v1 decoders' rows of those flows (the "old" column of
-                                             the v1 -> this round table; the flows no longer build v1)
+                                             the v1 -> v2 table; the flows no longer build v1)
 Every table names the report it came from, so each figure can be regenerated with that flow's command.
 
-``--freeze-v1 PATH`` writes that file from reports that still hold the v1 blocks (session 3:
+``--freeze-v1 PATH`` writes that file from reports that still hold the v1 blocks (as measured on 2026-12-01:
 ``--synth build/synth-generic-v1/report.json --real build/synth-sky130-v1/report.json --fpga build/fpga/report.json``).
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ V1_RETIRED = ROOT / "synth" / "v1_retired.json"
 # the last commit whose hw/configs.py registered the v1 decoders (their flows' commands ran there)
 V1_LAST_COMMIT = "d0f60ad"
 
-# v1 block -> its replacement this round (same role, same interface)
+# v1 block -> its replacement v2 (same role, same interface)
 SUCCESSORS = {
     "decoder_c1_l4": "decoder_c1v2_l4", "decoder_c1_l8": "decoder_c1v2_l8", "decoder_c1_l8_v4": "decoder_c1v2_l8_v4",
     "decoder_c2_l8": "decoder_c2v2_l8", "decoder_c2_l16": "decoder_c2v2_l16",
@@ -65,7 +65,7 @@ def freeze_v1(path: Path, generic: dict | None, real: dict | None, fpga: dict | 
         flows[label] = {"flow": {k: rep.get("flow", {}).get(k) for k in ("library", "device", "command")},
                         "blocks": blocks}
     data = {"note": "v1 decoders (DecoderC1 / DecoderC2 datapaths, hw/configs decoder_c1_* / decoder_c2_*) and the "
-                    "session-2 KV encoders at L = 8: retired; figures from session 3, commands at commit "
+                    "first KV encoders at L = 8: retired; figures of 2026-12-01 (format 1.0), commands at commit "
                     f"{commit or '?'}", "commit": commit, "flows": flows}
     path.write_text(json.dumps(data, indent=1) + "\n")
     return data
@@ -84,7 +84,7 @@ def _vpc(b: dict, full: bool = False) -> float | None:
 
 def old_vs_new(generic: dict, real: dict | None, fpga: dict | None, v1_generic: dict | None = None,
                v1_flows: dict | None = None) -> list[str]:
-    """Per replaced block: GE per value/cycle and clock relative to the PE, v1 vs this round, per flow. The v1
+    """Per replaced block: GE per value/cycle and clock relative to the PE, v1 vs v2, per flow. The v1
     side comes from ``v1_generic`` (generic flow), else from ``v1_flows`` (synth/v1_retired.json: the retired
     blocks' rows per flow), else from the flow's own report."""
     v1_flows = v1_flows or {}
@@ -102,7 +102,7 @@ def old_vs_new(generic: dict, real: dict | None, fpga: dict | None, v1_generic: 
         fpe = (pe.get("timing") or {}).get("est_fmax_mhz")
         return {"area": b["area_ge"], "f": f, "fx": f / fpe if f and fpe else None, "vpc": _vpc(b)}
 
-    lines = ["| v1 block -> this round | generic GE / (value/cycle) | generic clock x PE | "
+    lines = ["| v1 block -> v2 | generic GE / (value/cycle) | generic clock x PE | "
              "sky130 clock x PE | ECP5 LUT4 | ECP5 clock x PE |", "|---|---:|---:|---:|---:|---:|"]
     def old_row(name, *reps):
         for rep in reps:
@@ -143,7 +143,7 @@ def formal_lines(rep: dict | None) -> list[str]:
 
 
 def plot(generic: dict, out: Path, v1_generic: dict | None = None) -> str | None:
-    """GE per value/cycle vs clock / PE clock, every decoder and encoder (v1 grey, this round coloured)."""
+    """GE per value/cycle vs clock / PE clock, every decoder and encoder (v1 grey, v2 coloured)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -153,7 +153,7 @@ def plot(generic: dict, out: Path, v1_generic: dict | None = None) -> str | None
         return None
     fig, ax = plt.subplots(figsize=(7.5, 5.0))
     seen = {}
-    for label, rep, colour in (("v1", v1_generic, "#999999"), ("this round", generic, "#c44e52")):
+    for label, rep, colour in (("v1", v1_generic, "#999999"), ("v2", generic, "#c44e52")):
         if not rep:
             continue
         for n, b in rep["blocks"].items():
@@ -175,7 +175,7 @@ def plot(generic: dict, out: Path, v1_generic: dict | None = None) -> str | None
     ax.set_yscale("log")
     ax.set_xlabel("clock / PE clock (generic flow)")
     ax.set_ylabel("GE per value/cycle (log)")
-    ax.set_title("Decoders (o) and KV encoders (s): v1 grey, this round red", fontsize=10)
+    ax.set_title("Decoders (o) and KV encoders (s): v1 grey, v2 red", fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fname = "hardware_v2.png"
@@ -213,7 +213,7 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
          + ", ".join(f"`{pth}`" for pth in [synth, real_path, fpga, formal] if pth and Path(pth).exists()) + ". "
          "Pre-layout figures; compare ratios to the PE, not absolute numbers across flows (docs/SYNTHESIS.md).", "",
          f"{h} Every block, every flow (area and clock relative to the PE of the same flow)", "", table,
-         f"{h} v1 -> this round", ""]
+         f"{h} v1 -> v2", ""]
     if v1_flows:
         w += [f"v1 rows (retired blocks): `{Path(v1_retired).relative_to(ROOT) if Path(v1_retired).is_relative_to(ROOT) else v1_retired}` "
               f"({(_load(v1_retired) or {}).get('note', '')}).", ""]

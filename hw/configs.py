@@ -46,7 +46,7 @@ def _c2v2_factories():
     # interface v2.1 (docs/HARDWARE.md 2c): the verification planes at verif_word bits (full mode reads at most
     # 9 rest bits and one code per value, Lv values a cycle), spec.mx at word bits
     # L16 keeps the output register (registered_out): without it the rest reader's one-cycle loop at Lv = 8 also
-    # carries the X - delta < 0 check and sky130 + OpenSTA closes at 97.0 MHz = 1.295x the PE (session 7)
+    # carries the X - delta < 0 check and sky130 + OpenSTA closes at 97.0 MHz = 1.295x the PE
     for l, word, vword in ((8, 128, 64), (16, 256, 128)):
         _register(f"decoder_c2v2_l{l}", lambda l=l, w=word, v=vword: DecoderC2v2(lanes=l, word=w, verif_word=v,
                                                                                registered_out=l >= 16),

@@ -108,18 +108,18 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                           per pass (default 2*L)
         code_depth        its ring entries (default: the smallest the code plane allows; it writes partial passes)
         verif_seg, verif_code_lanes   the same for the verification code plane (default from Lv)
-        share_lookups     lanes idle in full mode do the verification-book lookups (default True, session 6)
+        share_lookups     lanes idle in full mode do the verification-book lookups (default True)
         max_beat_escapes  a beat ends before this many + 1 escaped codes (default 2; None: no limit)
-        compact_entries   5-bit speculation ring entries (hw/code_plane.py ``compact_entries``; default True,
-                          session 7: decoder_c1v2_l8_v4 -32 FFs, the plane -0.7 k GE)
-        registered_out    ``out`` is a register written by F (True) or F's logic (default False, session 7:
+        compact_entries   5-bit speculation ring entries (hw/code_plane.py ``compact_entries``; default True:
+                          decoder_c1v2_l8_v4 -32 FFs, the plane -0.7 k GE)
+        registered_out    ``out`` is a register written by F (True) or F's logic (default False:
                           the beat waits in the J register; out.valid from registered state only)
-        signman_slots, rest_slots  reader word slots (default: the signman view's 3 at L = 8 with 64-bit words,
-                          session 7; the rest reader's BitReader rule, 4)
-        fast_consumed     both code planes' ``fast_consumed`` (hw/code_plane.py; default True, session 7: the
+        signman_slots, rest_slots  reader word slots (default: the signman view's 3 at L = 8 with 64-bit words;
+                          the rest reader's BitReader rule, 4)
+        fast_consumed     both code planes' ``fast_consumed`` (hw/code_plane.py; default True: the
                           verification plane's pass end was decoder_c1v2_l8's ECP5 critical path, 22.8 -> 24.3 MHz)
         partial_writes    the speculation plane writes the codes of a pass that fit when the ring lacks room for
-                          all of it (hw/code_plane.py; default False, session 8: the replay each one costs put a
+                          all of it (hw/code_plane.py; default False: the replay each one costs put a
                           bubble before the last beat of a tensor whose last superblock has 8 codes at L = 4, the
                           liveness counterexample, and holding the pass instead is as fast or faster on SmolLM2)
     """
@@ -155,7 +155,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
             verif_word_slots = 2 if VW // self.verif_seg >= 4 or 2 * Lv <= lanes else 4
         self.verif_word_slots = verif_word_slots
         self.share_lookups = bool(share_lookups)
-        # escaped codes per beat (None: up to L); a beat ends before the next one (session 6, 2b "Area cuts").
+        # escaped codes per beat (None: up to L); a beat ends before the next one.
         # A limit of L or more never cuts a beat of L codes: it is no limit (the default 2 at L = 2).
         if max_beat_escapes is not None and (not isinstance(max_beat_escapes, int) or max_beat_escapes < 1):
             raise ConfigError(f"max_beat_escapes must be None or a positive integer, got {max_beat_escapes!r}")
@@ -164,7 +164,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         self.registered_out = bool(registered_out)
         self.fast_consumed = bool(fast_consumed)
         self.partial_writes = bool(partial_writes)
-        # reader word slots: the signman reader holds only its view (3 words at L = 8, session 7: full rate in
+        # reader word slots: the signman reader holds only its view (3 words at L = 8: full rate in
         # draft mode); the rest reader keeps a spare word (its port runs at ~90 % at keep 0.3 in full mode:
         # 3 slots there cost 3.981 -> 3.944 values/cycle, decoder_c1v2_l8_v4)
         self.signman_slots = view_slots(self.word, SUFFIX_FIELD * lanes) if signman_slots is None else signman_slots
@@ -173,11 +173,9 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                                 ("rest", self.rest_slots, self.verif_word, SUFFIX_FIELD * Lv)):
             if not isinstance(n, int) or n < view_slots(w, win):
                 raise ConfigError(f"{what} reader slots must be an integer >= {view_slots(w, win)}, got {n!r}")
-        # The speculation ring at the smallest depth. Session 5 measured whole-pass holds at that depth costing
-        # 0.04 of the rate (decoder_c1v2_l8_v4 draft keep 1.0: 7.63 values/cycle at 32 entries, 7.93 at 64) and
-        # added partial writes; with the lane-limited second pass and the registered room bound of later
-        # sessions the holds cost nothing (session 8: 7.916 without partial writes, 7.915 with), so partial
-        # writes are off (``partial_writes``).
+        # The speculation ring at the smallest depth. With the lane-limited second pass and the registered room
+        # bound, holding a pass that does not fit costs nothing (decoder_c1v2_l8_v4 draft keep 1.0: 7.916
+        # values/cycle without partial writes, 7.915 with), so partial writes are off (``partial_writes``).
         if code_depth is None:
             code_depth = CodePlane.resolve(CW, self.seg, self.code_lanes, pops=lanes + 1)[3]
         self.code_depth = code_depth
@@ -202,7 +200,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         pc = popcounts(m, pairs, f"{name}_pc")
         q = Signal(range(K_MAX + 1), name=f"{name}_q")
         # the bases are combinational from the (registered) pair mask: its popcount tree (~12 levels) runs
-        # beside the window / entry logic that selects among them (session 7: -104 FFs, -1.0 k GE)
+        # beside the window / entry logic that selects among them (-104 FFs, -1.0 k GE)
         bases = Array(Signal(4, name=f"{name}_b{i}") for i in range(K_MAX))
         bad = Signal(name=f"{name}_pairs_bad")
         ok_q = Signal(5)
@@ -326,7 +324,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                 ok = ok & ((j >= need) | is_code[j])
             m.d.comb += [codes_ok.eq(ok), have.eq(scount >= need + cend), pop_n.eq(need + cend)]
         else:
-            # A beat holds at most E_b escaped codes (session 6): it ends before the superblock's (E_b + 1)-th
+            # A beat holds at most E_b escaped codes: it ends before the superblock's (E_b + 1)-th
             # escaped code in the window (lane c, ``cut``), so the escape FIFO needs only E_b + 1 payloads and
             # each lane selects among E_b of them. The cut is found beside the uncut checks (need_sb), not
             # after them: lane c is in the ring, so a cut beat has its codes when the lanes before c are codes.
@@ -573,7 +571,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         # registered_out: out is a register F writes when it fires (a beat there waits for ready). Else out is
         # F's logic itself: valid = a beat in F that every reader covers and no error stops (from registers
         # only, never from ready), the payload from the J register and the readers' held bits (stable until
-        # ready), and F fires on valid & ready (session 7: -134 FFs; the output path is F's ~20 levels)
+        # ready), and F fires on valid & ready (-134 FFs; the output path is F's ~20 levels)
         out_free = (~self.out.valid | self.out.ready) if self.registered_out else self.out.ready
         m.d.comb += [M.take.eq(c_sm_take), M.skip.eq(c_cend), R.take.eq(c_rest_take), R.skip.eq(c_cend)]
         m_have = (M.avail >= c_sm_take) & (~c_cend | M.end_seen)
@@ -605,8 +603,8 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         odom = m.d.sync if self.registered_out else m.d.comb
         # Book lookups: one 15-entry lookup per lane. A full-mode beat has Lv values, so with L >= 2 Lv lanes
         # Lv..2 Lv-1 are idle then and their lookups serve lanes 0..Lv-1's verification codes: those lanes read
-        # a table that the (registered) mode selects, verif_tab in full mode, spec_tab in draft mode (session 6:
-        # Lv lookups fewer, docs/HARDWARE.md 2b "Area cuts of session 6").
+        # a table that the (registered) mode selects, verif_tab in full mode, spec_tab in draft mode (Lv
+        # lookups fewer).
         shared = min(Lv, L - Lv) if self.share_lookups else 0
         hi_tab = None
         if shared:

@@ -25,7 +25,7 @@ every beat are known too. So the v2 draft path has no cross-plane loop at all:
          since L divides 32; a first beat loads the X register) and, for full mode, the first Lv lanes'
          draft-zero flags and their prefix counts; advances F by I.take. When a first beat's X bytes and
          fields do not fit the two-word view from F's offset, an X-only step goes first (one cycle, X
-         register only). (Until session 7 a DRAFT stage S3 of its own sat between FETCH and CODES.)
+         register only).
   CODES  (S2 -> S4, registered; full mode): pops the beat's delta codes from the code ring of
          hw/code_plane.py (which parses verif.codes on its own, ahead of the beats; escaped deltas from its
          escape FIFO): per draft-zero lane the table index b_q of its group (or the escaped delta) and its
@@ -33,12 +33,12 @@ every beat are known too. So the v2 draft path has no cross-plane loop at all:
          take).
   VERIFY -> OUT: the draft values (FORMAT section 4, one copy of the L drafts); full mode takes the beat's
          rest bits from verif.rest (registered take), picks each pair's symbol S[b_q + t] by its suffix bit t
-         (the rest field's first bit) and assembles the exact values. Since session 7 (as the C1 decoder v2)
+         (the rest field's first bit) and assembles the exact values. As in the C1 decoder v2,
          ``out`` is this logic, no register (``registered_out=False``): out.valid = S4's beat with its rest
          bits in, no error and no exponent X - delta < 0 (registered state only, never ready); such a beat
          raises CODE the next cycle. Errors found by ingest / issue while a beat waits for ready are held
-         until it is taken (a flush never withdraws an offered beat). ``registered_out=True``: the output
-         register of session 6 (a beat with X - delta < 0 registered there but never valid, out_pend & ~neg_r).
+         until it is taken (a flush never withdraws an offered beat). ``registered_out=True``: an output
+         register (a beat with X - delta < 0 registered there but never valid, out_pend & ~neg_r).
 Ports (interface v2.1, docs/HARDWARE.md 2c): spec_mx at IW bits, verif_codes / verif_rest at VW bits
 (``verif_word``; full mode reads at most 9 Lv rest bits and Lv codes a cycle: 64 at L = 8).
 
@@ -58,8 +58,8 @@ Loops that must close in one cycle (logic depth, unit gates, estimated):
     the beat pops its codes (pointer add).
 Errors are raised from registered state or at the stage that would otherwise act on bad data; a beat
 that errs is not issued, so no wrong value is ever emitted.
-Measured (generic flow, decoder_c2v2_l8, session 7): 44.5 k GE, 2,412 FFs, ~558 MHz (1.54x the PE); with
-registered_out=True 45.1 k GE, 2,545 FFs, 569 MHz.
+Area and clock of the named configurations: docs/datasheets/decoder_c2.md (generated figures in
+docs/report/hardware.md).
 """
 from __future__ import annotations
 
@@ -171,13 +171,13 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                      fewer values per cycle)
         code_seg     S, bits of verif.codes the code plane parses per cycle (hw/code_plane.py; default 16 at
                      Lv <= 4, 32 at Lv >= 8: at Lv = 8 16 bits a cycle held v1.0 full mode at keep 0.3 to 0.897 of
-                     nominal on SmolLM2, 32 gives 0.992 at no measurable area, docs/HARDWARE.md 2c session 7)
+                     nominal on SmolLM2, 32 gives 0.992 at no measurable area)
         code_lanes   Lc, codes one code-plane pass delivers (default min(S, max(5, Lv + 1)), 6 at Lv = 4; a
                      segment with more codes is re-parsed from the next code, one bubble in the code plane only)
         code_depth   entries of the code ring (default: the power of two >= 2 (Lc + 1) + 2 (Lv + 1), so the
                      plane's room check never holds it back while a beat waits; at Lv = 4 16 entries with
                      Lc = 6: -1.25 k GE at L = 8 for 0.991 instead of 0.995 of nominal in v1.0 full mode at
-                     keep 0.3 and 0.994 in format 2.0, docs/HARDWARE.md 2c "Area cuts of session 6")
+                     keep 0.3 and 0.994 in format 2.0)
         bitmap_words depth of the bitmap word FIFO, 2..16 (default G_MAX / IW + 2: a beat reads two words,
                      and the next superblock's first bitmap word is taken in while the current one is
                      decoded, so superblocks follow without a bubble)
@@ -190,7 +190,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         verif_word   VW, bits per input word on the verification planes verif.codes and verif.rest: a power of
                      two 32..1024 (default max(64, the power of two >= 9 Lv): full mode reads at most 9 Lv
                      rest bits and Lv codes a cycle, the code plane parses 16 bits a cycle; 64 at L = 8)
-        registered_out  ``out`` is a register VERIFY writes (True) or VERIFY's logic (default False, session 7,
+        registered_out  ``out`` is a register VERIFY writes (True) or VERIFY's logic (default False,
                      as the C1 decoder v2): out.valid = a beat in S4 whose rest bits are in and that no error
                      stops (registered state only, never ready), the payload from S4 and the rest reader's
                      held bits (stable until ready); errors found elsewhere while that beat waits for ready
@@ -618,7 +618,6 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         # the X bytes is cut into L packed (m+2)-bit fields by per-m constant slices; lane i takes packed field
         # kp_i (kp_i <= i, from I's registered kept flags), a small mux instead of a shifter per lane. A lane is
         # draft-zero iff it is in the beat and not (kept with a non-zero element): its flag needs no draft value.
-        # (Session 7: this was a stage of its own, S3, between FETCH and CODES.)
         packed = []
         for j in range(L):
             pf = Signal(MXF, name=f"packed{j}")
@@ -845,7 +844,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         # commit -> rp): the beat fires without it, the check is registered with the beat (neg_r), and a beat
         # with a negative exponent never shows: out.valid = out_pend & ~neg_r (both set by the same fire, so
         # valid never rises for it), no beat fires behind it, and CODE is raised from neg_r the next cycle.
-        # Else (session 7) out is this stage's logic: out.valid = S4's beat with its rest bits in, no error
+        # Else out is this stage's logic: out.valid = S4's beat with its rest bits in, no error
         # and no negative exponent (from registers only: S4, the rest reader's slots, the book), a beat with
         # a negative exponent is never valid and raises CODE (registered, v_err_r); VERIFY fires on
         # valid & ready (the loop rp -> ... -> neg -> valid -> commit -> rp closes in one cycle).

@@ -120,8 +120,7 @@ def _c2v2_small():
 FORMAL_DECODERS: dict[str, Callable] = {
     "decoder_c2v2_l4_w64": _c2v2_small,  # the smallest v2 C2 decoder (hw/decoder_c2_v2.py: word >= 9L - 1, >= 64)
 }
-# The v2 decoders (the v1 blocks decoder_c1_l4 / decoder_c2_l4_w32 are retired; their results are in
-# docs/HARDWARE.md / docs/VERIFICATION.md of session 3).
+# The v2 decoders (the v1 blocks decoder_c1_l4 / decoder_c2_l4_w32 are retired: CHANGELOG.md).
 DEFAULT_DECODERS = ("decoder_c1v2_l4", "decoder_c2v2_l4_w64")
 
 
@@ -129,9 +128,8 @@ DEFAULT_DECODERS = ("decoder_c1v2_l4", "decoder_c2v2_l4_w64")
 # CONFIG_INFO latency_cycles + 1 (word -> beat latency plus the START cycle), which was right for the v1
 # decoders (3) but not for v2: decoder_c1v2_l4 needs 8 (latency_cycles 5), decoder_c2v2_l4_w64 15 (its
 # spec_mx.ready stays low for 9 cycles after busy rises; decoder_c2v2_l8 fails N = 14 too, not measured).
-# decoder_c2v2_l4_w64: 16 since session 5's FETCH register (N = 16 passes, 15 fails; was 15 / 14); 14 since
-# session 7 (no DRAFT stage S3, a setup cycle less: N = 14 passes, 13 fails); 13 since session 7's
-# registered_out=False (no output register: N = 13 passes, 12 fails).
+# decoder_c2v2_l4_w64: 13 with its defaults (no DRAFT stage, no output register: N = 13 passes, 12 fails);
+# each of a FETCH register, a DRAFT stage or an output register adds one cycle.
 FORMAL_LIVENESS_N = {"decoder_c1v2_l4": 8, "decoder_c2v2_l4_w64": 13}
 
 
@@ -142,7 +140,7 @@ def stream_depth(name: str) -> int:
     """BMC depth of the stream check: the program's writes, the first beat N - 1 cycles after the START
     write (N = liveness_n, measured with words valid from cycle 0, which this free environment can do
     too), two stalled cycles for the ``hold`` mutant's toggle, one more step: decoder_c2v2_l4_w64 17
-    (first beat at step 14; 18 / 15 with its output register, 20 / 17 before session 7), decoder_c1v2_l4 13. The cover run at this depth
+    (first beat at step 14; 18 / 15 with its output register), decoder_c1v2_l4 13. The cover run at this depth
     fails if the beat is not reached, so a slower decoder cannot make the check vacuous."""
     dut = build_decoder(name)
     dut._MustUse__used = True            # built only to read its ports (no UnusedElaboratable warning)

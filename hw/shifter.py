@@ -9,8 +9,7 @@ bits ~2.3 k GE instead of ~0.9 k. MSB first, stage ``b`` keeps ``width + 2^b - 1
 still to come is ``2^b - 1``), so the total is about ``width * log2(range) + range``.
 
 Measured in the generic flow (synth/flow.py's library, registered output):
-256 -> 136 bits by 7 amount bits 3,874 GE of logic with ``>>``, 2,600 GE here; docs/HARDWARE.md 2c
-"Area cuts of session 6".
+256 -> 136 bits by 7 amount bits 3,874 GE of logic with ``>>``, 2,600 GE here.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ Assumptions (each is a field of OverheadParams or Device, overridable from the c
    (``full_bits_per_value``). Defaults: the bundled SmolLM2 model artifact with the tuned draft in format
    2.0, 4.787 and 11.150 bits/value over all 272 tensors (``cassandra-rtl encode MODEL -o smol.cass
    --draft-config bundled`` then ``cassandra-rtl stats smol.cass --json``: ``bits_per_value.speculation`` /
-   ``.total``; format 1.0 and the session-2 draft gave 5 / 11). Those streams are **C1** (the tuner picked
+   ``.total``; format 1.0 and the first uniform draft gave 5 / 11). Those streams are **C1** (the tuner picked
    C1 for every tensor and for the KV view), so the headline prices only blocks of the streams' scheme
    (``scheme``, default ``"c1"``): a C2 decoder cannot read a C1 stream. Pricing C2 needs a C2 stream's
    figures (``scheme="c2"`` with ``draft_bits_per_value`` / ``full_bits_per_value``); ``by_decoder`` lists

@@ -161,14 +161,14 @@ def test_code_plane_escape_fifo():
 
 @pytest.mark.parametrize("word,seg,lanes,K", [(32, 32, 16, 3), (32, 16, 16, 0), (64, 32, 6, 5)])
 def test_code_plane_fast_consumed(word, seg, lanes, K):
-    """fast_consumed (session 7: the pass's end from a highest-one search beside the zero counter) parses
+    """fast_consumed (the pass's end from a highest-one search beside the zero counter) parses
     like the reference, whole and lane-limited passes (lanes < seg), with escapes and arbitrary bytes."""
     rng = random.Random(80 + lanes + K)
     run_code_plane(CodePlane(word, seg, lanes, pops=9, fast_consumed=True), random_chunks(rng, K, 7), K, seed=K)
 
 
 def test_code_plane_compact_entries():
-    """compact_entries (session 7: 5-bit entries, ESC / BAD as flags of an end-kind entry, a CODE its run q): the
+    """compact_entries (5-bit entries, ESC / BAD as flags of an end-kind entry, a CODE its run q): the
     same parse as the reference, with escapes (payloads from the side FIFO), bad codes and ENDs; K = 9 puts
     runs q = 8 (COMPACT_ESC's bit) and q = 4 (COMPACT_BAD's) among the codes."""
     rng = random.Random(79)
@@ -178,7 +178,7 @@ def test_code_plane_compact_entries():
 
 
 def test_code_plane_partial_writes():
-    """partial_writes (no decoder default since session 8, docs/HARDWARE.md 2b), on decoder_c1v2_l4's plane
+    """partial_writes (an option, off in every decoder), on decoder_c1v2_l4's plane
     (16 entries, P = 5: a partial write needs 8 <= fill < 10): with a slow consumer (at most 3 pops a cycle
     against 8 codes a pass) B writes parts of passes and A re-parses after them; the entries are still the
     reference parse's, escapes (side FIFO) and bad codes included."""
@@ -271,7 +271,7 @@ def test_v2_escapes_and_long_codes():
 
 
 def test_v2_beats_hold_at_most_two_escapes():
-    """A beat ends before its third escaped code (session 6: the escape FIFO holds 4 payloads, each lane
+    """A beat ends before its third escaped code (the escape FIFO holds 4 payloads, each lane
     selects one of 2). With books of K = 0 every code is an escape, so draft beats carry at most 2 values
     and full-mode beats too; every value equals golden's. Without the limit (max_beat_escapes=None, a 16-entry
     FIFO) the same tensor comes out in beats of 8 / 4."""
@@ -314,7 +314,7 @@ def test_v2_superblock_boundaries_without_bubbles():
 def test_v2_last_superblock_without_bubbles(n):
     """The formal liveness stimulus (one symbol, m = 0, G = 32, keep all, L = 4, no stalls): a beat every
     cycle from the first to the last. n = 40 and 72 end with a superblock of 8 one-bit codes, the whole
-    first segment of the last code word: with partial writes (session 5-7 default) B wrote 7 of them into
+    first segment of the last code word: with partial writes B wrote 7 of them into
     the nearly full ring, A re-parsed for the 8th and the chunk's END came a cycle late (the
     decoder_c1v2_l4_liveness counterexample at n = 40)."""
     bits = np.full(n, 0x3F80, dtype=np.uint16)
@@ -506,7 +506,7 @@ def test_v2_format2_malformed_raises_sticky_error(kind):
 @pytest.mark.parametrize("full", [False, True])
 def test_v2_keep_error_in_a_superblock_that_does_not_end_its_chunk(full):
     """KEEP one above the stream's k: superblock 0 (32 values, 16 kept) ends a beat but not its chunk of two, and
-    must raise KEEP there; the last superblock (1 value) is consistent with either k. Until session 11 the
+    must raise KEEP there; the last superblock (1 value) is consistent with either k. Before the fix (CHANGELOG.md, 2026-12-02) the
     check at a superblock's final beat also required the code after it to be a chunk's END, so KEEP was lost
     unless the superblock ended its chunk (found by review, reproduced here first)."""
     enc = encode_tensor(weights(33, 5), CodecConfig(group_size=32, mantissa_bits=3, keep_count=16,

@@ -349,7 +349,7 @@ def test_c2v2_error_never_withdraws_an_offered_beat(kind, full, registered_out):
 
 @pytest.mark.parametrize("kind", ["negative", "overrun_mx", "too_long", "keep"])
 def test_c2v2_registered_out_errors(kind):
-    """registered_out=True (the session-6 output register; a beat with X - delta < 0 sits there invalid) raises
+    """registered_out=True (the output register; a beat with X - delta < 0 sits there invalid) raises
     the same error bits as the default, with the errors ingest / issue find while a beat is held under
     backpressure, and recovers."""
     dut = DecoderC2v2(4, registered_out=True)

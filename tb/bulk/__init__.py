@@ -125,8 +125,8 @@ def verilate_harness(exe_dir: Path, config: str, make, harness: Path, top: str, 
             verilog = stripped
         text = "".join(v.read_text() for v in verilog)
         scheme_flag = (" -DHARNESS_C2" if c2 else "") + (" -DHARNESS_POWER_UP" if power_up else "")
-        # -fno-tree-slp-vectorize: g++ 12.2's SLP vectoriser at -O2 miscompiled a Verilated decoder (session 7:
-        # an earlier C1 v2 netlist hung in this harness, correct with -O1, with this flag and in Amaranth's
+        # -fno-tree-slp-vectorize: g++ 12.2's SLP vectoriser at -O2 miscompiled a Verilated decoder (an
+        # earlier C1 v2 netlist hung in this harness, correct with -O1, with this flag and in Amaranth's
         # simulator fed the same stimulus; valgrind clean). An explicit -f flag wins over OPT_FAST's -O2.
         cxxflags = "-O2 -std=c++17 -fno-tree-slp-vectorize" + scheme_flag
         digest = hashlib.sha256(text.encode() + harness.read_bytes() + cxxflags.encode()).hexdigest()
