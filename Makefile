@@ -21,6 +21,7 @@ help:
 	@echo "make verilog   - export Verilog (cores, AXI4-Stream and AXI4-Lite tops) + port tables to build/verilog/"
 	@echo "make synth     - Yosys area/timing reports to build/synth/ (LIBERTY=cells.lib: real library + OpenSTA; CLOCK_GATING=1)"
 	@echo "make regs      - C header, HTML / Markdown register docs, Python register layer from hw/regs/cassandra.rdl to build/regs/"
+	@echo "make waves     - the C1 decoder's timing diagrams (WaveDrom, from simulation) to docs/datasheets/waves/"
 	@echo "make formal    - SymbiYosys (yices/z3) + BDD proofs: zero counters, decoder protocol, liveness"
 	@echo "make fpga      - ECP5-85k place and route (nextpnr) of every block to build/fpga/ (FPGA_ARGS=...)"
 	@echo "make report    - the evaluation report into build/report-out/ (QUICK=1: smoke run); make report-docs: docs/report/"
@@ -95,6 +96,12 @@ regs: setup
 	@$(PY) -c "import peakrdl_html, peakrdl_python, peakrdl_cheader, peakrdl_markdown" 2>/dev/null || \
 	  PYTHONWARNINGS='ignore:Editable installation' $(PIP) install -q -e '.[regs]'
 	$(PY) -m cassandra_rtl.hw.regmap --out build/regs --check
+
+# Timing diagrams of the C1 decoder recorded from simulation: docs/datasheets/waves/*.json (WaveDrom) and *.svg
+.PHONY: waves
+waves: setup
+	@$(PY) -c "import wavedrom" 2>/dev/null || PYTHONWARNINGS='ignore:Editable installation' $(PIP) install -q -e '.[docs]'
+	$(PY) -m cassandra_rtl.hw.waves --out docs/datasheets/waves
 
 formal: setup
 	@$(PY) -c "import z3" 2>/dev/null || $(PIP) install -q z3-solver || echo "[formal] z3-solver not installed: 64-bit models will be UNTRUSTED"; $(PY) -m cassandra_rtl.hw.formal --out build/formal

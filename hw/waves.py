@@ -1,0 +1,215 @@
+"""Timing diagrams of the C1 decoder, recorded from simulation (not drawn by hand).
+
+``python -m cassandra_rtl.hw.waves --out docs/datasheets/waves`` (``make waves``) simulates
+decoder_c1v2_l4 in the Amaranth simulator on the worked example of docs/datasheets/decoder_c1.md (16 values,
+G = 32, draft mode, 32-bit words) in three scenarios and writes, per scenario, the WaveDrom JSON of the
+ports cycle by cycle and (with the ``wavedrom`` package installed) its SVG:
+
+* ``start``  the last register writes and START, the plane words waiting, the tensor's beats to ``last``;
+* ``stall``  the same tensor with ``spec_signman`` idle for 3 cycles and ``out.ready`` low for 2;
+* ``error``  a ``spec_codes`` chunk with one word too many: TOO_LONG, ``busy`` falls; the next tensor's
+             words, offered while the error is set, are drained (lost); CLEAR_ERROR written on ``cfg``.
+
+Each row is sampled before the clock edge of its cycle, so a transfer happens in a column where valid and
+ready are both high. tests/test_waves.py checks the committed JSON is what the simulation gives today and
+states the datasheet's cycle counts from it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SCENARIOS = ("start", "stall", "error")
+WAVES = Path(__file__).resolve().parent.parent / "docs" / "datasheets" / "waves"
+
+
+def _example():
+    import numpy as np
+    from ..golden.codec import encode_tensor
+    from ..golden.config import CodecConfig
+    from .datasheets import EXAMPLE_VALUES
+    return encode_tensor(np.array(EXAMPLE_VALUES, dtype=np.uint16),
+                         CodecConfig(group_size=32, mantissa_bits=3, keep_count=24, chunk_superblocks=1,
+                                     pair_codes=False))
+
+
+def record(scenario: str) -> dict:
+    """Simulate one scenario; returns {"rows": [per-cycle dict of port values], "marks": {...}}."""
+    from amaranth.sim import Simulator
+    from .configs import NAMED_CONFIGS
+    from .decoder import CTRL_CLEAR_ERROR, Reg
+    from .simutil import decoder_planes, decoder_program
+
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}")
+    enc = _example()
+    dut = NAMED_CONFIGS["decoder_c1v2_l4"]()
+    program = decoder_program(enc, False)
+    planes = decoder_planes(enc, False, dut.port_words)
+    n_first = {p: len(w) for p, w in planes.items()}
+    if scenario == "error":                        # one word too many in the spec_codes chunk: TOO_LONG
+        w = planes["spec_codes"]
+        planes["spec_codes"] = w[:-1] + [(w[-1][0], 0), (0, 1)]
+        n_first = {p: len(w) for p, w in planes.items()}
+        for p in planes:                           # the next tensor's words, offered once the error is up
+            planes[p] = planes[p] + decoder_planes(enc, False, dut.port_words)[p]
+    shown_from = len(program) - 2                  # the diagram starts at the write before START
+    rows, marks = [], {}
+    ports = ("spec_codes", "spec_signman")
+
+    async def bench(ctx):
+        pos = {p: 0 for p in ports}
+        cfg_pos, cycle, clear_sent = 0, 0, False
+        while cycle < 60:
+            # drive: cfg, the planes (words are waiting from cycle 0), out.ready
+            writes = program if not clear_sent else program + [(int(Reg.CTRL), CTRL_CLEAR_ERROR)]
+            if scenario == "error" and cfg_pos == len(program) and "error" in marks and cycle >= marks["error"] + 3:
+                clear_sent = True
+                writes = program + [(int(Reg.CTRL), CTRL_CLEAR_ERROR)]
+            cfg_valid = cfg_pos < len(writes)
+            ctx.set(dut.cfg.valid, cfg_valid)
+            if cfg_valid:
+                ctx.set(dut.cfg.payload.addr, writes[cfg_pos][0])
+                ctx.set(dut.cfg.payload.data, writes[cfg_pos][1])
+            started = cfg_pos >= len(program)
+            for p in ports:
+                idle = scenario == "stall" and p == "spec_signman" and "start" in marks and \
+                    marks["start"] + 1 <= cycle < marks["start"] + 4
+                valid = pos[p] < len(planes[p]) and not idle
+                if pos[p] >= n_first[p]:                # a next tensor's word: only after the error
+                    valid = valid and "error" in marks
+                ctx.set(getattr(dut, p).valid, valid)
+                if pos[p] < len(planes[p]):
+                    ctx.set(getattr(dut, p).payload.data, planes[p][pos[p]][0])
+                    ctx.set(getattr(dut, p).payload.last, planes[p][pos[p]][1])
+            out_ready = not (scenario == "stall" and marks.get("first_beat") is not None
+                             and marks["first_beat"] + 1 <= cycle < marks["first_beat"] + 3)
+            ctx.set(dut.out.ready, out_ready)
+            # sample (before the edge)
+            row = {"cfg.valid": ctx.get(dut.cfg.valid), "cfg.ready": ctx.get(dut.cfg.ready),
+                   "cfg.addr": Reg(writes[cfg_pos][0]).name if cfg_valid and writes[cfg_pos][0] in
+                   {int(r) for r in Reg} else (f"SYM{writes[cfg_pos][0] - 0x10}" if cfg_valid else None),
+                   "busy": ctx.get(dut.busy), "error_code": ctx.get(dut.error_code),
+                   "out.valid": ctx.get(dut.out.valid), "out.ready": ctx.get(dut.out.ready),
+                   "out.count": ctx.get(dut.out.payload.count), "out.last": ctx.get(dut.out.payload.last)}
+            for p in ports:
+                s = getattr(dut, p)
+                row[f"{p}.valid"], row[f"{p}.ready"] = ctx.get(s.valid), ctx.get(s.ready)
+                row[f"{p}.last"] = ctx.get(s.payload.last) if ctx.get(s.valid) else 0
+            rows.append(row)
+            # transfers at this edge
+            if cfg_valid and row["cfg.ready"]:
+                if cfg_pos == len(program) - 1:
+                    marks["start"] = cycle
+                cfg_pos += 1
+            for p in ports:
+                if row[f"{p}.valid"] and row[f"{p}.ready"]:
+                    pos[p] += 1
+            if row["out.valid"]:
+                marks.setdefault("first_beat", cycle)
+                if row["out.ready"] and row["out.last"]:
+                    marks["last_beat"] = cycle
+            if row["error_code"] and "error" not in marks:
+                marks["error"] = cycle
+            if scenario == "error" and clear_sent and not row["error_code"] and "cleared" not in marks:
+                marks["cleared"] = cycle
+            if "busy_fell" not in marks and "start" in marks and cycle > marks["start"] + 1 and not row["busy"]:
+                marks["busy_fell"] = cycle
+            cycle += 1
+            await ctx.tick()
+            done = ("last_beat" in marks and cycle > marks["last_beat"] + 2) or \
+                   ("cleared" in marks and cycle > marks["cleared"] + 1)
+            if done:
+                break
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    return {"rows": rows[shown_from:], "marks": {k: v - shown_from for k, v in marks.items()}}
+
+
+def _bits(values) -> str:
+    out, prev = [], None
+    for v in values:
+        v = int(bool(v))
+        out.append("." if v == prev else str(v))
+        prev = v
+    return "".join(out)
+
+
+def _data(values) -> tuple[str, list[str]]:
+    wave, data, prev = [], [], object()
+    for v in values:
+        if v == prev:
+            wave.append(".")
+        elif v is None:
+            wave.append("x")
+        else:
+            wave.append("=")
+            data.append(str(v))
+        prev = v
+    return "".join(wave), data
+
+
+def wavedrom(scenario: str, rec: dict | None = None) -> dict:
+    """The WaveDrom description of one recorded scenario."""
+    rec = rec or record(scenario)
+    rows = rec["rows"]
+
+    def col(key):
+        return [r[key] for r in rows]
+
+    def data_row(name, values):
+        wave, data = _data(values)
+        return {"name": name, "wave": wave, "data": data}
+
+    count = [r["out.count"] if r["out.valid"] else None for r in rows]
+    err = [hex(r["error_code"]) if r["error_code"] else "0" for r in rows]
+    sig = [{"name": "clk", "wave": "p" + "." * (len(rows) - 1)},
+           ["cfg", {"name": "valid", "wave": _bits(col("cfg.valid"))},
+            {"name": "ready", "wave": _bits(col("cfg.ready"))}, data_row("addr", col("cfg.addr"))]]
+    for p in ("spec_codes", "spec_signman"):
+        sig.append([p, {"name": "valid", "wave": _bits(col(f"{p}.valid"))},
+                    {"name": "ready", "wave": _bits(col(f"{p}.ready"))},
+                    {"name": "last", "wave": _bits(col(f"{p}.last"))}])
+    sig.append(["out", {"name": "valid", "wave": _bits(col("out.valid"))},
+                {"name": "ready", "wave": _bits(col("out.ready"))}, data_row("count", count),
+                {"name": "last", "wave": _bits([r["out.last"] and r["out.valid"] for r in rows])}])
+    sig += [{"name": "busy", "wave": _bits(col("busy"))}, data_row("error_code", err)]
+    titles = {"start": "C1 decoder: tensor start (decoder_c1v2_l4, draft, the worked example)",
+              "stall": "C1 decoder: an idle input and output backpressure",
+              "error": "C1 decoder: an error (TOO_LONG), draining, CLEAR_ERROR"}
+    return {"signal": sig, "head": {"text": titles[scenario], "tick": 0},
+            "config": {"hscale": 1}, "marks": rec["marks"]}
+
+
+def write(out: Path = WAVES, svg: bool = True) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for sc in SCENARIOS:
+        desc = wavedrom(sc)
+        path = out / f"c1_{sc}.json"
+        path.write_text(json.dumps(desc, indent=1) + "\n")
+        written.append(path)
+        if svg:
+            import wavedrom as wd
+            picture = {k: v for k, v in desc.items() if k != "marks"}
+            wd.render(json.dumps(picture)).saveas(str(out / f"c1_{sc}.svg"))
+            written.append(out / f"c1_{sc}.svg")
+    return written
+
+
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m cassandra_rtl.hw.waves", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(WAVES))
+    ap.add_argument("--no-svg", action="store_true", help="WaveDrom JSON only (no wavedrom package needed)")
+    args = ap.parse_args(argv)
+    for p in write(Path(args.out), svg=not args.no_svg):
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

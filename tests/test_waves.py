@@ -1,0 +1,35 @@
+"""docs/datasheets/waves: the timing diagrams are the simulation's (decoder_c1v2_l4 on the worked example),
+and the cycle counts the C1 datasheet states are read off them."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cassandra_rtl.hw import waves
+
+
+@pytest.mark.parametrize("scenario", waves.SCENARIOS)
+def test_committed_diagram_is_the_simulation(scenario):
+    committed = json.loads((waves.WAVES / f"c1_{scenario}.json").read_text())
+    assert committed == json.loads(json.dumps(waves.wavedrom(scenario))), \
+        "run `make waves` (python -m cassandra_rtl.hw.waves) and commit docs/datasheets/waves"
+    assert (waves.WAVES / f"c1_{scenario}.svg").exists()
+
+
+def test_the_datasheet_cycle_counts():
+    start = waves.record("start")["marks"]
+    assert start["first_beat"] - start["start"] == 7          # START write -> first beat valid
+    assert start["busy_fell"] == start["last_beat"] + 1         # busy falls the cycle after the last beat
+    stall = waves.record("stall")["marks"]
+    assert stall["last_beat"] - start["last_beat"] == 2         # two cycles of backpressure cost two cycles
+
+
+def test_words_offered_during_an_error_are_lost():
+    """The datasheet's recovery rule: words of the next tensor offered while the error is set are taken and
+    discarded (drained) before CLEAR_ERROR."""
+    rec = waves.record("error")
+    m, rows = rec["marks"], rec["rows"]
+    drained = sum(1 for r in rows[m["error"]:m["cleared"]] for p in ("spec_codes", "spec_signman")
+                  if r[f"{p}.valid"] and r[f"{p}.ready"])
+    assert drained >= 2 and rows[m["error"]]["error_code"] == 1 << 2     # TOO_LONG
