@@ -14,36 +14,44 @@ from pathlib import Path
 from ..argtypes import float_range, int_range, positive_int
 from ..cli import CliError
 
-DEFAULT_CASS = Path("build/demo/smollm2.cass")
 
 
 def _ordered(container):
+    """The linear tensors in layer order (``blk.N.`` / ``layers.N.``), the others (embedding / LM head) last."""
     from ..tb.npu.bulk import linear_tensors
     items = linear_tensors(container)
 
     def key(it):
-        name = it[0]
-        parts = name.split(".")
-        layer = int(parts[1]) if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit() else 10**6
-        return (layer, name)
+        parts = it[0].split(".")
+        layer = int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else 10**6
+        return (layer, it[0])
     return sorted(items, key=key)
+
+
+def generation_artifact() -> Path:
+    """The model artifact `cassandra-rtl generate` uses for the bundled model with its default (tuned) draft
+    allocation, encoded into the model cache if it is not there yet."""
+    from ..model import artifact as art_mod
+    from ..model.api import choose_allocation, default_cache_dir
+    from ..model.loader import bundled_model_path
+    path = bundled_model_path()
+    memo = default_cache_dir()
+    _, alloc = choose_allocation(path, None, memo_dir=memo)
+    cpath = art_mod.cache_path(memo, art_mod.source_digest(path, memo), alloc, path.name)
+    if not cpath.is_file():
+        from ..model.api import load
+        print(f"[npu] encoding the bundled model into the model cache ({cpath})", file=sys.stderr)
+        load(None)
+    return cpath
 
 
 def _container(path: Path | None):
     from ..golden.container import read_container
-    if path is not None:
-        if not path.exists():
-            raise CliError(f"{path}: no such file")
-        return read_container(path)
-    if not DEFAULT_CASS.exists():
-        from ..golden.config import CodecConfig
-        from ..golden.io import bundled_model_path
-        from .demo import DEFAULTS
-        from .encode import encode_file
-        print(f"[npu] encoding the bundled model into {DEFAULT_CASS} (demo defaults)", file=sys.stderr)
-        DEFAULT_CASS.parent.mkdir(parents=True, exist_ok=True)
-        encode_file(bundled_model_path(), DEFAULT_CASS, CodecConfig(**DEFAULTS))
-    return read_container(DEFAULT_CASS)
+    if path is None:
+        path = generation_artifact()
+    elif not path.exists():
+        raise CliError(f"{path}: no such file")
+    return read_container(path)
 
 
 def run(args) -> int:
@@ -57,7 +65,7 @@ def run(args) -> int:
     c = _container(Path(args.cass) if args.cass else None)
     items = [it for it in _ordered(c) if it[1].config.scheme == tile.scheme]
     if not items:
-        raise CliError(f"{args.cass or DEFAULT_CASS} has no 2-D {tile.scheme} tensors")
+        raise CliError(f"the container has no 2-D {tile.scheme} tensors")
     if not args.all:
         items = items[:args.tensors]
 
@@ -71,7 +79,7 @@ def run(args) -> int:
         return 1
     rep = meas.report()
     if not args.per_tensor:
-        rep.pop("per_tensor_cycles")
+        rep.pop("per_tensor")
     ok = meas.batch_invariant and all(p["mismatches"] == 0 for p in rep["passes"].values())
     if args.json:
         print(json.dumps(rep))
@@ -91,11 +99,11 @@ def run(args) -> int:
 
 def register(sub):
     p = sub.add_parser("npu", help="real tensors through the Verilated NPU tile, checked against its reference")
-    p.add_argument("--cass", default=None, help=f"a .cass container (default {DEFAULT_CASS}, encoded from the "
-                   "bundled model with the demo defaults if missing)")
+    p.add_argument("--cass", default=None, help="a .cass container (default: the artifact `generate` uses for the "
+                   "bundled model, its tuned draft allocation; encoded into the model cache if missing)")
     p.add_argument("--tensors", type=positive_int, default=7, help="the first N linear tensors (layer order)")
     p.add_argument("--all", action="store_true", help="every linear tensor")
-    p.add_argument("--instances", type=int_range(1, 4), default=2, help="decoder instances of the tile")
+    p.add_argument("--instances", type=int_range(1, 4), default=3, help="decoder instances of the tile")
     p.add_argument("--bandwidth", type=float_range(0, 64, lo_open=True), default=None,
                    help="memory bandwidth in bytes per cycle (default: the port width)")
     p.add_argument("--latency", type=int_range(1, 4096), default=64, help="memory read latency in cycles")

@@ -64,7 +64,7 @@ class NpuTile(wiring.Component):
         burst, fifo_depth, max_outstanding   the read DMA (hw/npu/dma.py)
     """
 
-    def __init__(self, data_bytes: int = 8, instances: int = 2, decoder: str = "decoder_c1v2_l8_v4",
+    def __init__(self, data_bytes: int = 8, instances: int = 3, decoder: str = "decoder_c1v2_l8_v4",
                  max_rows: int = 5, max_in: int = 1536, burst: int = 16, fifo_depth: int = 64,
                  max_outstanding: int = 16):
         if data_bytes not in (8, 16):

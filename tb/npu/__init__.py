@@ -48,7 +48,7 @@ class TileError(RuntimeError):
 @dataclass(frozen=True)
 class TileParams:
     data_bytes: int = 8
-    instances: int = 2
+    instances: int = 3
     decoder: str = "decoder_c1v2_l8_v4"
     max_rows: int = 5
     max_in: int = 1536

@@ -81,7 +81,8 @@ class Measurement:
     tile: TileParams
     mem: MemParams
     totals: dict = field(default_factory=lambda: {k: KindTotals() for k in PASS_KINDS})
-    per_tensor: dict = field(default_factory=dict)      # name -> {kind: cycles}
+    per_tensor: dict = field(default_factory=dict)      # name -> {kind: {cycles, bytes, weight_bytes, mismatches}}
+    verify_rows: int = 5
     batch_invariant: bool = True
     wall: float = 0.0
 
@@ -90,7 +91,7 @@ class Measurement:
         return {"tile": asdict(self.tile), "memory": asdict(self.mem),
                 "passes": {k: t.report(self.tile, self.mem) for k, t in self.totals.items()},
                 "batch_invariant": self.batch_invariant, "tensors": len(self.per_tensor),
-                "per_tensor_cycles": self.per_tensor, "wall_s": round(self.wall, 1)}
+                "verify_rows": self.verify_rows, "per_tensor": self.per_tensor, "wall_s": round(self.wall, 1)}
 
 
 def _job(tile, mem, items, verify_rows, seed0):
@@ -120,7 +121,7 @@ def measure(items: list, tile: TileParams | None = None, mem: MemParams | None =
     """Run ``items`` [(name, EncodedTensor)] through the tile; ``progress(done, total)`` after each job."""
     tile = tile or TileParams()
     mem = mem or MemParams()
-    meas = Measurement(tile, mem)
+    meas = Measurement(tile, mem, verify_rows=verify_rows)
     t0 = time.perf_counter()
     # jobs of about 8 M values each (one harness process and memory image per job)
     batches, cur, size = [], [], 0
@@ -144,7 +145,8 @@ def measure(items: list, tile: TileParams | None = None, mem: MemParams | None =
                 for kind, out, ref, st in zip(PASS_KINDS, outs, refs[4 * k: 4 * k + 4], sts):
                     mm = int(np.count_nonzero(out != ref))
                     meas.totals[kind].add(st, mm)
-                    per[kind] = st["cycles"]
+                    per[kind] = {"cycles": st["cycles"], "bytes": st["read_bytes"] + st["write_bytes"],
+                                 "weight_bytes": st["weight_bytes"], "mismatches": mm}
                 # batch invariance: verify row 0 == the one-row passes (bf16 and full)
                 if not (np.array_equal(outs[3][:1], outs[2]) and np.array_equal(outs[2], outs[0])):
                     meas.batch_invariant = False

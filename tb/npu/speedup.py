@@ -1,0 +1,108 @@
+"""The speedup measured in cycles (docs/NPU.md "Speedup measured in cycles").
+
+The NPU preset (synth/overhead.py DEVICES["npu"]: bandwidth BW, 64 TFLOPS, per-pass host overhead from
+model/metrics.py) is modelled as M copies of the RTL tile, each with a W-byte port at the tile clock f and 1/M
+of every tensor's rows: M = BW / (W f). A tile's measured cycles for a whole tensor, divided by M and by f, are
+the device's time for that tensor's linear layer; so the measured linear time of a pass is
+
+    t_linear = sum over the model's linear tensors of cycles(tensor, pass kind, rows) * W / BW
+
+(the clock cancels: it sets M, not the time). ``cycles`` come from the Verilated tile (``cassandra-rtl npu
+--all --per-tensor``: bf16, draft, full at R = 1 and verify at R = R_v; a verify pass of r rows is interpolated
+between full R = 1 and verify R = R_v, linear in r — the only r-dependent costs are the activation load and the
+result writes). The rest of a pass is charged by the model (model/metrics.py): K/V reads and writes and the
+1-D weights (norms) at BW, attention's FLOPs at the device's peak, and the per-pass overhead.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from cassandra_rtl.model.metrics import (DEFAULT_OVERHEAD_US, Hardware, RunInputs, _ar_passes, _ctx_from_flops,
+                                         evaluate, hardware_presets)
+
+
+def _cycles(meas: dict, kind: str, rows: int) -> tuple[float, float]:
+    """(cycles, tile read+write bytes) of one pass over every measured tensor."""
+    per = meas["per_tensor"]
+    rv = meas["verify_rows"]
+    cyc = byt = 0.0
+    for t in per.values():
+        if kind == "full" and rows > 1:
+            a, b = t["full"], t["verify"]
+            frac = (rows - 1) / (rv - 1) if rv > 1 else 0.0
+            cyc += a["cycles"] + frac * (b["cycles"] - a["cycles"])
+            byt += a["bytes"] + frac * (b["bytes"] - a["bytes"])
+        else:
+            cyc += t[kind]["cycles"]
+            byt += t[kind]["bytes"]
+    return cyc, byt
+
+
+def compose(ri: RunInputs | list, meas: dict, overhead_us: float | None = None) -> dict:
+    """Measured (RTL cycles + charged rest) and modeled (model/metrics.py, same tile) time of the run and
+    of bf16 AR on the NPU preset; ``meas``: {"tile": {...}, "clock_hz": f, "verify_rows": R_v,
+    "per_tensor": {name: {kind: {"cycles", "bytes", "weight_bytes"}}}}."""
+    runs = ri if isinstance(ri, list) else [ri]
+    ov = (DEFAULT_OVERHEAD_US["npu"] if overhead_us is None else overhead_us) * 1e-6
+    hw = hardware_presets(overhead_us={"npu": ov * 1e6})["npu"]
+    W = meas["tile"]["data_bytes"]
+    f = meas["clock_hz"]
+    M = hw.bandwidth / (W * f)
+    lin_w = {k: sum(t[k]["weight_bytes"] for t in meas["per_tensor"].values()) for k in ("bf16", "draft", "full")}
+    kind_of = {"target": "full", "draft": "draft", "bf16": "bf16"}
+
+    def pass_time(r: RunInputs, kind: str, rows: int, wb: float, kvb: float, flops: float) -> dict:
+        c = r.costs[kind]
+        tk = kind_of[kind] if c.fmt or kind == "bf16" else "bf16"
+        cyc, tile_bytes = _cycles(meas, tk, rows)
+        t_lin = cyc * W / hw.bandwidth
+        ctx = _ctx_from_flops(flops, rows, c, r)
+        w_bpt = c.kv_bytes_per_token if c.kv_write_bytes_per_token is None else c.kv_write_bytes_per_token
+        rest_bytes = max(0.0, wb - lin_w[tk]) + kvb + rows * w_bpt
+        attn_flops = max(0.0, flops - 2.0 * c.matrix_params * rows)
+        t_rest = max(rest_bytes / hw.bandwidth, attn_flops / hw.flops)
+        return {"time": t_lin + t_rest + hw.overhead_s, "linear": t_lin, "rest": t_rest, "overhead": hw.overhead_s,
+                "measured_bytes": tile_bytes, "charged_bytes": rest_bytes, "cycles": cyc}
+
+    tot = {"run": {}, "bf16_ar": {}}
+    by_kind: dict = {}
+    for r in runs:
+        for label, passes in (("run", r.passes), ("bf16_ar", _ar_passes(r, "bf16"))):
+            for kind, rows, wb, kvb, fl in passes:
+                p = pass_time(r, kind, rows, wb, kvb, fl)
+                acc = tot[label]
+                for k in ("time", "linear", "rest", "overhead", "measured_bytes", "charged_bytes", "cycles"):
+                    acc[k] = acc.get(k, 0.0) + p[k]
+                acc["passes"] = acc.get("passes", 0) + 1
+                key = f"{label}:{kind}"
+                bk = by_kind.setdefault(key, {"passes": 0, "time": 0.0, "cycles": 0.0, "rows": 0})
+                bk["passes"] += 1
+                bk["time"] += p["time"]
+                bk["cycles"] += p["cycles"]
+                bk["rows"] += rows
+    # modeled: model/metrics.py batch-invariant, the decoder cap of M tiles' clusters
+    from cassandra_rtl.hw.configs import CONFIG_INFO
+    info = CONFIG_INFO[meas["tile"]["decoder"]]
+    n = meas["tile"]["instances"] * M
+    cap = Hardware(hw.name, hw.bandwidth, hw.flops, hw.overhead_s,
+                   n * info["values_per_cycle"] * f, n * info.get("values_per_cycle_full", info["values_per_cycle"]) * f,
+                   f"{meas['tile']['instances']} x {meas['tile']['decoder']} per tile x {M:.1f} tiles at {f / 1e6:.0f} MHz")
+    ev = evaluate(runs, {"npu": cap}, modes=("batch-invariant",))["by_device"]["npu"]["batch-invariant"]
+    measured = sum(tot[x]["measured_bytes"] for x in tot)
+    charged = sum(tot[x]["charged_bytes"] for x in tot)
+    gen = sum(r.generated for r in runs)
+    return {
+        "speedup_measured": tot["bf16_ar"]["time"] / tot["run"]["time"] if tot["run"].get("time") else None,
+        "speedup_modeled": ev["speedup"],
+        "measured_bytes_fraction": measured / (measured + charged) if measured + charged else None,
+        "decode_s_measured": tot["run"].get("time"), "bf16_ar_decode_s_measured": tot["bf16_ar"].get("time"),
+        "decode_s_modeled": ev["decode_s"], "bf16_ar_decode_s_modeled": ev["bf16_ar_decode_s"],
+        "tokens": gen,
+        "per_token_us": {k: v["time"] / max(1, gen) * 1e6 for k, v in by_kind.items()},
+        "by_pass_kind": by_kind,
+        "parts": {k: {kk: vv for kk, vv in v.items()} for k, v in tot.items()},
+        "tile": {**meas["tile"], "clock_mhz": f / 1e6, "clock_source": meas.get("clock_source", ""),
+                 "tiles_for_npu_bandwidth": M, "npu_bandwidth_gbps": hw.bandwidth / 1e9,
+                 "overhead_us": hw.overhead_s * 1e6, "verify_rows_measured": meas["verify_rows"]},
+        "modeled_decoder_cap": cap.decoder_source,
+    }
