@@ -29,6 +29,7 @@ help:
 	@echo "make bench     - golden codec throughput and bits/value"
 	@echo "make bench-long - acceptance vs context length (long; bench/long_context.py)"
 	@echo "make bench-peers - Cassandra vs ZipNN and DFloat11 (bits/value, MB/s per thread) to build/bench/"
+	@echo "make bench-crosscheck - the roofline beside GenZ and SCALE-Sim v3 (SmolLM2 + the paper's 4-8B shapes) to build/crosscheck/"
 	@echo "make bench-split - what each candidate format change does to the C1 split overhead (docs/FORMAT.md 9.1)"
 	@echo "make bench-memory - peak RSS of generation vs model size (135M / 0.5B / 1B + SmolLM2) to build/memory/"
 
@@ -136,6 +137,13 @@ bench: setup
 bench-peers: setup
 	@$(PIP) install -q --no-deps zipnn==0.5.4 dfloat11==0.5.0 dahuffman==0.4.2 || echo "[bench-peers] could not install the peers; they will be skipped"
 	$(PY) bench/peers.py --out build/bench $(PEERS_ARGS)
+
+# The performance model checked against GenZ (every device) and SCALE-Sim v3 (the NPU): the optional tools come
+# from the crosscheck extra (no torch dependency; checked with pip --dry-run); CROSSCHECK_ARGS, e.g. "--no-scalesim".
+.PHONY: bench-crosscheck
+bench-crosscheck: setup
+	@$(PY) -c "import GenZ, scalesim" 2>/dev/null || PYTHONWARNINGS='ignore:Editable installation' $(PIP) install -q -e '.[crosscheck]' || echo "[bench-crosscheck] could not install GenZ / SCALE-Sim; their columns will be empty"
+	$(PY) bench/crosscheck.py --out build/crosscheck/crosscheck.json $(CROSSCHECK_ARGS)
 
 # Issue 16's split overhead: each candidate format change priced on the same values (seconds; docs/FORMAT.md 9.1)
 .PHONY: bench-split

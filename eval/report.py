@@ -30,6 +30,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 
 import report_acceptance as acc  # noqa: E402
+import report_crosscheck  # noqa: E402
 import report_entropy as ent  # noqa: E402
 import report_hw as rhw  # noqa: E402
 import report_memory as mem  # noqa: E402
@@ -61,8 +62,10 @@ def parse_args(argv=None):
                          "build/ or model/ when present (not in --quick)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quiet", action="store_true")
-    ap.add_argument("--sections", choices=["all", "hardware"], default="all",
-                    help="hardware: re-render only section 5's synthesis part from the flows' reports (seconds)")
+    ap.add_argument("--sections", choices=["all", "hardware", "crosscheck"], default="all",
+                    help="hardware: re-render only section 5's synthesis part from the flows' reports (seconds); "
+                         "crosscheck: only section 4's cross-check against GenZ / SCALE-Sim from "
+                         "build/crosscheck/crosscheck.json (python bench/crosscheck.py)")
     a = ap.parse_args(argv)
     q = a.quick
     a.prompts = a.prompts or (2 if q else len(PROMPTS))
@@ -161,6 +164,8 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     if a.sections == "hardware":
         return splice_hardware(a)
+    if a.sections == "crosscheck":
+        return splice_crosscheck(a)
     import torch
 
     torch.set_num_threads(a.threads)
@@ -463,6 +468,7 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
           "lossy (token match vs bf16 in §2's table); the speculative methods are lossless.\n")
         w(heldout_section())
         w(long_context_section(Path(a.out), R['command']))
+        w(report_crosscheck.render(Path(a.out)))
     else:
         w("Not run (no sweep results).\n")
 
@@ -551,6 +557,23 @@ def splice_hardware(a) -> int:
            "*from the flows' current reports; the co-simulation table below is from the last full run.*\n\n" + body + "\n")
     md_path.write_text(text[:start] + new + text[cos:])
     print(f"rewrote section 5 of {md_path}")
+    return 0
+
+
+def splice_crosscheck(a) -> int:
+    """`--sections crosscheck`: render section 4's cross-check subsection from build/crosscheck/crosscheck.json
+    into the existing report.md (replacing an earlier copy, else just before section 5); nothing else changes."""
+    md_path = Path(a.out) / "report.md"
+    text = md_path.read_text() if md_path.exists() else ""
+    end = text.find("## 5. Hardware\n")
+    if end < 0:
+        print(f"report: error: --sections crosscheck needs {md_path} with a section 5", file=sys.stderr)
+        return 2
+    start = text.find(report_crosscheck.HEADING)
+    start = end if start < 0 or start > end else start
+    body = report_crosscheck.render(Path(a.out))
+    md_path.write_text(text[:start] + body + "\n" + text[end:])
+    print(f"wrote the cross-check subsection of {md_path}")
     return 0
 
 
