@@ -139,6 +139,19 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
+def alpha_from_rate(rate: float, gamma: int) -> float:
+    """The per-token alpha whose accepted / drafted ratio, (alpha + ... + alpha^gamma) / gamma, is ``rate``
+    (this project's ``acceptance``; papers use either definition)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(mid ** k for k in range(1, gamma + 1)) / gamma < rate:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def speedup(t: dict, alpha: float, gamma: int) -> float:
     return expected_tokens(alpha, gamma) * t["ar"] / (gamma * t["draft"] + t["verify"])
 
@@ -539,6 +552,9 @@ def crosscheck(models=None, acceptances=ACCEPTANCE_SWEEP, gamma: int = 4, contex
                            "speedup_genz": None, "speedup_genz_no_overhead": None}
                     if held:
                         row["speedup_metrics_heldout"] = held["metrics_evaluate"][dev]
+                    else:   # the same number read as accepted / drafted instead of per-token alpha
+                        row["alpha_if_rate"] = alpha_from_rate(a, g)
+                        row["speedup_roofline_if_rate"] = speedup(rf, row["alpha_if_rate"], g)
                     if gz is not None:
                         row["speedup_genz"] = speedup(step["genz_s"], a, g)
                         row["speedup_genz_no_overhead"] = speedup(gz, a, g)
