@@ -1,6 +1,6 @@
 """Bit reader: turns a stream of plane words into a bit window the decoder consumes at any bit count.
 
-One reader sits on every input plane of the decoder (docs/HARDWARE.md, "Input words"). The consumer sees
+One reader sits on every input plane of the decoder (docs/datasheets/decoder_c1.md "Words and bits"). The consumer sees
 the next ``window`` bits, takes ``take`` bits a cycle and, at the end of a superblock, ``skip``s the
 rest of the current chunk (its zero padding).
 

@@ -1,7 +1,7 @@
 """Bit writer: packs variable-length bit groups into plane words, closing a chunk per superblock.
 
 The encoder's twin of hw/bitreader.py: it produces exactly the word framing the decoder consumes
-(docs/HARDWARE.md "Input words"): a chunk's bits LSB first in ``word``-bit words, the last word
+(docs/datasheets/decoder_c1.md "Words and bits"): a chunk's bits LSB first in ``word``-bit words, the last word
 zero-padded with ``last = 1``, and an empty chunk as one zero word with ``last = 1``.
 
 Each accepted group appends ``n`` bits (bit 0 first) behind the buffered bits; ``close`` with a group

@@ -1,7 +1,7 @@
 """Code plane: a rank-unary code plane parsed at a fixed number of bits per cycle into a ring of codes.
 
 The C1 decoder v2 (hw/decoder_c1_v2.py) reads ``spec.codes`` and ``verif.codes`` through this block; the
-C2 decoder v2 may read its ``verif.codes`` the same way. docs/HARDWARE.md section 2b.
+C2 decoder v2 may read its ``verif.codes`` the same way. docs/datasheets/decoder_c1.md.
 
 A rank-unary code ends at its only one bit, so a code plane can be consumed a *fixed* number of bits per
 cycle (a segment of ``S`` bits) while the number of codes that come out varies; the decoder's consumer
@@ -185,7 +185,7 @@ class CodePlane(wiring.Component):
                 behind its full count (default False: the C2 decoder v2's netlist)
 
     Ports
-        inp     In(stream {data: IW, last: 1})   plane words, chunk framing as docs/HARDWARE.md "Input words"
+        inp     In(stream {data: IW, last: 1})   plane words, chunk framing as docs/datasheets/decoder_c1.md "Words and bits"
         k       In(4)      groups Q of the book (0..15; = K without pairs), stable while parsing
         pairs   In(15)     (only with ``pair_flags``) the book's pair mask, stable while parsing
         start   In(1)      begin a tensor: parse ``chunks`` chunks from the buffered words on

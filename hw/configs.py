@@ -36,14 +36,14 @@ for _w, _l in ((64, 8), (128, 16)):
               block="zero_counter", lanes=_l, window=_w, values_per_cycle=_l, latency_cycles=1,
               description=f"parallel zero counter, {_w}-bit window, {_l} codes/cycle, registered outputs")
 
-# ---- C2 decoder v2 (hw/decoder_c2_v2.py, docs/HARDWARE.md 2c) -- owned by the C2 v2 work; keep separate ----
+# ---- C2 decoder v2 (hw/decoder_c2_v2.py, docs/datasheets/decoder_c2.md) -- owned by the C2 v2 work; keep separate ----
 # block "decoder_c2": the C2 interface family (tb/bulk picks the C2 framing by that name).
-# The ports, payloads and registers of docs/HARDWARE.md 2a; decoupled pipeline, no cross-plane one-cycle loop;
+# The ports, payloads and registers of docs/datasheets/decoder_c2.md; decoupled pipeline, no cross-plane one-cycle loop;
 # verif.codes through hw/code_plane.py (16 bits per cycle). Full mode at L/2 values/cycle (verif_lanes),
 # like decoder_c1v2_l8_v4: it reads ~3x the bits per value of the draft (SmolLM2, m = 3, keep 0.5: 3.75 vs 11.5).
 def _c2v2_factories():
     from .decoder_c2_v2 import DecoderC2v2
-    # interface v2.1 (docs/HARDWARE.md 2c): the verification planes at verif_word bits (full mode reads at most
+    # interface v2.1 (docs/datasheets/decoder_c2.md): the verification planes at verif_word bits (full mode reads at most
     # 9 rest bits and one code per value, Lv values a cycle), spec.mx at word bits
     # L16 keeps the output register (registered_out): without it the rest reader's one-cycle loop at Lv = 8 also
     # carries the X - delta < 0 check and sky130 + OpenSTA closes at 97.0 MHz = 1.295x the PE
@@ -61,10 +61,10 @@ _c2v2_factories()
 # ---- end of the C2 decoder v2 block ----
 
 
-# ---- C1 decoder v2 (hw/decoder_c1_v2.py, docs/HARDWARE.md 2b) -- owned by the C1 v2 work; keep separate ----
-# The ports, payloads, registers and errors of docs/HARDWARE.md 2; pipelined, no cross-plane one-cycle loop.
+# ---- C1 decoder v2 (hw/decoder_c1_v2.py, docs/datasheets/decoder_c1.md) -- owned by the C1 v2 work; keep separate ----
+# The ports, payloads, registers and errors of docs/datasheets/decoder_c1.md; pipelined, no cross-plane one-cycle loop.
 # ``_v4``: full mode at L/2 values/cycle (verif_lanes) on 4L-bit verification ports (a beat reads at most 9 Lv
-# rest bits; measured on SmolLM2: 0.995-0.996 of nominal in full mode, docs/HARDWARE.md 2b). The L = 8 designs read
+# rest bits; measured on SmolLM2: 0.995-0.996 of nominal in full mode, docs/datasheets/decoder_c1.md). The L = 8 designs read
 # spec_codes on 4L-bit words (one 32-bit pass a cycle; SmolLM2's codes need ~2.7 L bits) and spec_signman on 8L.
 def _c1v2_factories():
     from .decoder_c1_v2 import DecoderC1v2
@@ -88,9 +88,9 @@ _c1v2_factories()
 
 
 def _encoder_factories():
-    """KV encoders (docs/HARDWARE.md 3 / 3a). Default: ``encoder_kv_c1_l2`` / ``encoder_kv_c2_l2``, sized to the
+    """KV encoders (docs/datasheets/kv_encoders.md). Default: ``encoder_kv_c1_l2`` / ``encoder_kv_c2_l2``, sized to the
     KV rate (prefill tokens/s x values per token: 0.48-1.86 values per PE cycle for Llama-3-8B at 100 % prefill
-    on the devices of synth/overhead.py, docs/HARDWARE.md section 3 "Rate"): 2 lanes in and out, one vector
+    on the devices of synth/overhead.py, docs/datasheets/kv_encoders.md "Rate"): 2 lanes in and out, one vector
     buffer in a ``lib.memory.Memory``, a sequential radix-16 select, 64-bit plane words (the decoders' DMA
     width). ``*_l8``: the same micro-architecture at 8 lanes (kept for the testbench and loopback
     configurations that name it). values_per_cycle is the worst case (pruning, G = 128), measured with

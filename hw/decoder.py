@@ -1,6 +1,6 @@
 """The C1 decoder interface shared by the v2 decoders: ports, word framing, registers, errors.
 
-docs/HARDWARE.md section 2 is the interface contract (ports, word framing, registers, errors); section 2b
+docs/datasheets/decoder_c1.md is the interface contract (ports, word framing, registers, errors); section 2b
 is the decoder (``DecoderC1v2``, hw/decoder_c1_v2.py) and 2c the C2 decoder (``DecoderC2v2``), both
 subclasses of ``DecoderC1`` for its ports, register file, register writes, config check and sticky-error
 control.
@@ -33,7 +33,7 @@ MAX_WORD = 1024
 
 
 class Reg(enum.IntEnum):
-    """Register addresses of the ``cfg`` write port (docs/HARDWARE.md)."""
+    """Register addresses of the ``cfg`` write port (hw/regs/cassandra.rdl, docs/datasheets/decoder_c1.md)."""
     CTRL = 0x00
     MODE = 0x01
     MBITS = 0x02
@@ -57,7 +57,7 @@ CHUNK_REG_MAX = 7      # the CHUNK register saturates here; values above log2(10
 
 
 class Format2Registers:
-    """Mixin of the format 2.0 registers (docs/HARDWARE.md, FORMAT.md §1, §3.1) for a decoder built on
+    """Mixin of the format 2.0 registers (docs/datasheets/decoder_c1.md, FORMAT.md §1, §3.1) for a decoder built on
     DecoderC1's register file: CHUNK (log2 superblocks per chunk) and the pair mask of every book in
     ``PAIR_BOOKS`` (C2 has no speculation book). Put it before the base class."""
     PAIR_BOOKS = ("spec", "verif")
@@ -145,7 +145,7 @@ class DecoderC1(wiring.Component):
         verif_lanes   Lv <= L, values per beat in full mode (default L). Full mode reads ~11 bits/value
                       against ~3-5 for the draft, so at a given memory bandwidth it needs far fewer values
                       per cycle; Lv < L shrinks the verification zero counter, readers and rest-field
-                      logic (docs/HARDWARE.md, "Verification lanes").
+                      logic (docs/datasheets/decoder_c1.md "Parameters").
         verif_word    bits per input word on the verification planes (default IW, or max(32, 8*Lv) when Lv < L)
         code_word     bits per input word on the speculation code plane ``spec_codes`` (default IW): the codes
                       average ~2.7 bits against ~4.5 bits of ``spec_signman`` per value, so they may use a

@@ -1,6 +1,6 @@
 """Cassandra-1 decoder v2: DecoderC1's ports, registers and errors (hw/decoder.py) plus the format 2.0
 registers CHUNK / SPEC_PAIRS / VERIF_PAIRS, built as a pipeline without a cross-plane loop (issue 12;
-docs/HARDWARE.md section 2b). Reads format 2.0 (chunks of A = 2^CHUNK superblocks, books with pair
+docs/datasheets/decoder_c1.md). Reads format 2.0 (chunks of A = 2^CHUNK superblocks, books with pair
 groups) and, as its case A = 1 without pairs, every v1.0 stream bit for bit.
 
 Stages (every arrow into a stage is a register):
@@ -23,7 +23,7 @@ Stages (every arrow into a stage is a register):
                                                                   out (count, sb_end, last): F's logic,
                                                                   no register (``registered_out``)
 
-Loops that close in one cycle (logic depth in generic gates; synthesised: docs/HARDWARE.md 2b):
+Loops that close in one cycle (logic depth in generic gates; synthesised: docs/datasheets/decoder_c1.md):
   * code plane A/B (hw/code_plane.py): segment position <- +1 or a replay position (critical: ~40);
   * issue: ring read pointer -> window of L+1 entries (6 mux levels) -> all-codes / END checks -> pop count
     -> read pointer (+ J's move that frees the beat register) (< 40);
@@ -145,7 +145,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         self.code_lanes = min(self.seg, 2 * lanes) if code_lanes is None else code_lanes
         # the verification plane holds codes of pruned values only (at most Lv a beat, 0.5-0.7 Lv at SmolLM2's
         # keep ratios): 1.5 per lane (decoder_c1v2_l8_v4: -1.0 k GE against 2 Lv; full-mode rate unchanged at
-        # keep 0.1-0.5, docs/HARDWARE.md 2b "Area cuts")
+        # keep 0.1-0.5, docs/datasheets/decoder_c1.md "Area cuts")
         self.verif_code_lanes = min(self.verif_seg, Lv + Lv // 2) if verif_code_lanes is None else verif_code_lanes
         # validate the code plane parameters here (one clear message), not at elaboration
         # the verification plane of a decoder with Lv < L parses each word over >= 4 passes: 2 word slots
@@ -230,7 +230,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                       pair_flags=True, fast_consumed=self.fast_consumed)
         # BitReader's own slot rule (window + 3 words of room) is for a consumer that decides its take in the
         # same cycle; here every take is registered a stage ahead, so fewer slots keep the planes at full rate
-        # (signman_slots / rest_slots above; measured: docs/HARDWARE.md section 2b)
+        # (signman_slots / rest_slots above; measured: docs/datasheets/decoder_c1.md)
         M = BitReader(IW, SUFFIX_FIELD * L, slots=self.signman_slots)
         R = BitReader(self.verif_word, SUFFIX_FIELD * Lv, slots=self.rest_slots)
         m.submodules.spec_codes_cp = S
@@ -429,7 +429,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         # Field offsets, each as wide as its lane can reach: lane j's field follows j fields of at most 9 bits
         # (kept: m + 1 + a suffix bit; pruned rest: 8 + a suffix bit), so its offset is <= 9 j. The narrow
         # registers are what let synthesis drop the window bits a lane never selects (a 72-bit shifter per
-        # lane otherwise: -2.2 k GE at L = 8, docs/HARDWARE.md 2b "Area cuts").
+        # lane otherwise: -2.2 k GE at L = 8, docs/datasheets/decoder_c1.md "Area cuts").
         b_sm_off = [Signal(range(SUFFIX_FIELD * j + 1), name=f"b_sm_off{j}") for j in range(L)]
         b_rest_off = [Signal(range(FIELD_MAX * j + 1), name=f"b_rest_off{j}") for j in range(Lv)]
         b_sm_take = Signal(range(SUFFIX_FIELD * L + 1))

@@ -1,6 +1,6 @@
-"""The C2 decoder pieces shared with the v2 C2 decoder (hw/decoder_c2_v2.py, docs/HARDWARE.md 2c).
+"""The C2 decoder pieces shared with the v2 C2 decoder (hw/decoder_c2_v2.py, docs/datasheets/decoder_c2.md).
 
-* ``c2_decoder_signature``: the ports of every C2 decoder (docs/HARDWARE.md 2a);
+* ``c2_decoder_signature``: the ports of every C2 decoder (docs/datasheets/decoder_c2.md);
 * ``prefix_sums``: exclusive prefix sums of named nodes (Sklansky);
 * ``DecoderC2._draft_lane``: FORMAT section 4's draft bf16 of a lane from (s, elem, X) and its rest width,
   called by DecoderC2v2 as ``DecoderC2._draft_lane(self, ...)``.
@@ -61,7 +61,7 @@ def leading_zeros8(m: Module, v, name: str):
 
 
 def c2_decoder_signature(lanes: int, word: int) -> dict:
-    """The ports of every C2 decoder (DecoderC2v2, hw/decoder_c2_v2.py; the retired DecoderC2): docs/HARDWARE.md 2a."""
+    """The ports of every C2 decoder (DecoderC2v2, hw/decoder_c2_v2.py; the retired DecoderC2): docs/datasheets/decoder_c2.md."""
     plane = stream.Signature(word_layout(word))
     return {
         "spec_mx": In(plane), "verif_codes": In(plane), "verif_rest": In(plane),

@@ -1,7 +1,7 @@
 """Cassandra-2 decoder v2: the decoupled, pipelined C2 decoder (issue 12). Reads format 2.0 (docs/FORMAT.md
 section 4 and the chunk / pair-group changes), and so format v1 bit for bit (A = 1, no pairs).
 
-docs/HARDWARE.md section 2c is the contract; the port-level interface (stream ports and payloads, register
+docs/datasheets/decoder_c2.md is the contract; the port-level interface (stream ports and payloads, register
 map, busy / error / error_code, error bits, sticky error with drain and CLEAR_ERROR, chunk framing) is
 v1's (section 2a) plus the format 2.0 registers CHUNK (log2 A) and VERIF_PAIRS (SPEC_PAIRS is ignored:
 C2 has no speculation book), so every harness runs it by config name.
@@ -39,7 +39,7 @@ every beat are known too. So the v2 draft path has no cross-plane loop at all:
          raises CODE the next cycle. Errors found by ingest / issue while a beat waits for ready are held
          until it is taken (a flush never withdraws an offered beat). ``registered_out=True``: an output
          register (a beat with X - delta < 0 registered there but never valid, out_pend & ~neg_r).
-Ports (interface v2.1, docs/HARDWARE.md 2c): spec_mx at IW bits, verif_codes / verif_rest at VW bits
+Ports (interface v2.1, docs/datasheets/decoder_c2.md): spec_mx at IW bits, verif_codes / verif_rest at VW bits
 (``verif_word``; full mode reads at most 9 Lv rest bits and Lv codes a cycle: 64 at L = 8).
 
 Loops that must close in one cycle (logic depth, unit gates, estimated):
@@ -134,7 +134,7 @@ def draft_lane(m, k: dict, mm, lane: dict, name: str) -> None:
 
 
 def c2v2_signature(lanes: int, word: int, verif_word: int) -> dict:
-    """docs/HARDWARE.md 2a's C2 ports with the verification planes at their own word width (2c, interface
+    """docs/datasheets/decoder_c2.md's C2 ports with the verification planes at their own word width (2c, interface
     v2.1): spec_mx ``word`` bits, verif_codes / verif_rest ``verif_word`` bits."""
     sig = c2_decoder_signature(lanes, word)
     vplane = In(stream.Signature(word_layout(verif_word)))
@@ -183,7 +183,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                      decoded, so superblocks follow without a bubble)
         field_slots  word slots of the spec.mx field ring F (default 3: F holds only the words with X / field
                      bits, the words wholly inside a keep bitmap go to the bitmap FIFO alone; 4 removes the
-                     0.4-2 % of extra cycles at A > 1 with m >= 5 and keep >= 0.7, docs/HARDWARE.md 2c;
+                     0.4-2 % of extra cycles at A > 1 with m >= 5 and keep >= 0.7, docs/datasheets/decoder_c2.md;
                      bitmap_words = 3 costs cycles at G = 256 with pruning and A > 1)
         code_word_slots  word slots of the code plane (2, 4 or 8; default 2: verif.codes is parsed in 16-bit
                      segments, VW / 16 passes per word, so a second slot hides every word's arrival)
@@ -194,7 +194,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
                      as the C1 decoder v2): out.valid = a beat in S4 whose rest bits are in and that no error
                      stops (registered state only, never ready), the payload from S4 and the rest reader's
                      held bits (stable until ready); errors found elsewhere while that beat waits for ready
-                     are held (the beat completes first, as with the register), docs/HARDWARE.md 2c
+                     are held (the beat completes first, as with the register), docs/datasheets/decoder_c2.md
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_lanes: int | None = None,
@@ -904,7 +904,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         v_err_r = Signal(ERROR_BITS, name="v_err_r")
         # Without the output register, the errors found outside VERIFY (ingest framing, KEEP) while a beat is
         # offered and not taken are held (err_held) until it is taken, so a flush never withdraws a valid beat
-        # (docs/HARDWARE.md 2: valid is held until ready); meanwhile ingest and issue stop (err_held), as the
+        # (docs/datasheets/decoder_c1.md: valid is held until ready); meanwhile ingest and issue stop (err_held), as the
         # flush would stop them. VERIFY's own errors and the setup's CONFIG come with no beat offered.
         ext_err = Signal(3, name="ext_err")                    # OVERRUN, TOO_LONG, KEEP from ingest / issue
         m.d.comb += ext_err.eq(Cat(in_err_ov, in_err_tl, keep_err_r) | err_held)

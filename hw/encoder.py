@@ -1,8 +1,8 @@
 """Online KV-cache encoder, Cassandra-1: one KV vector (= one superblock of G = head_dim values) at a
 time in, the four C1 planes out, bit-exactly what ``golden.codec.encode_tensor(..., kind="kv",
-books=(spec, verif))`` emits (docs/FORMAT.md sections 2, 3; docs/HARDWARE.md section 3).
+books=(spec, verif))`` emits (docs/FORMAT.md sections 2, 3; docs/datasheets/kv_encoders.md).
 
-Sized for the KV rate (docs/HARDWARE.md section 3, "Rate"): the KV cache is written at the prefill rate,
+Sized for the KV rate (docs/datasheets/kv_encoders.md, "Rate"): the KV cache is written at the prefill rate,
 well under one value per PE cycle for a Llama-3-8B-class model, so the encoder has ONE vector buffer in a
 ``lib.memory.Memory`` (rows of R = max(8, L) values; a flow maps it to an SRAM / latch array or, as this
 project's generic flow does, to flip-flops), a sequential top-k select over the buffered vector and an
@@ -27,7 +27,7 @@ L-lane emitter (L = 2 in the default configuration). Per vector:
 
 The one buffer serialises SELECT with EMIT (a second buffer would double the largest part of the area
 for a rate the KV path does not need): a vector costs ``G/L + 3 * (G/R + 2) + 3`` cycles when pruning,
-``G/L + 1`` when not (measured: docs/HARDWARE.md section 3). ``KvEncoderBase`` holds what both schemes
+``G/L + 1`` when not (measured: docs/datasheets/kv_encoders.md). ``KvEncoderBase`` holds what both schemes
 share (ports, registers, buffer, loader, select, emitter sequencer, code CAM, field packer, plane
 writers); the Cassandra-2 encoder
 (hw/encoder_c2.py) is built from the same pieces.
@@ -94,7 +94,7 @@ class KvEncoderBase(wiring.Component):
                    plane's packer and its BitWriter (stage 3), and in C2 each lane's exponent alignment
                    computed into stage 1. The packer's offsets are a prefix sum over the L lanes' field
                    widths; with the writer's shift behind it in one cycle encoder_kv_c1_l8 ran at 1.14x and
-                   encoder_kv_c2_l8 at 1.01x the PE (docs/HARDWARE.md 3, "Area and clock"). One cycle more
+                   encoder_kv_c2_l8 at 1.01x the PE (docs/datasheets/kv_encoders.md, "Area and clock"). One cycle more
                    latency, the same words and rate (the stages move together).
     """
 

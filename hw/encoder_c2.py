@@ -1,7 +1,7 @@
 """Online KV-cache encoder, Cassandra-2 (MX shared exponent): one KV vector (= one superblock of
 G = head_dim values) at a time in, the three C2 planes out (``spec.mx``, ``verif.codes``,
 ``verif.rest``), bit-exactly what ``golden.codec.encode_tensor(..., CodecConfig(scheme="c2",
-kind="kv"), books=(None, verif))`` emits (docs/FORMAT.md sections 2, 4; docs/HARDWARE.md section 3a).
+kind="kv"), books=(None, verif))`` emits (docs/FORMAT.md sections 2, 4; docs/datasheets/kv_encoders.md).
 
 Built from the C1 encoder's pieces (``KvEncoderBase`` in hw/encoder.py: one vector buffer in a
 ``lib.memory.Memory``, loader, sequential radix-16 top-k select with ties to the lower index, emitter

@@ -49,14 +49,13 @@ HANDSHAKE = ("valid/ready streams: a transfer happens on a rising clk edge with 
 
 BLOCK_NOTES = {
     "zero_counter": "Combinational core with one output register: outputs describe the `data` of the previous cycle.",
-    "decoder_c1v2": ("Program through `cfg` while busy = 0, then START; every plane chunk ends with a `last` word "
-                     "(an empty chunk is one zero word). Ports, registers and errors: docs/HARDWARE.md section 2; "
-                     "the pipelined decoder: section 2b (START -> first beat ~7 cycles, errors raised from "
-                     "registered state, beats not cut at escapes)."),
-    "encoder_kv_c1": "See docs/HARDWARE.md section 3.",
+    "decoder_c1v2": ("Program through `cfg` while busy = 0, then START; every plane chunk (A superblocks) ends with a "
+                     "`last` word (an empty chunk is one zero word). START -> first beat 7 cycles with the words "
+                     "waiting. Datasheet: docs/datasheets/decoder_c1.md."),
+    "encoder_kv_c1": "See docs/datasheets/kv_encoders.md.",
     "decoder_c2": ("Program through `cfg` while busy = 0 (no speculation book; VERIF_* = book over the exponent "
-                   "deltas), then START; chunk framing as the C1 decoder. Ports and registers: docs/HARDWARE.md "
-                   "section 2a; the pipelined decoder: section 2c (full-mode beats hold at most L/2 values)."),
+                   "deltas), then START; chunk framing as the C1 decoder; full-mode beats hold at most L/2 values. "
+                   "Datasheet: docs/datasheets/decoder_c2.md."),
 }
 
 
@@ -304,7 +303,7 @@ def _csr_markdown(csr: dict) -> list[str]:
     lines = [f"### With the AXI4-Lite register block: `{csr['module']}` / `{csr['axis_module']}` "
              f"({csr['module']}.v, {csr['axis_module']}.v)", "",
              "The block's `cfg`, `busy`, `error` and `error_code` are replaced by an AXI4-Lite slave (`s_axil_*`, "
-             "12-bit byte addresses, 32-bit data, no AWPROT / ARPROT) and `irq` (hw/csr.py, docs/HARDWARE.md 5a); "
+             "12-bit byte addresses, 32-bit data, no AWPROT / ARPROT) and `irq` (hw/csr.py, docs/datasheets/register_block.md); "
              "the data streams are unchanged. Register map:", "",
              "| offset | name | access | meaning |", "|---|---|---|---|"]
     lines += [f"| `{r['offset']}` | {r['name']} | {r['access']} | {r['meaning']} |" for r in csr["registers"]]

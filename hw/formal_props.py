@@ -2,7 +2,7 @@
 
 Each harness is a Component wrapping one DUT; hw/formal.py converts it to RTLIL and hands it to
 SymbiYosys. Nothing here depends on a decoder's internals: the decoder harnesses see only the port
-interface of docs/HARDWARE.md section 2 (streams, ``busy``, ``error``, ``error_code``, the ``cfg``
+interface of docs/datasheets/decoder_c1.md (streams, ``busy``, ``error``, ``error_code``, the ``cfg``
 register map), so they run unchanged on any decoder with that interface (C1: ``spec_codes`` +
 ``spec_signman``; C2: ``spec_mx``; both: ``verif_codes``, ``verif_rest``, ``cfg``, ``out``).
 
@@ -30,7 +30,7 @@ from amaranth.utils import bits_for
 
 from ..errors import ConfigError
 
-# Register map and error bits of docs/HARDWARE.md section 2 (the interface contract, restated here so the
+# Register map and error bits of docs/datasheets/decoder_c1.md (the interface contract, restated here so the
 # harness does not import the design it checks).
 CTRL, MODE, MBITS, KEEP, GROUP, NUMEL, SPEC_K, VERIF_K = range(8)
 CHUNK = 0x08             # format 2.0 (hw/decoder.py Reg.CHUNK): log2 A, A <= 64 and A * G <= 1024
@@ -189,7 +189,7 @@ def _stream_rule(m, p: _Past, s, name, kind):
 
 
 class _Shadow:
-    """The register file as docs/HARDWARE.md defines it, from the observed ``cfg`` writes: reset values
+    """The register file as hw/regs/cassandra.rdl defines it, from the observed ``cfg`` writes: reset values
     MODE = draft, MBITS = 0, KEEP = 1, GROUP = 128, NUMEL = 0, CHUNK = 0, no book loaded. ``good`` = START
     would start a tensor (no CONFIG / NO_BOOK error). CHUNK (format 2.0, read by both v2 decoders): START
     with A = 2^CHUNK > 64 or A * G > 1024 is a CONFIG error. (A bad pair mask is CONFIG too, but raised

@@ -1,6 +1,6 @@
 """Stimulus framing and Amaranth-simulator drivers for the hw blocks (used by tests/test_hw_*.py).
 
-The framing functions are the executable form of docs/HARDWARE.md "Input words" and "Registers": the
+The framing functions are the executable form of docs/datasheets/decoder_c1.md "Words and bits" and "Registers": the
 cocotb testbenches and any integrator can use them to turn an ``EncodedTensor`` into what the DMA
 channels and the host write to the decoder.
 """
@@ -78,7 +78,7 @@ def track_format2(state: dict, program) -> None:
 
 def decoder_program(enc: EncodedTensor, full: bool, start: bool = True, state: dict | None = None,
                     force_format2: bool = False) -> list[tuple[int, int]]:
-    """Register writes for one tensor (docs/HARDWARE.md "Programming sequence"), START last. The format
+    """Register writes for one tensor (docs/datasheets/decoder_c1.md "Programming a tensor"), START last. The format
     2.0 registers (CHUNK, SPEC_PAIRS, VERIF_PAIRS) are written when they differ from ``state`` (the
     decoder's current values, default: all zero; see ``format2_writes``)."""
     cfg = enc.config
