@@ -20,7 +20,8 @@ for every tool; the tools differ only in how they price a pass:
   ``get_bit_multiplier`` returns them; GenZ has no per-pass fixed cost, so the preset's overhead is added to
   each pass (``*_no_overhead`` fields leave it out on both sides).
 * **SCALE-Sim v3** (NPU only) -- cycle-level runs of the passes' GEMMs on the NPU's systolic array
-  (``--npu-array``), weights streamed from a bandwidth-limited DRAM (module ``_scalesim``).
+  (``--npu-array``, default 16 arrays of 64x64 PEs), weights / K / V streamed from a bandwidth-limited DRAM
+  (``ScaleSimNPU``: the mapping and what is on chip).
 
 Neither tool can express the decoder's throughput cap; it is left unlimited on every side (the roofline's
 default: ``decoder: unlimited``). Inputs for SmolLM2 are measured (bits/value of the bundled artifact's
@@ -252,18 +253,20 @@ def genz_passes(shape: Shape, bits: Bits, hw: Hardware, ctx: int, gamma: int) ->
         for k in ("ar", "draft", "target_ar"):
             out[k], _ = _genz_latency(decode, systems[k], tmp)
         # The chunked model starts with the input embedding as a (rows x vocab) x (vocab x hidden) GEMM, i.e.
-        # it reads the whole embedding table; a decoder looks up rows + 1 rows. Left out (and reported).
+        # it reads the whole embedding table where a decoder looks up its gamma + 1 rows. Left out (reported).
         out["verify"], dropped = _genz_latency(verify, systems["verify"], tmp, drop=("embeddings",))
         notes["verify_embedding_gemm_s"] = dropped["embeddings"]
     return out | {"notes": notes}
 
 
-def genz_builtin_speedup(t: dict, alpha: float, gamma: int, overhead: float) -> float:
+def genz_builtin_speedup(t: dict, alpha: float, gamma: int, overhead: float) -> float | None:
     """What GenZ's own speculative-decoding formula (llm_spec_decode.spec_decode_modeling) would give from
     the same per-pass times: tokens = its ``expected_tokens`` (capped at gamma, not gamma + 1) and the
     embedding GEMM left in the verify pass."""
     from GenZ.LLM_inference.llm_spec_decode import expected_tokens as genz_expected
-    e = genz_expected(gamma, alpha) if gamma > 1 else 1.0 + alpha   # GenZ asserts gamma > 1
+    if gamma < 2:
+        return None     # spec_decode_modeling asserts num_parallel_tokens > 1
+    e = genz_expected(gamma, alpha)
     ver = t["verify"] + t["notes"]["verify_embedding_gemm_s"] + overhead
     return e * (t["ar"] + overhead) / (gamma * (t["draft"] + overhead) + ver)
 

@@ -468,7 +468,7 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
           "lossy (token match vs bf16 in §2's table); the speculative methods are lossless.\n")
         w(heldout_section())
         w(long_context_section(Path(a.out), R['command']))
-        w(report_crosscheck.render(Path(a.out)))
+        w(report_crosscheck.render(Path(a.out), R['command']))
     else:
         w("Not run (no sweep results).\n")
 
@@ -571,7 +571,7 @@ def splice_crosscheck(a) -> int:
         return 2
     start = text.find(report_crosscheck.HEADING)
     start = end if start < 0 or start > end else start
-    body = report_crosscheck.render(Path(a.out))
+    body = report_crosscheck.render(Path(a.out), f"python eval/report.py --out {a.out} --sections crosscheck")
     md_path.write_text(text[:start] + body + "\n" + text[end:])
     print(f"wrote the cross-check subsection of {md_path}")
     return 0
