@@ -210,7 +210,67 @@ def example_c1(word_bits: int = 32) -> str:
     return "\n".join(out)
 
 
+def example_c2() -> str:
+    """The worked example of the C2 decoder: the same 16 values as C2 (G = 32, m = 3, k = 24, one chunk), the
+    register program, the plane words at decoder_c2v2_l8's widths and the decoded values."""
+    import numpy as np
+    from ..golden.codec import decode_draft, decode_full, encode_tensor
+    from ..golden.config import CodecConfig
+    from .simutil import decoder_planes, decoder_program
+    enc = encode_tensor(np.array(EXAMPLE_VALUES, dtype=np.uint16),
+                        CodecConfig(scheme="c2", group_size=32, mantissa_bits=3, keep_count=24, chunk_superblocks=1,
+                                    pair_codes=False))
+    widths = {"spec_mx": 128, "verif_codes": 64, "verif_rest": 64}        # decoder_c2v2_l8
+    out = ["Input (bf16 hex): " + " ".join(f"{v:04X}" for v in EXAMPLE_VALUES), "",
+           f"Golden's verification book over δ = X − e: `books.verif` = {list(enc.verif_book.symbols)}; one chunk.",
+           "", "Register program, full mode (index, value): " + ", ".join(
+               f"{_reg_name(a)} = {d}" for a, d in decoder_program(enc, True, force_format2=True)), "",
+           "Plane words (hex, word 0 first, `*` = `last`): ", ""]
+    for port, words in decoder_planes(enc, True, widths).items():
+        out.append(f"- `{port}` ({widths[port]} bits): " + " ".join(
+            f"{w:0{widths[port] // 4}X}{'*' if last else ''}" for w, last in words))
+    out += ["", "Output values (bf16 hex):", "",
+            "- draft: " + " ".join(f"{int(v):04X}" for v in decode_draft(enc)),
+            "- full:  " + " ".join(f"{int(v):04X}" for v in decode_full(enc))]
+    return "\n".join(out)
+
+
+def example_kv() -> str:
+    """The worked example of the C1 KV encoder: one vector of G = 32 values (the 16 example values twice), m = 3,
+    k = 24, golden's books for it, the register program, the input beats at L = 2 and the plane words the
+    encoder emits at 64 bits."""
+    import numpy as np
+    from ..golden.codec import encode_tensor
+    from ..golden.config import CodecConfig
+    from .simutil import encoder_program, expected_plane_words
+    vec = np.array(EXAMPLE_VALUES * 2, dtype=np.uint16).reshape(1, 32)
+    cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_count=24, kind="kv")
+    enc = encode_tensor(vec, cfg)
+    out = [f"One vector, G = 32 (`inp` beats of L = 2 values, lane 0 first): " + " ".join(
+               f"{vec[0, i]:04X}|{vec[0, i + 1]:04X}" for i in range(0, 32, 2)), "",
+           f"Books (golden's, for this vector): `spec` = {list(enc.spec_book.symbols)}, "
+           f"`verif` = {list(enc.verif_book.symbols)}.", "",
+           "Register program (index, value), before the first beat: " + ", ".join(
+               f"{_reg_name(a)} = {d}" for a, d in encoder_program(cfg, (enc.spec_book, enc.verif_book))), "",
+           "Plane words out (64 bits, hex, `*` = `last`; one chunk per vector per plane):", ""]
+    for port, words in expected_plane_words(enc, 64).items():
+        out.append(f"- `{port}`: " + " ".join(f"{w:016X}{'*' if last else ''}" for w, last in words))
+    return "\n".join(out)
+
+
+def _reg_name(a: int) -> str:
+    from .decoder import Reg
+    for base in (Reg.SPEC_SYM, Reg.VERIF_SYM):
+        if int(base) <= a < int(base) + 15:
+            return f"{base.name}[{a - int(base)}]"
+    return Reg(a).name
+
+
 def render_part(kind: str, args: list[str]) -> str:
+    if kind == "example-c2":
+        return example_c2()
+    if kind == "example-kv":
+        return example_kv()
     if kind == "example-c1":
         return example_c1(int(args[0]) if args else 32)
     if kind == "ports":
