@@ -505,6 +505,7 @@ def crosscheck(models=None, acceptances=ACCEPTANCE_SWEEP, gamma: int = 4, contex
     for a in acceptances:
         if not 0.0 <= a < 1.0:
             raise ConfigError(f"acceptance must be in [0, 1), got {a}")
+    array = parse_array(npu_array)
     presets = hardware_presets(overhead_us=overhead_us)
     tools = {"roofline": "model/metrics.pass_time"}
     genz_reason = genz_available() if use_genz else "not requested (--no-genz)"
@@ -513,7 +514,7 @@ def crosscheck(models=None, acceptances=ACCEPTANCE_SWEEP, gamma: int = 4, contex
     tools["scalesim"] = ss_reason or "scalesim " + _version("scalesim")
     npu = None
     if ss_reason is None:
-        npu = ScaleSimNPU(device_key="npu", array=parse_array(npu_array), cache=scalesim_cache)
+        npu = ScaleSimNPU(device_key="npu", array=array, cache=scalesim_cache)
 
     steps, rows = [], []
     for dev in DEVICE_ORDER:
