@@ -94,8 +94,8 @@ def test_rows_do_not_change_any_row(small_tile):
 @pytest.mark.parametrize("bw,latency", [(8, 64), (3, 20), (8, 300)])
 def test_memory_bandwidth_and_latency(small_tile, bw, latency):
     """Bit-exact whatever the memory's bandwidth and latency; at the port's full bandwidth and a realistic
-    latency a decoder-fed pass keeps the port busy (more than 0.9 of its cycles on a tensor this small)."""
-    o, i = 64, 128
+    latency a decoder-fed pass keeps the port busy (more than 0.9 of its cycles on a 48 KB tensor, fill included)."""
+    o, i = 256, 128
     bits = weights((o, i), 21)
     enc = encode_tensor(bits, CodecConfig(keep_ratio=0.75))
     x = activations(i, 1, 4)
