@@ -130,6 +130,11 @@ def port_table(component: wiring.Component) -> list[dict]:
 # Payload fields that become tdata, in order of preference: `data` (plane words, cfg), else `lanes` (the
 # decoders' `out` and the encoders' `inp`, lane 0 in the low bits). With neither, tdata is the whole payload.
 AXIS_DATA_FIELDS = ("data", "lanes")
+# Register-write streams ({addr, data}: `cfg`, `cfg_dma`) travel as one 64-bit tdata word, data in [31:0] and the
+# register index in [39:32] ([63:40] ignored), with no tuser: a plain memory-to-stream DMA reads a register
+# program from memory as 64-bit words (index << 32 | value); many such engines do not drive tuser.
+REGISTER_STREAMS = ("cfg", "cfg_dma")
+REGISTER_WORD = 64
 
 
 def _streams(component: wiring.Component) -> list[dict]:
@@ -155,7 +160,8 @@ def axis_map(component: wiring.Component) -> list[dict]:
 
     tdata = the `data` / `lanes` field (else the whole payload), zero-padded to a byte multiple (AXI4-Stream
     requires one); tlast = the `last` field; tuser = every other field concatenated in payload order, the
-    lowest-offset field in the low bits. Non-stream ports keep their names."""
+    lowest-offset field in the low bits. A register-write stream (``REGISTER_STREAMS``) is one 64-bit tdata
+    word {addr in [39:32], data in [31:0]} without tuser. Non-stream ports keep their names."""
     rows = [{"axis": "aclk", "dir": "input", "width": 1, "core": "clk"},
             {"axis": "aresetn", "dir": "input", "width": 1, "core": "rst"}]
     streams = _streams(component)
@@ -167,6 +173,11 @@ def axis_map(component: wiring.Component) -> list[dict]:
         rows += [{"axis": f"{pre}_tvalid", "dir": d, "width": 1, "core": f"{x}__valid"},
                  {"axis": f"{pre}_tready", "dir": flip, "width": 1, "core": f"{x}__ready"}]
         fields = {f["name"]: f for f in st["fields"]}
+        if x in REGISTER_STREAMS and set(fields) == {"addr", "data"}:
+            rows.append({"axis": f"{pre}_tdata", "dir": d, "width": REGISTER_WORD, "core": f"{x}__payload",
+                         "segs": [(fields["data"]["lsb"], fields["data"]["width"], "data"),
+                                  (fields["addr"]["lsb"], fields["addr"]["width"], "addr")]})
+            continue
         main = next((fields[n] for n in AXIS_DATA_FIELDS if n in fields), None)
         if main is None:                  # not a struct with a data field: the payload is the data
             rows.append({"axis": f"{pre}_tdata", "dir": d, "width": _pad8(st["width"]), "core": f"{x}__payload",
@@ -228,7 +239,8 @@ def axis_wrapper(name: str, component: wiring.Component, core_ports: dict[str, s
             "// Per stream: tvalid / tready = valid / ready (same handshake rules as the core, ports.md);",
             "// tdata = the payload's `data` (else `lanes`, lane 0 in the low bits; else the whole payload),",
             "// zero-padded on outputs to a multiple of 8 bits, the pad bits of input tdata ignored;",
-            "// tlast = `last`; tuser = every other payload field, the lowest-offset field in the low bits.",
+            "// tlast = `last`; tuser = every other payload field, the lowest-offset field in the low bits;",
+            "// a register-write stream (cfg, cfg_dma): tdata[31:0] = data, tdata[39:32] = register index, no tuser.",
             "// Bit map (wrapper port[bits] = field (core port[bits])):"]
     head += [f"//   {_seg_text(r)}" for r in rows if "segs" in r] or ["//   (no streams: only aclk / aresetn renamed)"]
     decl, body, conn = [], [], {}

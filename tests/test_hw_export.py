@@ -70,7 +70,8 @@ def _need_verilator():
 def _expected_axis(comp: wiring.Component) -> tuple[dict, set]:
     """From the signature alone (not the generator): {AXIS port: (dir, width)} and the core's port names.
     The rule of docs/HARDWARE.md section 5: tdata = `data`, else `lanes`, else the whole payload, padded to
-    a byte multiple; tlast = `last`; tuser = the other fields."""
+    a byte multiple; tlast = `last`; tuser = the other fields; a register-write stream ({addr, data}: cfg,
+    cfg_dma) one 64-bit tdata word and no tuser."""
     ports, core = {"aclk": ("input", 1), "aresetn": ("input", 1)}, {"clk", "rst"}
     for name, member in comp.signature.members.items():
         if member.is_port:
@@ -87,6 +88,9 @@ def _expected_axis(comp: wiring.Component) -> tuple[dict, set]:
         shape = sub["payload"].shape
         fields = {k: Shape.cast(f.shape).width for k, f in data.Layout.cast(shape)} \
             if isinstance(shape, data.Layout) else {}
+        if name in ("cfg", "cfg_dma") and set(fields) == {"addr", "data"}:
+            ports[f"{pre}_tdata"] = (d, 64)
+            continue
         main = "data" if "data" in fields else "lanes" if "lanes" in fields else None
         if main is None:
             ports[f"{pre}_tdata"] = (d, -(-Shape.cast(shape).width // 8) * 8)
@@ -123,7 +127,7 @@ def test_axis_wrappers_match_signature_and_lint_clean(tmp_path):
     dec, _ = _wrapper_ports((tmp_path / "decoder_c1v2_l4_axis.v").read_text(), "decoder_c1v2_l4")
     # The decoder's out stream: all lanes as tdata, count + sb_end as tuser.
     assert dec["m_axis_out_tdata"] == ("output", 64) and dec["m_axis_out_tuser"] == ("output", 3 + 1)
-    assert "m_axis_out_tlast" in dec and "s_axis_cfg_tuser" in dec
+    assert "m_axis_out_tlast" in dec and dec["s_axis_cfg_tdata"] == ("input", 64) and "s_axis_cfg_tuser" not in dec
     files = (tmp_path / "files.f").read_text().splitlines()
     assert files[1:] == [f"{n}.v" for n in AXIS_CONFIGS] + [f"{n}_axis.v" for n in AXIS_CONFIGS]
     md = (tmp_path / "ports.md").read_text()
@@ -243,7 +247,8 @@ def test_axil_writes_csr_tops_for_register_blocks_only(tmp_path):
     assert not names & {"cfg__valid", "busy", "error", "error_code"}
     top = (tmp_path / "decoder_c1v2_l4_csr_axis.v").read_text()
     assert "module decoder_c1v2_l4_csr_axis (" in top and "s_axil_awaddr" in top and "m_axis_out_tdata" in top
-    assert "s_axis_cfg_tdata" not in top and "s_axis_cfg_dma_tdata" in top and "s_axis_cfg_dma_tuser" in top
+    assert "s_axis_cfg_tdata" not in top and "input wire [63:0] s_axis_cfg_dma_tdata" in top
+    assert "s_axis_cfg_dma_tuser" not in top          # a plain MM2S DMA (no tuser) can stream register programs
     assert "decoder_c1v2_l4_csr_axis.v" in (tmp_path / "files.f").read_text()
     assert "AXI4-Lite register block" in (tmp_path / "ports.md").read_text()
     assert "#define CASS_CSR_IRQ_STATUS" in (tmp_path / "cassandra_csr.h").read_text()

@@ -41,8 +41,9 @@ def _build(tmp: Path, config: str) -> Path:
     return image
 
 
-def _run(image: Path, planes: Path, full: bool, seed: int = 1) -> str:
-    r = subprocess.run(["vvp", "-n", str(image), f"+dir={planes}", f"+full={int(full)}", f"+seed={seed}"],
+def _run(image: Path, planes: Path, full: bool, seed: int = 1, dma: bool = False) -> str:
+    r = subprocess.run(["vvp", "-n", str(image), f"+dir={planes}", f"+full={int(full)}", f"+seed={seed}",
+                        f"+dma={int(dma)}"],
                        capture_output=True, text=True, timeout=3600)
     return (r.stdout.strip().splitlines() or [""])[-1]
 
@@ -65,6 +66,8 @@ def test_small_tensor_through_the_exported_top_on_icarus(tmp_path):
     image = _build(tmp_path, "decoder_c1v2_l4")
     for full in (False, True):
         assert _run(image, tmp_path / "planes", full).startswith("PASS values=768 "), full
+        # the program as a plain DMA stream: 64-bit {index, value} words on s_axis_cfg_dma, no tuser
+        assert _run(image, tmp_path / "planes", full, seed=2, dma=True).startswith("PASS values=768 "), full
     # the bench can fail: one expected value changed, and a plane word missing (OVERRUN)
     bad = tmp_path / "bad"
     shutil.copytree(tmp_path / "planes", bad)

@@ -14,7 +14,10 @@
 //
 //   iverilog -g2005 -o sim -DDUT=decoder_c1v2_l4_csr_axis -Ptb.L=4 -Ptb.WC=32 -Ptb.WS=32 -Ptb.WV=32 \
 //            tb_decoder_csr_axis.v decoder_c1v2_l4_csr_axis.v decoder_c1v2_l4_csr.v
-//   vvp sim +dir=DIR +full=0|1 [+seed=S] [+idle=30] [+stall=30]
+//   vvp sim +dir=DIR +full=0|1 [+dma=1] [+seed=S] [+idle=30] [+stall=30]
+//
+// +dma=1 streams the register program on `s_axis_cfg_dma` instead, as a plain memory-to-stream DMA would:
+// 64-bit words {index << 32 | value} in tdata (no tuser), START last, beside the plane channels.
 //
 // Parameters: L lanes (draft), WC / WS / WV the widths of spec_codes / spec_signman / the verification ports
 // (ports.md or the datasheet's port table), MAXW / MAXV / MAXP the largest word, value and write counts.
@@ -34,7 +37,7 @@ module tb;
 
   // ---------------------------------------------------------------- files
   reg [8*512-1:0] dir, fname;
-  integer full, seed, idle_pct, stall_pct;
+  integer full, seed, idle_pct, stall_pct, use_dma;
   reg [39:0] prog [0:MAXP-1];
   reg [WC:0] m_sc [0:MAXW-1];
   reg [WS:0] m_sm [0:MAXW-1];
@@ -58,6 +61,8 @@ module tb;
   reg  [WV-1:0] vc_d = 0, vr_d = 0;
   reg         sc_l = 0, sm_l = 0, vc_l = 0, vr_l = 0;
   wire        sc_r, sm_r, vc_r, vr_r, out_v, out_last, dma_r;
+  reg         dma_v = 0;
+  reg  [63:0] dma_d = 0;
   wire [16*L-1:0] out_d;
   wire [CB:0] out_user;
 
@@ -73,8 +78,7 @@ module tb;
     .s_axis_verif_rest_tlast(vr_l),
     .m_axis_out_tvalid(out_v), .m_axis_out_tready(out_r), .m_axis_out_tdata(out_d),
     .m_axis_out_tlast(out_last), .m_axis_out_tuser(out_user),
-    .s_axis_cfg_dma_tvalid(1'b0), .s_axis_cfg_dma_tready(dma_r), .s_axis_cfg_dma_tdata(32'd0),
-    .s_axis_cfg_dma_tuser(8'd0),
+    .s_axis_cfg_dma_tvalid(dma_v), .s_axis_cfg_dma_tready(dma_r), .s_axis_cfg_dma_tdata(dma_d),
     .s_axil_awaddr(s_awaddr), .s_axil_awvalid(s_awvalid), .s_axil_awready(awready),
     .s_axil_wdata(s_wdata), .s_axil_wstrb(s_wstrb), .s_axil_wvalid(s_wvalid), .s_axil_wready(wready),
     .s_axil_bresp(bresp), .s_axil_bvalid(bvalid), .s_axil_bready(s_bready),
@@ -120,10 +124,26 @@ module tb;
     end
   endtask
 
+  function idle_now; input dummy; begin idle_now = ({$random(seed)} % 100) < idle_pct; end endfunction
+
+  // ---------------------------------------------------------------- the register program as a DMA stream
+  // (+dma=1): 64-bit words {index << 32 | value} on s_axis_cfg_dma, as a memory-to-stream DMA reads them
+  // from memory (no tuser), with random idles; START is the last word.
+  reg dma_go = 1'b0;
+  integer i_dma = 0;
+  always @(posedge clk) begin
+    if (!aresetn) dma_v <= 1'b0;
+    else begin
+      if (dma_v && dma_r) begin i_dma = i_dma + 1; dma_v <= 1'b0; end
+      if ((!dma_v || dma_r) && dma_go && i_dma < n_prog && !idle_now(0)) begin
+        dma_v <= 1'b1; dma_d <= {24'd0, prog[i_dma][39:32], prog[i_dma][31:0]};
+      end
+    end
+  end
+
   // ---------------------------------------------------------------- plane streams (random idles)
   reg go = 1'b0;
   integer i_sc = 0, i_sm = 0, i_vc = 0, i_vr = 0;
-  function idle_now; input dummy; begin idle_now = ({$random(seed)} % 100) < idle_pct; end endfunction
   always @(posedge clk) begin
     if (!aresetn) begin
       sc_v <= 1'b0; sm_v <= 1'b0; vc_v <= 1'b0; vr_v <= 1'b0;
@@ -168,7 +188,8 @@ module tb;
   reg [31:0] irq_status, error_code;
   initial begin
     if (!$value$plusargs("dir=%s", dir)) begin $display("FAIL: +dir=DIR (cassandra-rtl export-planes --out DIR)"); $finish; end
-    full = 0; seed = 1; idle_pct = 30; stall_pct = 30;
+    full = 0; seed = 1; idle_pct = 30; stall_pct = 30; use_dma = 0;
+    if ($value$plusargs("dma=%d", use_dma)) ;
     if ($value$plusargs("full=%d", full)) ;
     if ($value$plusargs("seed=%d", seed)) ;
     if ($value$plusargs("idle=%d", idle_pct)) ;
@@ -195,11 +216,16 @@ module tb;
     axil_read(12'h400, d, resp);
     if (d !== 32'h43415353 || resp !== 2'b00) begin $display("FAIL: ID reads %h (resp %0d)", d, resp); $finish; end
     axil_write(12'h418, 32'h3, resp);               // IRQ_ENABLE = DONE | ERROR
-    for (i = 0; i < n_prog; i = i + 1) begin        // the register program, START last
-      axil_write({prog[i][39:32], 2'b00}, prog[i][31:0], resp);
-      if (resp !== 2'b00) begin $display("FAIL: write %0d (index %h) answered %0d", i, prog[i][39:32], resp); $finish; end
+    if (use_dma) begin                              // the register program on cfg_dma, the planes beside it
+      dma_go = 1'b1;
+      go = 1'b1;
+    end else begin
+      for (i = 0; i < n_prog; i = i + 1) begin      // the register program over AXI4-Lite, START last
+        axil_write({prog[i][39:32], 2'b00}, prog[i][31:0], resp);
+        if (resp !== 2'b00) begin $display("FAIL: write %0d (index %h) answered %0d", i, prog[i][39:32], resp); $finish; end
+      end
+      go = 1'b1;                                    // start the plane channels after START
     end
-    go = 1'b1;                                      // start the plane channels after START
     while (!irq && cycles < TIMEOUT) @(negedge clk);
     axil_read(12'h414, irq_status, resp);
     axil_read(12'h410, error_code, resp);
