@@ -387,6 +387,7 @@ class CassandraModel:
         s = res.summary()
         s["model"] = self.source
         s.update(metrics.model_summary(res, self.engine, self.drafter))
+        self.last_inputs = metrics.run_inputs(res, self.engine, self.drafter)   # the run's passes (npu timing)
         rss = art_mod.peak_rss_bytes()
         bf16 = self.target.param_bytes()
         s["bf16_weight_bytes_all"] = bf16

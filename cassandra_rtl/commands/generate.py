@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from ..argtypes import float_range, int_at_least, int_range, layer_list, non_negative_int, positive_int
 from ..errors import ConfigError, InputError
@@ -53,6 +54,13 @@ def _table(s: dict) -> str:
         rows.append((f"  {k}: format x speculation (batch-invariant verify)",
                      f"{f(bi.get('format_speedup'), '{:.2f}')} x {f(bi.get('speculation_speedup'), '{:.2f}')} "
                      f"= {f(bi.get('speedup'), '{:.2f}x')}; row-exact verify {f(rx.get('speedup'), '{:.2f}x')}"))
+    npu = s.get("npu") or {}
+    if "speedup_measured" in npu:
+        rows.append(("NPU tile: speedup measured in cycles (modeled)",
+                     f"{f(npu['speedup_measured'], '{:.2f}x')} ({f(npu['speedup_modeled'], '{:.2f}x')}); "
+                     f"{f(npu['measured_bytes_fraction'], '{:.3f}')} of the bytes through the RTL"))
+    elif "error" in npu:
+        rows.append(("NPU tile", npu["error"]))
     if "sampling_check" in s:
         c = s["sampling_check"]
         rows.append(("sampling check (KS of PIT values vs the target)",
@@ -63,7 +71,25 @@ def _table(s: dict) -> str:
     return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 
 
+def _npu_report(m) -> dict:
+    """The run's speedup measured in NPU tile cycles (tb/npu/speedup.py; docs/NPU.md), or why it is missing."""
+    from ..tb.npu import available
+    from ..tb.npu.speedup import generation_report
+
+    cass = m.load_info.path if m.load_info is not None else None
+    if not cass or not str(cass).endswith(".cass"):
+        return {"error": "the model was not loaded from a .cass artifact (use the model cache or --cass)"}
+    if not available():
+        return {"error": "Verilator is not available: the tile's cycles cannot be measured"}
+
+    def progress(done, total):
+        print(f"[npu] measuring the tile on {Path(cass).name}: job {done}/{total}", file=sys.stderr, flush=True)
+    return generation_report(m.last_inputs, cass, progress=progress)
+
+
 def run(args) -> int:
+    if args.npu_rtl_layers and args.numerics != "npu":
+        raise ConfigError("--npu-rtl-layers runs layers on the NPU tile: use it with --numerics npu")
     import time
 
     t_start = time.perf_counter()
@@ -127,6 +153,13 @@ def run(args) -> int:
         what = (m.load_info.extra or {}).get("draft_choice") if m.load_info else None
         if what and not quiet and args.draft == "cassandra":
             print(f"[generate] draft: {what}", file=sys.stderr)
+    rtl_tiles = []
+    if args.npu_rtl_layers:
+        from ..tb.npu import available
+        from ..tb.npu.loop import attach
+        if not available():
+            raise ConfigError("--npu-rtl-layers needs Verilator (make setup installs it)")
+        rtl_tiles = attach(m, args.npu_rtl_layers)
     ready_s = time.perf_counter() - t_start
     ready_cpu_s = time.process_time()           # CPU time of the process so far (load-independent)
     gamma = args.gamma or m.gamma
@@ -155,6 +188,18 @@ def run(args) -> int:
         chk = sampling_check(m.engine, m.drafter, ids, sp, args.max_new_tokens, gamma, runs=50, seed=args.seed)
         summary["sampling_check"] = chk
 
+    if rtl_tiles:
+        st = {"layers": list(args.npu_rtl_layers)}
+        for t in rtl_tiles:
+            for k, v in t.stats.items():
+                if k == "by_kind":
+                    for kk, vv in v.items():
+                        st.setdefault(k, {})[kk] = st.get(k, {}).get(kk, 0) + vv
+                else:
+                    st[k] = st.get(k, 0) + v
+        summary["npu_rtl"] = st
+    if args.numerics == "npu" and m.drafter is not None and args.draft == "cassandra":
+        summary["npu"] = _npu_report(m)
     if quiet:
         print(json.dumps(summary))
     else:
@@ -267,6 +312,10 @@ def register(sub):
                    help="derived: the draft's layers are rebuilt from the target's bits as they run (one model in "
                         "memory; the default, or $CASSANDRA_RTL_DRAFT_MEMORY); copy: the draft decoded into its own "
                         "parameters (about 1.3x faster on a CPU, 0.7x more memory; docs/MODEL.md)")
+    p.add_argument("--npu-rtl-layers", type=layer_list, default=None, metavar="LAYERS",
+                   help="with --numerics npu: the linear layers of these transformer layers (e.g. 0 or 0,5) run on "
+                        "the Verilated NPU tile in every pass (target: full passes, draft: draft passes), checked "
+                        "against the reference")
     p.add_argument("--numerics", choices=("torch", "npu"), default="torch",
                    help="torch: bf16 F.linear, a verify pass runs each row as a 1-token step (row-exact); npu: every "
                         "linear layer (target and draft) computes what the NPU tile computes (golden/npu.py, 8 lanes, "

@@ -106,3 +106,63 @@ def compose(ri: RunInputs | list, meas: dict, overhead_us: float | None = None) 
                  "overhead_us": hw.overhead_s * 1e6, "verify_rows_measured": meas["verify_rows"]},
         "modeled_decoder_cap": cap.decoder_source,
     }
+
+
+# ------------------------------------------------------------------------------ a generation's artifact
+# The tile's clock when no synthesis report of the tile is given: pe_bf16_fp32's Fmax in the generic flow
+# (docs/SYNTHESIS.md; the PE's fp32 adder loop is also the DotUnit's accumulate loop, the tile's slowest
+# recurrence: the decoders close at 1.4-1.5x it). It only sets the number of tiles M (the time does not
+# depend on it, see the module docstring).
+DEFAULT_CLOCK_HZ = 363e6
+DEFAULT_CLOCK_SOURCE = "pe_bf16_fp32 Fmax, generic flow (docs/SYNTHESIS.md): the DotUnit's accumulate loop"
+
+
+def _file_digest(path) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()[:20]
+
+
+def measurement_for(cass_path, tile=None, mem=None, jobs: int = 2, progress=None) -> dict:
+    """The tile's per-tensor measurement (tb/npu/bulk.py) of every linear tensor of a .cass, cached in
+    build/npu/measure/ by the file's content and the tile and memory parameters; measured (minutes) if missing."""
+    import json
+    from dataclasses import asdict
+
+    from cassandra_rtl.golden.container import read_container
+
+    from . import NPU_ROOT, MemParams, TileParams
+    from .bulk import linear_tensors, measure
+    tile = tile or TileParams()
+    mem = mem or MemParams()
+    key = f"{_file_digest(cass_path)}-{tile.key()}-bw{mem.bandwidth}-l{mem.read_latency}"
+    out = NPU_ROOT / "measure" / f"{key}.json"
+    if out.exists():
+        return json.loads(out.read_text())
+    c = read_container(cass_path)
+    items = [it for it in linear_tensors(c) if it[1].config.scheme == tile.scheme]
+    meas = measure(items, tile, mem, jobs=jobs, progress=progress)
+    rep = meas.report()
+    rep["source"] = str(cass_path)
+    if not meas.batch_invariant or any(p["mismatches"] for p in rep["passes"].values()):
+        raise RuntimeError(f"the tile's outputs differ from its reference on {cass_path}: not caching the timing")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rep))
+    tmp.replace(out)
+    return rep
+
+
+def generation_report(ri, cass_path, clock_hz: float | None = None, clock_source: str | None = None,
+                      progress=None, **kw) -> dict:
+    """The ``npu`` object of ``generate --numerics npu --json``: a finished run's passes timed with the tile's
+    measured cycles on the run's own artifact, beside model/metrics.py for the same tile."""
+    meas = dict(measurement_for(cass_path, progress=progress, **kw))
+    meas["clock_hz"] = clock_hz or DEFAULT_CLOCK_HZ
+    meas["clock_source"] = clock_source or DEFAULT_CLOCK_SOURCE
+    rep = compose(ri, meas)
+    rep["measurement"] = {k: meas[k] for k in ("passes", "batch_invariant", "tensors", "source") if k in meas}
+    return rep

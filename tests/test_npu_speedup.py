@@ -1,0 +1,67 @@
+"""The composition of a run's time from the tile's measured cycles (tb/npu/speedup.py) against the roofline of
+model/metrics.py: an ideal tile (cycles = bytes / W, nothing else) must give the model's figure; measured
+overheads must slow the measured side by exactly what they add."""
+from __future__ import annotations
+
+import pytest
+
+from cassandra_rtl.model.metrics import CostSpec, RunInputs, pass_flops
+from cassandra_rtl.tb.npu.speedup import compose
+
+W = 8
+PARAMS = 1_000_000          # one linear tensor of 1 M weights
+BYTES = {"bf16": 2.0, "draft": 0.6, "full": 1.4}      # bytes per weight of each pass kind
+
+
+def run_inputs(generated=9, verify_rows=4):
+    kvb = 2000.0
+    costs = {"target": CostSpec(int(PARAMS * BYTES["full"]), kvb, PARAMS, 2, "full"),
+             "bf16": CostSpec(int(PARAMS * BYTES["bf16"]), kvb, PARAMS, 2, None),
+             "draft": CostSpec(int(PARAMS * BYTES["draft"]), kvb, PARAMS, 2, "draft", kvb)}
+    passes, ctx = [], 20
+    for _ in range(3):                  # 3 draft steps then a verify pass of 4 rows: 3 rounds -> 9 tokens
+        for _ in range(verify_rows - 1):
+            passes.append(["draft", 1, costs["draft"].weight_bytes, kvb * ctx, pass_flops(PARAMS, 1, 2, 4, 16, ctx)])
+            ctx += 1
+        passes.append(["target", verify_rows, costs["target"].weight_bytes, kvb * ctx,
+                       pass_flops(PARAMS, verify_rows, 2, 4, 16, ctx)])
+    return RunInputs(4, 16, 2, 2, costs, passes, prompt_tokens=20, generated=generated)
+
+
+def measurement(extra_cycles=0.0, verify_extra=0.0):
+    per = {}
+    for k, b in BYTES.items():
+        nbytes = PARAMS * b
+        per[k] = {"cycles": nbytes / W + extra_cycles, "bytes": nbytes, "weight_bytes": nbytes}
+    per["verify"] = dict(per["full"], cycles=per["full"]["cycles"] + verify_extra)
+    return {"tile": {"data_bytes": W, "instances": 3, "decoder": "decoder_c1v2_l8_v4"}, "clock_hz": 500e6,
+            "verify_rows": 5, "per_tensor": {"t": per}}
+
+
+def test_ideal_tile_equals_the_roofline():
+    rep = compose(run_inputs(), measurement())
+    assert rep["speedup_measured"] == pytest.approx(rep["speedup_modeled"], rel=1e-9)
+    assert rep["decode_s_measured"] == pytest.approx(rep["decode_s_modeled"], rel=1e-9)
+    assert 0.9 < rep["measured_bytes_fraction"] < 1.0
+
+
+def test_overheads_slow_the_measured_side():
+    base = compose(run_inputs(), measurement())
+    slow = compose(run_inputs(), measurement(extra_cycles=10_000))
+    assert slow["speedup_measured"] < base["speedup_measured"]
+    # every pass of the run and of bf16 AR pays 10,000 cycles more: W / BW seconds each
+    from cassandra_rtl.model.metrics import hardware_presets
+    bw = hardware_presets()["npu"].bandwidth
+    n_run, n_ar = slow["parts"]["run"]["passes"], slow["parts"]["bf16_ar"]["passes"]
+    assert slow["decode_s_measured"] - base["decode_s_measured"] == pytest.approx(n_run * 10_000 * W / bw, rel=1e-9)
+    assert (slow["bf16_ar_decode_s_measured"] - base["bf16_ar_decode_s_measured"]
+            == pytest.approx(n_ar * 10_000 * W / bw, rel=1e-9))
+
+
+def test_verify_rows_interpolate():
+    """A verify pass of r rows costs full + (r - 1) / (R_v - 1) of the measured R_v-row extra."""
+    a = compose(run_inputs(verify_rows=4), measurement(verify_extra=0.0))
+    b = compose(run_inputs(verify_rows=4), measurement(verify_extra=400.0))
+    from cassandra_rtl.model.metrics import hardware_presets
+    bw = hardware_presets()["npu"].bandwidth
+    assert b["decode_s_measured"] - a["decode_s_measured"] == pytest.approx(3 * 300.0 * W / bw, rel=1e-9)
