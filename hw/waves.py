@@ -1,18 +1,18 @@
-"""Timing diagrams of the C1 decoder, recorded from simulation (not drawn by hand).
+"""Timing diagrams of the decoders, recorded from simulation (not drawn by hand).
 
-``python -m cassandra_rtl.hw.waves --out docs/datasheets/waves`` (``make waves``) simulates
-decoder_c1v2_l4 in the Amaranth simulator on the worked example of docs/datasheets/decoder_c1.md (16 values,
-G = 32, draft mode, 32-bit words) in three scenarios and writes, per scenario, the WaveDrom JSON of the
-ports cycle by cycle and (with the ``wavedrom`` package installed) its SVG:
+``python -m cassandra_rtl.hw.waves --out docs/datasheets/waves`` (``make waves``) simulates decoder_c1v2_l4
+(C1) and decoder_c2v2_l8 (C2) in the Amaranth simulator on the worked example of the datasheets (16 values,
+G = 32, draft mode) in three scenarios and writes, per block and scenario, the WaveDrom JSON of the ports
+cycle by cycle (``<block>_<scenario>.json``) and, with the ``wavedrom`` package installed, its SVG:
 
 * ``start``  the last register writes and START, the plane words waiting, the tensor's beats to ``last``;
-* ``stall``  the same tensor with ``spec_signman`` idle for 3 cycles and ``out.ready`` low for 2;
-* ``error``  a ``spec_codes`` chunk with one word too many: TOO_LONG, ``busy`` falls; the next tensor's
+* ``stall``  the same tensor with the last plane port idle for 3 cycles and ``out.ready`` low for 2;
+* ``error``  the first plane's chunk with one word too many: TOO_LONG, ``busy`` falls; the next tensor's
              words, offered while the error is set, are drained (lost); CLEAR_ERROR written on ``cfg``.
 
 Each row is sampled before the clock edge of its cycle, so a transfer happens in a column where valid and
 ready are both high. tests/test_waves.py checks the committed JSON is what the simulation gives today and
-states the datasheet's cycle counts from it.
+states the datasheets' cycle counts from it.
 """
 from __future__ import annotations
 
@@ -23,17 +23,20 @@ SCENARIOS = ("start", "stall", "error")
 WAVES = Path(__file__).resolve().parent.parent / "docs" / "datasheets" / "waves"
 
 
-def _example():
+BLOCKS = {"c1": ("decoder_c1v2_l4", ("spec_codes", "spec_signman")), "c2": ("decoder_c2v2_l8", ("spec_mx",))}
+
+
+def _example(scheme: str = "c1"):
     import numpy as np
     from ..golden.codec import encode_tensor
     from ..golden.config import CodecConfig
     from .datasheets import EXAMPLE_VALUES
     return encode_tensor(np.array(EXAMPLE_VALUES, dtype=np.uint16),
-                         CodecConfig(group_size=32, mantissa_bits=3, keep_count=24, chunk_superblocks=1,
-                                     pair_codes=False))
+                         CodecConfig(scheme=scheme, group_size=32, mantissa_bits=3, keep_count=24,
+                                     chunk_superblocks=1, pair_codes=False))
 
 
-def record(scenario: str) -> dict:
+def record(scenario: str, block: str = "c1") -> dict:
     """Simulate one scenario; returns {"rows": [per-cycle dict of port values], "marks": {...}}."""
     from amaranth.sim import Simulator
     from .configs import NAMED_CONFIGS
@@ -42,20 +45,20 @@ def record(scenario: str) -> dict:
 
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}")
-    enc = _example()
-    dut = NAMED_CONFIGS["decoder_c1v2_l4"]()
+    config, ports = BLOCKS[block]
+    enc = _example(block)
+    dut = NAMED_CONFIGS[config]()
     program = decoder_program(enc, False)
     planes = decoder_planes(enc, False, dut.port_words)
     n_first = {p: len(w) for p, w in planes.items()}
-    if scenario == "error":                        # one word too many in the spec_codes chunk: TOO_LONG
-        w = planes["spec_codes"]
-        planes["spec_codes"] = w[:-1] + [(w[-1][0], 0), (0, 1)]
+    if scenario == "error":                        # one word too many in the first plane's chunk: TOO_LONG
+        w = planes[ports[0]]
+        planes[ports[0]] = w[:-1] + [(w[-1][0], 0), (0, 1)]
         n_first = {p: len(w) for p, w in planes.items()}
         for p in planes:                           # the next tensor's words, offered once the error is up
             planes[p] = planes[p] + decoder_planes(enc, False, dut.port_words)[p]
     shown_from = len(program) - 2                  # the diagram starts at the write before START
     rows, marks = [], {}
-    ports = ("spec_codes", "spec_signman")
 
     async def bench(ctx):
         pos = {p: 0 for p in ports}
@@ -73,7 +76,7 @@ def record(scenario: str) -> dict:
                 ctx.set(dut.cfg.payload.data, writes[cfg_pos][1])
             started = cfg_pos >= len(program)
             for p in ports:
-                idle = scenario == "stall" and p == "spec_signman" and "start" in marks and \
+                idle = scenario == "stall" and p == ports[-1] and "start" in marks and \
                     marks["start"] + 1 <= cycle < marks["start"] + 4
                 valid = pos[p] < len(planes[p]) and not idle
                 if pos[p] >= n_first[p]:                # a next tensor's word: only after the error
@@ -152,9 +155,10 @@ def _data(values) -> tuple[str, list[str]]:
     return "".join(wave), data
 
 
-def wavedrom(scenario: str, rec: dict | None = None) -> dict:
+def wavedrom(scenario: str, rec: dict | None = None, block: str = "c1") -> dict:
     """The WaveDrom description of one recorded scenario."""
-    rec = rec or record(scenario)
+    rec = rec or record(scenario, block)
+    config, ports = BLOCKS[block]
     rows = rec["rows"]
 
     def col(key):
@@ -169,7 +173,7 @@ def wavedrom(scenario: str, rec: dict | None = None) -> dict:
     sig = [{"name": "clk", "wave": "p" + "." * (len(rows) - 1)},
            ["cfg", {"name": "valid", "wave": _bits(col("cfg.valid"))},
             {"name": "ready", "wave": _bits(col("cfg.ready"))}, data_row("addr", col("cfg.addr"))]]
-    for p in ("spec_codes", "spec_signman"):
+    for p in ports:
         sig.append([p, {"name": "valid", "wave": _bits(col(f"{p}.valid"))},
                     {"name": "ready", "wave": _bits(col(f"{p}.ready"))},
                     {"name": "last", "wave": _bits(col(f"{p}.last"))}])
@@ -177,9 +181,10 @@ def wavedrom(scenario: str, rec: dict | None = None) -> dict:
                 {"name": "ready", "wave": _bits(col("out.ready"))}, data_row("count", count),
                 {"name": "last", "wave": _bits([r["out.last"] and r["out.valid"] for r in rows])}])
     sig += [{"name": "busy", "wave": _bits(col("busy"))}, data_row("error_code", err)]
-    titles = {"start": "C1 decoder: tensor start (decoder_c1v2_l4, draft, the worked example)",
-              "stall": "C1 decoder: an idle input and output backpressure",
-              "error": "C1 decoder: an error (TOO_LONG), draining, CLEAR_ERROR"}
+    name = {"c1": "C1", "c2": "C2"}[block]
+    titles = {"start": f"{name} decoder: tensor start ({config}, draft, the worked example)",
+              "stall": f"{name} decoder: an idle input and output backpressure",
+              "error": f"{name} decoder: an error (TOO_LONG), draining, CLEAR_ERROR"}
     return {"signal": sig, "head": {"text": titles[scenario], "tick": 0},
             "config": {"hscale": 1}, "marks": rec["marks"]}
 
@@ -187,16 +192,16 @@ def wavedrom(scenario: str, rec: dict | None = None) -> dict:
 def write(out: Path = WAVES, svg: bool = True) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for sc in SCENARIOS:
-        desc = wavedrom(sc)
-        path = out / f"c1_{sc}.json"
+    for block, sc in [(b, sc) for b in BLOCKS for sc in SCENARIOS]:
+        desc = wavedrom(sc, block=block)
+        path = out / f"{block}_{sc}.json"
         path.write_text(json.dumps(desc, indent=1) + "\n")
         written.append(path)
         if svg:
             import wavedrom as wd
             picture = {k: v for k, v in desc.items() if k != "marks"}
-            wd.render(json.dumps(picture)).saveas(str(out / f"c1_{sc}.svg"))
-            written.append(out / f"c1_{sc}.svg")
+            wd.render(json.dumps(picture)).saveas(str(out / f"{block}_{sc}.svg"))
+            written.append(out / f"{block}_{sc}.svg")
     return written
 
 
