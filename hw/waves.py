@@ -10,6 +10,9 @@ cycle by cycle (``<block>_<scenario>.json``) and, with the ``wavedrom`` package 
 * ``error``  the first plane's chunk with one word too many: TOO_LONG, ``busy`` falls; the next tensor's
              words, offered while the error is set, are drained (lost); CLEAR_ERROR written on ``cfg``.
 
+Also ``kv_vector`` (encoder_kv_c1_l2: the last register writes, one vector in, the four planes out) and
+``csr_bus`` (the AXI4-Lite register block: a write, a read, a write refused while busy, DONE and its clear).
+
 Each row is sampled before the clock edge of its cycle, so a transfer happens in a column where valid and
 ready are both high. tests/test_waves.py checks the committed JSON is what the simulation gives today and
 states the datasheets' cycle counts from it.
@@ -189,19 +192,196 @@ def wavedrom(scenario: str, rec: dict | None = None, block: str = "c1") -> dict:
             "config": {"hscale": 1}, "marks": rec["marks"]}
 
 
+def record_kv() -> dict:
+    """encoder_kv_c1_l2 on the KV datasheet's example vector: the last register writes, the 16 input beats,
+    the four planes' words (every output ready)."""
+    import numpy as np
+    from amaranth.sim import Simulator
+    from ..golden.codec import encode_tensor
+    from ..golden.config import CodecConfig
+    from .configs import NAMED_CONFIGS
+    from .datasheets import EXAMPLE_VALUES, _reg_name
+    from .simutil import encoder_program
+    vec = np.array(EXAMPLE_VALUES * 2, dtype=np.uint16)
+    cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_count=24, kind="kv")
+    enc = encode_tensor(vec.reshape(1, 32), cfg)
+    program = encoder_program(cfg, (enc.spec_book, enc.verif_book))
+    dut = NAMED_CONFIGS["encoder_kv_c1_l2"]()
+    planes = ("spec_codes", "spec_signman", "verif_codes", "verif_rest")
+    rows, marks = [], {}
+
+    async def bench(ctx):
+        cfg_pos, beat, cycle, lasts = 0, 0, 0, 0
+        for p in planes:
+            ctx.set(getattr(dut, p).ready, 1)
+        while cycle < 200 and lasts < len(planes):
+            cfg_valid = cfg_pos < len(program)
+            ctx.set(dut.cfg.valid, cfg_valid)
+            if cfg_valid:
+                ctx.set(dut.cfg.payload.addr, program[cfg_pos][0])
+                ctx.set(dut.cfg.payload.data, program[cfg_pos][1])
+            inp_valid = not cfg_valid and beat < 16
+            ctx.set(dut.inp.valid, inp_valid)
+            if inp_valid:
+                for lane in range(2):
+                    ctx.set(dut.inp.payload.lanes[lane], int(vec[2 * beat + lane]))
+                ctx.set(dut.inp.payload.last, beat == 15)
+            row = {"cfg.valid": cfg_valid, "cfg.ready": ctx.get(dut.cfg.ready),
+                   "cfg.addr": _reg_name(program[cfg_pos][0]) if cfg_valid else None,
+                   "inp.valid": inp_valid, "inp.ready": ctx.get(dut.inp.ready),
+                   "inp.last": inp_valid and beat == 15, "busy": ctx.get(dut.busy), "error_code": ctx.get(dut.error_code)}
+            for p in planes:
+                s = getattr(dut, p)
+                row[f"{p}.valid"] = ctx.get(s.valid)
+                row[f"{p}.last"] = ctx.get(s.valid) and ctx.get(s.payload.last)
+            rows.append(row)
+            if cfg_valid and row["cfg.ready"]:
+                cfg_pos += 1
+            if inp_valid and row["inp.ready"]:
+                marks.setdefault("first_beat_in", cycle)
+                beat += 1
+            for p in planes:
+                if row[f"{p}.last"]:
+                    lasts += 1
+                    marks[f"{p}_last"] = cycle
+            cycle += 1
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    shown = len(program) - 2
+    return {"rows": rows[shown:], "marks": {k: v - shown for k, v in marks.items()}}
+
+
+def record_csr() -> dict:
+    """The AXI4-Lite register block (hw/csr.py, on its own, the block's busy / cfg.ready driven): a write
+    (OKAY), a read of ID, a block-register write while the block is busy (SLVERR, not forwarded), busy
+    falling (DONE interrupt), the DONE bit cleared by writing one."""
+    from amaranth.sim import Simulator
+    from .csr import AxiLiteCsr, Csr, IRQ_DONE
+    dut = AxiLiteCsr(1, 4, 4, program_port=False)
+    rows, marks = [], {}
+    sig = ("awvalid", "awready", "wvalid", "wready", "bvalid", "bready", "arvalid", "arready", "rvalid", "rready")
+
+    async def bench(ctx):
+        ops = [("w", Csr.IRQ_ENABLE, IRQ_DONE), ("r", Csr.ID, 0), ("busy", 0, 0), ("w", 4 * 5, 64),
+               ("idle", 0, 0), ("nop", 0, 0), ("nop", 0, 0), ("nop", 0, 0), ("w", Csr.IRQ_STATUS, IRQ_DONE)]
+        busy = 0
+        state = {"op": 0, "phase": "start"}
+        for cycle in range(40):
+            op = ops[state["op"]] if state["op"] < len(ops) else None
+            kind = op[0] if op else None
+            if kind == "busy" and state["phase"] == "start":
+                busy = 1
+                state["op"] += 1
+                op = ops[state["op"]]
+                kind = op[0]
+            if kind == "idle" and state["phase"] == "start":
+                busy = 0
+                marks["busy_fell"] = cycle
+                state["op"] += 1
+                op = ops[state["op"]]
+                kind = op[0]
+            ctx.set(dut.busy, busy)
+            ctx.set(dut.cfg.ready, not busy)
+            if kind == "w" and state["phase"] == "start":
+                ctx.set(dut.s_axil_awaddr, op[1]); ctx.set(dut.s_axil_wdata, op[2]); ctx.set(dut.s_axil_wstrb, 0xF)
+                ctx.set(dut.s_axil_awvalid, 1); ctx.set(dut.s_axil_wvalid, 1); state["phase"] = "addr"
+            if kind == "r" and state["phase"] == "start":
+                ctx.set(dut.s_axil_araddr, op[1]); ctx.set(dut.s_axil_arvalid, 1); state["phase"] = "addr"
+            ctx.set(dut.s_axil_bready, 1)
+            ctx.set(dut.s_axil_rready, 1)
+            row = {k: ctx.get(getattr(dut, f"s_axil_{k}")) for k in sig}
+            row.update({"bresp": ctx.get(dut.s_axil_bresp) if row["bvalid"] else None,
+                        "rdata": hex(ctx.get(dut.s_axil_rdata)) if row["rvalid"] else None,
+                        "addr": hex(op[1]) if kind in ("w", "r") and (ctx.get(dut.s_axil_awvalid) or
+                                                                     ctx.get(dut.s_axil_arvalid)) else None,
+                        "cfg.valid": ctx.get(dut.cfg.valid), "busy": busy, "irq": ctx.get(dut.irq)})
+            rows.append(row)
+            if kind == "nop":
+                state = {"op": state["op"] + 1, "phase": "start"}
+            if row["bvalid"] or row["rvalid"]:
+                if row["bvalid"] and row["bresp"] == 2:
+                    marks["slverr"] = cycle
+                state = {"op": state["op"] + 1, "phase": "start"}
+            if row["irq"] and "irq" not in marks:
+                marks["irq"] = cycle
+            await ctx.tick()                       # the handshakes above happen at this edge
+            for ch in ("aw", "w", "ar"):
+                if row[f"{ch}valid"] and row[f"{ch}ready"]:
+                    ctx.set(getattr(dut, f"s_axil_{ch}valid"), 0)
+            if state["op"] >= len(ops) and cycle > marks.get("irq", 99) + 4:
+                break
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    return {"rows": rows, "marks": marks}
+
+
+def _desc(rows, spec, title, marks) -> dict:
+    """WaveDrom from rows: spec = [(label, key, "bit" | "data")] or (group, [...])."""
+    def one(label, key, kind):
+        values = [r[key] for r in rows]
+        if kind == "bit":
+            return {"name": label, "wave": _bits(values)}
+        wave, data = _data(values)
+        return {"name": label, "wave": wave, "data": data}
+    sig = [{"name": "clk", "wave": "p" + "." * (len(rows) - 1)}]
+    for item in spec:
+        if isinstance(item[1], list):
+            sig.append([item[0]] + [one(*x) for x in item[1]])
+        else:
+            sig.append(one(*item))
+    return {"signal": sig, "head": {"text": title, "tick": 0}, "config": {"hscale": 1}, "marks": marks}
+
+
+def wavedrom_kv(rec: dict | None = None) -> dict:
+    rec = rec or record_kv()
+    planes = ("spec_codes", "spec_signman", "verif_codes", "verif_rest")
+    spec = [("cfg", [("valid", "cfg.valid", "bit"), ("ready", "cfg.ready", "bit"), ("addr", "cfg.addr", "data")]),
+            ("inp", [("valid", "inp.valid", "bit"), ("ready", "inp.ready", "bit"), ("last", "inp.last", "bit")])]
+    spec += [(p, [("valid", f"{p}.valid", "bit"), ("last", f"{p}.last", "bit")]) for p in planes]
+    spec += [("busy", "busy", "bit")]
+    return _desc(rec["rows"], spec, "C1 KV encoder: one vector (encoder_kv_c1_l2, G = 32, k = 24; outputs ready)",
+                 rec["marks"])
+
+
+def wavedrom_csr(rec: dict | None = None) -> dict:
+    rec = rec or record_csr()
+    spec = [("AW / W", [("awvalid", "awvalid", "bit"), ("awready", "awready", "bit"), ("wvalid", "wvalid", "bit"),
+                        ("wready", "wready", "bit"), ("addr", "addr", "data")]),
+            ("B", [("bvalid", "bvalid", "bit"), ("bresp", "bresp", "data")]),
+            ("AR / R", [("arvalid", "arvalid", "bit"), ("arready", "arready", "bit"), ("rvalid", "rvalid", "bit"),
+                        ("rdata", "rdata", "data")]),
+            ("block", [("busy", "busy", "bit"), ("cfg.valid", "cfg.valid", "bit")]), ("irq", "irq", "bit")]
+    return _desc(rec["rows"], spec, "AXI4-Lite register block: write, read, a write refused while busy (SLVERR), "
+                 "DONE", rec["marks"])
+
+
+def descriptions() -> dict[str, dict]:
+    """Every diagram: file stem -> WaveDrom description."""
+    out = {f"{b}_{sc}": wavedrom(sc, block=b) for b in BLOCKS for sc in SCENARIOS}
+    out["kv_vector"] = wavedrom_kv()
+    out["csr_bus"] = wavedrom_csr()
+    return out
+
+
 def write(out: Path = WAVES, svg: bool = True) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for block, sc in [(b, sc) for b in BLOCKS for sc in SCENARIOS]:
-        desc = wavedrom(sc, block=block)
-        path = out / f"{block}_{sc}.json"
+    for stem, desc in descriptions().items():
+        path = out / f"{stem}.json"
         path.write_text(json.dumps(desc, indent=1) + "\n")
         written.append(path)
         if svg:
             import wavedrom as wd
             picture = {k: v for k, v in desc.items() if k != "marks"}
-            wd.render(json.dumps(picture)).saveas(str(out / f"{block}_{sc}.svg"))
-            written.append(out / f"{block}_{sc}.svg")
+            wd.render(json.dumps(picture)).saveas(str(out / f"{stem}.svg"))
+            written.append(out / f"{stem}.svg")
     return written
 
 

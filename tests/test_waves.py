@@ -18,6 +18,21 @@ def test_committed_diagram_is_the_simulation(scenario, block):
     assert (waves.WAVES / f"{block}_{scenario}.svg").exists()
 
 
+def test_committed_kv_and_register_block_diagrams_are_the_simulation():
+    for stem, desc in (("kv_vector", waves.wavedrom_kv()), ("csr_bus", waves.wavedrom_csr())):
+        assert json.loads((waves.WAVES / f"{stem}.json").read_text()) == json.loads(json.dumps(desc)), stem
+        assert (waves.WAVES / f"{stem}.svg").exists()
+
+
+def test_kv_and_register_block_counts():
+    kv = waves.record_kv()["marks"]
+    assert kv["spec_codes_last"] - kv["first_beat_in"] == 54     # first beat in -> last word out, G = 32, k = 24
+    assert len({kv[f"{p}_last"] for p in ("spec_codes", "spec_signman", "verif_codes", "verif_rest")}) == 1
+    rows, m = waves.record_csr()["rows"], waves.record_csr()["marks"]
+    assert rows[m["slverr"]]["bresp"] == 2 and not any(r["cfg.valid"] for r in rows)   # refused, never forwarded
+    assert m["irq"] == m["busy_fell"] + 1                         # DONE one cycle after busy fell
+
+
 def test_the_datasheet_cycle_counts():
     start = waves.record("start")["marks"]
     assert start["first_beat"] - start["start"] == 7          # START write -> first beat valid
