@@ -9,6 +9,8 @@ A datasheet marks each generated part with a begin comment and ``<!-- end genera
     <!-- generated: csr-ports NAME -->            the AXI4-Lite top ``NAME_csr`` (hw/csr.py ``CsrTop``)
     <!-- generated: axis NAME -->                 the AXI4-Stream names of ``NAME_axis`` (hw/export.py ``axis_map``)
     <!-- generated: registers block|local -->     a summary of the register description hw/regs/cassandra.rdl
+    <!-- generated: figures NAME [NAME ...] -->   area and clock per flow, from docs/report/hardware.md
+    <!-- generated: example-c1|example-c2|example-kv -->   worked examples computed by golden
 
 ``python -m cassandra_rtl.hw.datasheets`` rewrites those parts in place; ``--check`` exits 1 if any is stale
 (tests/test_datasheets.py runs the check). A port without a meaning below, or a meaning for a port no
@@ -266,7 +268,38 @@ def _reg_name(a: int) -> str:
     return Reg(a).name
 
 
+HW_REPORT = Path(__file__).resolve().parent.parent / "docs" / "report" / "hardware.md"
+
+
+def figures_table(names: list[str]) -> str:
+    """Area and clock per flow for the named blocks, taken from the generated hardware report
+    (docs/report/hardware.md, ``make report-hw``): the datasheets quote it and cannot drift from it."""
+    import re
+    rows = {}
+    for line in HW_REPORT.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and re.fullmatch(r"[a-z0-9_]+", cells[0]):
+            rows[cells[0]] = cells[1:]
+
+    def area(cell):                                # "35,058 GE (10.65x)" -> "35,058"
+        return cell.split(" ")[0]
+
+    def clock(cell):                               # "520.0 (1.43x)" -> "520.0 (1.43)"
+        return cell.replace("x)", ")")
+    out = ["| config | generic GE | generic MHz (× PE) | sky130 GE | sky130 MHz (× PE) | ECP5 LUT4 | ECP5 MHz (× PE) |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
+    for n in names:
+        if n not in rows:
+            raise KeyError(f"{n}: not in docs/report/hardware.md (make report-hw)")
+        c = rows[n]
+        out.append(f"| {n} | {area(c[0])} | {clock(c[1])} | {area(c[2])} | {clock(c[3])} | {area(c[4])} | "
+                   f"{clock(c[5])} |")
+    return "\n".join(out)
+
+
 def render_part(kind: str, args: list[str]) -> str:
+    if kind == "figures":
+        return figures_table(args)
     if kind == "example-c2":
         return example_c2()
     if kind == "example-kv":

@@ -137,3 +137,15 @@ def test_kv_worked_example_as_printed_is_what_the_encoder_emits():
     res = run_encoder(NAMED_CONFIGS["encoder_kv_c1_l2"](), vec, program, Stalls(idle=0.3, backpressure=0.3, seed=4))
     assert res.error_code == 0
     assert {p: [(int(d), int(last)) for d, last in w] for p, w in res.planes.items()} == printed
+
+
+def test_area_figures_follow_the_generated_hardware_report(tmp_path, monkeypatch):
+    """The datasheets' area / clock tables are docs/report/hardware.md's rows: a changed figure there makes
+    the C1 datasheet stale."""
+    report = datasheets.HW_REPORT.read_text()
+    assert "| decoder_c1v2_l8_v4 | 47,670 GE" in report
+    changed = tmp_path / "hardware.md"
+    changed.write_text(report.replace("| decoder_c1v2_l8_v4 | 47,670 GE", "| decoder_c1v2_l8_v4 | 47,671 GE"))
+    monkeypatch.setattr(datasheets, "HW_REPORT", changed)
+    page = (datasheets.DATASHEETS / "decoder_c1.md").read_text()
+    assert "| decoder_c1v2_l8_v4 | 47,671 |" in datasheets.render(page)
