@@ -25,7 +25,8 @@ help:
 	@echo "make formal    - SymbiYosys (yices/z3) + BDD proofs: zero counters, decoder protocol, liveness"
 	@echo "make fpga      - ECP5-85k place and route (nextpnr) of every block to build/fpga/ (FPGA_ARGS=...)"
 	@echo "make report    - the evaluation report into build/report-out/ (QUICK=1: smoke run); make report-docs: docs/report/"
-	@echo "make report-hw - docs/report/hardware.md from the synth / fpga / formal reports"
+	@echo "make report-hw - docs/report/hardware.md from the synth / fpga / formal reports (and the datasheets' figures)"
+	@echo "make datasheets - the generated parts of docs/datasheets/ (ports, registers, examples, figures)"
 	@echo "make bench     - golden codec throughput and bits/value"
 	@echo "make bench-long - acceptance vs context length (long; bench/long_context.py)"
 	@echo "make bench-peers - Cassandra vs ZipNN and DFloat11 (bits/value, MB/s per thread) to build/bench/"
@@ -123,6 +124,12 @@ report-docs: setup
 # The hardware figures alone, from the flows' reports (make synth [LIBERTY=...], make fpga, make formal).
 report-hw: setup
 	$(PY) eval/report_hardware.py --out docs/report
+	$(PY) -m cassandra_rtl.hw.datasheets
+
+# The generated parts of docs/datasheets (port tables, register summaries, worked examples, figures)
+.PHONY: datasheets
+datasheets: setup
+	$(PY) -m cassandra_rtl.hw.datasheets
 
 # Long-context acceptance (minutes to hours on a CPU; progress shown): docs/MODEL.md
 bench-long: setup
