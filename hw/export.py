@@ -18,7 +18,8 @@ signature as ports.json (see ``axis_map``); it adds no logic beyond the reset in
 ``--axil`` also writes, for every decoder and KV encoder, ``<name>_csr.v`` (module ``<name>_csr``: the block
 with the AXI4-Lite register block of hw/csr.py on its control ports, ``s_axil_*`` and ``irq``) and
 ``<name>_csr_axis.v`` (module ``<name>_csr_axis``: the same under AXI4-Stream names, the integrator's top),
-and ``cassandra_csr.h`` (the register map, block registers, CTRL / status / interrupt / error bits for C).
+and ``cassandra_csr.h`` (the register map, block registers, CTRL / status / interrupt / error bits for C), plus
+``cassandra_regs.h``, the header PeakRDL generates from hw/regs/cassandra.rdl (when peakrdl-cheader is installed).
 """
 from __future__ import annotations
 
@@ -417,6 +418,11 @@ def export(out: Path, only: list[str] | None = None, run_lint: bool = False, qui
             deps.update({out / f"{cname}.v": [], out / f"{cname}_axis.v": [out / f"{cname}.v"]})
     if axil:
         (out / "cassandra_csr.h").write_text(csr_c_header())
+        try:                                       # the header PeakRDL generates from hw/regs/cassandra.rdl
+            from .regmap import write_c_header
+            write_c_header(out / "cassandra_regs.h")
+        except ImportError:                        # peakrdl-cheader not installed ([test] / [regs] extras)
+            pass
     (out / "ports.json").write_text(json.dumps(tables, indent=1))
     (out / "ports.md").write_text(_markdown(tables))
     shutil.copy(WAIVERS, out / WAIVERS.name)

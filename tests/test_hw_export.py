@@ -252,6 +252,7 @@ def test_axil_writes_csr_tops_for_register_blocks_only(tmp_path):
     assert "decoder_c1v2_l4_csr_axis.v" in (tmp_path / "files.f").read_text()
     assert "AXI4-Lite register block" in (tmp_path / "ports.md").read_text()
     assert "#define CASS_CSR_IRQ_STATUS" in (tmp_path / "cassandra_csr.h").read_text()
+    assert "CASSANDRA_CSR__IRQ_STATUS__DONE_bm" in (tmp_path / "cassandra_regs.h").read_text()   # from the RDL
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
