@@ -72,6 +72,46 @@ def _lzc(m: Module, value, name: str):
     return cnt_sig, zero_sig
 
 
+def bf16_mul(m: Module, a, b, name: str = "prod"):
+    """bf16 ``a`` x bf16 ``b`` -> fp32 as a 32-bit Signal (combinational): exact unless it leaves the normal
+    range (DAZ inputs; below 2**-126 a zero of sign sa ^ sb; at or above 2**128 an infinity; NaN or inf x 0 ->
+    the canonical quiet NaN). Stage 1 of PeMacBf16 and of the NPU tile's DotUnit (hw/npu/dot.py)."""
+    sa, ea, fa = a[15], a[7:15], a[0:7]
+    sb, eb, fb = b[15], b[7:15], b[0:7]
+    a_zero = ea == 0                     # zero or subnormal (DAZ)
+    b_zero = eb == 0
+    a_inf = (ea == 0xFF) & (fa == 0)
+    b_inf = (eb == 0xFF) & (fb == 0)
+    a_nan = (ea == 0xFF) & (fa != 0)
+    b_nan = (eb == 0xFF) & (fb != 0)
+
+    sig = Signal(16, name=f"{name}_sig")     # (1.fa) * (1.fb) in [1, 4): 2 integer + 14 fraction bits
+    m.d.comb += sig.eq(Cat(fa, Const(1, 1)) * Cat(fb, Const(1, 1)))
+    carry = sig[15]
+    # Normalised 15-bit fraction (hidden bit dropped): exact, fits fp32's 23-bit fraction.
+    frac15 = Mux(carry, sig[0:15], Cat(Const(0, 1), sig[0:14]))
+    # Biased fp32 exponent: ea + eb - 127 + carry, in [-125, 382] for normal inputs.
+    pexp = Signal(range(-256, 512), name=f"{name}_exp")
+    m.d.comb += pexp.eq(ea + eb - 127 + carry)
+
+    p_sign = sa ^ sb
+    p_nan = a_nan | b_nan | (a_inf & b_zero) | (a_zero & b_inf)
+    p_inf = (a_inf | b_inf) & ~p_nan
+    p_ovf = ~(a_inf | b_inf | a_zero | b_zero | a_nan | b_nan) & (pexp >= 255)
+    p_zero = (a_zero | b_zero | (pexp <= 0)) & ~p_nan & ~p_inf
+
+    prod = Signal(FP32_WIDTH, name=name)
+    with m.If(p_nan):
+        m.d.comb += prod.eq(FP32_QNAN)
+    with m.Elif(p_inf | p_ovf):
+        m.d.comb += prod.eq(Cat(Const(FP32_INF, 31), p_sign))
+    with m.Elif(p_zero):
+        m.d.comb += prod.eq(Cat(Const(0, 31), p_sign))
+    with m.Else():
+        m.d.comb += prod.eq(Cat(Const(0, 8), frac15, pexp[0:8], p_sign))
+    return prod
+
+
 class PeMacBf16(wiring.Component):
     """One bf16 x bf16 + fp32 MAC per cycle.
 
@@ -107,39 +147,7 @@ class PeMacBf16(wiring.Component):
         m = Module()
 
         # ---------------- stage 1: bf16 x bf16 -> fp32 (exact unless over/underflow) -------------
-        sa, ea, fa = self.a[15], self.a[7:15], self.a[0:7]
-        sb, eb, fb = self.b[15], self.b[7:15], self.b[0:7]
-        a_zero = ea == 0                     # zero or subnormal (DAZ)
-        b_zero = eb == 0
-        a_inf = (ea == 0xFF) & (fa == 0)
-        b_inf = (eb == 0xFF) & (fb == 0)
-        a_nan = (ea == 0xFF) & (fa != 0)
-        b_nan = (eb == 0xFF) & (fb != 0)
-
-        sig = Signal(16)                     # (1.fa) * (1.fb) in [1, 4): 2 integer + 14 fraction bits
-        m.d.comb += sig.eq(Cat(fa, Const(1, 1)) * Cat(fb, Const(1, 1)))
-        carry = sig[15]
-        # Normalised 15-bit fraction (hidden bit dropped): exact, fits fp32's 23-bit fraction.
-        frac15 = Mux(carry, sig[0:15], Cat(Const(0, 1), sig[0:14]))
-        # Biased fp32 exponent: ea + eb - 127 + carry, in [-125, 382] for normal inputs.
-        pexp = Signal(range(-256, 512), name="prod_exp")
-        m.d.comb += pexp.eq(ea + eb - 127 + carry)
-
-        p_sign = sa ^ sb
-        p_nan = a_nan | b_nan | (a_inf & b_zero) | (a_zero & b_inf)
-        p_inf = (a_inf | b_inf) & ~p_nan
-        p_ovf = ~(a_inf | b_inf | a_zero | b_zero | a_nan | b_nan) & (pexp >= 255)
-        p_zero = (a_zero | b_zero | (pexp <= 0)) & ~p_nan & ~p_inf
-
-        prod = Signal(FP32_WIDTH, name="prod")
-        with m.If(p_nan):
-            m.d.comb += prod.eq(FP32_QNAN)
-        with m.Elif(p_inf | p_ovf):
-            m.d.comb += prod.eq(Cat(Const(FP32_INF, 31), p_sign))
-        with m.Elif(p_zero):
-            m.d.comb += prod.eq(Cat(Const(0, 31), p_sign))
-        with m.Else():
-            m.d.comb += prod.eq(Cat(Const(0, 8), frac15, pexp[0:8], p_sign))
+        prod = bf16_mul(m, self.a, self.b, "prod")
 
         prod_r = Signal(FP32_WIDTH, name="prod_r")
         en_r = Signal(name="en_r")

@@ -11,7 +11,11 @@ Design
   * Burst length = min(``burst``, words left, words to the next 4 KiB boundary): AXI4 forbids a burst that
     crosses one.
   * One AR register; the next request is chosen by a rotating-priority arbiter among the eligible streams the
-    cycle the register is empty or handing its request over, so back-to-back ARs go out one per cycle.
+    cycle the register is empty or handing its request over, so back-to-back ARs go out one per cycle. An
+    optional ``priority`` stream goes first whenever it is eligible (the tile's activations: a pass cannot
+    compute before they are in, while the plane streams only need to stay ahead).
+  * A stream sustains at most fifo_depth / (latency + burst) words per cycle (its reserved room bounds what
+    it has in flight), which sets the FIFO depth for a memory latency (docs/NPU.md "Sizing").
   * A tag FIFO records the stream of each issued burst; R beats go to the FIFO of the tag at its head, which
     is popped on ``rlast``. At most ``max_outstanding`` bursts are in flight (the tag FIFO's depth).
 
@@ -47,19 +51,27 @@ class ReadDma(wiring.Component):
     """
 
     def __init__(self, streams: int, data_bytes: int = 8, burst: int = 16, fifo_depth: int = 64,
-                 max_outstanding: int = 16):
+                 max_outstanding: int = 16, priority: int | None = None):
         if not isinstance(streams, int) or not 1 <= streams <= 64:
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"ReadDma streams must be 1..64, got {streams!r}")
         if data_bytes not in (4, 8, 16, 32, 64):
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"ReadDma data_bytes must be 4, 8, 16, 32 or 64, got {data_bytes!r}")
         if not isinstance(burst, int) or not 1 <= burst <= 256 or burst * data_bytes > PAGE:
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"ReadDma burst must be 1..256 beats within 4 KiB, got {burst!r}")
         if not isinstance(fifo_depth, int) or fifo_depth < burst:
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"ReadDma fifo_depth must be >= burst ({burst}), got {fifo_depth!r}")
+        if priority is not None and not (isinstance(priority, int) and 0 <= priority < streams):
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
+            raise ConfigError(f"ReadDma priority must be a stream index, got {priority!r}")
         if not isinstance(max_outstanding, int) or max_outstanding < 1:
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"ReadDma max_outstanding must be >= 1, got {max_outstanding!r}")
         self.streams, self.data_bytes, self.burst = streams, data_bytes, burst
-        self.fifo_depth, self.max_outstanding = fifo_depth, max_outstanding
+        self.fifo_depth, self.max_outstanding, self.priority = fifo_depth, max_outstanding, priority
         dw = 8 * data_bytes
         super().__init__({
             "load": In(1), "load_sel": In(range(streams)), "load_addr": In(ADDR_BITS), "load_words": In(WORDS_BITS),
@@ -120,6 +132,9 @@ class ReadDma(wiring.Component):
         wrap = Signal(range(2 * S))
         m.d.comb += wrap.eq(rr + pick_j)
         m.d.comb += pick.eq(Mux(wrap >= S, wrap - S, wrap))
+        if self.priority is not None:                   # the priority stream goes first when eligible
+            with m.If(elig[self.priority]):
+                m.d.comb += pick.eq(self.priority)
         issue = can_load & any_e
         m.d.comb += [self.ar_valid.eq(ar_full), self.r_ready.eq(1)]
         with m.If(handoff):

@@ -37,8 +37,10 @@ class Gearbox(wiring.Component):
 
     def __init__(self, in_lanes: int, lanes: int):
         if not isinstance(lanes, int) or lanes < 1 or lanes & (lanes - 1) or lanes > 64:
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"gearbox lanes must be a power of two 1..64, got {lanes!r}")
         if not isinstance(in_lanes, int) or not 1 <= in_lanes <= lanes:
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"gearbox in_lanes must be 1..{lanes}, got {in_lanes!r}")
         self.in_lanes, self.lanes = in_lanes, lanes
         super().__init__({

@@ -68,17 +68,26 @@ class NpuTile(wiring.Component):
                  max_rows: int = 5, max_in: int = 1536, burst: int = 16, fifo_depth: int = 64,
                  max_outstanding: int = 16):
         if data_bytes not in (8, 16):
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"tile data_bytes must be 8 or 16, got {data_bytes!r}")
         if not isinstance(instances, int) or not 1 <= instances <= 8:
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"tile instances must be 1..8 (the OP_DEC mask is 8 bits), got {instances!r}")
-        make, info = decoder_factory(decoder)
+        try:
+            make, info = decoder_factory(decoder)
+        except ConfigError:
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
+            raise
         lanes = info["lanes"]
         if data_bytes // 2 > lanes:
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"a bf16 pass delivers {data_bytes // 2} values per beat, more than the "
                               f"decoder's {lanes} lanes: use a narrower port or a wider decoder")
         if not isinstance(max_rows, int) or not 1 <= max_rows <= 16:
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"tile max_rows must be 1..16, got {max_rows!r}")
         if not isinstance(max_in, int) or max_in < lanes or max_in % lanes:
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"tile max_in must be a positive multiple of the lanes ({lanes}), got {max_in!r}")
         self.data_bytes, self.instances, self.decoder_name = data_bytes, instances, decoder
         self.decoder_info, self._make_decoder = info, make
@@ -120,7 +129,7 @@ class NpuTile(wiring.Component):
         lw = exact_log2(W)
         ports = SCHEME_PORTS[self.scheme]
 
-        dma = ReadDma(self.streams, W, self.burst, self.fifo_depth, self.max_outstanding)
+        dma = ReadDma(self.streams, W, self.burst, self.fifo_depth, self.max_outstanding, priority=1)
         wr = WriteMaster(N, W, self.burst)
         m.submodules.dma, m.submodules.writer = dma, wr
         m.d.comb += [

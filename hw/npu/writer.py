@@ -40,8 +40,10 @@ class OutPacker(wiring.Component):
 
     def __init__(self, max_rows: int, data_bytes: int = 8):
         if not isinstance(max_rows, int) or not 1 <= max_rows <= 16:
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"OutPacker max_rows must be 1..16, got {max_rows!r}")
         if data_bytes not in (4, 8, 16, 32, 64):
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"OutPacker data_bytes must be 4..64 (a power of two), got {data_bytes!r}")
         self.max_rows, self.data_bytes = max_rows, data_bytes
         super().__init__({
@@ -105,10 +107,13 @@ class WriteMaster(wiring.Component):
 
     def __init__(self, sources: int, data_bytes: int = 8, burst: int = 16):
         if not isinstance(sources, int) or not 1 <= sources <= 32:
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"WriteMaster sources must be 1..32, got {sources!r}")
         if data_bytes not in (4, 8, 16, 32, 64):
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"WriteMaster data_bytes must be 4..64 (a power of two), got {data_bytes!r}")
         if not isinstance(burst, int) or not 1 <= burst <= 256 or burst * data_bytes > PAGE:
+            self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"WriteMaster burst must be 1..256 beats within 4 KiB, got {burst!r}")
         self.sources, self.data_bytes, self.burst = sources, data_bytes, burst
         super().__init__({
