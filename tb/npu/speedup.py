@@ -134,26 +134,38 @@ def measurement_for(cass_path, tile=None, mem=None, jobs: int = 2, progress=None
 
     from cassandra_rtl.golden.container import read_container
 
-    from . import NPU_ROOT, MemParams, TileParams
+    from . import MemParams, TileParams
     from .bulk import linear_tensors, measure
     tile = tile or TileParams()
     mem = mem or MemParams()
-    key = f"{_file_digest(cass_path)}-{tile.key()}-bw{mem.bandwidth}-l{mem.read_latency}"
-    out = NPU_ROOT / "measure" / f"{key}.json"
+    out = _measurement_path(cass_path, tile, mem)
     if out.exists():
         return json.loads(out.read_text())
     c = read_container(cass_path)
     items = [it for it in linear_tensors(c) if it[1].config.scheme == tile.scheme]
     meas = measure(items, tile, mem, jobs=jobs, progress=progress)
     rep = meas.report()
-    rep["source"] = str(cass_path)
-    if not meas.batch_invariant or any(p["mismatches"] for p in rep["passes"].values()):
+    store_measurement(cass_path, tile, mem, rep)
+    return rep
+
+
+def _measurement_path(cass_path, tile, mem):
+    from . import NPU_ROOT
+    key = f"{_file_digest(cass_path)}-{tile.key()}-bw{mem.bandwidth}-l{mem.read_latency}"
+    return NPU_ROOT / "measure" / f"{key}.json"
+
+
+def store_measurement(cass_path, tile, mem, rep: dict) -> None:
+    """Cache a whole-artifact measurement (bit-exact and batch-invariant only) for ``measurement_for``."""
+    import json
+    rep = dict(rep, source=str(cass_path))
+    if not rep["batch_invariant"] or any(p["mismatches"] for p in rep["passes"].values()):
         raise RuntimeError(f"the tile's outputs differ from its reference on {cass_path}: not caching the timing")
+    out = _measurement_path(cass_path, tile, mem)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(rep))
     tmp.replace(out)
-    return rep
 
 
 def generation_report(ri, cass_path, clock_hz: float | None = None, clock_source: str | None = None,
