@@ -34,6 +34,7 @@ import report_crosscheck  # noqa: E402
 import report_entropy as ent  # noqa: E402
 import report_hw as rhw  # noqa: E402
 import report_memory as mem  # noqa: E402
+import report_npu  # noqa: E402
 from report_lib import PROMPTS, JsonlCache, Progress, env_summary, load_checkpoint  # noqa: E402
 
 
@@ -62,10 +63,11 @@ def parse_args(argv=None):
                          "build/ or model/ when present (not in --quick)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quiet", action="store_true")
-    ap.add_argument("--sections", choices=["all", "hardware", "crosscheck"], default="all",
+    ap.add_argument("--sections", choices=["all", "hardware", "crosscheck", "npu"], default="all",
                     help="hardware: re-render only section 5's synthesis part from the flows' reports (seconds); "
                          "crosscheck: only section 4's cross-check against GenZ / SCALE-Sim from "
-                         "build/crosscheck/crosscheck.json (python bench/crosscheck.py)")
+                         "build/crosscheck/crosscheck.json (python bench/crosscheck.py); npu: only section 6, "
+                         "the NPU tile measured in cycles (cassandra-rtl npu --all, python bench/npu_speedup.py)")
     a = ap.parse_args(argv)
     q = a.quick
     a.prompts = a.prompts or (2 if q else len(PROMPTS))
@@ -166,6 +168,8 @@ def main(argv=None) -> int:
         return splice_hardware(a)
     if a.sections == "crosscheck":
         return splice_crosscheck(a)
+    if a.sections == "npu":
+        return splice_npu(a)
     import torch
 
     torch.set_num_threads(a.threads)
@@ -499,6 +503,7 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
           ("".join(f"\n- `{c.get('command')}`: {c['error']}" for c in errs)) + "\n")
 
     # limits -------------------------------------------------------------------------------------
+    w(report_npu.render(Path(a.out), R['command']))
     w("## What this report does not cover\n")
     lim = [
         f"Scale: {a.prompts} prompts x {a.max_new_tokens} tokens per config on a shared 2-core CPU; acceptance "
@@ -574,6 +579,23 @@ def splice_crosscheck(a) -> int:
     body = report_crosscheck.render(Path(a.out), f"python eval/report.py --out {a.out} --sections crosscheck")
     md_path.write_text(text[:start] + body + "\n" + text[end:])
     print(f"wrote the cross-check subsection of {md_path}")
+    return 0
+
+
+def splice_npu(a) -> int:
+    """`--sections npu`: render section 6 (the NPU tile measured in cycles, eval/report_npu.py) into the existing
+    report.md (replacing an earlier copy, else just before "What this report does not cover")."""
+    md_path = Path(a.out) / "report.md"
+    text = md_path.read_text() if md_path.exists() else ""
+    end = text.find("## What this report does not cover")
+    if end < 0:
+        print(f"report: error: --sections npu needs {md_path} with its closing section", file=sys.stderr)
+        return 2
+    start = text.find(report_npu.HEADING)
+    start = end if start < 0 or start > end else start
+    body = report_npu.render(Path(a.out), f"python eval/report.py --out {a.out} --sections npu")
+    md_path.write_text(text[:start] + body + "\n" + text[end:])
+    print(f"wrote the NPU tile section of {md_path}")
     return 0
 
 
