@@ -11,7 +11,7 @@ export PATH := $(abspath $(VENV)/bin):$(PATH)
 SIM ?= verilator
 JOBS ?= 2
 
-.PHONY: opensta iverilog setup demo test test-slow sim sim-full verilog synth formal report report-docs report-hw bench bench-long clean help
+.PHONY: opensta iverilog setup demo test test-slow sim sim-full verilog synth formal report report-docs report-hw bench bench-long clean help npu npu-speedup
 
 help:
 	@echo "make demo      - encode the bundled SmolLM2, print stats, run speculative decoding"
@@ -27,6 +27,8 @@ help:
 	@echo "make report    - the evaluation report into build/report-out/ (QUICK=1: smoke run); make report-docs: docs/report/"
 	@echo "make report-hw - docs/report/hardware.md from the synth / fpga / formal reports (and the datasheets' figures)"
 	@echo "make datasheets - the generated parts of docs/datasheets/ (ports, registers, examples, figures)"
+	@echo "make npu       - every SmolLM2 linear tensor through the Verilated NPU tile, each pass kind (docs/NPU.md)"
+	@echo "make npu-speedup - held-out prompts under the tile's numerics: speedup measured in tile cycles + report section 6"
 	@echo "make bench     - golden codec throughput and bits/value"
 	@echo "make bench-long - acceptance vs context length (long; bench/long_context.py)"
 	@echo "make bench-peers - Cassandra vs ZipNN and DFloat11 (bits/value, MB/s per thread) to build/bench/"
@@ -130,6 +132,15 @@ report-hw: setup
 .PHONY: datasheets
 datasheets: setup
 	$(PY) -m cassandra_rtl.hw.datasheets
+
+# The NPU tile (docs/NPU.md): the whole artifact through the Verilated tile (its timing is cached for
+# generate --numerics npu), then the held-out runs timed in its cycles and the report's section 6.
+npu: setup
+	$(PY) -m cassandra_rtl.cli npu --all
+
+npu-speedup: npu
+	$(PY) bench/npu_speedup.py $(NPU_SPEEDUP_ARGS)
+	$(PY) eval/report.py --out docs/report --sections npu
 
 # Long-context acceptance (minutes to hours on a CPU; progress shown): docs/MODEL.md
 bench-long: setup
