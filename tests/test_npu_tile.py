@@ -135,3 +135,24 @@ def test_split_ranges_balance():
     assert split_ranges(1, np.ones(1), 3) == [(0, 1)]
     r = split_ranges(4, np.array([1, 1, 1, 9]), 2)
     assert r == [(0, 3), (3, 4)]
+
+
+@pytest.mark.slow
+def test_c2_cluster_bit_exact():
+    """The tile with a Cassandra-2 cluster (decoder_c2v2_l8: spec.mx in slot 0, slot 1 unused)."""
+    if not npu.available():
+        pytest.skip("Verilator not available")
+    tile = npu.TileParams(data_bytes=8, instances=2, decoder="decoder_c2v2_l8", max_rows=3, max_in=256, burst=8,
+                          fifo_depth=32, max_outstanding=8)
+    plan = npu.Plan(tile)
+    expect = []
+    for k, (o, i) in enumerate([(48, 128), (20, 256)]):
+        bits = weights((o, i), 40 + k)
+        enc = encode_tensor(bits, CodecConfig(scheme="c2", keep_ratio=0.5))
+        x = activations(i, 3, 7 + k)
+        plan.add_pass(enc, "draft", x[:1])
+        plan.add_pass(enc, "full", x)
+        expect += [ref(decode_draft(enc).reshape(o, i), x[:1], tile.lanes), ref(bits, x, tile.lanes)]
+    res = npu.run(plan)
+    for got, want in zip(res.outputs, expect):
+        assert np.array_equal(got, want)
