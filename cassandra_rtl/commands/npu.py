@@ -52,12 +52,43 @@ def _container(path: Path):
     return read_container(path)
 
 
+def _sizing(items, tile, mem, as_json: bool) -> int:
+    """The sizing rule (docs/NPU.md "Sizing") on the container's streams: mean and most compressed tensor."""
+    from ..tb.npu.bulk import sizing
+    spec = ("spec.codes", "spec.signman") if tile.scheme == "c1" else ("spec.mx",)
+    bits = []
+    for name, e in items:
+        d = sum(len(e.planes.get(p, b"")) for p in spec) * 8 / e.numel
+        f = sum(len(v) for v in e.planes.values()) * 8 / e.numel
+        bits.append((d, f, name))
+    n = sum(e.numel for _, e in items)
+    mean_d = sum(b[0] * e.numel for b, (_, e) in zip(bits, items)) / n
+    mean_f = sum(b[1] * e.numel for b, (_, e) in zip(bits, items)) / n
+    lo = min(bits)
+    out = {"mean": sizing(tile, mean_d, mean_f, mem.bandwidth), "most_compressed": sizing(tile, lo[0], lo[1], mem.bandwidth),
+           "bits": {"draft_mean": mean_d, "full_mean": mean_f, "draft_min": lo[0], "draft_min_tensor": lo[2]},
+           "fifo_rule": {"read_latency": mem.read_latency, "words_per_cycle_per_stream_max":
+                         tile.fifo_depth / (mem.read_latency + tile.burst)}}
+    if as_json:
+        print(json.dumps(out))
+        return 0
+    print(f"tile: {tile.instances} x {tile.decoder}, {tile.data_bytes} B/cycle; streams: draft {mean_d:.3f} bits/value "
+          f"(most compressed {lo[0]:.3f}, {lo[2]}), full {mean_f:.3f}")
+    for label, sz in (("mean stream", out["mean"]), ("most compressed tensor", out["most_compressed"])):
+        for k in ("bf16", "draft", "full"):
+            r = sz[k]
+            print(f"  {label:22} {k:5}: port delivers {r['port_values_per_cycle']:6.2f} values/cycle, cluster "
+                  f"{r['cluster_values_per_cycle']:5.2f} (margin {r['margin']:.2f}x)")
+    print(f"  instances for the most compressed draft: {out['most_compressed']['instances_needed_draft']}; one DMA "
+          f"stream sustains {out['fifo_rule']['words_per_cycle_per_stream_max']:.2f} words/cycle at latency "
+          f"{mem.read_latency} (fifo_depth / (latency + burst))")
+    return 0
+
+
 def run(args) -> int:
     from ..tb.npu import MemParams, TileError, TileParams, available
     from ..tb.npu.bulk import measure
 
-    if not available():
-        raise CliError("Verilator is not available (make setup installs it)")
     tile = TileParams(instances=args.instances)
     mem = MemParams(bandwidth=args.bandwidth, read_latency=args.latency)
     cass = Path(args.cass) if args.cass else generation_artifact()
@@ -65,6 +96,10 @@ def run(args) -> int:
     items = [it for it in _ordered(c) if it[1].config.scheme == tile.scheme]
     if not items:
         raise CliError(f"the container has no 2-D {tile.scheme} tensors")
+    if args.sizing:
+        return _sizing(items, tile, mem, args.json)
+    if not available():
+        raise CliError("Verilator is not available (make setup installs it)")
     if not args.all:
         items = items[:args.tensors]
 
@@ -114,5 +149,7 @@ def register(sub):
     p.add_argument("--jobs", type=int_range(1, 64), default=2, help="harness processes")
     p.add_argument("--seed", type=int_range(0, 2**31), default=0, help="activation seed")
     p.add_argument("--per-tensor", action="store_true", help="include each tensor's cycles in the JSON")
+    p.add_argument("--sizing", action="store_true", help="print the sizing rule on the container's streams "
+                   "(no simulation)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
