@@ -15,10 +15,8 @@ result writes). The rest of a pass is charged by the model (model/metrics.py): K
 """
 from __future__ import annotations
 
-from dataclasses import asdict
-
-from cassandra_rtl.model.metrics import (DEFAULT_OVERHEAD_US, Hardware, RunInputs, _ar_passes, _ctx_from_flops,
-                                         evaluate, hardware_presets)
+from cassandra_rtl.model.metrics import (DEFAULT_OVERHEAD_US, Hardware, RunInputs, _ar_passes, evaluate,
+                                         hardware_presets)
 
 
 def _cycles(meas: dict, kind: str, rows: int) -> tuple[float, float]:
@@ -56,7 +54,6 @@ def compose(ri: RunInputs | list, meas: dict, overhead_us: float | None = None) 
         tk = kind_of[kind] if c.fmt or kind == "bf16" else "bf16"
         cyc, tile_bytes = _cycles(meas, tk, rows)
         t_lin = cyc * W / hw.bandwidth
-        ctx = _ctx_from_flops(flops, rows, c, r)
         w_bpt = c.kv_bytes_per_token if c.kv_write_bytes_per_token is None else c.kv_write_bytes_per_token
         rest_bytes = max(0.0, wb - lin_w[tk]) + kvb + rows * w_bpt
         attn_flops = max(0.0, flops - 2.0 * c.matrix_params * rows)
@@ -130,7 +127,6 @@ def measurement_for(cass_path, tile=None, mem=None, jobs: int = 2, progress=None
     """The tile's per-tensor measurement (tb/npu/bulk.py) of every linear tensor of a .cass, cached in
     build/npu/measure/ by the file's content and the tile and memory parameters; measured (minutes) if missing."""
     import json
-    from dataclasses import asdict
 
     from cassandra_rtl.golden.container import read_container
 
