@@ -114,45 +114,48 @@ def tile_linear_fast(pw: PreparedWeight, x: torch.Tensor) -> torch.Tensor | None
 
 
 class TileLinear:
-    """``lin(x, w, b=None, key=None) -> bf16``: one linear layer as the NPU tile computes it (module
-    docstring). ``key`` names the weight (e.g. (layer, "wq")) for the per-weight cache; a weight that is not
-    the one cached under its key (another tensor) is prepared again.
+    """``lin(x, w, b=None) -> bf16``: one linear layer as the NPU tile computes it (module docstring).
 
-    ``calls`` / ``rows`` count the linear layers run and the activation rows they carried (a k+1-row verify
-    pass is one call per layer with k+1 rows: one weight read); ``reference_calls`` those the reference
-    computed (the fast path's condition failed, or no key)."""
+    Prepared weights are cached per weight tensor object (each layer's parameter is its own object, also where
+    the derived draft's layers share one buffer) and prepared again if its storage or shape changed; a weight
+    modified in place needs ``clear()``. ``calls`` / ``rows`` count the linear layers run and the activation
+    rows they carried (a k+1-row verify pass is one call per layer with k+1 rows: one weight read);
+    ``reference_calls`` those the reference computed (the fast path's condition failed)."""
 
     def __init__(self, lanes: int = NPU_LANES):
         from cassandra_rtl.golden.npu import tile_linear_torch
 
         self.lanes = int(lanes)
         self._tile = tile_linear_torch
-        self._prepared: dict = {}
+        self._prepared: dict = {}          # id(weight) -> (weight, PreparedWeight): the reference keeps id unique
         self.calls = self.rows = self.reference_calls = 0
 
-    def _weight(self, key, w: torch.Tensor) -> PreparedWeight | None:
-        if key is None or w.dim() != 2 or w.shape[1] % self.lanes or self.lanes & (self.lanes - 1):
-            return None
-        pw = self._prepared.get(key)
-        if pw is None or not pw.matches(w):
-            pw = self._prepared[key] = PreparedWeight(w, self.lanes)
-        return pw
+    def clear(self) -> None:
+        self._prepared.clear()
 
-    def tile(self, x: torch.Tensor, w: torch.Tensor, key=None) -> torch.Tensor:
-        """The tile's float32 result (..., out) of ``tile_linear_torch(w, x, lanes)``."""
+    def _weight(self, w: torch.Tensor) -> PreparedWeight | None:
+        if w.dim() != 2 or w.shape[1] % self.lanes or self.lanes & (self.lanes - 1):
+            return None
+        hit = self._prepared.get(id(w))
+        if hit is None or hit[0] is not w or not hit[1].matches(w):
+            hit = self._prepared[id(w)] = (w, PreparedWeight(w, self.lanes))
+        return hit[1]
+
+    def tile(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """The tile's float32 result (..., out): the bits of ``tile_linear_torch(w, x, lanes)``."""
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1])
-        pw = self._weight(key, w)
+        pw = self._weight(w)
         y = tile_linear_fast(pw, x2) if pw is not None else None
         if y is None:
             self.reference_calls += 1
             y = self._tile(w, x2, lanes=self.lanes)
         return y.reshape(*lead, w.shape[0])
 
-    def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, key=None) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         self.calls += 1
         self.rows += x.numel() // x.shape[-1]
-        y = self.tile(x, w, key)
+        y = self.tile(x, w)
         if b is not None:
             y = y + b.float()
         return y.to(torch.bfloat16)

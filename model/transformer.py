@@ -311,7 +311,7 @@ class Transformer(nn.Module):
             if logits_rows is not None:
                 x = x[logits_rows]
             h = _each_row(self.norm, x) if exact else self.norm(x)
-            return self.tile(h, self.head_weight(), key="head").float()
+            return self.tile(h, self.head_weight()).float()
         for li, blk in enumerate(self.layers):
             if li in skip_layers:
                 continue
@@ -349,18 +349,16 @@ class Transformer(nn.Module):
         lin, at, m = self.tile, blk.attn, blk.mlp
         each = _each_row if rowwise else (lambda f, *ts: f(*ts))
         h = each(blk.attn_norm, x)
-        q = lin(h, at.wq, at.bq, (li, "wq"))
-        k = lin(h, at.wk, at.bk, (li, "wk"))
-        v = lin(h, at.wv, at.bv, (li, "wv"))
+        q, k, v = lin(h, at.wq, at.bq), lin(h, at.wk, at.bk), lin(h, at.wv, at.bv)
         if rowwise and x.shape[0] > 1:
             o = torch.cat([self._attend(at, li, q[t : t + 1], k[t : t + 1], v[t : t + 1], start_pos + t, cache)
                            for t in range(x.shape[0])], 0)
         else:
             o = self._attend(at, li, q, k, v, start_pos, cache)
-        x = each(torch.add, x, lin(o, at.wo, key=(li, "wo")))
+        x = each(torch.add, x, lin(o, at.wo))
         h = each(blk.ffn_norm, x)
-        act = each(_swiglu, lin(h, m.w_gate, key=(li, "w_gate")), lin(h, m.w_up, key=(li, "w_up")))
-        return each(torch.add, x, lin(act, m.w_down, key=(li, "w_down")))
+        act = each(_swiglu, lin(h, m.w_gate), lin(h, m.w_up))
+        return each(torch.add, x, lin(act, m.w_down))
 
     def _attend(self, at: Attention, li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start_pos: int,
                 cache: KVCache) -> torch.Tensor:
