@@ -1,5 +1,6 @@
-"""The NPU tile's arithmetic: golden/npu.py (the reference) against the PE's RTL, its torch twin against its
-numpy form, and the RTL DotUnit (hw/npu/dot.py) against the reference, with idles and backpressure."""
+"""The NPU tile's arithmetic: golden/npu.py (the reference) against an independent integer model of the PE's
+arithmetic and against the PE's RTL, its torch twin against its numpy form, and the RTL DotUnit (hw/npu/dot.py)
+against the reference, with idles and backpressure."""
 from __future__ import annotations
 
 import random
@@ -18,14 +19,18 @@ SPECIALS = [0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x0080, 0x8080, 0x7F80, 0xFF
             0x7F7F, 0xFF7F, 0x3F80, 0xBF80, 0x4000, 0x3F81, 0x0100, 0x2000, 0x1F80, 0x6000, 0x5F80]
 
 
-def rand_bf16(rng, n, specials=0.2):
-    """bf16 bit patterns: mostly normal values of moderate range, some specials / extremes."""
+FINITE_SPECIALS = [v for v in SPECIALS if (v >> 7) & 0xFF != 0xFF and v not in (0x7F7F, 0xFF7F, 0x6000, 0x5F80)]
+
+
+def rand_bf16(rng, n, specials=0.2, pool=SPECIALS):
+    """bf16 bit patterns: mostly normal values of moderate range, some specials / extremes (the ``pool``; with
+    the full pool, also 10 % arbitrary patterns)."""
     out = []
     for _ in range(n):
         u = rng.random()
         if u < specials:
-            out.append(rng.choice(SPECIALS))
-        elif u < specials + 0.1:
+            out.append(rng.choice(pool))
+        elif pool is SPECIALS and u < specials + 0.1:
             out.append(rng.randrange(1 << 16))                 # anything: subnormals, huge, NaN
         else:
             e = rng.randrange(100, 150)
@@ -35,6 +40,212 @@ def rand_bf16(rng, n, specials=0.2):
 
 def bf16_tensor(bits):
     return torch.from_numpy(np.ascontiguousarray(bits, dtype=np.uint16).view(np.int16)).view(torch.bfloat16)
+
+
+# ---------------------------------------------------------------------------------------- scalar integer model
+# An independent model of the PE's arithmetic in Python integers (no floating point anywhere): a value is
+# sign * m * 2**e with integer m; the product is the exact integer product; the sum is computed exactly on the
+# grid of 2**-149 (every DAZ fp32 value is a multiple of it) and rounded to 24 bits, ties to even, by integer
+# arithmetic; then the PE's range rules (FTZ below 2**-126 keeping the exact result's sign, infinity from
+# 2**128, the exact-zero sign rule sa & sb, the canonical NaN).
+S_QNAN = 0x7FC00000
+
+
+def _s_dec(bits, ew, fw):
+    """(kind, sign, m, e) of an IEEE pattern with ew exponent / fw fraction bits, subnormals read as zero."""
+    sign = bits >> (ew + fw)
+    e = (bits >> fw) & ((1 << ew) - 1)
+    f = bits & ((1 << fw) - 1)
+    bias = (1 << (ew - 1)) - 1
+    if e == (1 << ew) - 1:
+        return ("nan" if f else "inf"), sign, 0, 0
+    if e == 0:
+        return "zero", sign, 0, 0
+    return "num", sign, (1 << fw) | f, e - bias - fw
+
+
+def _s_enc(sign, mag, scale):
+    """fp32 bits of sign * mag * 2**scale (mag > 0 an integer): RNE to 24 bits, FTZ below 2**-126, inf from 2**128."""
+    shift = scale + 149                      # express on the 2**-149 grid (exact: every operand is on it)
+    assert shift >= 0
+    a = mag << shift
+    n = a.bit_length()
+    if n < 24:                               # below 2**-126 (exact): flushed, the result's sign kept
+        return sign << 31
+    drop = n - 24
+    q, rem = a >> drop, a & ((1 << drop) - 1)
+    half = (1 << (drop - 1)) if drop else 0
+    if drop and (rem > half or (rem == half and q & 1)):
+        q += 1
+        if q == 1 << 24:
+            q >>= 1
+            drop += 1
+    biased = drop + 1                        # q * 2**(drop - 149) with q in [2**23, 2**24)
+    if biased >= 255:
+        return (sign << 31) | 0x7F800000
+    return (sign << 31) | (biased << 23) | (q & 0x7FFFFF)
+
+
+def s_mul(a, b):
+    ka, sa, ma, ea = _s_dec(a, 8, 7)
+    kb, sb, mb, eb = _s_dec(b, 8, 7)
+    s = sa ^ sb
+    if "nan" in (ka, kb) or {ka, kb} == {"inf", "zero"}:
+        return S_QNAN
+    if "inf" in (ka, kb):
+        return (s << 31) | 0x7F800000
+    if "zero" in (ka, kb):
+        return s << 31
+    m, e = ma * mb, ea + eb                  # exact
+    if m.bit_length() + e <= -126:           # m * 2**e < 2**-126: flushed to the zero of sign sa ^ sb
+        return s << 31
+    return _s_enc(s, m, e)
+
+
+def s_add(x, y):
+    kx, sx, mx, ex = _s_dec(x, 8, 23)
+    ky, sy, my, ey = _s_dec(y, 8, 23)
+    if "nan" in (kx, ky) or (kx == ky == "inf" and sx != sy):
+        return S_QNAN
+    if kx == "inf":
+        return (sx << 31) | 0x7F800000
+    if ky == "inf":
+        return (sy << 31) | 0x7F800000
+    lo = min(ex, ey)
+    total = (-1) ** sx * (mx << (ex - lo)) + (-1) ** sy * (my << (ey - lo))
+    if total == 0:                           # exact zero: -0 only when both operands are negative
+        return (sx & sy) << 31
+    return _s_enc(int(total < 0), abs(total), lo)
+
+
+def s_tree(vals):
+    if len(vals) == 1:
+        return vals[0]
+    h = len(vals) // 2
+    return s_add(s_tree(vals[:h]), s_tree(vals[h:]))
+
+
+def s_tile(w, x, lanes):
+    """(R, out) fp32 bits of the tile's arithmetic, one output at a time, from the definition."""
+    R, (O, n) = len(x), np.shape(w)
+    out = np.zeros((R, O), np.uint32)
+    for r in range(R):
+        for o in range(O):
+            prods = [s_mul(int(w[o][i]), int(x[r][i])) for i in range(n)]
+            acc = 0x80000000
+            for g in range(0, n, lanes):
+                acc = s_add(acc, s_tree(prods[g:g + lanes]))
+            out[r, o] = acc
+    return out
+
+
+BF16_EDGE = sorted(set(SPECIALS) | {0x0081, 0x00FF, 0x3F00, 0x3FFF, 0xBFFF, 0x7F00, 0x4000, 0x5F7F, 0x1FFF, 0x2080})
+FP32_EDGE = [0x00000000, 0x80000000, 0x00000001, 0x807FFFFF, 0x00800000, 0x80800000, 0x00800001, 0x01000000,
+             0x00FFFFFF, 0x81000001, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F7FFFFE, 0x7F000000, 0x7F800000, 0xFF800000,
+             0x7FC00000, 0x7F800001, 0xFFFFFFFF, 0x3F800000, 0xBF800000, 0x3F800001, 0xBF800001, 0x33800000,
+             0xB3800000, 0x33000000, 0x34400000, 0xB4400000, 0x40400000, 0x4B800000, 0xCB800000, 0x73800000,
+             0x7E800000, 0x3FFFFFFF, 0xBFFFFFFF, 0x00C00000, 0x80A00000]
+
+
+def test_integer_model_hand_values():
+    """The integer model on values checked by hand (so the model itself is pinned, not just self-consistent)."""
+    assert s_mul(0x3FC0, 0x4040) == 0x40900000            # 1.5 * 3 = 4.5
+    assert s_mul(0x0080, 0x3F80) == 0x00800000            # 2**-126 * 1 stays normal
+    assert s_mul(0x0080, 0x3F00) == 0x00000000            # 2**-127: flushed
+    assert s_mul(0x8080, 0x3F00) == 0x80000000            # ... to the product's sign
+    assert s_mul(0x7F00, 0x4000) == 0x7F800000            # 2**127 * 2 = 2**128: infinity
+    assert s_mul(0x7F7F, 0x3F80) == 0x7F7F0000            # the largest bf16 stays finite
+    assert s_mul(0x0001, 0x7F80) == S_QNAN                # a subnormal is zero: 0 * inf
+    assert s_mul(0x8000, 0x3F80) == 0x80000000
+    assert s_add(0x3F800000, 0x33800000) == 0x3F800000    # 1 + 2**-24: tie, to even (down)
+    assert s_add(0x3F800001, 0x33800000) == 0x3F800002    # tie, to even (up)
+    assert s_add(0x3F800000, 0x33800001) == 0x3F800001    # just above the tie
+    assert s_add(0x3F800000, 0xBF800000) == 0x00000000    # x - x = +0
+    assert s_add(0x80000000, 0x80000000) == 0x80000000    # -0 + -0 = -0
+    assert s_add(0x80000000, 0x00000000) == 0x00000000
+    assert s_add(0x01000000, 0x80C00000) == 0x00000000    # 2**-125 - 1.5 * 2**-126 = 2**-127: flushed, +
+    assert s_add(0x81000000, 0x00C00000) == 0x80000000    # ... and -
+    assert s_add(0x7F7FFFFF, 0x73000000) == 0x7F800000    # max + half an ulp (2**103): a tie, to even = 2**128
+    assert s_add(0x7F7FFFFF, 0x72800000) == 0x7F7FFFFF    # max + a quarter ulp
+    assert s_add(0x00000001, 0x3F800000) == 0x3F800000    # DAZ: the subnormal operand is zero
+    assert s_add(0x7F800000, 0xFF800000) == S_QNAN
+
+
+def test_reference_product_equals_integer_model():
+    """mul_np == the integer model: every bf16 exponent (x 4 fractions, 2 signs) against edge and boundary
+    operands (products straddling 2**-126 and 2**128), the edge set squared, and random patterns."""
+    sweep = [(s << 15) | (e << 7) | f for s in (0, 1) for e in range(256) for f in (0, 1, 0x40, 0x7F)]
+    partners = BF16_EDGE + [(e << 7) | f for e in (1, 2, 63, 64, 65, 126, 127, 128, 190, 191, 192, 254)
+                            for f in (0, 0x7F)]
+    rng = random.Random(7)
+    pairs = [(a, b) for a in sweep for b in partners] + [(a, b) for a in BF16_EDGE for b in BF16_EDGE]
+    pairs += [(rng.randrange(1 << 16), rng.randrange(1 << 16)) for _ in range(20000)]
+    a, b = (np.array(v, np.uint16) for v in zip(*pairs))
+    want = np.array([s_mul(int(x), int(y)) for x, y in pairs], np.uint32)
+    got = mul_np(a, b)
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, [(hex(pairs[i][0]), hex(pairs[i][1]), hex(got[i]), hex(want[i])) for i in bad[:5]]
+    # the sweep reached every kind of result
+    assert {0, 0x80000000, 0x7F800000, 0xFF800000, S_QNAN} <= set(want.tolist())
+    assert ((want & 0x7F800000) == 0x00800000).any()      # results in the smallest normal binade
+
+
+def _close_pairs(rng, n):
+    """fp32 pairs whose exponents are close: rounding, ties, cancellation, results near the bottom and top."""
+    out = []
+    for _ in range(n):
+        kind = rng.random()
+        ex = rng.choice([rng.randrange(1, 255), rng.randrange(1, 6), rng.randrange(248, 255)])
+        x = (rng.randrange(2) << 31) | (ex << 23) | rng.randrange(1 << 23)
+        if kind < 0.2:          # half an ulp of x (1 or 3 half-ulps): a tie when the exponent does not move
+            ey = ex - 24 if rng.random() < 0.5 else ex - 23
+            fy = 0 if ey == ex - 24 else 0x400000
+            y = (rng.randrange(2) << 31) | (max(ey, 0) << 23) | fy
+        elif kind < 0.4:        # near cancellation: -(x + k ulps)
+            y = ((x ^ 0x80000000) + rng.randrange(-3, 4)) & 0xFFFFFFFF
+        else:
+            ey = min(254, max(0, ex + rng.randrange(-30, 31)))
+            y = (rng.randrange(2) << 31) | (ey << 23) | rng.randrange(1 << 23)
+        out.append((x, y))
+    return out
+
+
+def test_reference_adder_equals_integer_model():
+    """add_np == the integer model on the fp32 edge set squared, close-exponent pairs (ties, cancellation,
+    flushed subnormal sums, overflow) and random patterns."""
+    rng = random.Random(8)
+    pairs = [(a, b) for a in FP32_EDGE for b in FP32_EDGE] + _close_pairs(rng, 40000)
+    pairs += [(rng.randrange(1 << 32), rng.randrange(1 << 32)) for _ in range(20000)]
+    a, b = (np.array(v, np.uint32) for v in zip(*pairs))
+    want = np.array([s_add(x, y) for x, y in pairs], np.uint32)
+    got = add_np(a, b)
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, [(hex(pairs[i][0]), hex(pairs[i][1]), hex(got[i]), hex(want[i])) for i in bad[:5]]
+    # the data did exercise the rules: flushed nonzero sums of both signs, overflow, exact zeros of both signs
+    nonzero_in = ((a & 0x7F800000) != 0) & ((b & 0x7F800000) != 0) & ((a ^ b) != 0x80000000)
+    assert ((want == 0) & nonzero_in).any() and ((want == 0x80000000) & nonzero_in).any()
+    assert (want == 0x7F800000).any() and (want == 0xFF800000).any()
+    assert ((want == 0) & ((a ^ b) == 0x80000000)).any()
+
+
+def _tiny_bf16(rng, n):
+    """bf16 values around 2**-63 of both signs: their products sit at 2**-126 and their sums cancel into the
+    subnormal range, where the flushes act inside the trees and the accumulation."""
+    return np.array([(rng.randrange(2) << 15) | (rng.randrange(60, 68) << 7) | rng.randrange(128) for _ in range(n)],
+                    np.uint16)
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 4, 8, 16, 32])
+def test_tile_linear_np_equals_integer_model(lanes):
+    """tile_linear_np == the definition computed output by output with the integer model (3 rows, 6 outputs,
+    64 inputs), on mixed data with edge values and on tiny values where the flushes decide the result."""
+    rng = random.Random(100 + lanes)
+    for gen in (lambda n: rand_bf16(rng, n, 0.04, FINITE_SPECIALS), lambda n: _tiny_bf16(rng, n)):
+        w, x = gen(6 * 64).reshape(6, 64), gen(3 * 64).reshape(3, 64)
+        w[0, 5], x[1, 7], w[2, 9], w[3, 11] = 0x7F80, 0x7FC1, 0x7F7F, 0xFF00    # one inf, NaN, huge in places
+        want = s_tile(w, x, lanes)
+        assert np.array_equal(tile_linear_np(w, x, lanes), want)
+        assert ((want & 0x7F800000) != 0x7F800000).any()     # not all NaN / inf
 
 
 # ---------------------------------------------------------------------------------------- reference vs PE RTL
