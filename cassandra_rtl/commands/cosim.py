@@ -11,6 +11,13 @@ Engines: with Verilator the compiled bulk harness (tb/bulk, millions of values/s
 (or ``--engine cocotb``) the tensors go through the cocotb testbench (per-cycle Python, slow: use
 --max-values). A ``.npy`` of raw uint16 bf16 bits is encoded on the fly with the golden codec
 (--group/--mbits/--keep, in the scheme of --config) so the flow also works without a container.
+
+Parallel runs (bulk engine): the streams are cut at chunk boundaries into tasks of about --task-values
+values (tb/bulk/jobs.py), run by a local pool of --jobs harness processes or, with ``--cluster local:N`` /
+``--cluster tcp://host:8786`` / $CASSANDRA_RTL_CLUSTER, on Dask (cassandra_rtl/executor.py, the ``cluster``
+extra); the harness is built once here and shipped to the workers. values, mismatches, cycles and the first
+mismatches are the same whatever ran them (``--report FILE`` writes those as canonical JSON); the JSON also
+says ``executor``, ``workers`` and ``tasks``.
 """
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ import numpy as np
 
 from ..argtypes import float_range, int_range, positive_int
 from ..cli import CliError
+from ..executor import add_cluster_argument
 from ..errors import FormatError
 
 
@@ -99,7 +107,6 @@ def encode_npy(path: str, args, scheme: str) -> list[tuple[str, object]]:
 
 
 def run(args) -> int:
-    from ..golden.codec import decode_draft, decode_full
     from ..golden.config import CodecConfig
     from ..golden.io import read_npy_header
     from ..tb.common.tools import ensure_simulator
@@ -136,6 +143,10 @@ def run(args) -> int:
     if engine == "bulk" and args.sim != "verilator":
         raise CliError("the bulk engine is a compiled Verilator harness: use --sim verilator")
     ensure_simulator(args.sim)                  # ToolMissingError -> one-line message, exit 2
+    from ..executor import check_cluster
+
+    if check_cluster(args.cluster) and engine != "bulk":
+        raise CliError("--cluster runs the bulk engine (Verilator) only")
     if npy:
         tensors = encode_npy(args.input, args, scheme)
     if args.max_values:
@@ -155,29 +166,25 @@ def run(args) -> int:
               f"skipped_{'c2' if scheme == 'c1' else 'c1'}_tensors": len(skipped)}
     mism_list = []
     if engine == "bulk":
+        from ..executor import Executor
         from ..tb import bulk
+        from ..tb.bulk import jobs
 
-        st = bulk.BulkStats()
-        try:
-            got = bulk.decode_many_with_rtl(encs, args.mode, config=args.config, jobs=args.jobs, stats=st)
-        except bulk.RtlError as exc:
-            print(f"cassandra-rtl cosim: RTL failure: {' '.join(str(exc).split())}", file=sys.stderr)
-            return 1
-        values = mismatches = 0
-        for (name, enc), g in zip(tensors, got):
+        with Executor(args.cluster, jobs=args.jobs) as ex:
             try:
-                ref = (decode_full(enc) if args.mode == "full" else decode_draft(enc)).reshape(-1)
+                res = jobs.cosim_many(tensors, args.mode, args.config, ex,
+                                      task_values=args.task_values or jobs.TASK_VALUES)
+            except bulk.RtlError as exc:
+                print(f"cassandra-rtl cosim: RTL failure: {' '.join(str(exc).split())}", file=sys.stderr)
+                return 1
             except FormatError as exc:
-                raise FormatError(f"{Path(args.input).name}: tensor {name!r}: {exc}") from None
-            g = g.reshape(-1)
-            bad = np.flatnonzero(g != ref)
-            values += len(ref)
-            mismatches += len(bad)
-            for i in bad[:5]:
-                mism_list.append({"tensor": name, "index": int(i), "rtl": f"0x{int(g[i]):04x}",
-                                  "golden": f"0x{int(ref[i]):04x}"})
-        report.update(values=values, mismatches=mismatches, cycles=st.cycles,
-                      values_per_cycle=round(st.values_per_cycle, 3))
+                raise FormatError(f"{Path(args.input).name}: {exc}") from None
+        mism_list = res.pop("first_mismatches")
+        report.update(values=res["values"], mismatches=res["mismatches"], cycles=res["cycles"],
+                      values_per_cycle=round(res["values"] / res["cycles"], 3) if res["cycles"] else 0.0,
+                      tasks=res["tasks"], executor=res["executor"], workers=res["workers"])
+        if "cluster" in res:
+            report["cluster"] = res["cluster"]
     else:
         from ..tb.common import build
 
@@ -200,6 +207,10 @@ def run(args) -> int:
     report["seconds"] = round(wall, 3)
     report["values_per_second"] = round(report["values"] / wall, 1) if wall else 0.0
     report["first_mismatches"] = mism_list
+    if args.report:
+        from ..tb.bulk.jobs import merged_report
+
+        Path(args.report).write_bytes(merged_report(report))
     if args.json:
         print(json.dumps(report, indent=1))
     else:
@@ -228,7 +239,14 @@ def register(sub):
                    "for a container of C2 tensors only)")
     p.add_argument("--engine", default="auto", choices=["auto", "bulk", "cocotb"],
                    help="auto: bulk harness on Verilator, cocotb on Icarus")
-    p.add_argument("--jobs", type=int_range(1, 64), default=2, help="bulk harness processes (1..64)")
+    p.add_argument("--jobs", type=int_range(1, 64), default=2, help="bulk harness processes of the local pool (1..64)")
+    add_cluster_argument(p)
+    p.add_argument("--task-values", type=int_range(1, 1 << 40), default=None, metavar="N",
+                   help="values per task: the work is cut at chunk boundaries into tasks of about N values, "
+                        "whatever the worker count (default 4194304)")
+    p.add_argument("--report", default=None, metavar="FILE",
+                   help="also write the merged report (no timing, no executor): the same bytes for the same "
+                        "input on the local pool and on any cluster")
     p.add_argument("--group", type=int, default=128, choices=[32, 64, 128, 256], help=".npy input: superblock size")
     p.add_argument("--mbits", type=int_range(0, 7), default=3, help=".npy input: draft mantissa bits")
     p.add_argument("--keep", type=float_range(0, 1, lo_open=True), default=0.75, help=".npy input: keep ratio")

@@ -220,8 +220,11 @@ def write_job(path: Path, encs: list[EncodedTensor], full: bool, lanes: int, wor
                 fh.write(last.tobytes())
 
 
-def _run_job(exe: Path, encs, full, params, idle=0.0, backpressure=0.0, seed=1) -> tuple[list[np.ndarray], dict]:
-    with tempfile.TemporaryDirectory(prefix="cass-bulk-", dir=BULK_ROOT) as tmp:
+def _run_job(exe: Path, encs, full, params, idle=0.0, backpressure=0.0, seed=1,
+             tmp_dir: Path | None = None) -> tuple[list[np.ndarray], dict]:
+    """One harness process over ``encs``; its job and output files in ``tmp_dir`` (default BULK_ROOT; a
+    cluster worker passes its own temporary folder)."""
+    with tempfile.TemporaryDirectory(prefix="cass-bulk-", dir=tmp_dir or BULK_ROOT) as tmp:
         job, out = Path(tmp) / "job.bin", Path(tmp) / "out.u16"
         write_job(job, encs, full, params["lanes"], params["word"],
                   "c2" if str(params.get("block", "")).endswith("c2") else "c1", params.get("verif_word"),

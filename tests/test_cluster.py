@@ -1,0 +1,213 @@
+"""cassandra_rtl.executor and the work on it: cluster selection, results in task order, the co-simulation's
+merged report the same bytes on the local pool and on a 2-worker Dask LocalCluster, a worker killed mid-run.
+
+The Dask parts need the optional extra (pip install '.[cluster]') and are skipped with that reason otherwise.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from cassandra_rtl import executor as X
+from cassandra_rtl.errors import ConfigError, ToolMissingError
+
+NO_DASK = "the cluster extra (Dask distributed) is not installed: pip install '.[cluster]'"
+needs_dask = pytest.mark.skipif(not X.dask_available(), reason=NO_DASK)
+CONFIG = "decoder_c1v2_l4"          # the harness make test builds anyway (test_cosim_bulk)
+
+
+# ------------------------------------------------------------------ selection (no Dask needed)
+
+@pytest.mark.parametrize("value,want", [(None, None), ("", None), ("pool", None), ("none", None),
+                                        ("local:2", "local:2"), ("tcp://10.0.0.5:8786", "tcp://10.0.0.5:8786"),
+                                        ("tls://sched.example:8786", "tls://sched.example:8786")])
+def test_cluster_spec(value, want, monkeypatch):
+    monkeypatch.delenv(X.ENV, raising=False)
+    assert X.cluster_spec(value) == want
+
+
+def test_cluster_spec_from_environment(monkeypatch):
+    monkeypatch.setenv(X.ENV, "local:3")
+    assert X.cluster_spec(None) == "local:3"
+    assert X.cluster_spec("pool") is None          # the option wins over the variable
+
+
+@pytest.mark.parametrize("bad", ["local:0", "local:x", "local", "host:8786", "8786"])
+def test_cluster_spec_refuses(bad, monkeypatch):
+    monkeypatch.delenv(X.ENV, raising=False)
+    with pytest.raises(ConfigError, match="--cluster"):
+        X.cluster_spec(bad)
+
+
+def test_bad_cluster_option_is_one_line(run, tmp_path):
+    r = run("cosim", tmp_path / "x.cass", "--cluster", "somewhere")
+    assert r.returncode == 2 and "--cluster" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in r.stderr
+
+
+def test_missing_extra_is_one_line(run, tmp_path, monkeypatch, weight_bits):
+    """--cluster without Dask: the install line, exit 2, before any simulation."""
+    from cassandra_rtl.golden.codec import encode_tensor
+    from cassandra_rtl.golden.config import CodecConfig
+    from cassandra_rtl.golden.container import write_container
+    from cassandra_rtl.tb.common import tools
+
+    write_container(tmp_path / "m.cass", {"t": encode_tensor(weight_bits(300), CodecConfig())})
+    monkeypatch.setattr(tools, "ensure_simulator", lambda sim: sim)
+    monkeypatch.setattr(X, "dask_available", lambda: False)
+    r = run("cosim", tmp_path / "m.cass", "--cluster", "local:2")
+    assert r.returncode == 2 and "[cluster]" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def _square(shared, t):
+    time.sleep(0.01 * (t % 3))              # finish out of order
+    return t * t + shared
+
+
+def test_pool_map_keeps_task_order():
+    seen = []
+    with X.Executor(None, jobs=3, progress=False) as ex:
+        ex.on_result = lambda i, r: seen.append(i)
+        assert ex.map(_square, range(12), shared=1) == [t * t + 1 for t in range(12)]
+        assert ex.describe() == {"executor": "pool", "workers": 3}
+    assert sorted(seen) == list(range(12))
+
+
+def test_merge_is_deterministic_and_offsets_indices():
+    from cassandra_rtl.tb.bulk.jobs import merge
+
+    r = [{"values": 10, "mismatches": 2, "first": [("a", 3, 1, 2), ("a", 4, 1, 2)], "cycles": 5, "beats": 1,
+          "sim_seconds": 0.1},
+         {"values": 10, "mismatches": 6, "first": [("a", 1030 + i, 0, 1) for i in range(6)], "cycles": 6,
+          "beats": 1, "sim_seconds": 0.1}]
+    m = merge(r)
+    assert (m["values"], m["mismatches"], m["cycles"], m["tasks"]) == (20, 8, 11, 2)
+    assert [x["index"] for x in m["first_mismatches"]] == [3, 4, 1030, 1031, 1032]   # 5 per tensor, in order
+
+
+def test_plan_cuts_at_chunk_boundaries(weight_bits):
+    from cassandra_rtl.golden.codec import decode_full, encode_tensor
+    from cassandra_rtl.golden.config import CodecConfig
+    from cassandra_rtl.tb.bulk.jobs import plan_pieces
+
+    big = encode_tensor(weight_bits(10_000), CodecConfig())
+    small = [encode_tensor(weight_bits(300, seed=s), CodecConfig()) for s in range(3)]
+    groups = plan_pieces([("s0", small[0]), ("big", big), ("s1", small[1]), ("s2", small[2])], task_values=4096)
+    V = big.config.chunk_values
+    assert [[(p.name, p.offset) for p in g] for g in groups] == \
+        [[("s0", 0)], [("big", 0)], [("big", 4 * V)], [("big", 8 * V)], [("s1", 0), ("s2", 0)]]
+    parts = np.concatenate([decode_full(p.enc).reshape(-1) for g in groups for p in g if p.name == "big"])
+    assert np.array_equal(parts, decode_full(big).reshape(-1))
+
+
+# ------------------------------------------------------------------ Dask LocalCluster
+
+@needs_dask
+def test_local_cluster_survives_a_killed_worker():
+    """A worker killed (SIGKILL) after the first result: its tasks run elsewhere, every result arrives,
+    in task order."""
+    with X.Executor("local:2", progress=False) as ex:
+        pids = ex.client.run(os.getpid)
+        killed = []
+
+        def kill_once(i, r):
+            if not killed:
+                killed.append(next(iter(pids.values())))
+                os.kill(killed[0], signal.SIGKILL)
+        ex.on_result = kill_once
+        got = ex.map(_slow_square, range(16), shared=1)
+        assert got == [t * t + 1 for t in range(16)]
+        assert killed and not _alive(killed[0])
+        assert ex.describe()["workers"] == 2                  # the nanny started a new one
+
+
+def _slow_square(shared, t):
+    time.sleep(0.2)
+    return t * t + shared
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def container(tmp_path_factory):
+    from cassandra_rtl.golden.codec import encode_tensor
+    from cassandra_rtl.golden.config import CodecConfig
+    from cassandra_rtl.golden.container import write_container
+    from cassandra_rtl.tb.decoder import data as D
+
+    rng = np.random.default_rng(31)
+    tensors = {
+        "a": encode_tensor(D.weights_like(rng, 64 * 1500).reshape(64, 1500), CodecConfig(group_size=64, keep_ratio=0.5)),
+        "b": encode_tensor(D.specials_tensor(rng, 5000), CodecConfig(group_size=128, mantissa_bits=7, keep_ratio=1.0)),
+        "c": encode_tensor(D.weights_like(rng, 150_000), CodecConfig()),
+    }
+    p = tmp_path_factory.mktemp("cluster") / "m.cass"
+    write_container(p, tensors)
+    return p
+
+
+def _bulk_or_skip():
+    from cassandra_rtl.tb import bulk
+
+    if not bulk.available():
+        pytest.skip("Verilator not available")
+
+
+@needs_dask
+@pytest.mark.sim
+@pytest.mark.parametrize("mode", ["draft", "full"])
+def test_cosim_local_cluster_equals_pool(container, run, tmp_path, mode):
+    """`cosim --cluster local:2 --json`: the same values, mismatches, cycles and first mismatches as the
+    local pool, plus workers; the merged report (--report) is byte-identical. Small tasks (--task-values)
+    so the tensors are cut at chunk boundaries and spread over both workers."""
+    _bulk_or_skip()
+    reps = {}
+    for name, extra in (("pool", []), ("cluster", ["--cluster", "local:2"])):
+        r = run("cosim", container, "--config", CONFIG, "--mode", mode, "--json", "--task-values", "20000",
+                "--report", tmp_path / f"{name}.json", *extra)
+        assert r.returncode == 0, r.stderr
+        reps[name] = json.loads(r.stdout)
+    pool, cl = reps["pool"], reps["cluster"]
+    assert pool["values"] == 64 * 1500 + 5000 + 150_000 and pool["mismatches"] == 0
+    for key in ("values", "mismatches", "cycles", "tasks", "first_mismatches"):
+        assert pool[key] == cl[key], key
+    assert pool["tasks"] > 2
+    assert (cl["workers"], cl["executor"], pool["executor"]) == (2, "local-cluster", "pool")
+    assert (tmp_path / "pool.json").read_bytes() == (tmp_path / "cluster.json").read_bytes()
+
+
+@needs_dask
+@pytest.mark.sim
+def test_cosim_killed_worker_same_report(container):
+    """A worker killed mid-co-simulation (after the first task's result): the job completes and its merged
+    report is the same bytes as the local pool's."""
+    _bulk_or_skip()
+    from cassandra_rtl.golden.container import read_container
+    from cassandra_rtl.tb.bulk import jobs
+
+    named = list(read_container(container).tensors.items())
+    with X.Executor(None, jobs=2, progress=False) as ex:
+        want = jobs.cosim_many(named, "full", CONFIG, ex, task_values=20000)
+    with X.Executor("local:2", progress=False) as ex:
+        pids = ex.client.run(os.getpid)
+        killed = []
+
+        def kill_once(i, r):
+            if not killed:
+                killed.append(next(iter(pids.values())))
+                os.kill(killed[0], signal.SIGKILL)
+        ex.on_result = kill_once
+        got = jobs.cosim_many(named, "full", CONFIG, ex, task_values=20000)
+    assert killed and want["mismatches"] == 0 and want["tasks"] > 4
+    assert jobs.merged_report(got) == jobs.merged_report(want)
