@@ -136,13 +136,14 @@ POWER_SP = SamplingParams(temperature=16.0)  # flattens the tiny model: the less
 POWER_TOKENS = 3
 
 
-@functools.lru_cache(maxsize=1)
-def _power_target():
+@functools.lru_cache(maxsize=2)
+def _power_target(numerics: str = "torch"):
+    """The tiny target, with bf16 ``F.linear`` (``torch``) or every linear layer the NPU tile's (``npu``)."""
     from cassandra_rtl.model.testing import tiny_checkpoint
 
     ck = tiny_checkpoint(seed=5, std=0.3, vocab=POWER_V, n_layers=1, dim=32, hidden_dim=64, n_heads=2,
                          n_kv_heads=1, head_dim=16)
-    return ck.build()
+    return ck.build().set_numerics(numerics)
 
 
 def _exact_law(m, prompt, sp, n_tokens):
@@ -220,14 +221,14 @@ WRONG_RULES = {
 }
 
 
-def engine_law_stat(rule: str, seed: int, n: int, monkeypatch=None):
+def engine_law_stat(rule: str, seed: int, n: int, monkeypatch=None, numerics: str = "torch"):
     """(chi-square, threshold, df, acceptance) of ``n`` engine runs with ``rule`` ("correct" = the engine's
-    own) against the exact law of the first POWER_TOKENS tokens."""
+    own) against the exact law of the first POWER_TOKENS tokens, the target under ``numerics``."""
     import cassandra_rtl.model.engine as engine_mod
     from cassandra_rtl.model.engine import Engine
 
     torch.set_num_threads(1)
-    m = _power_target()
+    m = _power_target(numerics)
     exact = _exact_law(m, POWER_PROMPT, POWER_SP, POWER_TOKENS)
     eng, d = Engine(m), _hostile_drafter(m)
     saved = engine_mod.speculative_accept
@@ -269,6 +270,15 @@ def test_engine_sampling_law_has_power(rule):
         assert stat >= thr, f"{rule} not caught: chi2 {stat:.1f} < {thr:.1f}"
 
 
+@pytest.mark.parametrize("rule", ["correct", "resample_p"])
+def test_engine_sampling_law_under_npu_numerics(rule):
+    """The same law under the NPU tile's numerics (every linear layer the tile's, batched verify): the engine's
+    rule passes and a wrong one is caught (seed 0, the quick sizes)."""
+    stat, thr, df, acc = engine_law_stat(rule, 0, QUICK_RUNS[rule], numerics="npu")
+    assert df >= 5 and 0.3 < acc < 0.9
+    assert (stat < thr) if rule == "correct" else (stat >= thr), (rule, stat, thr)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("rule", ["correct", *WRONG_RULES])
 def test_engine_sampling_law_power_many_seeds(rule):
@@ -291,15 +301,17 @@ if __name__ == "__main__":  # power study: python tests/test_model_sampler.py N 
                   f"{'FAIL' if st >= th else 'pass'} ({time.time() - t0:.1f} s)", flush=True)
 
 
-def test_sampling_check_passes_correct_and_catches_a_wrong_rule():
-    """model/sampling_check.py (what `--compare` runs when sampling): PIT + KS on the engine's output."""
+@pytest.mark.parametrize("numerics", ["torch", "npu"])
+def test_sampling_check_passes_correct_and_catches_a_wrong_rule(numerics):
+    """model/sampling_check.py (what `--compare` runs when sampling): PIT + KS on the engine's output, under
+    either numerics of the target."""
     import cassandra_rtl.model.engine as engine_mod
     from cassandra_rtl.model.engine import Engine
     from cassandra_rtl.model.sampling_check import ks_uniform, sampling_check
 
     assert ks_uniform([(i + 0.5) / 100 for i in range(100)])[1] > 0.99
     assert ks_uniform([0.01 * (i % 10) for i in range(100)])[1] < 1e-3
-    m = _power_target()
+    m = _power_target(numerics)
     eng, d = Engine(m), _hostile_drafter(m)
     ok = sampling_check(eng, d, POWER_PROMPT, POWER_SP, max_new_tokens=8, gamma=3, runs=60)
     assert ok["ok"] and ok["values"] == 480 and 0.3 < ok["acceptance"] < 0.9, ok
