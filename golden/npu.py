@@ -106,40 +106,80 @@ def round_bf16(y_bits) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------------ torch
-def _flush_t(u):
+_TINY = 2.0 ** -126          # the smallest fp32 normal: anything smaller in magnitude is a subnormal or a zero
+BLOCK_VALUES = 1 << 20       # products held at once (4 MB of float32, a few times that in temporaries)
+
+
+def _ftz_t(v):
+    """float32 tensor: every value below 2**-126 in magnitude (a subnormal) -> the zero of its sign.
+    ``v * 0.0`` is that zero (a NaN compares false and is never touched)."""
     import torch
-    z = (u & EXP) == 0
-    u = torch.where(z, u & SIGN, u)
-    nan = ((u & EXP) == EXP) & ((u & MANT) != 0)
-    return torch.where(nan, torch.full_like(u, QNAN), u)
+    tiny = v.abs() < _TINY
+    if bool(tiny.any()):
+        v = torch.where(tiny, v * 0.0, v)
+    return v
 
 
-def tile_linear_torch(w, x, lanes: int, block: int = 8192):
+def _bf16_exponents(b) -> tuple[int, bool]:
+    """For bf16 ``b``: (the smallest biased exponent of a normal, inf or NaN value, 255 if none; whether any value
+    is a nonzero subnormal). On the 15 magnitude bits m (mod 2**15 wrap-around): (m - 0x80) sends zeros and
+    subnormals above every normal value, (m - 1) sends only zero to the top."""
+    u = b.contiguous().view(__import__("torch").int16)
+    if u.numel() == 0:
+        return 255, False
+    low_normal = int(((u - 0x80) & 0x7FFF).min()) + 0x80
+    low_nonzero = int(((u - 1) & 0x7FFF).min()) + 1
+    return min(255, low_normal >> 7), low_nonzero < 0x80
+
+
+def tile_linear_torch(w, x, lanes: int, block_values: int = BLOCK_VALUES):
     """float32 (..., out): the tile's y = x W^T for bf16 W (out, in) and bf16 x (..., in); bit-identical to
-    ``tile_linear_np`` and row-independent (elementwise operations only)."""
+    ``tile_linear_np`` and row-independent (elementwise operations only, so a row's bits never depend on the
+    other rows or on how many there are).
+
+    The same float32 operations as ``tile_linear_np`` (IEEE RNE, a flush to the signed zero after each), with two
+    shortcuts that leave every bit unchanged:
+
+    * NaNs are canonicalised once at the end instead of after every operation: a NaN operand gives a NaN under
+      IEEE and 0x7FC00000 in the PE, the other NaN sources (inf * 0, inf - inf) are the same in both, no non-NaN
+      result depends on a NaN's payload, and the flush never touches a NaN;
+    * a block of outputs skips the flushes of its products and sums when ew + ex >= 142, ew and ex the smallest
+      biased exponents of its nonzero weights and of the activations: a bf16 value with biased exponent e is a
+      multiple of 2**(e - 134), so every product is a multiple of 2**(ew + ex - 268) >= 2**-126, and so is every
+      sum (the exact sum is, and rounding it either leaves it exact or rounds to a coarser power-of-two grid);
+      a nonzero multiple of 2**-126 is never below 2**-126, so no flush could act. Subnormal inputs are still
+      read as zero (DAZ).
+
+    ``out`` is processed in blocks of ``block_values // (R * in)`` outputs to bound memory."""
     import torch
     n_in = w.shape[-1]
+    if x.shape[-1] != n_in:
+        raise ConfigError(f"activations have {x.shape[-1]} inputs, the weights {n_in}")
     _check(n_in, lanes)
     lead = x.shape[:-1]
-    xf = x.reshape(-1, n_in)
+    x2 = x.reshape(-1, n_in)
+    ex, x_sub = _bf16_exponents(x2)
+    xf = x2.float()                                                      # bf16 -> fp32 is exact
+    if x_sub:
+        xf = _ftz_t(xf)                                                  # DAZ
     R, O, G = xf.shape[0], w.shape[0], n_in // lanes
-    # bf16 -> fp32 bits (exact), DAZ; int64 keeps the unsigned bit patterns positive
-    xi = _flush_t(xf.contiguous().view(torch.int16).to(torch.int64).bitwise_and(0xFFFF) << 16)
-    xv = xi.to(torch.int32).view(torch.float32)
+    xg = xf.view(R, 1, G, lanes)
     out = torch.empty((R, O), dtype=torch.float32)
-    for o0 in range(0, O, block):
-        wi = _flush_t(w[o0:o0 + block].contiguous().view(torch.int16).to(torch.int64).bitwise_and(0xFFFF) << 16)
-        wv = wi.to(torch.int32).view(torch.float32)
-        p = wv.unsqueeze(0) * xv.unsqueeze(1)                          # (R, ob, in): exact products (or inf)
-        pu = _flush_t(p.view(torch.int32).to(torch.int64) & 0xFFFFFFFF).reshape(R, -1, G, lanes)
-        while pu.shape[-1] > 1:
-            a = pu[..., 0::2].to(torch.int32).view(torch.float32)
-            b = pu[..., 1::2].to(torch.int32).view(torch.float32)
-            pu = _flush_t((a + b).view(torch.int32).to(torch.int64) & 0xFFFFFFFF)
-        t = pu[..., 0].to(torch.int32).view(torch.float32)              # (R, ob, G)
-        acc = torch.full(t.shape[:2], -0.0, dtype=torch.float32)
-        for g in range(G):
-            s = (acc + t[..., g]).view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-            acc = _flush_t(s).to(torch.int32).view(torch.float32)
-        out[:, o0:o0 + block] = acc
+    ob = max(1, block_values // max(1, R * n_in))
+    for o0 in range(0, O, ob):
+        wb = w[o0:o0 + ob]
+        ew, w_sub = _bf16_exponents(wb)
+        wf = wb.float()
+        if w_sub:
+            wf = _ftz_t(wf)
+        ftz = _ftz_t if ew + ex < 142 else (lambda v: v)
+        p = ftz(wf.view(1, -1, G, lanes) * xg)                           # (R, ob, G, V): exact products, or inf
+        while p.shape[-1] > 1:                                           # lane tree: (0,1)(2,3).., (01,23)..
+            p = ftz(p[..., 0::2] + p[..., 1::2])
+        t = p[..., 0].permute(2, 0, 1).contiguous()                      # (G, R, ob): one value per group
+        acc = t[0]                                                       # add(-0, t_0) == t_0
+        for g in range(1, G):
+            acc = ftz(acc + t[g])
+        out[:, o0:o0 + ob] = acc
+    out[torch.isnan(out)] = torch.tensor(QNAN, dtype=torch.int64).to(torch.int32).view(torch.float32)
     return out.reshape(*lead, O)
