@@ -331,6 +331,7 @@ def test_torch_flush_boundary():
     assert plain.item() == 2.0 ** -127                                 # the flush is what makes row 0 zero
 
 
+@pytest.mark.model
 def test_torch_equals_numpy_on_smollm2_weights():
     """A real weight slice (the bundled SmolLM2-135M's blk.0.ffn_up, 96 rows) against embedding rows as
     activations: torch == numpy bit for bit, lanes 8 and 32."""
