@@ -258,3 +258,39 @@ def test_synth_local_cluster_report_is_byte_identical(tmp_path):
     again = flow.run_flow(flow.FlowOptions(out=out, cluster="local:2"), blocks=blocks)
     assert again["blocks"]["toy_adder_l2"]["cached"] is True
     assert (out / "report.json").read_bytes() == files["pool"]["report.json"]
+
+
+# ------------------------------------------------------------------ the synthetic 8 B-shaped model
+
+def test_synthetic_llama3_8b_shape_and_blocks():
+    """The 2-D weights of Llama-3-8B (its 8,030,261,248 parameters less the 65 norms of 4096); every block
+    in exactly one task whatever the task size; a block's bits depend only on (seed, tensor, block)."""
+    from cassandra_rtl.tb.bulk import synthetic as S
+
+    specs = S.tensors()
+    assert sum(t.numel for t in specs) == 8_030_261_248 - 65 * 4096 and len(specs) == 2 + 32 * 7
+    for tv in (1 << 22, 1 << 24):
+        groups = S.plan_groups(task_values=tv)
+        assert all(len({p.spec.name for p in g}) == 1 for g in groups)     # a task is one tensor's rows
+        assert sum(p.numel for g in groups for p in g) == sum(t.numel for t in specs)
+    down = next(t for t in specs if t.kind == "ffn_down")
+    a, b = S.block_bits(down, 3), S.block_bits(down, 3)
+    assert a.dtype == np.uint16 and a.shape == (down.rows_per_block, down.cols) and np.array_equal(a, b)
+    assert not np.array_equal(a, S.block_bits(down, 4))
+    picked = S.spread(S.plan_groups(), 10**8)
+    assert sum(p.numel for g in picked for p in g) >= 10**8
+    assert {g[0].spec.kind for g in picked} == {"attn", "ffn_gate_up", "ffn_down", "embedding"}
+
+
+@pytest.mark.sim
+def test_synthetic_task_cosimulates_without_mismatch():
+    """One synthetic block (1 M values, generated and encoded by the task itself) through the RTL on the
+    local pool, draft mode: every value equal to golden."""
+    _bulk_or_skip()
+    from cassandra_rtl.tb.bulk import jobs, synthetic as S
+
+    spec = next(t for t in S.tensors() if t.kind == "attn")
+    tasks = jobs.make_tasks([[S.SyntheticPiece(spec, 5)]], "draft", CONFIG)
+    with X.Executor(None, jobs=1, progress=False) as ex:
+        r = jobs.run_tasks(tasks, CONFIG, ex)
+    assert (r["values"], r["mismatches"]) == (spec.rows_per_block * spec.cols, 0) and r["stream_bytes"] > 0

@@ -29,7 +29,8 @@ import numpy as np
 TASK_VALUES = 1 << 22          # about 9 s of harness time at ~0.46 M values/s
 FIRST_MISMATCHES = 5           # per tensor, as cosim has always reported
 # report keys that depend on the run (wall time, executor), left out of the merged report
-RUN_KEYS = ("seconds", "values_per_second", "workers", "executor", "cluster", "resubmitted")
+RUN_KEYS = ("seconds", "values_per_second", "workers", "executor", "cluster", "resubmitted", "sim_seconds",
+            "task_seconds")
 
 
 @dataclass
@@ -111,6 +112,7 @@ def run_task(exe, task: CosimTask) -> dict:
         outs, st = bulk._run_job(exe.path(), encs, task.mode == "full", task.params, seed=task.seed,
                                  tmp_dir=tempfile.gettempdir())
     values = mismatches = 0
+    stream = sum(e.spec_nbytes + (e.verif_nbytes if task.mode == "full" else 0) for e in encs)
     first: list[tuple[str, int, int, int]] = []
     for (name, enc, off), got in zip(loaded, outs):
         got = got.reshape(-1)
@@ -125,7 +127,7 @@ def run_task(exe, task: CosimTask) -> dict:
         mismatches += len(bad)
         first += [(name, off + int(i), int(got[i]), int(ref[i])) for i in bad[:FIRST_MISMATCHES]]
     return {"task": task.index, "values": values, "mismatches": mismatches if task.golden else None,
-            "first": first, "cycles": int(st["cycles"]), "beats": int(st["beats"]),
+            "first": first, "cycles": int(st["cycles"]), "beats": int(st["beats"]), "stream_bytes": stream,
             "sim_seconds": float(st["seconds"]), "load_seconds": t_load, "wall": time.perf_counter() - t0}
 
 
@@ -166,6 +168,8 @@ def merge(results: list[dict]) -> dict:
             "mismatches": None if any(m is None for m in mism) else sum(mism),
             "cycles": sum(r["cycles"] for r in results), "beats": sum(r["beats"] for r in results),
             "tasks": len(results), "sim_seconds": round(sum(r["sim_seconds"] for r in results), 3),
+            "task_seconds": round(sum(r.get("wall", 0.0) for r in results), 3),
+            "stream_bytes": sum(r.get("stream_bytes", 0) for r in results),
             "first_mismatches": [m for lst in per_tensor.values() for m in lst]}
 
 
@@ -180,9 +184,9 @@ def cosim_many(named_encs, mode: str, config: str, executor, seed: int = 1, task
 
 
 def merged_report(report: dict) -> bytes:
-    """The report without ``RUN_KEYS`` and the per-run simulation time, as canonical JSON bytes: the same
-    for the same inputs whatever ran them."""
+    """The report without ``RUN_KEYS`` (times, executor), as canonical JSON bytes: the same for the same
+    inputs whatever ran them."""
     import json
 
-    keep = {k: v for k, v in report.items() if k not in RUN_KEYS and k != "sim_seconds"}
+    keep = {k: v for k, v in report.items() if k not in RUN_KEYS}
     return (json.dumps(keep, indent=1, sort_keys=True) + "\n").encode()
