@@ -79,7 +79,7 @@ def coverage_report(results: list[RunResult]) -> str:
 WHOLE_MODEL_CONFIGS = {"c1": "decoder_c1v2_l8_v4", "c2": "decoder_c2v2_l8"}   # the headline configurations
 
 
-def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1") -> dict:
+def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1", cluster: str | None = None) -> dict:
     """SmolLM2's linear weights (106 M values) encoded by the golden codec, decoded by the RTL (bulk):
     scheme c1 through decoder_c1v2_l8_v4, c2 through decoder_c2v2_l8 (WHOLE_MODEL_CONFIGS)."""
     import numpy as np
@@ -100,6 +100,23 @@ def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1") -> d
     encs = [encode_tensor(np.ascontiguousarray(flat[i:i + step]), cfg) for i in range(0, len(flat), step)]
     out["encode_s"] = time.perf_counter() - t_enc
     for mode in modes:
+        if cluster:            # on Dask (cassandra_rtl/executor.py): chunk-boundary tasks, the harness shipped
+            from cassandra_rtl.executor import Executor
+
+            from .bulk import jobs
+
+            with Executor(cluster) as ex:
+                r = jobs.cosim_many([(f"lin[{i * step}:]", e) for i, e in enumerate(encs)], mode, config, ex,
+                                    desc=f"whole model {mode}")
+            out["modes"][mode] = {"values": r["values"], "mismatches": r["mismatches"], "wall_s": r["seconds"],
+                                  "values_per_second": r["values_per_second"],
+                                  "values_per_cycle": r["values"] / r["cycles"] if r["cycles"] else 0.0,
+                                  "harness_seconds": r["sim_seconds"], "workers": r["workers"],
+                                  "harness_values_per_second_per_process":
+                                      r["values"] / r["sim_seconds"] if r["sim_seconds"] else 0}
+            out["values"] += r["values"]
+            out["mismatches"] += r["mismatches"]
+            continue
         st = bulk.BulkStats()
         got = bulk.decode_many_with_rtl(encs, mode, config=config, jobs=sim_jobs, stats=st)
         mism = 0
@@ -126,9 +143,13 @@ def main(argv=None) -> int:
     ap.add_argument("--waves", action="store_true", help="record waveforms for every test (also WAVES=1)")
     ap.add_argument("--no-model", action="store_true", help="with --full: skip the whole-model bulk run")
     ap.add_argument("--json", default=None, help="write the summary as JSON here")
+    from cassandra_rtl.executor import add_cluster_argument, check_cluster
+
+    add_cluster_argument(ap)           # the whole-model bulk runs (--full) on Dask
     args = ap.parse_args(argv)
     try:
         ensure_simulator(args.sim, install=True)
+        args.cluster = check_cluster(args.cluster)
     except ToolMissingError as exc:
         print(f"[sim] {exc}", file=sys.stderr)
         return 2
@@ -170,7 +191,7 @@ def main(argv=None) -> int:
         print(f"\n[sim] whole model ({scheme.upper()}): SmolLM2-135M linear weights through the RTL decoder "
               f"(bulk Verilator harness)")
         try:
-            wm = whole_model(args.jobs, scheme=scheme)
+            wm = whole_model(args.jobs, scheme=scheme, cluster=args.cluster)
         except (FileNotFoundError, ToolMissingError) as exc:
             print(f"[sim] whole model skipped: {exc}")
             wm = None
