@@ -11,7 +11,7 @@ export PATH := $(abspath $(VENV)/bin):$(PATH)
 SIM ?= verilator
 JOBS ?= 2
 
-.PHONY: opensta iverilog setup demo test test-slow sim sim-full verilog synth formal report report-docs report-hw bench bench-long clean help npu npu-speedup
+.PHONY: opensta iverilog setup demo test test-slow sim sim-full verilog synth formal report report-docs report-hw bench bench-long clean help npu npu-speedup npu-area
 
 help:
 	@echo "make demo      - encode the bundled SmolLM2, print stats, run speculative decoding"
@@ -28,6 +28,7 @@ help:
 	@echo "make report-hw - docs/report/hardware.md from the synth / fpga / formal reports (and the datasheets' figures)"
 	@echo "make datasheets - the generated parts of docs/datasheets/ (ports, registers, examples, figures)"
 	@echo "make npu       - every SmolLM2 linear tensor through the Verilated NPU tile, each pass kind (docs/NPU.md)"
+	@echo "make npu-area  - the NPU tile's area and clock: generic, gated, sky130 + OpenSTA, ECP5 (docs/NPU.md)"
 	@echo "make npu-speedup - held-out prompts under the tile's numerics: speedup measured in tile cycles + report section 6"
 	@echo "make bench     - golden codec throughput and bits/value"
 	@echo "make bench-long - acceptance vs context length (long; bench/long_context.py)"
@@ -138,6 +139,17 @@ datasheets: setup
 # generate --numerics npu), then the held-out runs timed in its cycles and the report's section 6.
 npu: setup
 	$(PY) -m cassandra_rtl.cli npu --all
+
+# The tile's area and clock (docs/NPU.md "Area and clock"): its parts and npu_tile_s flat in the generic, gated and
+# sky130 + OpenSTA flows (build/synth-npu*/), an ECP5 fit of npu_tile_s (build/fpga-npu/), the table in docs/NPU.md.
+NPU_LIBERTY ?= ../shared/pdk/sky130_fd_sc_hd__tt_025C_1v80.lib.gz
+.PHONY: npu-area
+npu-area: setup opensta
+	nice -n 10 $(PY) -m cassandra_rtl.synth.npu_area run --jobs 1
+	nice -n 10 $(PY) -m cassandra_rtl.synth.npu_area run --jobs 1 --clock-gating
+	nice -n 10 $(PY) -m cassandra_rtl.synth.npu_area run --jobs 1 --liberty $(NPU_LIBERTY)
+	nice -n 10 $(PY) -m cassandra_rtl.synth.fpga --out build/fpga-npu --only pe_bf16_fp32,decoder_c1v2_l4,npu_tile_s --seeds 1 --jobs 1
+	$(PY) -m cassandra_rtl.synth.npu_area table --docs docs/NPU.md
 
 npu-speedup: npu
 	$(PY) bench/npu_speedup.py $(NPU_SPEEDUP_ARGS)

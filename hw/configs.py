@@ -118,6 +118,43 @@ def _encoder_factories():
 _encoder_factories()
 
 
+# ---- the NPU tile (hw/npu/tile.py, docs/NPU.md) ----
+# ``npu_tile``: the headline tile (tb/npu/__init__.py TileParams defaults: 3 x decoder_c1v2_l8_v4, 5 rows, 1536 inputs);
+# ``npu_tile_s``: a small whole tile (1 x decoder_c1v2_l4, 2 rows, 64 inputs) that every flow (generic, gated, sky130,
+# ECP5) runs flat. The headline tile holds ~0.23 M bits of flip-flop storage (26 DMA FIFOs of 64 x 64 bits, a
+# 192 x 640-bit activation buffer with 3 asynchronous read ports): flat synthesis is out of reach of the WebAssembly
+# Yosys, so ``synth_default=False`` keeps it out of `make synth` / `make fpga` (it runs with ``--only npu_tile``), and
+# synth/npu_area.py composes its area from separately synthesised parts (docs/NPU.md "Area and clock").
+NPU_TILES = {
+    "npu_tile_s": dict(data_bytes=8, instances=1, decoder="decoder_c1v2_l4", max_rows=2, max_in=64, burst=8,
+                       fifo_depth=16, max_outstanding=4),
+    "npu_tile": dict(data_bytes=8, instances=3, decoder="decoder_c1v2_l8_v4", max_rows=5, max_in=1536, burst=16,
+                     fifo_depth=64, max_outstanding=16),
+}
+
+
+def _npu_tile_factories():
+    def make(params):
+        from .npu.tile import NpuTile
+        return NpuTile(**params)
+    for name, p in NPU_TILES.items():
+        dec = CONFIG_INFO[p["decoder"]]
+        n, lanes = p["instances"], dec["lanes"]
+        _register(name, lambda p=p: make(p), block="npu_tile", kind="npu_tile", **p, lanes=n * lanes,
+                  streams=2 + 8 * n, values_per_cycle=n * lanes,
+                  values_per_cycle_decoders=n * dec["values_per_cycle"],
+                  values_per_cycle_full_decoders=n * dec["values_per_cycle_full"],
+                  macs_per_cycle=n * lanes * p["max_rows"], port_bytes_per_cycle=p["data_bytes"],
+                  synth_default=name != "npu_tile",
+                  description=f"Cassandra NPU tile: {n} x {p['decoder']} fed by a {2 + 8 * n}-stream AXI4 read DMA "
+                              f"({p['data_bytes']} B/beat), {n} DotUnit(s) of {lanes} x {p['max_rows']} bf16 "
+                              f"products, a {p['max_rows']} x {p['max_in']} activation buffer, an AXI4 write master")
+
+
+_npu_tile_factories()
+# ---- end of the NPU tile block ----
+
+
 def build(name: str) -> wiring.Component:
     from ..errors import ConfigError
     try:

@@ -58,6 +58,19 @@ MEANINGS = {
     "AXI4-Lite ARVALID", "s_axil_arready": "AXI4-Lite ARREADY", "s_axil_rdata": "AXI4-Lite read data",
     "s_axil_rresp": "AXI4-Lite read response", "s_axil_rvalid": "AXI4-Lite RVALID", "s_axil_rready":
     "AXI4-Lite RREADY", "irq": "interrupt, active high: OR of IRQ_STATUS & IRQ_ENABLE",
+    # NPU tile (hw/npu/tile.py, docs/NPU.md)
+    "ctl": "control register writes {addr, data}: CMD_ADDR_LO / CMD_ADDR_HI / CMD_WORDS / CTRL (docs/NPU.md section 3)",
+    "running": "a pass (OP_RUN) is in flight",
+    **{f"m_axi_{n}": f"AXI4 {n.upper()} (read master)" for n in
+       ("araddr", "arlen", "arsize", "arburst", "arvalid", "arready", "rdata", "rresp", "rlast", "rvalid", "rready")},
+    **{f"m_axi_{n}": f"AXI4 {n.upper()} (write master)" for n in
+       ("awaddr", "awlen", "awsize", "awburst", "awvalid", "awready", "wdata", "wstrb", "wlast", "wvalid", "wready",
+        "bresp", "bvalid", "bready")},
+    "perf_cycles": "free-running cycle counter", "perf_read_beats": "R beats taken", "perf_write_beats": "W beats sent",
+    "perf_act_wait": "cycles a pass ran with its activations not yet loaded",
+    "perf_busy": "per instance: cycles its DotUnit took a group",
+    "perf_wait_mem": "per instance: idle cycles with a plane the decoder reads empty (memory)",
+    "perf_wait_dec": "per instance: idle cycles with every plane word there (decoder)",
 }
 SUFFIX_MEANING = {"valid": "stream valid", "ready": "stream ready"}
 

@@ -520,6 +520,20 @@ def synthesise_block(block: Block, opts: FlowOptions, rtlil_text: str, meta: dic
     return entry
 
 
+def _drop_non_default(blocks: dict[str, Block], report_blocks: dict) -> dict[str, Block]:
+    """A run without --only leaves out the blocks whose registry metadata says ``synth_default=False`` (the
+    headline NPU tile: hours of flat synthesis; synth/npu_area.py composes it from its parts); they are listed
+    as skipped and run when named with --only."""
+    keep = {}
+    for n, b in blocks.items():
+        if b.meta.get("synth_default", True) is False:
+            report_blocks[n] = {"status": "skipped", "kind": block_kind(n, b.meta), "area_ge": None,
+                                "reason": f"not in the default set (synth_default=False): --only {n}"}
+        else:
+            keep[n] = b
+    return keep
+
+
 def _smallest_per_family(names: list[str], metas: dict[str, dict]) -> set[str]:
     """--quick keeps one configuration per block family (the one with the fewest lanes)."""
     fam: dict[str, tuple[int, str]] = {}
@@ -557,6 +571,8 @@ def run_flow(opts: FlowOptions, only: list[str] | None = None,
             report["blocks"][n] = {"status": "missing", "reason": registry_note or "not in any registry",
                                    "area_ge": None}
         blocks = {n: b for n, b in blocks.items() if n in only}
+    else:
+        blocks = _drop_non_default(blocks, report["blocks"])
 
     if opts.quick and not only:
         # Filter before elaborating: a large configuration can take minutes just to elaborate.

@@ -593,6 +593,8 @@ def run_fpga(opts: FpgaOptions, only: list[str] | None = None, blocks: dict[str,
             raise ConfigError(f"--only: unknown block(s) {', '.join(unknown)}"
                               f"{' (' + note + ')' if note else ''}; `--list` shows the registered blocks")
         selected = {n: b for n, b in blocks.items() if n in only}
+    else:
+        selected = flow._drop_non_default(blocks, report["blocks"])
     total = len(selected)
     _log(f"[fpga] {total} block(s) on {DEVICE_LABEL}-{opts.speed} ({PACKAGE}, out of context), seeds "
          f"{','.join(map(str, opts.seeds))}, target {opts.freq_mhz:g} MHz, timeout {opts.timeout_s:.0f} s/block, "
