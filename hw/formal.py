@@ -541,9 +541,9 @@ def _run_sby(il: str, work: Path, name: str, mode: str, depth: int, solver: str,
         for line in proc.stdout:
             log_lines.append(line)
             mstep = re.search(r"(?:Checking assertions in|Checking cover reachability in|Trying induction in) step (\d+)", line)
-            if mstep and progress:
+            if mstep:               # the step count is kept without progress lines too (fail_step, timeouts)
                 step = int(mstep.group(1))
-                if step > last_step and (step % 4 == 0 or step == depth - 1):
+                if progress and step > last_step and (step % 4 == 0 or step == depth - 1):
                     _log(f"    {name}: step {step}/{depth} ({time.perf_counter() - t0:.0f} s)")
                 last_step = max(last_step, step)
             mf = re.search(r"(Assert failed in \S+: .*|failed assertion .*)$", line)
@@ -777,6 +777,40 @@ def write_report(results: list[dict], out: Path, meta: dict, merge: bool = True)
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
+def formal_task(task: tuple) -> dict:
+    """One property on a cluster worker (cassandra_rtl/executor.py): the property list rebuilt here from the
+    same options (a Prop holds closures, so its name travels, not the Prop), the solvers found on the worker,
+    SymbiYosys in a temporary folder of the worker's own (its traces stay there: rerun ``--only NAME`` locally
+    to keep them). Returns the report record."""
+    import tempfile
+
+    name, quick, configs, depth_scale, cover, solvers, ok64, liveness = task
+    LIVENESS_N_OVERRIDE.update(liveness)
+    p = next(p for p in properties(quick, configs, depth_scale, cover) if p.name == name)
+    paths = check_tools(solvers)
+    missing = [s for s in solvers if s not in paths]
+    if missing:
+        raise ToolMissingError(f"{', '.join(SOLVER_EXE[s] for s in missing)} not found on the worker")
+    with tempfile.TemporaryDirectory(prefix="cass-formal-") as tmp:
+        return run_property(p, Path(tmp), paths, solvers, ok64, progress=False)
+
+
+def _run_on_cluster(props, args, configs, solvers, ok64, meta) -> list[dict]:
+    from cassandra_rtl.executor import Executor
+
+    tasks = [(p.name, args.quick, configs, args.depth_scale, args.cover, solvers, ok64, dict(LIVENESS_N_OVERRIDE))
+             for p in props]
+    with Executor(args.cluster) as ex:
+        _log(f"{len(tasks)} properties on {ex.workers} worker(s) of {args.cluster}")
+        results = ex.map(formal_task, tasks, desc="formal", unit="properties")
+    for p, r in zip(props, results):
+        r["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        r["command"] = meta["command"]
+        _log(f"{p.name:<40} {r['result']:<8} (expected {p.expect}, {'ok' if r['ok'] else 'UNEXPECTED'}) "
+             f"{r['seconds']:>7.1f} s  [{r.get('solver')}]")
+    return results
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cassandra_rtl.hw.formal", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="build/formal")
@@ -791,6 +825,9 @@ def main(argv=None) -> int:
                     "decoder_c1v2_l4=7,decoder_c2v2_l4_w64=8 (default: FORMAL_LIVENESS_N / CONFIG_INFO latency + 1)")
     ap.add_argument("--cover", action="store_true", help="also the decoder cover runs (reachability traces)")
     ap.add_argument("--list", action="store_true", help="list the properties and exit")
+    from cassandra_rtl.executor import add_cluster_argument, check_cluster
+
+    add_cluster_argument(ap)              # one task per property on Dask (default: one after another here)
     args = ap.parse_args(argv)
     try:
         configs = tuple(c for c in (args.config.split(",") if args.config else DEFAULT_DECODERS) if c)
@@ -815,6 +852,7 @@ def main(argv=None) -> int:
         for s in solvers:
             if s not in SOLVER_EXE:
                 raise ConfigError(f"unknown solver {s!r}; known: {', '.join(SOLVER_EXE)}")
+        args.cluster = check_cluster(args.cluster)
         paths = check_tools(solvers)
         for s in solvers:
             if s not in paths:
@@ -827,12 +865,18 @@ def main(argv=None) -> int:
     except UserError as exc:
         print(f"formal: {exc}", file=sys.stderr)
         return 2
-    meta = {"command": "python -m cassandra_rtl.hw.formal " + " ".join(argv if argv is not None else sys.argv[1:]),
+    from cassandra_rtl.synth.flow import recorded_command
+
+    meta = {"command": recorded_command(list(argv if argv is not None else sys.argv[1:]),
+                                        "python -m cassandra_rtl.hw.formal"),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "yices_sound_64": ok64,
             "configs": list(configs)}
     results = []
     t0 = time.perf_counter()
-    for i, p in enumerate(props):
+    if args.cluster:
+        results = _run_on_cluster(props, args, configs, solvers, ok64, meta)
+        write_report(results, out, meta)
+    for i, p in enumerate(props if not args.cluster else []):
         _log(f"({i + 1}/{len(props)}) {p.name}: {p.mode} depth {p.depth} ...")
         r = run_property(p, out, paths, solvers, ok64)
         r["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -664,7 +664,7 @@ def deterministic_report(report: dict) -> dict:
 _PARALLELISM = re.compile(r"^(?:--jobs|-j|--cluster)(?:=.*)?$")
 
 
-def recorded_command(argv: list[str]) -> str:
+def recorded_command(argv: list[str], prog: str = "python -m cassandra_rtl.synth.flow") -> str:
     """The command line for the report, without the options that only choose where the work runs."""
     kept, skip = [], False
     for a in argv:
@@ -677,7 +677,7 @@ def recorded_command(argv: list[str]) -> str:
         if re.match(r"^-j\d+$", a):
             continue
         kept.append(a)
-    return "python -m cassandra_rtl.synth.flow " + " ".join(kept)
+    return f"{prog} " + " ".join(kept)
 
 
 @dataclasses.dataclass

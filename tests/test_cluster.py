@@ -294,3 +294,21 @@ def test_synthetic_task_cosimulates_without_mismatch():
     with X.Executor(None, jobs=1, progress=False) as ex:
         r = jobs.run_tasks(tasks, CONFIG, ex)
     assert (r["values"], r["mismatches"]) == (spec.rows_per_block * spec.cols, 0) and r["stream_bytes"] > 0
+
+
+# ------------------------------------------------------------------ the formal suite
+
+@needs_dask
+def test_formal_properties_on_a_local_cluster(tmp_path):
+    """hw/formal.py --cluster local:2: one task per property, the verdicts (a proof and a mutant's failure)
+    and the recorded command as a local run would have them."""
+    from cassandra_rtl.hw import formal
+
+    if "yices" not in formal.check_tools(("yices",)):
+        pytest.skip("yices-smt2 not installed")
+    only = "zc_w24_l4_comb_chain$,zc_w24_l4_comb_char_mutant"
+    assert formal.main(["--quick", "--only", only, "--cluster", "local:2", "--out", str(tmp_path)]) == 0
+    rep = json.loads((tmp_path / "report.json").read_text())
+    got = {r["property"]: (r["result"], r["ok"]) for r in rep["properties"]}
+    assert got == {"zc_w24_l4_comb_chain": ("PASS", True), "zc_w24_l4_comb_char_mutant": ("FAIL", True)}
+    assert rep["meta"]["command"] == f"python -m cassandra_rtl.hw.formal --quick --only {only} --out {tmp_path}"
