@@ -312,3 +312,25 @@ def test_formal_properties_on_a_local_cluster(tmp_path):
     got = {r["property"]: (r["result"], r["ok"]) for r in rep["properties"]}
     assert got == {"zc_w24_l4_comb_chain": ("PASS", True), "zc_w24_l4_comb_char_mutant": ("FAIL", True)}
     assert rep["meta"]["command"] == f"python -m cassandra_rtl.hw.formal --quick --only {only} --out {tmp_path}"
+
+
+@needs_dask
+@pytest.mark.sim
+def test_cosim_on_a_scheduler_address(container, run, tmp_path, monkeypatch):
+    """A running Dask scheduler named by its address in $CASSANDRA_RTL_CLUSTER (what a team's cluster looks
+    like to the client): the same merged report as the local pool."""
+    _bulk_or_skip()
+    from distributed import LocalCluster
+
+    r = run("cosim", container, "--config", CONFIG, "--mode", "draft", "--task-values", "40000",
+            "--report", tmp_path / "pool.json")
+    assert r.returncode == 0, r.stderr
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0",
+                      host="127.0.0.1", worker_dashboard_address=None) as cluster:
+        monkeypatch.setenv(X.ENV, cluster.scheduler_address)
+        r = run("cosim", container, "--config", CONFIG, "--mode", "draft", "--task-values", "40000", "--json",
+                "--report", tmp_path / "cluster.json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert (rep["executor"], rep["workers"], rep["cluster"]) == ("cluster", 2, cluster.scheduler_address)
+    assert (tmp_path / "pool.json").read_bytes() == (tmp_path / "cluster.json").read_bytes()
