@@ -17,15 +17,15 @@ import time
 from pathlib import Path
 
 
-def run(n_prompts: int, max_new: int, gamma: int | None, out: Path, progress=print) -> dict:
+def generate_runs(n_prompts: int, max_new: int, gamma: int | None, out: Path, progress=print) -> dict:
+    """The held-out runs under the tile's numerics (speculative and plain), saved to OUT/runs.json."""
     from cassandra_rtl.model.api import load
     from cassandra_rtl.model.prompts_heldout import HELDOUT
-    from cassandra_rtl.tb.npu.speedup import DEFAULT_CLOCK_HZ, DEFAULT_CLOCK_SOURCE, compose, measurement_for
 
     m = load(None, numerics="npu", say=lambda s: progress(s))
     cass = m.load_info.path
     g = gamma or m.gamma
-    rows, inputs = [], []
+    rows = []
     for k, (cat, prompt) in enumerate(HELDOUT[:n_prompts]):
         t0 = time.perf_counter()
         ids = m.encode_prompt(prompt, None, False)
@@ -33,21 +33,37 @@ def run(n_prompts: int, max_new: int, gamma: int | None, out: Path, progress=pri
         ri = m.last_inputs
         plain = m.generate(ids, max_new, temperature=0.0, speculative=False)
         lossless = spec.tokens == plain.tokens
-        inputs.append(ri)
         rows.append({"prompt": k, "category": cat, "tokens": len(spec.tokens), "lossless": lossless,
-                     "acceptance": spec.metrics.get("acceptance_rate"), "ri": ri,
+                     "acceptance": spec.metrics.get("acceptance_rate"), "ri": ri.to_json(),
                      "tokens_per_step": spec.metrics.get("tokens_per_step"), "seconds": time.perf_counter() - t0})
         progress(f"[npu-speedup] prompt {k + 1}/{n_prompts} ({cat}): {len(spec.tokens)} tokens, "
                  f"lossless {lossless}, {time.perf_counter() - t0:.0f} s")
+    runs = {"artifact": str(cass), "gamma": g, "max_new_tokens": max_new, "prompts": rows,
+            "command": f"python bench/npu_speedup.py --prompts {n_prompts} --max-new-tokens {max_new}"
+                       + (f" --gamma {gamma}" if gamma else "")}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "runs.json").write_text(json.dumps(runs))
+    return runs
+
+
+def compose_runs(runs: dict, out: Path, progress=print) -> dict:
+    """Time the saved runs with the tile's measurement of their artifact (measured first if not cached)."""
+    from cassandra_rtl.model.metrics import RunInputs
+    from cassandra_rtl.tb.npu.speedup import DEFAULT_CLOCK_HZ, DEFAULT_CLOCK_SOURCE, compose, measurement_for
+
+    cass, rows = runs["artifact"], [dict(r) for r in runs["prompts"]]
+    inputs = []
     meas = dict(measurement_for(cass, progress=lambda d, t: progress(f"[npu-speedup] measuring the tile: {d}/{t}")))
     meas["clock_hz"], meas["clock_source"] = DEFAULT_CLOCK_HZ, DEFAULT_CLOCK_SOURCE
     for r in rows:
-        c = compose(r.pop("ri"), meas)
+        ri = RunInputs.from_json(r.pop("ri"))
+        inputs.append(ri)
+        c = compose(ri, meas)
         r.update(speedup_measured=c["speedup_measured"], speedup_modeled=c["speedup_modeled"],
                  measured_bytes_fraction=c["measured_bytes_fraction"], per_token_us=c["per_token_us"])
     pooled = compose(inputs, meas)
     mean = lambda k: sum(r[k] for r in rows) / len(rows)  # noqa: E731
-    res = {"artifact": str(cass), "gamma": g, "max_new_tokens": max_new, "prompts": rows,
+    res = {"artifact": str(cass), "gamma": runs["gamma"], "max_new_tokens": runs["max_new_tokens"], "prompts": rows,
            "all_lossless": all(r["lossless"] for r in rows),
            "mean_speedup_measured": mean("speedup_measured"), "mean_speedup_modeled": mean("speedup_modeled"),
            "pooled": {k: pooled[k] for k in ("speedup_measured", "speedup_modeled", "measured_bytes_fraction",
@@ -55,8 +71,7 @@ def run(n_prompts: int, max_new: int, gamma: int | None, out: Path, progress=pri
                                              "bf16_ar_decode_s_modeled", "per_token_us", "by_pass_kind", "parts",
                                              "tile", "modeled_decoder_cap")},
            "measurement": {k: meas[k] for k in ("passes", "tensors", "batch_invariant")},
-           "command": f"python bench/npu_speedup.py --prompts {n_prompts} --max-new-tokens {max_new}"
-                      + (f" --gamma {gamma}" if gamma else "")}
+           "command": runs["command"]}
     out.mkdir(parents=True, exist_ok=True)
     (out / "speedup.json").write_text(json.dumps(res, indent=1))
     (out / "speedup.md").write_text(markdown(res))
@@ -117,12 +132,25 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--gamma", type=int, default=None, help="draft length (default: the model's)")
     ap.add_argument("--out", type=Path, default=Path("build/npu/speedup"))
+    ap.add_argument("--runs-only", action="store_true", help="generate and save OUT/runs.json, do not time them")
+    ap.add_argument("--from-runs", action="store_true", help="time the runs saved in OUT/runs.json (no generation)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if not 1 <= a.prompts <= 12 or a.max_new_tokens < 2:
         print("npu_speedup: --prompts must be 1..12 and --max-new-tokens >= 2", file=sys.stderr)
         return 2
-    res = run(a.prompts, a.max_new_tokens, a.gamma, a.out, progress=lambda s: print(s, file=sys.stderr, flush=True))
+    say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    if a.from_runs:
+        if not (a.out / "runs.json").exists():
+            print(f"npu_speedup: {a.out / 'runs.json'} does not exist (run without --from-runs first)", file=sys.stderr)
+            return 2
+        runs = json.loads((a.out / "runs.json").read_text())
+    else:
+        runs = generate_runs(a.prompts, a.max_new_tokens, a.gamma, a.out, progress=say)
+    if a.runs_only:
+        print(f"saved {len(runs['prompts'])} runs to {a.out / 'runs.json'}")
+        return 0 if all(r["lossless"] for r in runs["prompts"]) else 1
+    res = compose_runs(runs, a.out, progress=say)
     print(json.dumps(res) if a.json else markdown(res))
     return 0 if res["all_lossless"] else 1
 
