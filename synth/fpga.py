@@ -21,6 +21,10 @@ each place-and-route run additionally by the nextpnr arguments and its seed (add
 that seed). A block that runs out of its --timeout is reported with status "timeout" (and cached as
 such for that timeout: a rerun with a longer --timeout, or --no-cache, tries again); the other blocks
 continue. See docs/SYNTHESIS.md, section "FPGA (ECP5, nextpnr)".
+
+``--cluster local:N`` / a Dask scheduler address (cassandra_rtl/executor.py): one task per block on the
+cluster's workers, each in a temporary folder of its own seeded with this block's cache entries and netlist
+from <out> (so cached seeds are not rerun), its folder and cache entries copied back into <out> afterwards.
 """
 from __future__ import annotations
 
@@ -318,7 +322,7 @@ class FpgaOptions:
     def __init__(self, out: pathlib.Path, seeds=DEFAULT_SEEDS, speed: int = DEFAULT_SPEED,
                  freq_mhz: float = DEFAULT_FREQ_MHZ, timeout_s: float = DEFAULT_TIMEOUT_S, jobs: int = 1,
                  use_cache: bool = True, cached_only: bool = False, nice: int = DEFAULT_NICE,
-                 router: str = DEFAULT_ROUTER, cached_seeds_only: bool = False):
+                 router: str = DEFAULT_ROUTER, cached_seeds_only: bool = False, cluster: str | None = None):
         """``cached_seeds_only`` (with ``cached_only``): report only the cached results of ``seeds``, not every
         cached seed (one seed for every block, so that blocks compare like for like)."""
         seeds = tuple(seeds)
@@ -343,6 +347,7 @@ class FpgaOptions:
         self.timeout_s, self.jobs, self.use_cache, self.cached_only, self.nice = (
             timeout_s, jobs, use_cache, cached_only, nice)
         self.cached_seeds_only = cached_seeds_only
+        self.cluster = cluster             # None: the local pool of `jobs` threads
 
 
 class BlockRun:
@@ -581,7 +586,7 @@ def run_fpga(opts: FpgaOptions, only: list[str] | None = None, blocks: dict[str,
             "out_of_context": True, "timeout_s": opts.timeout_s, "tools": versions,
             "yosys": "synth_ecp5 -nodsp without share; abc -lut 4",
             "nextpnr_args": pnr_args(opts.speed, opts.freq_mhz, opts.router) + ["--seed", "S"],
-            "command": "python -m cassandra_rtl.synth.fpga " + " ".join(sys.argv[1:]),
+            "command": flow.recorded_command(sys.argv[1:], "python -m cassandra_rtl.synth.fpga"),
             "hw_registry": note or "cassandra_rtl.hw.configs.NAMED_CONFIGS",
         },
         "blocks": {},
@@ -600,15 +605,10 @@ def run_fpga(opts: FpgaOptions, only: list[str] | None = None, blocks: dict[str,
          f"{','.join(map(str, opts.seeds))}, target {opts.freq_mhz:g} MHz, timeout {opts.timeout_s:.0f} s/block, "
          f"{opts.jobs} job(s){'; cached results only' if opts.cached_only else ''}")
     started = time.monotonic()
-    with futures.ThreadPoolExecutor(max_workers=opts.jobs) as pool:
-        jobs = {pool.submit(run_block, b, opts, versions, f"{i}/{total}"): n
-                for i, (n, b) in enumerate(selected.items(), 1)}
-        for fut in futures.as_completed(jobs):
-            name = jobs[fut]
-            try:
-                report["blocks"][name] = fut.result()
-            except Exception as exc:  # noqa: BLE001 - run_block should not raise; keep the report anyway
-                report["blocks"][name] = {"status": "failed", "reason": repr(exc)}
+    if opts.cluster and not opts.cached_only:
+        report["blocks"].update(_run_on_cluster(selected, opts, versions))
+    else:
+        report["blocks"].update(_run_on_pool(selected, opts, versions))
     pe_fmax = _pe_fmax(report["blocks"], opts, versions, blocks)
     report["pe_fmax_mhz"] = pe_fmax
     for b in report["blocks"].values():
@@ -618,6 +618,84 @@ def run_fpga(opts: FpgaOptions, only: list[str] | None = None, blocks: dict[str,
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     flow.write_reports(report, opts.out, render_markdown)
     return report
+
+
+def _run_on_pool(selected: dict[str, Block], opts: FpgaOptions, versions: dict) -> dict[str, dict]:
+    total, out = len(selected), {}
+    with futures.ThreadPoolExecutor(max_workers=opts.jobs) as pool:
+        jobs = {pool.submit(run_block, b, opts, versions, f"{i}/{total}"): n
+                for i, (n, b) in enumerate(selected.items(), 1)}
+        for fut in futures.as_completed(jobs):
+            name = jobs[fut]
+            try:
+                out[name] = fut.result()
+            except Exception as exc:  # noqa: BLE001 - run_block should not raise; keep the report anyway
+                out[name] = {"status": "failed", "reason": repr(exc)}
+    return out
+
+
+def _block_files(opts: FpgaOptions, name: str) -> dict[str, bytes]:
+    """What a worker needs of <out> for ``name``: its cache entries and its netlist (with its key)."""
+    files = {}
+    if opts.use_cache:
+        for f in sorted((opts.out / "cache").glob(f"{glob_escape(name)}.*.json")):
+            files[f"cache/{f.name}"] = f.read_bytes()
+        for leaf in ("netlist.json", "netlist.key"):
+            f = opts.out / "blocks" / name / leaf
+            if f.is_file():
+                files[f"blocks/{name}/{leaf}"] = f.read_bytes()
+    return files
+
+
+def glob_escape(name: str) -> str:
+    return re.sub(r"([\[\]*?])", r"[\1]", name)
+
+
+def fpga_task(task: tuple) -> tuple[dict, dict[str, bytes]]:
+    """One block on a cluster worker: run_block in a temporary <out> holding the client's files for it; the
+    entry and every file of that folder the block wrote or kept (paths relative to <out>)."""
+    import copy
+    import tempfile
+
+    block, opts, versions, index, files = task
+    with tempfile.TemporaryDirectory(prefix="cass-fpga-") as tmp:
+        out = pathlib.Path(tmp)
+        for rel, data in files.items():
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            (out / rel).write_bytes(data)
+        o = copy.copy(opts)
+        o.out, o.cluster = out, None
+        entry = run_block(block, o, versions, index)
+        back = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
+                if p.is_file() and files.get(p.relative_to(out).as_posix()) != p.read_bytes()}
+    return entry, back
+
+
+def _fpga_or_error(task):
+    try:
+        return fpga_task(task)
+    except Exception as exc:  # noqa: BLE001 - one block must not stop the report
+        return {"status": "failed", "reason": repr(exc)}, {}
+
+
+def _run_on_cluster(selected: dict[str, Block], opts: FpgaOptions, versions: dict) -> dict[str, dict]:
+    from ..executor import Executor
+
+    total = len(selected)
+    tasks = [(b, opts, versions, f"{i}/{total}", _block_files(opts, n))
+             for i, (n, b) in enumerate(selected.items(), 1)]
+    with Executor(opts.cluster) as ex:
+        _log(f"[fpga] {total} block(s) on {ex.workers} worker(s) of {opts.cluster}")
+        results = ex.map(_fpga_or_error, tasks, desc="fpga", unit="blocks")
+    out = {}
+    for name, (entry, files) in zip(selected, results):
+        for rel, data in files.items():
+            (opts.out / rel).parent.mkdir(parents=True, exist_ok=True)
+            (opts.out / rel).write_bytes(data)
+        out[name] = entry
+        _log(f"[fpga] {name}: {entry.get('status')}" + (f" — {_summary(entry)}" if entry.get("status") == "ok" else
+                                                     f" ({entry.get('reason', '')})"))
+    return out
 
 
 def _f(v, spec="{:,}"):
@@ -691,6 +769,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", metavar="NAME", help="only this block (repeatable, or comma-separated)")
     ap.add_argument("--list", action="store_true", help="list the registered blocks and exit")
     ap.add_argument("--jobs", "-j", type=int, default=1, help="blocks run in parallel (default 1)")
+    from ..executor import add_cluster_argument, check_cluster
+
+    add_cluster_argument(ap)              # one task per block on Dask
     ap.add_argument("--seeds", type=_seeds, default=None,
                     help=f"nextpnr seeds, best Fmax reported (default {','.join(map(str, DEFAULT_SEEDS))}; with "
                          "--cached-only: report only these seeds' cached results)")
@@ -718,7 +799,7 @@ def main(argv: list[str] | None = None) -> int:
         opts = FpgaOptions(args.out, seeds=DEFAULT_SEEDS if args.seeds is None else args.seeds, speed=args.speed, freq_mhz=args.freq,
                            timeout_s=args.timeout, jobs=args.jobs, use_cache=not args.no_cache,
                            cached_only=args.cached_only, nice=args.nice, router=args.router,
-                           cached_seeds_only=args.seeds is not None)
+                           cached_seeds_only=args.seeds is not None, cluster=check_cluster(args.cluster))
         report = run_fpga(opts, only=only)
     except (ConfigError, ToolMissingError) as exc:
         print(f"fpga: error: {exc}", file=sys.stderr)

@@ -334,3 +334,35 @@ def test_cosim_on_a_scheduler_address(container, run, tmp_path, monkeypatch):
     rep = json.loads(r.stdout)
     assert (rep["executor"], rep["workers"], rep["cluster"]) == ("cluster", 2, cluster.scheduler_address)
     assert (tmp_path / "pool.json").read_bytes() == (tmp_path / "cluster.json").read_bytes()
+
+
+# ------------------------------------------------------------------ the FPGA sweep
+
+@needs_dask
+@pytest.mark.slow                         # three nextpnr runs: ~30 s here
+def test_fpga_on_a_local_cluster_uses_and_fills_the_client_cache(tmp_path):
+    """synth/fpga.py on local:2: the toy block placed and routed on a worker with the pool's figures; its
+    netlist and cache entries come back into --out, and a rerun with one more seed runs only that seed there
+    (the cached seed travels to the worker with the task)."""
+    from test_synth_fpga import _toy
+
+    from cassandra_rtl.synth import fpga
+
+    try:
+        fpga.check_tools()
+    except ToolMissingError as exc:
+        pytest.skip(str(exc))
+    pool = fpga.run_fpga(fpga.FpgaOptions(tmp_path / "pool", seeds=(1,), timeout_s=300), blocks=_toy())
+    out = tmp_path / "cluster"
+    first = fpga.run_fpga(fpga.FpgaOptions(out, seeds=(1,), timeout_s=300, cluster="local:2"), blocks=_toy())
+    a, b = pool["blocks"]["toy_adder"], first["blocks"]["toy_adder"]
+    assert b["status"] == "ok" and b["cached"] is False
+    for k in ("lut4", "ff", "ccu2c", "fmax_mhz", "best_seed", "utilization"):
+        assert a[k] == b[k], k
+    assert (out / "blocks" / "toy_adder" / "netlist.json").is_file()
+    assert len(list((out / "cache").glob("toy_adder.seed1.*.json"))) == 1
+    again = fpga.run_fpga(fpga.FpgaOptions(out, seeds=(1, 2), timeout_s=300, cluster="local:2"), blocks=_toy())
+    c = again["blocks"]["toy_adder"]
+    assert c["status"] == "ok" and set(c["fmax_by_seed"]) == {"1", "2"}
+    assert c["pnr_seconds_by_seed"]["1"] == b["pnr_seconds_by_seed"]["1"]          # seed 1 not rerun
+    assert len(list((out / "cache").glob("toy_adder.seed2.*.json"))) == 1
