@@ -6,6 +6,7 @@ decoder (decoder_c1v2_l8_v4) on the executor layer (cassandra_rtl/executor.py).
     python bench/paper_scale.py plan  [--workers 1,2,8,32,128]                   # tasks, bytes, hours per worker
     python bench/paper_scale.py slice --values 1e8 --modes draft,full --cluster local:2
     python bench/paper_scale.py scaling --values 3e7 --mode draft               # local:1 vs local:2
+    python bench/paper_scale.py report                                          # the figures as markdown
 
 plan: the whole model as tasks (--task-values values each, cut at whole rows of a tensor), the bf16 bytes,
 the encoded stream bytes per mode (bits/value measured on one block of every tensor kind, weighted by the
@@ -15,6 +16,8 @@ spread evenly over the plan (every tensor kind, early and late layers), each mod
 value for value: values, mismatches, wall time, the per-worker rate and the projection of the whole model to
 N workers. scaling: the same slice on a local cluster of 1 and of 2 workers; the ratio of the wall times, with
 the load average before each run (a loaded machine makes the ratio meaningless: run it on a quiet one).
+
+report: the markdown of docs/CLUSTER.md's figures from the JSON files of the other three in --out.
 
 Outputs (JSON, and the plan as markdown too) go to --out (default build/paper_scale/). Never part of the tests.
 """
@@ -42,6 +45,12 @@ def _tasks(mode: str, values: float | None, task_values: int, seed: int):
     return jobs.make_tasks(groups, mode, CONFIG)
 
 
+def _peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def run_slice(mode: str, values: float, cluster: str | None, jobs_n: int, task_values: int, seed: int) -> dict:
     from cassandra_rtl.executor import Executor
     from cassandra_rtl.tb.bulk import jobs, synthetic as S
@@ -60,7 +69,7 @@ def run_slice(mode: str, values: float, cluster: str | None, jobs_n: int, task_v
                load_after=[round(x, 2) for x in os.getloadavg()], cluster_start_seconds=round(t_up, 1),
                tensor_kinds=sorted({p.spec.kind for t in tasks for p in t.pieces}),
                per_worker_values_per_second=round(per_worker, 1),
-               model_values=total)
+               model_values=total, client_peak_rss_bytes=_peak_rss())
     res["projection_hours"] = {str(n): round(total / (per_worker * n) / 3600, 2) for n in (1, 2, 8, 32, 128)} \
         if per_worker else {}
     return res
@@ -135,9 +144,39 @@ def plan_markdown(p: dict) -> str:
     return "\n".join(lines)
 
 
+def figures(out: Path) -> str:
+    """docs/CLUSTER.md's measured figures, from the JSON files in ``out``."""
+    def load(name):
+        f = out / name
+        return json.loads(f.read_text()) if f.is_file() else None
+    lines = []
+    for mode in ("draft", "full"):
+        r = load(f"slice-{mode}.json")
+        if r:
+            lines.append(f"- slice, {mode}: {r['values']:,} values ({r['tasks']} tasks spread over "
+                         f"{', '.join(r['tensor_kinds'])} tensors) through {r['config']} on {r['workers']} worker(s) "
+                         f"({r['executor']}): **{r['mismatches']} mismatches**; {r['seconds']:.0f} s wall "
+                         f"(+{r['cluster_start_seconds']:.0f} s cluster start), {r['values_per_second']:,.0f} values/s, "
+                         f"{r['per_worker_values_per_second']:,.0f} values/s per worker; load average "
+                         f"{r['load_before'][0]} before, {r['load_after'][0]} after; peak RSS of a worker "
+                         f"{r['peak_rss_bytes'] / 2**20:,.0f} MiB (the pool: this process), of the client "
+                         f"{r['client_peak_rss_bytes'] / 2**20:,.0f} MiB")
+    for mode in ("draft", "full"):
+        r = load(f"scaling-{mode}.json")
+        if r:
+            lines.append(f"- scaling, {mode}: the same {r['values']:,} values ({r['tasks']} tasks) on local:1 in "
+                         f"{r['seconds']['1']:.1f} s and on local:2 in {r['seconds']['2']:.1f} s: "
+                         f"**{r['speedup_2_vs_1']:.2f}x** (load average before: {r['load_before']['1'][0]} / "
+                         f"{r['load_before']['2'][0]}; mismatches {r['mismatches']['1']} / {r['mismatches']['2']})")
+    p = load("plan.json")
+    if p:
+        lines += ["", plan_markdown(p).split("\n", 2)[2].strip()]
+    return "\n".join(lines) if lines else f"no results in {out}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="bench/paper_scale.py", description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["plan", "slice", "scaling"])
+    ap.add_argument("what", choices=["plan", "slice", "scaling", "report"])
     ap.add_argument("--values", type=float, default=1e8, help="slice / scaling: at least this many values per mode")
     ap.add_argument("--modes", default="draft,full", help="slice: comma-separated modes")
     ap.add_argument("--mode", default="draft", choices=["draft", "full"], help="scaling: the mode")
@@ -164,6 +203,9 @@ def main(argv=None) -> int:
         print(f"paper_scale: error: {exc}", file=sys.stderr)
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.what == "report":
+        print(figures(a.out))
+        return 0
     if a.what == "plan":
         p = plan(workers, a.task_values, a.seed, a.rate_from, a.calibrate, a.cluster, a.jobs)
         (a.out / "plan.json").write_text(json.dumps(p, indent=1) + "\n")

@@ -30,7 +30,7 @@ TASK_VALUES = 1 << 22          # about 9 s of harness time at ~0.46 M values/s
 FIRST_MISMATCHES = 5           # per tensor, as cosim has always reported
 # report keys that depend on the run (wall time, executor), left out of the merged report
 RUN_KEYS = ("seconds", "values_per_second", "workers", "executor", "cluster", "resubmitted", "sim_seconds",
-            "task_seconds")
+            "task_seconds", "peak_rss_bytes")
 
 
 @dataclass
@@ -128,7 +128,15 @@ def run_task(exe, task: CosimTask) -> dict:
         first += [(name, off + int(i), int(got[i]), int(ref[i])) for i in bad[:FIRST_MISMATCHES]]
     return {"task": task.index, "values": values, "mismatches": mismatches if task.golden else None,
             "first": first, "cycles": int(st["cycles"]), "beats": int(st["beats"]), "stream_bytes": stream,
-            "sim_seconds": float(st["seconds"]), "load_seconds": t_load, "wall": time.perf_counter() - t0}
+            "sim_seconds": float(st["seconds"]), "load_seconds": t_load, "wall": time.perf_counter() - t0,
+            "peak_rss_bytes": _peak_rss()}
+
+
+def _peak_rss() -> int:
+    """This process's peak resident set (a worker's, on a cluster), in bytes."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def make_tasks(groups, mode: str, config: str, seed: int = 1, golden: bool = True) -> list[CosimTask]:
@@ -170,6 +178,7 @@ def merge(results: list[dict]) -> dict:
             "tasks": len(results), "sim_seconds": round(sum(r["sim_seconds"] for r in results), 3),
             "task_seconds": round(sum(r.get("wall", 0.0) for r in results), 3),
             "stream_bytes": sum(r.get("stream_bytes", 0) for r in results),
+            "peak_rss_bytes": max((r.get("peak_rss_bytes", 0) for r in results), default=0),
             "first_mismatches": [m for lst in per_tensor.values() for m in lst]}
 
 
