@@ -100,6 +100,9 @@ def run(args) -> int:
         return _sizing(items, tile, mem, args.json)
     if not available():
         raise CliError("Verilator is not available (make setup installs it)")
+    from ..executor import check_cluster
+
+    cluster = check_cluster(args.cluster)
     if not args.all:
         items = items[:args.tensors]
 
@@ -107,7 +110,7 @@ def run(args) -> int:
         print(f"[npu] job {done}/{total}", file=sys.stderr, flush=True)
     try:
         meas = measure(items, tile, mem, verify_rows=args.verify_rows, jobs=args.jobs, seed=args.seed,
-                       progress=progress)
+                       progress=progress, cluster=cluster)
     except TileError as exc:
         print(f"cassandra-rtl npu: tile failed: {exc}", file=sys.stderr)
         return 1
@@ -147,6 +150,9 @@ def register(sub):
     p.add_argument("--latency", type=int_range(1, 4096), default=64, help="memory read latency in cycles")
     p.add_argument("--verify-rows", type=int_range(1, 5), default=5, help="rows of the verify pass")
     p.add_argument("--jobs", type=int_range(1, 64), default=2, help="harness processes")
+    from ..executor import add_cluster_argument
+
+    add_cluster_argument(p)
     p.add_argument("--seed", type=int_range(0, 2**31), default=0, help="activation seed")
     p.add_argument("--per-tensor", action="store_true", help="include each tensor's cycles in the JSON")
     p.add_argument("--sizing", action="store_true", help="print the sizing rule on the container's streams "

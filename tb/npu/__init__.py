@@ -343,12 +343,14 @@ def build_harness(tile: TileParams) -> Path:
     return exe
 
 
-def run(plan: Plan, mem: MemParams | None = None, timeout_cycles: int = 0) -> RunResult:
+def run(plan: Plan, mem: MemParams | None = None, timeout_cycles: int = 0, exe: Path | None = None,
+        tmp_dir: Path | None = None) -> RunResult:
     """Run every pass of ``plan`` through the Verilated tile; raises TileError on an error, hang or protocol
-    violation."""
+    violation. ``exe``: a harness built elsewhere (a cluster worker's shipped copy) instead of build_harness;
+    ``tmp_dir``: where the job files go (default NPU_ROOT)."""
     mem = mem or MemParams()
     t0 = time.perf_counter()
-    exe = build_harness(plan.tile)
+    exe = exe or build_harness(plan.tile)
     image, cmd_addr, ncmd = plan.finish()
     regions = []
     for pp in plan.passes:
@@ -357,8 +359,9 @@ def run(plan: Plan, mem: MemParams | None = None, timeout_cycles: int = 0) -> Ru
                 r0, r1, out = inst
                 regions.append((out, (r1 - r0) * pp.rows * 4))
     mem_bytes = len(image) + 4096
-    NPU_ROOT.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="cass-npu-", dir=NPU_ROOT) as tmp:
+    if tmp_dir is None:
+        NPU_ROOT.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="cass-npu-", dir=tmp_dir or NPU_ROOT) as tmp:
         job, outf = Path(tmp) / "job.bin", Path(tmp) / "out.bin"
         with open(job, "wb") as fh:
             fh.write(b"CASSNPU1" + struct.pack("<QQ", mem_bytes, len(image)))

@@ -94,7 +94,7 @@ class Measurement:
                 "verify_rows": self.verify_rows, "per_tensor": self.per_tensor, "wall_s": round(self.wall, 1)}
 
 
-def _job(tile, mem, items, verify_rows, seed0):
+def _job(tile, mem, items, verify_rows, seed0, exe=None, tmp_dir=None):
     from cassandra_rtl.golden.codec import decode_draft, decode_full
     from cassandra_rtl.golden.npu import tile_linear_np
 
@@ -112,13 +112,50 @@ def _job(tile, mem, items, verify_rows, seed0):
         plan.add_pass(enc, "full", xv, name)
         ref_full = tile_linear_np(full, xv, tile.lanes)
         refs += [ref_full[:1], tile_linear_np(draft, x1, tile.lanes), ref_full[:1], ref_full]
-    res = run(plan, mem)
+    res = run(plan, mem, exe=exe, tmp_dir=tmp_dir)
     return items, refs, res
 
 
+def _summarise(items, refs, res) -> list[tuple[str, list, bool]]:
+    """Per tensor of a job: its name, (pass kind, harness stats, mismatches) per pass, and whether verify row 0
+    equals the one-row passes (batch invariance); the outputs themselves are dropped here."""
+    out = []
+    for k, (name, enc) in enumerate(items):
+        outs = res.outputs[4 * k: 4 * k + 4]
+        sts = res.passes[4 * k: 4 * k + 4]
+        passes = [(kind, st, int(np.count_nonzero(o != ref)))
+                  for kind, o, ref, st in zip(PASS_KINDS, outs, refs[4 * k: 4 * k + 4], sts)]
+        invariant = bool(np.array_equal(outs[3][:1], outs[2]) and np.array_equal(outs[2], outs[0]))
+        out.append((name, passes, invariant))
+    return out
+
+
+def npu_task(exe, task) -> list:
+    """One job on a cluster worker (cassandra_rtl/executor.py): the shipped harness, the job files in the
+    worker's temporary folder, only the per-tensor summary sent back."""
+    import tempfile
+
+    tile, mem, items, verify_rows, seed0 = task
+    return _summarise(*_job(tile, mem, items, verify_rows, seed0, exe=exe.path(), tmp_dir=tempfile.gettempdir()))
+
+
+def _add(meas: Measurement, summary: list) -> None:
+    for name, passes, invariant in summary:
+        per = {}
+        for kind, st, mm in passes:
+            meas.totals[kind].add(st, mm)
+            per[kind] = {"cycles": st["cycles"], "bytes": st["read_bytes"] + st["write_bytes"],
+                         "weight_bytes": st["weight_bytes"], "mismatches": mm}
+        if not invariant:       # batch invariance: verify row 0 == the one-row passes (bf16 and full)
+            meas.batch_invariant = False
+        meas.per_tensor[name] = per
+
+
 def measure(items: list, tile: TileParams | None = None, mem: MemParams | None = None, verify_rows: int = 5,
-            jobs: int = 2, seed: int = 0, progress=None) -> Measurement:
-    """Run ``items`` [(name, EncodedTensor)] through the tile; ``progress(done, total)`` after each job."""
+            jobs: int = 2, seed: int = 0, progress=None, cluster: str | None = None) -> Measurement:
+    """Run ``items`` [(name, EncodedTensor)] through the tile; ``progress(done, total)`` after each job, in job
+    order. ``cluster``: the jobs on Dask (cassandra_rtl/executor.py: local:N or a scheduler address) instead
+    of ``jobs`` local threads; the same measurement either way."""
     tile = tile or TileParams()
     mem = mem or MemParams()
     meas = Measurement(tile, mem, verify_rows=verify_rows)
@@ -133,27 +170,26 @@ def measure(items: list, tile: TileParams | None = None, mem: MemParams | None =
             cur, size = [], 0
     if cur:
         batches.append(cur)
-    done = 0
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futs = [pool.submit(_job, tile, mem, b, verify_rows, seed + 1000 * j) for j, b in enumerate(batches)]
-        for fut in futs:
-            its, refs, res = fut.result()
-            for k, (name, enc) in enumerate(its):
-                outs = res.outputs[4 * k: 4 * k + 4]
-                sts = res.passes[4 * k: 4 * k + 4]
-                per = {}
-                for kind, out, ref, st in zip(PASS_KINDS, outs, refs[4 * k: 4 * k + 4], sts):
-                    mm = int(np.count_nonzero(out != ref))
-                    meas.totals[kind].add(st, mm)
-                    per[kind] = {"cycles": st["cycles"], "bytes": st["read_bytes"] + st["write_bytes"],
-                                 "weight_bytes": st["weight_bytes"], "mismatches": mm}
-                # batch invariance: verify row 0 == the one-row passes (bf16 and full)
-                if not (np.array_equal(outs[3][:1], outs[2]) and np.array_equal(outs[2], outs[0])):
-                    meas.batch_invariant = False
-                meas.per_tensor[name] = per
-            done += 1
+    tasks = [(tile, mem, b, verify_rows, seed + 1000 * j) for j, b in enumerate(batches)]
+    if cluster:                 # on Dask: the harness built here once and shipped
+        from cassandra_rtl.executor import Executor
+
+        from . import build_harness
+
+        with Executor(cluster) as ex:
+            summaries = ex.map(npu_task, tasks, shared=ex.ship(build_harness(tile)),
+                               weights=[sum(e.numel for _, e in b) for b in batches], desc="npu", unit="values")
+        for done, summary in enumerate(summaries, 1):
+            _add(meas, summary)
             if progress:
                 progress(done, len(batches))
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            futs = [pool.submit(_job, *t) for t in tasks]
+            for done, fut in enumerate(futs, 1):
+                _add(meas, _summarise(*fut.result()))
+                if progress:
+                    progress(done, len(batches))
     meas.wall = time.perf_counter() - t0
     return meas
 
