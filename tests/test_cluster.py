@@ -126,6 +126,22 @@ def test_local_cluster_survives_a_killed_worker():
         assert ex.describe()["workers"] == 2                  # the nanny started a new one
 
 
+def _boom(t):
+    if t == 3:
+        raise ValueError(f"task {t} refuses")
+    return t
+
+
+@needs_dask
+def test_a_task_error_reaches_the_client_as_itself():
+    """An exception raised by a task is the job's answer (not retried, not wrapped), as in the local pool."""
+    for cluster in (None, "local:2"):
+        with X.Executor(cluster, jobs=2, progress=False) as ex:
+            with pytest.raises(ValueError, match="task 3 refuses"):
+                ex.map(_boom, range(6))
+            assert ex.resubmitted == 0
+
+
 def _slow_square(shared, t):
     time.sleep(0.2)
     return t * t + shared
