@@ -382,3 +382,25 @@ def test_fpga_on_a_local_cluster_uses_and_fills_the_client_cache(tmp_path):
     assert c["status"] == "ok" and set(c["fmax_by_seed"]) == {"1", "2"}
     assert c["pnr_seconds_by_seed"]["1"] == b["pnr_seconds_by_seed"]["1"]          # seed 1 not rerun
     assert len(list((out / "cache").glob("toy_adder.seed2.*.json"))) == 1
+
+
+# ------------------------------------------------------------------ the NPU tile's bulk runs
+
+@needs_dask
+@pytest.mark.sim
+@pytest.mark.slow                         # the default tile's harness, two tensors: about a minute here
+def test_npu_measurement_on_a_local_cluster_equals_the_pool(run):
+    """cassandra-rtl npu --cluster local:2: the same passes, per-tensor cycles, mismatches and batch invariance
+    as the local pool (only the wall time differs)."""
+    from cassandra_rtl.tb import npu
+
+    if not npu.available():
+        pytest.skip("Verilator not available")
+    reps = []
+    for extra in ([], ["--cluster", "local:2"]):
+        r = run("npu", "--tensors", "2", "--json", "--per-tensor", *extra)
+        assert r.returncode == 0, r.stderr
+        rep = json.loads(r.stdout)
+        rep.pop("wall_s")
+        reps.append(rep)
+    assert reps[0] == reps[1] and reps[0]["tensors"] == 2 and reps[0]["batch_invariant"] is True
