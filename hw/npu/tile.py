@@ -27,7 +27,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import bits_for, ceil_log2, exact_log2
+from amaranth.utils import exact_log2
 
 from ...errors import ConfigError
 from ..decoder import CTRL_START, Reg, cfg_layout
@@ -116,12 +116,6 @@ class NpuTile(wiring.Component):
             "perf_wait_mem": Out(COUNTER_BITS).array(instances),   # idle, a plane the decoder reads had no word
             "perf_wait_dec": Out(COUNTER_BITS).array(instances),   # idle with every plane word there (decoder)
         })
-
-    # ------------------------------------------------------------------------------------------ helpers
-    def describe(self) -> dict:
-        return {"data_bytes": self.data_bytes, "instances": self.instances, "decoder": self.decoder_name,
-                "scheme": self.scheme, "lanes": self.lanes, "max_rows": self.max_rows, "max_in": self.max_in,
-                "burst": self.burst, "fifo_depth": self.fifo_depth, "max_outstanding": self.max_outstanding}
 
     def elaborate(self, platform):
         m = Module()

@@ -203,6 +203,5 @@ class WriteMaster(wiring.Component):
                 m.d.sync += [addr[i].eq(self.load_addr[lw:]), left[i].eq(self.load_beats)]
         busy_any = Signal()
         m.d.comb += busy_any.eq(Cat(*(left[i] != 0 for i in range(N))).any())
-        fsm_idle = Signal()
         m.d.comb += self.idle.eq(~busy_any & (outstanding == 0) & ~self.aw_valid & ~self.w_valid & (beats == 0))
         return m

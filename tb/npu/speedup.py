@@ -145,9 +145,20 @@ def measurement_for(cass_path, tile=None, mem=None, jobs: int = 2, progress=None
     return rep
 
 
+def _rtl_digest() -> str:
+    """The tile's RTL (hw/npu/*.py): a measurement is only reused for the RTL that made it."""
+    import hashlib
+
+    from . import ROOT
+    h = hashlib.sha256()
+    for p in sorted((ROOT / "hw" / "npu").glob("*.py")):
+        h.update(p.name.encode() + p.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def _measurement_path(cass_path, tile, mem):
     from . import NPU_ROOT
-    key = f"{_file_digest(cass_path)}-{tile.key()}-bw{mem.bandwidth}-l{mem.read_latency}"
+    key = f"{_file_digest(cass_path)}-{tile.key()}-bw{mem.bandwidth}-l{mem.read_latency}-rtl{_rtl_digest()}"
     return NPU_ROOT / "measure" / f"{key}.json"
 
 
