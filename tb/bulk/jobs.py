@@ -2,7 +2,7 @@
 
     report = cosim_many(named_encs, mode, config, executor)       # merged: values, mismatches, cycles, ...
 
-The work is split at chunk boundaries into tasks of about ``task_values`` values (``plan_tasks``: consecutive
+The work is split at chunk boundaries into tasks of about ``task_values`` values (``plan_pieces``: consecutive
 small tensors share a task, a large tensor is cut into whole chunks with golden.codec.slice_chunks, which any
 decoder can start at). Each task runs one harness process from reset on its pieces and compares every value
 with the golden decode on the worker, so only counts and the first mismatches travel back. The split depends
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
