@@ -23,7 +23,7 @@ build/synth-npu, -cg with --clock-gating, -<library> with --liberty; kept apart 
 The top level of the tile (command processor, registers, performance counters, activation loader, pass control)
 is not a part: it is ``npu_tile_s`` flat minus the sum of its parts, and for the headline tile it is estimated as
 that times N / N_s (its per-instance registers and counters dominate it). ``table`` composes docs/NPU.md's table
-from the flows' npu_area.json files (and an ECP5 fit of ``npu_tile_s`` from synth/fpga.py's report).
+from the flows' report.json files (and an ECP5 fit of ``npu_tile_s`` from synth/fpga.py's report).
 
 Storage is flip-flops here (DMA FIFOs, activation buffer, write FIFOs); a product would use SRAM macros for it,
 so the decoder cluster's share is given of the whole tile and of its logic alone.
@@ -231,6 +231,9 @@ def compose(report: dict, tile: str) -> dict:
         "flat_ge": flat["area_ge"] if flat else None,
         "decoder_share_percent": round(100 * area["decoders"] / total, 2),
         "decoder_share_of_logic_percent": round(100 * area["decoders"] / logic, 2),
+        # the decoders with what feeds them chunk by chunk (byte framers, chunk-length unpackers)
+        "decoder_path_share_percent": round(100 * (area["decoders"] + area["framers"]) / total, 2),
+        "decoder_path_share_of_logic_percent": round(100 * (area["decoders"] + area["framers"]) / logic, 2),
         "pe_ge": pe.get("area_ge"), "pe_fmax_mhz": _fmax(pe),
         "fmax_mhz_by_block": known, "slowest_block": slowest, "fmax_mhz": known.get(slowest),
     }
@@ -238,13 +241,19 @@ def compose(report: dict, tile: str) -> dict:
 
 def run(opts: flow.FlowOptions, tiles=(SMALL, HEADLINE)) -> dict:
     report = flow.run_flow(opts, blocks=blocks(tiles))
+    comp = composition(report, tiles)
+    (opts.out / "npu_area.json").write_text(json.dumps(comp, indent=1) + "\n")
+    return comp
+
+
+def composition(report: dict, tiles=(SMALL, HEADLINE)) -> dict:
+    """The tiles' composition and synth/overhead.py's decoder figures from one flow's report.json."""
     ov = report.get("overhead") or {}
     comp = {"flow": {k: report["flow"].get(k) for k in ("library", "clock_gating", "command", "nand2_um2")},
             "overhead": {"by_decoder": ov.get("by_decoder") or {},
                          "bytes_per_kflop": {d: r.get("bytes_per_kflop") for d, r in (ov.get("by_device") or {}).items()},
                          "label": {d: r.get("label") for d, r in (ov.get("by_device") or {}).items()}},
             "tiles": {t: compose(report, t) for t in tiles}}
-    (opts.out / "npu_area.json").write_text(json.dumps(comp, indent=1) + "\n")
     return comp
 
 
@@ -296,8 +305,11 @@ def render_table(flows: list[tuple[str, dict]], fpga: dict | None) -> str:
         lines.append("| **decoder cluster share: of the tile / of its logic** | "
                      + " | ".join(f"**{c['decoder_share_percent']:.1f} % / {c['decoder_share_of_logic_percent']:.1f} %**"
                                   for _, c in rows) + " |")
+        lines.append("| decoders + framers + unpackers: of the tile / of its logic | "
+                     + " | ".join(f"{c['decoder_path_share_percent']:.1f} % / {c['decoder_path_share_of_logic_percent']:.1f} %"
+                                  for _, c in rows) + " |")
         if rows[0][1]["flat"]:
-            lines.append("| flat synthesis of the whole tile (= total) | " + " | ".join(_g(c["flat_ge"]) for _, c in rows)
+            lines.append("| flat synthesis of the whole tile (the top-level row is flat minus the parts) | " + " | ".join(_g(c["flat_ge"]) for _, c in rows)
                          + " |")
         lines.append("| clock: slowest block, MHz (x PE) | "
                      + " | ".join(f"{c['fmax_mhz']:.0f} ({c['fmax_mhz'] / c['pe_fmax_mhz']:.2f}x), `{c['slowest_block']}`"
@@ -351,7 +363,7 @@ MARK = re.compile(r"(<!-- generated: npu-area -->\n).*?(<!-- end generated -->)"
 
 
 def table(args) -> int:
-    flows = [(label, c) for label, d in FLOW_DIRS if (c := _load(d / "npu_area.json"))]
+    flows = [(label, composition(r)) for label, d in FLOW_DIRS if (r := _load(d / "report.json"))]
     fpga = _load(args.fpga / "report.json")
     text = render_table(flows, fpga)
     if args.docs:
@@ -371,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="synthesise the tile's parts (and npu_tile_s flat) in one flow")
     flow.add_arguments(r)
     r.add_argument("--tiles", default=f"{SMALL},{HEADLINE}", help="tiles to compose (comma-separated)")
-    t = sub.add_parser("table", help="compose docs/NPU.md's table from the flows' npu_area.json")
+    t = sub.add_parser("table", help="compose docs/NPU.md's table from the flows' report.json")
     t.add_argument("--docs", type=pathlib.Path, help="rewrite the generated npu-area block of this file")
     t.add_argument("--fpga", type=pathlib.Path, default=FPGA_OUT, help=f"synth/fpga.py output dir (default {FPGA_OUT})")
     args = ap.parse_args(argv)
