@@ -42,7 +42,7 @@ def measurement_table(meas: dict) -> list[str]:
              f"B/cycle, read latency {meas['memory']['read_latency']} cycles. {meas['tensors']} linear tensors of "
              f"`{Path(meas.get('source', '?')).name}` (SmolLM2-135M, the draft allocation `generate` uses), random "
              "N(0, 1) bf16 activations.", "",
-             "| pass | rows | values | mismatches | cycles | values / cycle | port use | array busy | waiting for memory | waiting for the decoder | activation load |",
+             "| pass | rows | values | mismatches | cycles | values / cycle | port use | array busy | waiting for memory | waiting with input present | activation load |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     rows = {"bf16": 1, "draft": 1, "full": 1, "verify": meas.get("verify_rows", 5)}
     for k, p in meas["passes"].items():
@@ -56,7 +56,9 @@ def measurement_table(meas: dict) -> list[str]:
                   f"{meas['batch_invariant']}. A verify pass of {rows['verify']} rows takes "
                   f"{v['cycles'] / f['cycles']:.3f}x the cycles of one row (the activation load and the result "
                   "writes grow with R; the weights are read once). Array busy / waiting: fractions of instance-"
-                  "cycles; activation load: of the pass's cycles (the array waits for its activations)."]
+                  "cycles (waiting with input present: every plane word the pass reads is there, but the decoder — "
+                  "in a bf16 pass the gearbox assembling a V-group from W/2-value words — has not delivered a "
+                  "group); activation load: of the pass's cycles (the array waits for its activations)."]
     return lines
 
 
