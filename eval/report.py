@@ -565,38 +565,34 @@ def splice_hardware(a) -> int:
     return 0
 
 
-def splice_crosscheck(a) -> int:
-    """`--sections crosscheck`: render section 4's cross-check subsection from build/crosscheck/crosscheck.json
-    into the existing report.md (replacing an earlier copy, else just before section 5); nothing else changes."""
+def _splice(a, section: str, module, before: str, where: str, what: str) -> int:
+    """Render ``module``'s part (its HEADING) into the existing report.md, replacing an earlier copy, else just
+    before the line ``before``; nothing else changes."""
     md_path = Path(a.out) / "report.md"
     text = md_path.read_text() if md_path.exists() else ""
-    end = text.find("## 5. Hardware\n")
+    end = text.find(before)
     if end < 0:
-        print(f"report: error: --sections crosscheck needs {md_path} with a section 5", file=sys.stderr)
+        print(f"report: error: --sections {section} needs {md_path} with {where}", file=sys.stderr)
         return 2
-    start = text.find(report_crosscheck.HEADING)
+    start = text.find(module.HEADING)
     start = end if start < 0 or start > end else start
-    body = report_crosscheck.render(Path(a.out), f"python eval/report.py --out {a.out} --sections crosscheck")
+    body = module.render(Path(a.out), f"python eval/report.py --out {a.out} --sections {section}")
     md_path.write_text(text[:start] + body + "\n" + text[end:])
-    print(f"wrote the cross-check subsection of {md_path}")
+    print(f"wrote {what} of {md_path}")
     return 0
+
+
+def splice_crosscheck(a) -> int:
+    """`--sections crosscheck`: section 4's cross-check subsection from build/crosscheck/crosscheck.json, just
+    before section 5."""
+    return _splice(a, "crosscheck", report_crosscheck, "## 5. Hardware\n", "a section 5", "the cross-check subsection")
 
 
 def splice_npu(a) -> int:
-    """`--sections npu`: render section 6 (the NPU tile measured in cycles, eval/report_npu.py) into the existing
-    report.md (replacing an earlier copy, else just before "What this report does not cover")."""
-    md_path = Path(a.out) / "report.md"
-    text = md_path.read_text() if md_path.exists() else ""
-    end = text.find("## What this report does not cover")
-    if end < 0:
-        print(f"report: error: --sections npu needs {md_path} with its closing section", file=sys.stderr)
-        return 2
-    start = text.find(report_npu.HEADING)
-    start = end if start < 0 or start > end else start
-    body = report_npu.render(Path(a.out), f"python eval/report.py --out {a.out} --sections npu")
-    md_path.write_text(text[:start] + body + "\n" + text[end:])
-    print(f"wrote the NPU tile section of {md_path}")
-    return 0
+    """`--sections npu`: section 6, the NPU tile measured in cycles (eval/report_npu.py), just before "What this
+    report does not cover"."""
+    return _splice(a, "npu", report_npu, "## What this report does not cover", "its closing section",
+                   "the NPU tile section")
 
 
 def format_split(s) -> tuple[float | None, float | None]:
