@@ -331,7 +331,12 @@ def render_table(flows: list[tuple[str, dict]], fpga: dict | None) -> str:
                       f"{','.join(map(str, b.get('seeds_run') or []))}): `{SMALL}` {b['lut4']:,} LUT4, {b['ff']:,} FF, "
                       f"{b.get('dp16kd') or 0} DP16KD, {b['fmax_mhz']:.1f} MHz"
                       + (f" ({b['fmax_mhz'] / pe['fmax_mhz']:.2f}x the PE's {pe['fmax_mhz']:.1f})" if pe.get("fmax_mhz") else "")
-                      + share + ".", ""]
+                      + share
+                      + "".join(f"; {k} {v:,}" for k, v in (b.get("other_cells") or {}).items())
+                      + (" (the FIFOs in distributed RAM)" if (b.get("other_cells") or {}).get("TRELLIS_DPR16X4") else "")
+                      + (f"; critical path `{b['critical_path'].get('from')}` -> `{b['critical_path'].get('to')}`"
+                         if b.get("critical_path") else "")
+                      + ".", ""]
     return "\n".join(lines)
 
 
