@@ -158,8 +158,8 @@ def figures(out: Path) -> str:
                          f"({r['executor']}): **{r['mismatches']} mismatches**; {r['seconds']:.0f} s wall "
                          f"(+{r['cluster_start_seconds']:.0f} s cluster start), {r['values_per_second']:,.0f} values/s, "
                          f"{r['per_worker_values_per_second']:,.0f} values/s per worker; load average "
-                         f"{r['load_before'][0]} before, {r['load_after'][0]} after; peak RSS of a worker "
-                         f"{r['peak_rss_bytes'] / 2**20:,.0f} MiB (the pool: this process), of the client "
+                         f"{r['load_before'][0]} before, {r['load_after'][0]} after; peak RSS of a worker process "
+                         f"{r['peak_rss_bytes'] / 2**20:,.0f} MiB (its harness subprocess apart), of the client "
                          f"{r['client_peak_rss_bytes'] / 2**20:,.0f} MiB")
     for mode in ("draft", "full"):
         r = load(f"scaling-{mode}.json")
