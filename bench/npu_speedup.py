@@ -111,7 +111,7 @@ def plot(res: dict, path: Path) -> None:
     a.bar(["bf16 AR"], [ar], color="tab:gray", label=labels["bf16_ar:bf16"])
     a.bar(["Cassandra"], [dr], color="tab:blue", label=labels["run:draft"])
     a.bar(["Cassandra"], [vf], bottom=[dr], color="tab:orange", label=labels["run:target"])
-    a.set_ylabel("time per generated token (us), RTL-measured linear layers")
+    a.set_ylabel("us per generated token")
     a.set_title("NPU preset: time per token by pass kind")
     a.legend()
     xs = [r["prompt"] for r in res["prompts"]]
