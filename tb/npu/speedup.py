@@ -106,12 +106,11 @@ def compose(ri: RunInputs | list, meas: dict, overhead_us: float | None = None) 
 
 
 # ------------------------------------------------------------------------------ a generation's artifact
-# The tile's clock when no synthesis report of the tile is given: pe_bf16_fp32's Fmax in the generic flow
-# (docs/SYNTHESIS.md; the PE's fp32 adder loop is also the DotUnit's accumulate loop, the tile's slowest
-# recurrence: the decoders close at 1.4-1.5x it). It only sets the number of tiles M (the time does not
-# depend on it, see the module docstring).
-DEFAULT_CLOCK_HZ = 363e6
-DEFAULT_CLOCK_SOURCE = "pe_bf16_fp32 Fmax, generic flow (docs/SYNTHESIS.md): the DotUnit's accumulate loop"
+# The tile's clock: its slowest part in the generic flow, the DotUnit (8 lanes x 5 rows: its accumulate loop,
+# one fp32 adder, as the PE's), 350.5 MHz (docs/NPU.md section 6, `python -m cassandra_rtl.synth.npu_area
+# table`). It only sets the number of tiles M (the time does not depend on it, see the module docstring).
+DEFAULT_CLOCK_HZ = 350.5e6
+DEFAULT_CLOCK_SOURCE = "the tile's slowest part, the DotUnit, generic flow (docs/NPU.md section 6)"
 
 
 def _file_digest(path) -> str:
