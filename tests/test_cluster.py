@@ -314,6 +314,7 @@ def test_synthetic_task_cosimulates_without_mismatch():
 
 # ------------------------------------------------------------------ the formal suite
 
+@pytest.mark.slow            # ~2 min of SymbiYosys on a loaded 2-core machine: make test's budget
 @needs_dask
 def test_formal_properties_on_a_local_cluster(tmp_path):
     """hw/formal.py --cluster local:2: one task per property, the verdicts (a proof and a mutant's failure)
