@@ -42,9 +42,10 @@ MEANINGS = {
     "verif_rest": "plane `verif.rest`: the remaining bits (full mode only)",
     "cfg": "register writes {addr: register index, data} (decoders / encoders without the AXI4-Lite top)",
     "out": "decoded bf16 values: `lanes` (lane i at bits 16i+15:16i), `count` valid lanes, `sb_end`, `last`",
-    "busy": "decoder: a tensor is in flight (from START to its last beat); encoder: a vector is in flight",
+    "busy": "decoder: a tensor is in flight (from START to its last beat); encoder: a vector is in flight; NPU "
+            "tile: a command list is running (CTRL START to OP_END)",
     "error": "sticky: `error_code` is not zero",
-    "error_code": "sticky error bits (register ERROR_CODE)",
+    "error_code": "sticky error bits (register ERROR_CODE; NPU tile: hw/npu/commands.py ERR_*)",
     # encoders
     "inp": "L bf16 values per beat, G / L beats per vector, `last` on the vector's final beat",
     # AXI4-Lite top
