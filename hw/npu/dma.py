@@ -35,6 +35,46 @@ from ...errors import ConfigError
 ADDR_BITS = 40
 PAGE = 4096                      # AXI4: a burst never crosses a 4 KiB boundary
 WORDS_BITS = 32
+DATA_BYTES = (4, 8, 16, 32, 64)
+
+
+def check_port(component, who: str, data_bytes, burst=None) -> None:
+    """The AXI port parameters every NPU block checks: ``data_bytes`` per beat, ``burst`` beats within 4 KiB."""
+    if data_bytes not in DATA_BYTES:
+        component._MustUse__silence = True     # a rejected configuration is not an unused design
+        raise ConfigError(f"{who} data_bytes must be 4, 8, 16, 32 or 64, got {data_bytes!r}")
+    if burst is not None and (not isinstance(burst, int) or not 1 <= burst <= 256 or burst * data_bytes > PAGE):
+        component._MustUse__silence = True
+        raise ConfigError(f"{who} burst must be 1..256 beats within 4 KiB, got {burst!r}")
+
+
+def burst_beats(m, name: str, beat_addr, left, burst: int, data_bytes: int):
+    """Beats of the next burst of a region at beat address ``beat_addr`` with ``left`` beats to go:
+    min(burst, left, beats to the next 4 KiB boundary)."""
+    page_beats = PAGE // data_bytes
+    to_page = Signal(range(page_beats + 1), name=f"{name}_to_page")
+    m.d.comb += to_page.eq(page_beats - beat_addr[:exact_log2(page_beats)])
+    lim = Mux(left < burst, left[:bits_for(burst)], burst)
+    beats = Signal(range(burst + 1), name=f"{name}_blen")
+    m.d.comb += beats.eq(Mux(to_page < lim, to_page, lim))
+    return beats
+
+
+def rotating_pick(m, name: str, requests, rr):
+    """The first set bit of ``requests`` at or after position ``rr``, wrapping (a rotating-priority arbiter's
+    choice; meaningful when any bit is set)."""
+    n = len(requests)
+    rot = Signal(2 * n, name=f"{name}_rotated")
+    m.d.comb += rot.eq(Cat(requests, requests) >> rr)
+    offset = Signal(range(n), name=f"{name}_offset")
+    for j in reversed(range(n)):
+        with m.If(rot[j]):
+            m.d.comb += offset.eq(j)
+    wrap = Signal(range(2 * n), name=f"{name}_wrap")
+    m.d.comb += wrap.eq(rr + offset)
+    pick = Signal(range(n), name=name)
+    m.d.comb += pick.eq(Mux(wrap >= n, wrap - n, wrap))
+    return pick
 
 
 class ReadDma(wiring.Component):
@@ -55,12 +95,7 @@ class ReadDma(wiring.Component):
         if not isinstance(streams, int) or not 1 <= streams <= 64:
             self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"ReadDma streams must be 1..64, got {streams!r}")
-        if data_bytes not in (4, 8, 16, 32, 64):
-            self._MustUse__silence = True     # a rejected configuration is not an unused design
-            raise ConfigError(f"ReadDma data_bytes must be 4, 8, 16, 32 or 64, got {data_bytes!r}")
-        if not isinstance(burst, int) or not 1 <= burst <= 256 or burst * data_bytes > PAGE:
-            self._MustUse__silence = True     # a rejected configuration is not an unused design
-            raise ConfigError(f"ReadDma burst must be 1..256 beats within 4 KiB, got {burst!r}")
+        check_port(self, "ReadDma", data_bytes, burst)
         if not isinstance(fifo_depth, int) or fifo_depth < burst:
             self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"ReadDma fifo_depth must be >= burst ({burst}), got {fifo_depth!r}")
@@ -86,7 +121,6 @@ class ReadDma(wiring.Component):
         m = Module()
         S, W, B, D = self.streams, self.data_bytes, self.burst, self.fifo_depth
         lw = exact_log2(W)
-        page_words = PAGE // W
 
         # ---- per-stream state: next address (in words), words left to request, beats in flight
         addr = [Signal(ADDR_BITS - lw, name=f"s{s}_word_addr") for s in range(S)]
@@ -100,13 +134,9 @@ class ReadDma(wiring.Component):
             m.d.comb += [self.out[s].payload.eq(f.r_data), self.out[s].valid.eq(f.r_rdy), f.r_en.eq(self.out[s].ready)]
 
         # ---- burst lengths and eligibility
-        blen = [Signal(range(B + 1), name=f"s{s}_blen") for s in range(S)]
+        blen = [burst_beats(m, f"s{s}", addr[s], left[s], B, W) for s in range(S)]
         elig = Signal(S)
         for s in range(S):
-            to_page = Signal(range(page_words + 1), name=f"s{s}_to_page")
-            m.d.comb += to_page.eq(page_words - addr[s][:exact_log2(page_words)])
-            lim = Mux(left[s] < B, left[s][:bits_for(B)], B)
-            m.d.comb += blen[s].eq(Mux(to_page < lim, to_page, lim))
             room = Signal(range(-D - 1, D + 1), name=f"s{s}_room")
             m.d.comb += room.eq(D - fifos[s].level - inflight[s])
             m.d.comb += elig[s].eq((left[s] != 0) & (room >= blen[s]))
@@ -121,17 +151,8 @@ class ReadDma(wiring.Component):
         rr = Signal(range(S), name="ar_rr")
         handoff = ar_full & self.ar_ready
         can_load = (~ar_full | handoff) & tags.w_rdy
-        rot = Signal(2 * S)
-        m.d.comb += rot.eq(Cat(elig, elig) >> rr)
-        pick_j = Signal(range(S), name="ar_pick_offset")
         any_e = elig.any()
-        for j in reversed(range(S)):
-            with m.If(rot[j]):
-                m.d.comb += pick_j.eq(j)
-        pick = Signal(range(S), name="ar_pick")
-        wrap = Signal(range(2 * S))
-        m.d.comb += wrap.eq(rr + pick_j)
-        m.d.comb += pick.eq(Mux(wrap >= S, wrap - S, wrap))
+        pick = rotating_pick(m, "ar_pick", elig, rr)
         if self.priority is not None:                   # the priority stream goes first when eligible
             with m.If(elig[self.priority]):
                 m.d.comb += pick.eq(self.priority)

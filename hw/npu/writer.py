@@ -16,10 +16,10 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import bits_for, exact_log2
+from amaranth.utils import exact_log2
 
 from ...errors import ConfigError
-from .dma import ADDR_BITS, PAGE, WORDS_BITS
+from .dma import ADDR_BITS, WORDS_BITS, burst_beats, check_port, rotating_pick
 
 FP32_BITS = 32
 
@@ -42,9 +42,7 @@ class OutPacker(wiring.Component):
         if not isinstance(max_rows, int) or not 1 <= max_rows <= 16:
             self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"OutPacker max_rows must be 1..16, got {max_rows!r}")
-        if data_bytes not in (4, 8, 16, 32, 64):
-            self._MustUse__silence = True     # a rejected configuration is not an unused design
-            raise ConfigError(f"OutPacker data_bytes must be 4..64 (a power of two), got {data_bytes!r}")
+        check_port(self, "OutPacker", data_bytes)
         self.max_rows, self.data_bytes = max_rows, data_bytes
         super().__init__({
             "start": In(1), "values": In(WORDS_BITS), "rows": In(range(1, max_rows + 1)),
@@ -109,12 +107,7 @@ class WriteMaster(wiring.Component):
         if not isinstance(sources, int) or not 1 <= sources <= 32:
             self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"WriteMaster sources must be 1..32, got {sources!r}")
-        if data_bytes not in (4, 8, 16, 32, 64):
-            self._MustUse__silence = True     # a rejected configuration is not an unused design
-            raise ConfigError(f"WriteMaster data_bytes must be 4..64 (a power of two), got {data_bytes!r}")
-        if not isinstance(burst, int) or not 1 <= burst <= 256 or burst * data_bytes > PAGE:
-            self._MustUse__silence = True     # a rejected configuration is not an unused design
-            raise ConfigError(f"WriteMaster burst must be 1..256 beats within 4 KiB, got {burst!r}")
+        check_port(self, "WriteMaster", data_bytes, burst)
         self.sources, self.data_bytes, self.burst = sources, data_bytes, burst
         super().__init__({
             "load": In(1), "load_sel": In(range(sources)), "load_addr": In(ADDR_BITS), "load_beats": In(WORDS_BITS),
@@ -131,7 +124,6 @@ class WriteMaster(wiring.Component):
         m = Module()
         N, W, B = self.sources, self.data_bytes, self.burst
         lw = exact_log2(W)
-        page_beats = PAGE // W
         depth = 2 * B
         addr = [Signal(ADDR_BITS - lw, name=f"src{i}_beat_addr") for i in range(N)]
         left = [Signal(WORDS_BITS, name=f"src{i}_beats_left") for i in range(N)]
@@ -142,10 +134,7 @@ class WriteMaster(wiring.Component):
             fifos.append(f)
             m.d.comb += [f.w_data.eq(self.inp[i].payload.as_value()), f.w_en.eq(self.inp[i].valid),
                          self.inp[i].ready.eq(f.w_rdy)]
-            bl = Signal(range(B + 1), name=f"src{i}_blen")
-            to_page = page_beats - addr[i][:exact_log2(page_beats)]
-            lim = Mux(left[i] < B, left[i][:bits_for(B)], B)
-            m.d.comb += bl.eq(Mux(to_page < lim, to_page, lim))
+            bl = burst_beats(m, f"src{i}", addr[i], left[i], B, W)
             blen.append(bl)
             m.d.comb += ready[i].eq((left[i] != 0) & (f.level >= bl))
 
@@ -168,14 +157,7 @@ class WriteMaster(wiring.Component):
 
         with m.FSM(name="write_fsm"):
             with m.State("PICK"):
-                rot = Cat(ready, ready) >> rr
-                pick_j = Signal(range(N), name="pick_offset")
-                for j in reversed(range(N)):
-                    with m.If(rot[j]):
-                        m.d.comb += pick_j.eq(j)
-                wrap = Signal(range(2 * N))
-                m.d.comb += wrap.eq(rr + pick_j)
-                pick = Mux(wrap >= N, wrap - N, wrap)
+                pick = rotating_pick(m, "burst_pick", ready, rr)
                 with m.If(ready.any()):
                     for i in range(N):
                         with m.If(pick == i):
