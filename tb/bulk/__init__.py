@@ -15,7 +15,6 @@ decoder raises its error output, hangs or breaks the output protocol.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import struct
@@ -30,7 +29,7 @@ import numpy as np
 
 from cassandra_rtl.golden.codec import EncodedTensor, plane_offsets
 
-from ..common.build import ROOT, cached_verilog, file_lock
+from ..common.build import ROOT, cached_verilog, file_lock, run_harness
 from ..common.tools import ensure_verilator
 from ..decoder import framing as F
 
@@ -99,13 +98,16 @@ def without_initial_values(verilog: str) -> str:
 
 
 def verilate_harness(exe_dir: Path, config: str, make, harness: Path, top: str, prefix: str, exe_name: str,
-                     c2: bool, what: str, verilog: list[Path] | None = None, power_up: bool = False) -> Path:
+                     c2: bool, what: str, verilog: list[Path] | None = None, power_up: bool = False,
+                     defines: str = "", deps: tuple[Path, ...] = ()) -> Path:
     """Verilate the exported block (``make()`` elaborates it) with the C++ ``harness`` into
     ``exe_dir/obj/exe_name``, cached by a digest of the Verilog, the harness and the scheme flag (shared by
     the decoders' harness here and the KV encoders' in tb/bulk_encoder). ``verilog``: these files instead of
     the export (a synthesised netlist and its cell models: tests/test_synth_clock_gating.py). ``power_up``:
     the Verilog without initial values (``without_initial_values``), every flip-flop and memory word random
-    at start, seeded by the job's ``--seed`` (the harness's HARNESS_POWER_UP), then the harness's reset."""
+    at start, seeded by the job's ``--seed`` (the harness's HARNESS_POWER_UP), then the harness's reset.
+    ``defines``: more compiler flags for the harness (e.g. ``-DNAME=VALUE``); ``deps``: files the harness
+    includes (part of the digest; their folders are on the include path)."""
     if power_up:                      # its own folder: the two builds of a configuration never replace each other
         exe_dir = exe_dir.with_name(exe_dir.name + "-power-up")
     exe = exe_dir / "obj" / exe_name
@@ -128,8 +130,10 @@ def verilate_harness(exe_dir: Path, config: str, make, harness: Path, top: str, 
         # -fno-tree-slp-vectorize: g++ 12.2's SLP vectoriser at -O2 miscompiled a Verilated decoder (an
         # earlier C1 v2 netlist hung in this harness, correct with -O1, with this flag and in Amaranth's
         # simulator fed the same stimulus; valgrind clean). An explicit -f flag wins over OPT_FAST's -O2.
-        cxxflags = "-O2 -std=c++17 -fno-tree-slp-vectorize" + scheme_flag
-        digest = hashlib.sha256(text.encode() + harness.read_bytes() + cxxflags.encode()).hexdigest()
+        cxxflags = ("-O2 -std=c++17 -fno-tree-slp-vectorize" + scheme_flag + (" " + defines if defines else "")
+                    + "".join(f" -I{d}" for d in sorted({str(p.parent) for p in deps})))
+        digest = hashlib.sha256(text.encode() + harness.read_bytes() + b"".join(p.read_bytes() for p in deps)
+                                + cxxflags.encode()).hexdigest()
         stamp = exe_dir / ".stamp"
         if exe.exists() and stamp.exists() and stamp.read_text() == digest:
             return exe
@@ -231,11 +235,7 @@ def _run_job(exe: Path, encs, full, params, idle=0.0, backpressure=0.0, seed=1,
                   params.get("code_word"))
         cmd = [str(exe), str(job), str(out), "--idle", str(idle), "--backpressure", str(backpressure),
                "--seed", str(seed)]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        try:
-            stats = json.loads(res.stdout.strip().splitlines()[-1])
-        except (json.JSONDecodeError, IndexError):
-            raise RtlError(f"bulk harness crashed (status {res.returncode}): {res.stderr[-2000:]}") from None
+        stats, res = run_harness(cmd, RtlError, "bulk harness")
         if res.returncode != 0:
             raise RtlError(f"RTL decoder failed: {stats.get('why')} ({res.stderr.strip()[-500:]})")
         vals = np.fromfile(out, dtype="<u2")

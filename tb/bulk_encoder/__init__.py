@@ -16,10 +16,8 @@ breaks the stream protocol, or (``encode_many_with_rtl``) emits a word that diff
 """
 from __future__ import annotations
 
-import json
 import os
 import struct
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -32,7 +30,7 @@ from cassandra_rtl.golden.codec import PLANES, EncodedTensor, plane_offsets
 from cassandra_rtl.golden.kv import encode_kv
 
 from ..bulk import verilate_harness
-from ..common.build import ROOT
+from ..common.build import ROOT, run_harness
 from ..common.tools import ensure_verilator
 from ..encoder.regs import program
 
@@ -222,11 +220,7 @@ def _run(exe: Path, batches, params: dict, scheme: str, idle: float, backpressur
         write_job(job, batches, int(params["lanes"]), int(params["word"]), nplanes)
         cmd = [str(exe), str(job), str(out), "--idle", str(idle), "--backpressure", str(backpressure),
                "--seed", str(seed)]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        try:
-            stats = json.loads(res.stdout.strip().splitlines()[-1])
-        except (json.JSONDecodeError, IndexError):
-            raise RtlError(f"bulk encoder harness crashed (status {res.returncode}): {res.stderr[-2000:]}") from None
+        stats, res = run_harness(cmd, RtlError, "bulk encoder harness")
         if res.returncode != 0:
             raise RtlError(f"RTL KV encoder failed ({EXIT_WHY.get(res.returncode, res.returncode)}): "
                            f"{stats.get('why')} ({res.stderr.strip()[-500:]})")

@@ -242,3 +242,16 @@ def run(block: str, config: str, sim: str, testcase: str | list[str] | None = No
                     waves_on_failure=False)
         res.waves = rerun.waves
     return res
+
+
+def run_harness(cmd: list[str], error: type, what: str):
+    """Run a compiled bulk harness whose last stdout line is a JSON summary; returns (summary, the finished
+    process). A run without a summary (a crash) raises ``error`` naming ``what`` with the end of stderr."""
+    import json
+    import subprocess
+
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        return json.loads(res.stdout.strip().splitlines()[-1]), res
+    except (json.JSONDecodeError, IndexError):
+        raise error(f"{what} crashed (status {res.returncode}): {res.stderr[-2000:]}") from None

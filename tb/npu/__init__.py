@@ -18,7 +18,6 @@ import json
 import math
 import os
 import struct
-import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,7 +28,7 @@ import numpy as np
 from cassandra_rtl.golden.codec import EncodedTensor, plane_offsets
 from cassandra_rtl.hw.npu import commands as C
 
-from ..common.build import ROOT, file_lock
+from ..common.build import ROOT, file_lock, run_harness
 from ..common.tools import ensure_verilator
 
 HARNESS = Path(__file__).with_name("harness.cpp")
@@ -306,41 +305,26 @@ def _sources_digest(tile: TileParams) -> str:
 
 def build_harness(tile: TileParams) -> Path:
     """Export the tile's Verilog and verilate it with harness.cpp into build/npu/<key>/obj/Vtile (cached by a
-    digest of the RTL sources, the harness and the memory model)."""
+    digest of the RTL sources, the harness and the memory model; the decoders' tb/bulk.verilate_harness)."""
     from cassandra_rtl.hw.export import to_verilog
 
+    from ..bulk import verilate_harness
+
     d = NPU_ROOT / tile.key()
-    exe = d / "obj" / "Vtile"
     d.mkdir(parents=True, exist_ok=True)
-    with file_lock(d / ".build.lock"):
+    vfile = d / "tile.v"
+    with file_lock(d / ".export.lock"):
         src = _sources_digest(tile)
-        vfile = d / "tile.v"
         vstamp = d / "tile.digest"
         if not (vfile.exists() and vstamp.exists() and vstamp.read_text() == src):
             work = d / "export"
             work.mkdir(exist_ok=True)
             vfile.write_text(to_verilog(tile.make(), TOP, work))
             vstamp.write_text(src)
-        flags = (f"-O2 -std=c++17 -fno-tree-slp-vectorize -DTILE_INSTANCES={tile.instances} "
-                 f"-DTILE_DATA_BYTES={tile.data_bytes}")
-        digest = hashlib.sha256(vfile.read_bytes() + HARNESS.read_bytes() + AXI_RAM.read_bytes()
-                                + flags.encode()).hexdigest()
-        stamp = d / ".stamp"
-        if exe.exists() and stamp.exists() and stamp.read_text() == digest:
-            return exe
-        verilator = ensure_verilator()
-        env = dict(os.environ)
-        env["MAKEFLAGS"] = (env.get("MAKEFLAGS", "") + " CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2 OPT_SLOW=-O1").strip()
-        cmd = [verilator, "--cc", "--exe", "--build", "-j", "2", "-O3", "--x-assign", "fast", "--x-initial", "fast",
-               "--top-module", TOP, "--prefix", "Vtile", "-Wno-fatal", "-Wno-lint", "-Wno-style",
-               "-Mdir", str(d / "obj"), "-o", "Vtile", "-CFLAGS", flags + f" -I{HARNESS.parent}",
-               str(HARNESS), str(vfile)]
-        res = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        (d / "build.log").write_text(res.stdout + res.stderr)
-        if res.returncode != 0 or not exe.exists():
-            raise RuntimeError(f"building the NPU tile harness failed (see {d / 'build.log'}):\n{res.stderr[-3000:]}")
-        stamp.write_text(digest)
-    return exe
+        # under the export lock: no other process rewrites tile.v while this one verilates it
+        return verilate_harness(d, tile.key(), None, HARNESS, TOP, "Vtile", "Vtile", False, "NPU tile harness",
+                                verilog=[vfile], defines=f"-DTILE_INSTANCES={tile.instances} "
+                                                         f"-DTILE_DATA_BYTES={tile.data_bytes}", deps=(AXI_RAM,))
 
 
 def run(plan: Plan, mem: MemParams | None = None, timeout_cycles: int = 0, exe: Path | None = None,
@@ -372,11 +356,7 @@ def run(plan: Plan, mem: MemParams | None = None, timeout_cycles: int = 0, exe: 
         cmd = [str(exe), str(job), str(outf), *mem.args(plan.tile)]
         if timeout_cycles:
             cmd += ["--timeout", str(timeout_cycles)]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        try:
-            stats = json.loads(res.stdout.strip().splitlines()[-1])
-        except (json.JSONDecodeError, IndexError):
-            raise TileError(f"NPU harness crashed (status {res.returncode}): {res.stderr[-2000:]}") from None
+        stats, res = run_harness(cmd, TileError, "NPU harness")
         if res.returncode != 0:
             raise TileError(f"NPU tile run failed: {stats.get('status')}: {stats.get('why')}")
         raw = np.fromfile(outf, dtype="<u4")
