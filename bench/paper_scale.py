@@ -5,7 +5,7 @@ decoder (decoder_c1v2_l8_v4) on the executor layer (cassandra_rtl/executor.py).
 
     python bench/paper_scale.py plan  [--workers 1,2,8,32,128]                   # tasks, bytes, hours per worker
     python bench/paper_scale.py slice --values 1e8 --modes draft,full --cluster local:2
-    python bench/paper_scale.py scaling --values 3e7 --mode draft               # local:1 vs local:2
+    python bench/paper_scale.py scaling --values 1e8 --mode draft               # local:1 vs local:2
     python bench/paper_scale.py report                                          # the figures as markdown
 
 plan: the whole model as tasks (--task-values values each, cut at whole rows of a tensor), the bf16 bytes,
