@@ -5,7 +5,7 @@ import heapq
 
 import numpy as np
 
-from .codec import PLANES, EncodedTensor, _decode_c1_spec, _decode_c2_spec, decode_full
+from .codec import PLANES, EncodedTensor, _decode_c1_spec, _decode_c2_spec, decode_full, slice_chunks
 from .config import PRUNED
 
 
@@ -55,14 +55,31 @@ def suffix_bits(enc: EncodedTensor, bits: np.ndarray) -> int:
     return int(vb.pair_bits()[vb.group_table()[np.minimum(Xv - e, PRUNED)[~nz]]].sum())
 
 
+PART_VALUES = 1 << 20   # values decoded at a time: the statistics' memory does not grow with the tensor
+
+
+def _decoded_parts(enc: EncodedTensor, original_bits: np.ndarray | None):
+    """(slice, its original bits) over runs of whole chunks of about PART_VALUES values, so a large tensor is
+    never decoded in one piece (``stats`` on SmolLM2's 28 M-value embedding); one part when the bits are given."""
+    if original_bits is not None:
+        yield enc, original_bits
+        return
+    step = max(1, PART_VALUES // enc.config.chunk_values)
+    for c in range(0, max(enc.nchunks, 1), step):
+        part = slice_chunks(enc, c, min(c + step, enc.nchunks)) if enc.nchunks else enc
+        yield part, decode_full(part)
+
+
 def tensor_stats(enc: EncodedTensor, original_bits: np.ndarray | None = None) -> dict:
     """Sizes from the real planes and indexes; exponent statistics from the (decoded) original bits."""
     n = max(enc.numel, 1)
     scheme = enc.config.scheme
     spec_planes, verif_planes = PLANES[scheme]
     planes = {p: 8 * (len(enc.planes[p]) + enc.index_bytes(p)) / n for p in spec_planes + verif_planes}
-    bits = decode_full(enc) if original_bits is None else original_bits
-    e_counts = np.bincount(((np.asarray(bits).reshape(-1) >> 7) & 0xFF).astype(np.int64), minlength=256)
+    e_counts, suffix = np.zeros(256, dtype=np.int64), 0
+    for part, bits in _decoded_parts(enc, original_bits):
+        e_counts += np.bincount(((np.asarray(bits).reshape(-1) >> 7) & 0xFF).astype(np.int64), minlength=256)
+        suffix += suffix_bits(part, bits)
     code_planes = [p for p in ("spec.codes", "verif.codes") if p in enc.planes]
     return {
         "values": enc.numel,
@@ -78,7 +95,7 @@ def tensor_stats(enc: EncodedTensor, original_bits: np.ndarray | None = None) ->
         "exponent_huffman_bits": huffman_bits(e_counts),
         "exponent_unary_rank_bits": unary_rank_bits(e_counts),
         "exponent_code_bits": sum(8 * len(enc.planes[p]) for p in code_planes) / n,
-        "exponent_suffix_bits": suffix_bits(enc, bits) / n,     # pair groups: code bits in the companion planes
+        "exponent_suffix_bits": suffix / n,     # pair groups: code bits in the companion planes
         "escapes_possible_K": {"spec": enc.spec_book.K if enc.spec_book else None, "verif": enc.verif_book.K},
         "chunk_superblocks": enc.chunk_superblocks,
         "pairs": {"spec": enc.spec_book.pairs if enc.spec_book else None, "verif": enc.verif_book.pairs},

@@ -13,7 +13,9 @@ A datasheet marks each generated part with a begin comment and ``<!-- end genera
     <!-- generated: example-c1|example-c2|example-kv -->   worked examples computed by golden
 
 ``python -m cassandra_rtl.hw.datasheets`` rewrites those parts in place; ``--check`` exits 1 if any is stale
-(tests/test_datasheets.py runs the check). A port without a meaning below, or a meaning for a port no
+(tests/test_datasheets.py runs the check). ``--count-lines`` prints the hand-written lines of docs/ (generated
+reports, the PeakRDL register map and generated parts left out; tests/test_docs_size.py holds them to
+``HAND_WRITTEN_LIMIT``). A port without a meaning below, or a meaning for a port no
 configuration has, is an error, so a port added to or renamed in the RTL fails the check until its row is
 written.
 """
@@ -343,11 +345,42 @@ def stale(folder: Path = DATASHEETS) -> list[Path]:
     return [p for p in sorted(folder.glob("*.md")) if render(p.read_text()) != p.read_text()]
 
 
+DOCS = DATASHEETS.parent
+HAND_WRITTEN_LIMIT = 3600     # docs/*.md, hand-written lines (count_lines)
+GENERATED_PART = re.compile(r"<!-- generated: [\w-]+[^>]*? -->\n.*?<!-- end generated -->", re.S)
+
+
+def count_lines(docs: Path = DOCS) -> dict[str, int]:
+    """Hand-written lines of every docs/**/*.md: the generated reports (docs/report/) and the PeakRDL output
+    (docs/datasheets/register_map.md, recognised by its "Generated from" header) are left out, and so is every
+    generated part of a page (from its ``<!-- generated: ... -->`` line through ``<!-- end generated -->``,
+    the span a generator rewrites: this module, synth/npu_area.py). CHANGELOG.md is not in docs/."""
+    out = {}
+    for p in sorted(docs.rglob("*.md")):
+        rel = p.relative_to(docs)
+        if rel.parts[0] == "report":
+            continue
+        text = p.read_text()
+        if "Don't override. Generated from:" in text[:400]:
+            continue
+        out[str(rel)] = len(text.splitlines()) - sum(len(m.group(0).splitlines()) for m in GENERATED_PART.finditer(text))
+    return out
+
+
 def main(argv=None) -> int:
     import argparse
     ap = argparse.ArgumentParser(prog="python -m cassandra_rtl.hw.datasheets", description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if a generated part is stale (write nothing)")
+    ap.add_argument("--count-lines", action="store_true",
+                    help=f"print the hand-written lines of docs/ per file and in all (limit {HAND_WRITTEN_LIMIT})")
     args = ap.parse_args(argv)
+    if args.count_lines:
+        counts = count_lines()
+        for name, n in counts.items():
+            print(f"{n:6d}  docs/{name}")
+        total = sum(counts.values())
+        print(f"{total:6d}  hand-written lines in docs/ (limit {HAND_WRITTEN_LIMIT})")
+        return 0 if total <= HAND_WRITTEN_LIMIT else 1
     paths = stale()
     if args.check:
         print("\n".join(f"stale: {p}" for p in paths) or "datasheets current")

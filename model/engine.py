@@ -133,6 +133,7 @@ class RunStats:
     generated: int = 0
     steps: int = 0  # target decode passes (plain steps + verify steps)
     step_tokens: int = 0  # tokens emitted by those passes
+    tokens_at_step: list[int] = field(default_factory=list)  # tokens each of those passes emitted, in order
     drafted: int = 0
     accepted: int = 0
     drafted_at: list[int] = field(default_factory=list)
@@ -173,6 +174,7 @@ class Result:
             "accepted": s.accepted,
             "verify_steps": s.steps,
             "tokens_per_step": (s.step_tokens / s.steps) if s.steps else None,
+            "tokens_at_step": s.tokens_at_step,
             "mean_gamma": (sum(s.gammas) / len(s.gammas)) if s.gammas else 0.0,
             "bytes_per_token": self.ledger.bytes() / n,
             "draft_bytes_per_token": self.ledger.bytes("draft") / n,
@@ -298,6 +300,7 @@ class Engine:
                 out.append(t)
                 emitted.append(t)
             stats.step_tokens += len(emitted)
+            stats.tokens_at_step.append(len(emitted))
             pos += n_acc + 1
             if emitted:
                 dt = time.perf_counter() - t0

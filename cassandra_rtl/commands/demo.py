@@ -1,8 +1,10 @@
 """`cassandra-rtl demo` (what `make demo` runs): the whole pipeline on the bundled SmolLM2-135M.
 
-1. encode the model into build/demo/smollm2.cass and print its stats table;
-2. speculative decoding with the Cassandra draft, RTL in the loop for a layer, next to plain decoding
-   (when the model path is installed).
+1. encode the model into build/demo/smollm2.cass and print its stats table (computed a part of a tensor at a
+   time: the process peak stays near `generate`'s);
+2. a longer answer by speculative decoding with the Cassandra draft next to plain greedy decoding, layer 0's
+   draft weights and the KV vectors through the Verilated RTL: acceptance, tokens per verify step, bytes read
+   per token against bf16, and a plot in build/demo/speculation.png (model/demo.py).
 """
 from __future__ import annotations
 
@@ -27,13 +29,14 @@ def run(args) -> int:
         print(f"   {info['tensors']} tensors, {info['values']:,} values in {info['seconds']:.1f} s")
     else:
         print(f"== 1. {cass} is up to date (use --force to re-encode)")
-    print(format_table({k: v for k, v in container_stats(cass).items() if k != "per_tensor"}))
+    print(f"   statistics of {cass.name} ...", flush=True)
+    print(format_table({k: v for k, v in container_stats(cass).items() if k != "per_tensor"}), flush=True)
     if importlib.util.find_spec("cassandra_rtl.model.demo") is None:
         print("\n== 2. (the model path is not installed yet: skipping speculative decoding)")
         return 0
     from ..model.demo import run_demo
 
-    print("\n== 2. speculative decoding on the bundled model")
+    print("\n== 2. speculative decoding on the bundled model, RTL in the loop for layer 0", flush=True)
     return run_demo(args)
 
 
