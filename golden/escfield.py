@@ -1,0 +1,68 @@
+"""Cassandra-1 with escape payloads in the companion field: the plane layout read by decoder v3
+(hw/decoder_c1_v3.py), proposed as a format revision (docs/datasheets/decoder_c1_v3.md).
+
+Everything is format 2.0 (FORMAT.md) except where an escaped symbol's 8 raw bits live:
+
+* the code plane holds the escape as ``Q`` zeros and a one (``Q + 1`` bits), like any other group code,
+  so every code of a chunk ends at a one and a decoder finds all code boundaries from the ones alone;
+* the raw symbol moves to the front of the value's companion field: a kept value's ``spec.signman``
+  field is ``[e (8 bits)][(s << m) | (f >> (7 - m))]`` (``8 + 1 + m`` bits, no suffix bit: an escape is
+  never in a pair group), a pruned value's ``verif.rest`` field is ``[e][(s << 7) | f]`` (16 bits).
+
+The pruned mark ``P`` is never escaped (format 2.0), so every escape has a companion field to hold its
+payload. The stream has exactly as many bits as format 2.0's; only the chunk sizes of the two field
+planes change (they are always indexed here, the code planes' shrink by the same bits).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import bitpack
+from .codec import EncodedTensor, _fields, check_bits, encode_tensor, keep_mask
+from .config import ESCAPE_PAYLOAD_BITS, PRUNED, CodecConfig
+from ..errors import ConfigError
+
+PLANES = ("spec.codes", "spec.signman", "verif.codes", "verif.rest")
+
+
+def encode(bits, cfg: CodecConfig, salience=None) -> tuple[EncodedTensor, dict[str, list[bytes]]]:
+    """The format 2.0 encoding of ``bits`` (books, keep mask, values) and the chunks of its four planes in
+    the escape-in-field layout: ``{plane: [chunk bytes, ...]}`` (what a DMA channel hands decoder v3)."""
+    if cfg.scheme != "c1":
+        raise ConfigError("the escape-in-field layout is defined for Cassandra-1 only")
+    enc = encode_tensor(bits, cfg, salience, impl="numpy")
+    flat = check_bits(bits).reshape(-1)
+    N = len(flat)
+    nch = enc.nchunks
+    ch = np.arange(N, dtype=np.int64) // cfg.chunk_values
+    kept = keep_mask(flat, cfg, salience)
+    sign, e, mant = _fields(flat)
+    m = cfg.mantissa_bits
+    planes, offsets = {}, {}
+
+    def codes(name, symbols, seg, book):
+        groups = book.group_table()[symbols]
+        esc = groups == book.Q
+        planes[name], offsets[name] = bitpack.pack_unary(seg, groups, esc, symbols, book.Q, 0, nch)
+        t = np.where(esc, 0, book.suffix_table()[symbols])
+        tw = np.where(esc, ESCAPE_PAYLOAD_BITS, book.pair_bits()[groups])
+        return np.where(esc, symbols & 0xFF, t), tw           # the field's prefix and its width
+
+    sym = np.where(kept, e, PRUNED)
+    pre, pw = codes("spec.codes", sym, ch, enc.spec_book)
+    pre, pw = pre[kept], pw[kept]
+    sm = (sign[kept] << m) | (mant[kept] >> (7 - m))
+    planes["spec.signman"], offsets["spec.signman"] = bitpack.pack_chunks(ch[kept], pw + 1 + m, pre | (sm << pw), nch)
+    pre, pw = codes("verif.codes", e[~kept], ch[~kept], enc.verif_book)
+    rest_w = np.where(kept, 7 - m, 8)
+    rest_v = np.where(kept, mant & ((1 << (7 - m)) - 1), (sign << 7) | mant)
+    rest_w[~kept] += pw
+    rest_v[~kept] = pre | (rest_v[~kept] << pw)
+    planes["verif.rest"], offsets["verif.rest"] = bitpack.pack_chunks(ch, rest_w, rest_v, nch)
+    chunks = {p: [planes[p][offsets[p][c]: offsets[p][c + 1]] for c in range(nch)] for p in PLANES}
+    return enc, chunks
+
+
+def plane_bits(chunks: dict[str, list[bytes]]) -> dict[str, int]:
+    """Bytes of each plane times 8 (the stream size, padding included)."""
+    return {p: 8 * sum(len(c) for c in cs) for p, cs in chunks.items()}

@@ -1,0 +1,363 @@
+"""Cassandra-1 decoder v3 (prototype): one code parser, one set of field extractors and book lookups for
+both modes; full mode runs them twice per beat (docs/datasheets/decoder_c1_v3.md).
+
+It reads the escape-in-field layout (golden/escfield.py): every code is ``q`` zeros and a one, the raw
+symbol of an escape sits at the front of its value's companion field. Ports, registers and error bits are
+those of the C1 decoder interface (hw/decoder.py, docs/datasheets/decoder_c1.md).
+
+Stages (every arrow into a stage is a register):
+
+    spec_codes -> BitReader SC --> P: parse loop: the first ``need`` ones of the window; the reader
+                                   |  jumps past the last one (loop: read pointer -> window -> prefix
+                                   v  counts -> select the cnt-th one -> take -> read pointer)
+    verif_codes -> BitReader VC -> (window captured) --+
+                                   v                    v
+                                   D: positions of the beat's ones -> each code's group q; per lane:
+                                   |  kept, pair, escape, field width, field offset. Pass A decodes P's
+                                   |  window (speculation book), pass B the captured verification window
+                                   |  (the beat's pruned lanes; it commits VC's take itself)
+                                   v
+    spec_signman -> BitReader SM -+
+    verif_rest   -> BitReader RS -+-> F: one field extractor per lane from SM's (pass A) or RS's (pass B)
+                                      window, book lookup at base[q] + t, value assembly -> out
+
+Draft mode: pass A every cycle (L values a cycle). Full mode: passes A and B alternate, so the parser,
+extractors and lookups serve both (L / 2 values a cycle): P(A k) -> D(A k) -> D(B k) | F(A k) -> F(B k),
+with D(A k+1) in F(B k)'s cycle; H holds pass A's draft values for pass B.
+
+Not yet in the prototype (decoder v2 has them): the KEEP check (kept values per superblock), the
+escape-free chunk boundaries' zero-bubble guarantee, the AXI tops.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.utils import bits_for
+
+from ..errors import ConfigError
+from ..golden.config import ALLOWED_GROUP_SIZES, BF16_MANTISSA_BITS, K_MAX, PRUNED
+from .bitreader import BitReader, thermometer, view_slots
+from .decoder import DecoderC1, Err, Format2Registers
+from .decoder_c1_v2 import DecoderC1v2, popcounts
+from .shifter import shift_right
+from .zero_counter import prefix_counts
+
+GMAX = max(ALLOWED_GROUP_SIZES)
+FIELD_BITS = 16          # widest field: an escaped pruned value's [e][(s << 7) | f]
+ESC_BITS = 8
+
+
+def onehot_index(m, bits, name):
+    """Index of the set bit of a one-hot vector (0 if none): an OR tree per index bit."""
+    n = len(bits)
+    width = max(1, bits_for(n - 1))
+    out = Signal(width, name=name)
+    m.d.comb += out.eq(Cat(*[Cat(*[bits[i] for i in range(n) if (i >> b) & 1]).any() for b in range(width)]))
+    return out
+
+
+class DecoderC1v3(Format2Registers, DecoderC1):
+    """Cassandra-1 decoder v3 prototype: ``lanes`` values a cycle in draft mode, ``lanes / 2`` in full mode.
+
+    Parameters
+        lanes        L, values per beat (2..16)
+        code_word    bits per word on both code planes (default 32)
+        word         bits per word on ``spec_signman`` (default 8 L)
+        verif_word   bits per word on ``verif_rest`` (default 4 L: full mode reads it every other cycle)
+        window       code window W (default 64): a beat holds the codes whose ones lie in W bits
+    """
+
+    def __init__(self, lanes: int = 8, code_word: int = 32, word: int | None = None, verif_word: int | None = None,
+                 window: int = 64):
+        if not isinstance(lanes, int) or not 2 <= lanes <= 16:
+            raise ConfigError(f"decoder v3 lanes must be 2..16, got {lanes!r}")
+        word = 8 * lanes if word is None else word
+        verif_word = max(32, 4 * lanes) if verif_word is None else verif_word
+        super().__init__(lanes=lanes, word=word, window=window, verif_lanes=lanes, verif_word=verif_word,
+                         verif_window=window, code_word=code_word)
+        self.port_words["verif_codes"] = code_word
+        self.field_window = FIELD_BITS * lanes
+        self.verif_window = window
+
+    def elaborate(self, platform):
+        m = Module()
+        L, W, FW = self.lanes, self.window, self.field_window
+        r, start, clear, busy, err, raise_err = self._control_signals(m)
+        full, mm = r["full"], r["m"]
+
+        # ------------------------------------------------------------------ planes
+        SC = BitReader(self.code_word, W, slots=4, full_skip_err=True)
+        VC = BitReader(self.code_word, W, slots=4, full_skip_err=True)
+        SM = BitReader(self.word, FW, slots=view_slots(self.word, FW))
+        RS = BitReader(self.verif_word, FW, slots=view_slots(self.verif_word, FW))
+        m.submodules.spec_codes_rd = SC
+        m.submodules.verif_codes_rd = VC
+        m.submodules.spec_signman_rd = SM
+        m.submodules.verif_rest_rd = RS
+        for port, blk in (("spec_codes", SC), ("verif_codes", VC), ("spec_signman", SM), ("verif_rest", RS)):
+            m.d.comb += [blk.inp.valid.eq(getattr(self, port).valid), blk.inp.payload.eq(getattr(self, port).payload),
+                         getattr(self, port).ready.eq(blk.inp.ready)]
+        draining = err.any() & ~busy
+        for blk, used in ((SC, 1), (SM, 1), (VC, full), (RS, full)):
+            m.d.comb += [blk.enable.eq(busy & used), blk.drain.eq(draining), blk.flush.eq(raise_err.any())]
+
+        # ------------------------------------------------------------------ tensor constants
+        spec_q, spec_base, spec_pbad = DecoderC1v2._book_groups(m, r["spec_k"], r["spec_pairs"], "spec")
+        verif_q, verif_base, verif_pbad = DecoderC1v2._book_groups(m, r["verif_k"], r["verif_pairs"], "verif")
+        idx_p = Signal(4, name="idx_p")                 # position of P in the symbol list (15: absent)
+        ip = Const(K_MAX, 4)
+        for i in reversed(range(K_MAX)):
+            ip = Mux((r["spec_tab"][i] == PRUNED) & (i < r["spec_k"]), i, ip)
+        m.d.sync += idx_p.eq(ip)
+        q_p = Signal(4, name="q_p")                     # the group of P (15: none)
+        p_paired = Signal(name="p_paired")
+        before_p, paired = Const(0, 4), Const(0, 1)
+        for i in range(K_MAX):
+            pi = r["spec_pairs"][i]
+            before_p = before_p + (pi & (spec_base[i] < idx_p))
+            paired = paired | (pi & ((spec_base[i] == idx_p) | (spec_base[i] + 1 == idx_p)))
+        m.d.sync += [q_p.eq(Mux(idx_p == K_MAX, K_MAX, idx_p - before_p)), p_paired.eq(paired & (idx_p != K_MAX))]
+        chunk_a = Signal(range(65), name="chunk_a")
+        m.d.sync += chunk_a.eq(Const(1, 1) << r["chunk"])
+
+        pre_init, init, running = Signal(), Signal(), Signal()
+        left = Signal(32, name="p_left")                # values of the tensor not yet parsed
+        sb_left = Signal(range(GMAX + 1), name="p_sb_left")
+        csb_left = Signal(range(65), name="p_csb_left")  # superblocks left in the chunk, this one too
+
+        # ------------------------------------------------------------------ P: the speculation parse loop
+        need = Signal(range(L + 1), name="p_need")
+        m.d.comb += need.eq(Mux(sb_left < L, sb_left, L))
+        pw = Signal(W, name="p_win")
+        m.d.comb += pw.eq(SC.win & thermometer(SC.avail, W))
+        ppc = prefix_counts(m, pw, L, "p_pc")           # ones before each bit, capped at L
+        cnt = Signal(range(L + 1), name="p_cnt")
+        m.d.comb += cnt.eq(Mux(ppc[W] < need, ppc[W], need))
+        p_sel = Signal(W, name="p_sel")                 # the cnt-th one
+        m.d.comb += p_sel.eq(Cat(*[pw[i] & (ppc[i] == cnt - 1) for i in range(W)]))
+        p_take = Signal(range(W + 1), name="p_take")
+        m.d.comb += p_take.eq(onehot_index(m, p_sel, "p_pos") + 1)
+        p_fin = Signal(name="p_fin")                    # the beat ends its superblock
+        p_last = Signal(name="p_last")
+        p_cend = Signal(name="p_cend")                  # ... and its chunk
+        m.d.comb += [p_fin.eq(cnt == sb_left), p_last.eq(left == cnt),
+                     p_cend.eq(p_fin & ((csb_left == 1) | p_last))]
+        p_whole = (SC.avail >= W) | SC.end_seen
+        p_ok = Signal(name="p_ok")
+        m.d.comb += p_ok.eq(running & (cnt != 0) & ((cnt == need) | p_whole) & (~p_cend | SC.skip_ok | SC.skip_err))
+        pd_free = Signal()
+        p_go = Signal(name="p_go")
+        m.d.comb += [p_go.eq(p_ok & pd_free),
+                     SC.take.eq(p_take), SC.skip.eq(p_cend), SC.commit.eq(p_go)]
+        p_err = Signal(3, name="p_err")                 # CODE, OVERRUN, TOO_LONG
+        p_none = running & (cnt == 0)
+        m.d.comb += p_err.eq(Cat(p_none & (SC.avail >= W), p_none & SC.end_seen & (SC.avail < W),
+                                 p_go & p_cend & SC.skip_err))
+        pd_valid = Signal(name="pd_valid")
+        pd_win = Signal(W, name="pd_win")
+        pd_cnt = Signal(range(L + 1), name="pd_cnt")
+        pd_fin, pd_cend, pd_last = Signal(name="pd_fin"), Signal(name="pd_cend"), Signal(name="pd_last")
+        g = r["g"]
+        rest_after = left - cnt
+        with m.If(init):
+            m.d.sync += [left.eq(r["numel"]), sb_left.eq(Mux(r["numel"] < g, r["numel"], g)),
+                         csb_left.eq(chunk_a), running.eq(1)]
+        with m.If(p_go):
+            m.d.sync += [left.eq(rest_after), pd_win.eq(pw), pd_cnt.eq(cnt), pd_fin.eq(p_fin), pd_cend.eq(p_cend),
+                         pd_last.eq(p_last)]
+            with m.If(p_fin):
+                m.d.sync += [sb_left.eq(Mux(rest_after < g, rest_after, g)),
+                             csb_left.eq(Mux(csb_left == 1, chunk_a, csb_left - 1))]
+            with m.Else():
+                m.d.sync += sb_left.eq(sb_left - cnt)
+            with m.If(p_last):
+                m.d.sync += running.eq(0)
+
+        # ------------------------------------------------------------------ verification window capture
+        vb_win = Signal(W, name="vb_win")
+        vb_whole, vb_fresh = Signal(name="vb_whole"), Signal(name="vb_fresh")
+        vb_end = Signal(name="vb_end")
+        m.d.sync += [vb_win.eq(VC.win & thermometer(VC.avail, W)), vb_whole.eq((VC.avail >= W) | VC.end_seen),
+                     vb_end.eq(VC.end_seen & (VC.avail < W)), vb_fresh.eq(~VC.commit)]
+
+        # ------------------------------------------------------------------ D: decode the codes of a pass
+        # BJ: the beat whose pass B is pending (full mode): its kept lanes and how many codes pass B took
+        bj_valid = Signal(name="bj_valid")
+        bj_kept = Signal(L, name="bj_kept")
+        bj_np = Signal(range(L + 1), name="bj_np")
+        bj_done = Signal(range(L + 1), name="bj_done")
+        bj_cnt = Signal(range(L + 1), name="bj_cnt")
+        bj_fin, bj_cend, bj_last = Signal(name="bj_fin"), Signal(name="bj_cend"), Signal(name="bj_last")
+        pass_b = Signal(name="d_pass_b")
+        m.d.comb += pass_b.eq(bj_valid)
+        dwin = Signal(W, name="d_win")
+        m.d.comb += dwin.eq(Mux(pass_b, vb_win, pd_win))
+        dpc = prefix_counts(m, dwin, L, "d_pc")
+        pos = []
+        for j in range(L):
+            pos.append(onehot_index(m, Cat(*[dwin[i] & (dpc[i] == j) for i in range(W)]), f"d_pos{j}"))
+        rank = []
+        for j in range(L):
+            rk = Signal(range(W), name=f"d_rank{j}")
+            m.d.comb += rk.eq(pos[0] if j == 0 else pos[j] - pos[j - 1] - 1)
+            rank.append(rk)
+        b_need = Signal(range(L + 1), name="d_b_need")
+        m.d.comb += b_need.eq(bj_np - bj_done)
+        b_c = Signal(range(L + 1), name="d_b_c")        # codes pass B takes now
+        m.d.comb += b_c.eq(Mux(dpc[W] < b_need, dpc[W], b_need))
+        n_codes = Signal(range(L + 1), name="d_n")
+        m.d.comb += n_codes.eq(Mux(pass_b, b_c, pd_cnt))
+        book_q = Mux(pass_b, verif_q, spec_q)
+        d_code_err = Const(0, 1)
+        for j in range(L):
+            d_code_err = d_code_err | ((j < n_codes) & (rank[j] > book_q))
+
+        # DF: the decoded beat, per lane
+        df_valid = Signal(name="df_valid")
+        df_done = Signal(name="df_done")                # every lane decoded (pass B may take two cycles)
+        df_b = Signal(name="df_b")
+        df_q = [Signal(4, name=f"df_q{i}") for i in range(L)]
+        df_esc = Signal(L, name="df_esc")
+        df_pair = Signal(L, name="df_pair")
+        df_kept = Signal(L, name="df_kept")
+        df_off = [Signal(range(FW), name=f"df_off{i}") for i in range(L)]
+        df_take = Signal(range(FW + 1), name="df_take")
+        df_cnt = Signal(range(L + 1), name="df_cnt")
+        df_fin, df_cend, df_last = Signal(name="df_fin"), Signal(name="df_cend"), Signal(name="df_last")
+
+        lq = [Signal(4, name=f"d_q{i}") for i in range(L)]
+        lesc, lpair, lkept = Signal(L, name="d_esc"), Signal(L, name="d_pair"), Signal(L, name="d_kept")
+        lw = [Signal(5, name=f"d_w{i}") for i in range(L)]
+        in_beat = Signal(L, name="d_in_beat")
+        m.d.comb += in_beat.eq(thermometer(Mux(pass_b, bj_cnt, pd_cnt), L))
+        # pass B: lane i (pruned) takes code slot pidx_i - done, pidx_i = pruned lanes before it
+        pruned_b = Signal(L, name="d_pruned_b")
+        m.d.comb += pruned_b.eq(~bj_kept & in_beat)
+        pidx = popcounts(m, pruned_b, "d_pidx")
+        for i in range(L):
+            slot = Signal(range(L), name=f"d_slot{i}")
+            now = Signal(name=f"d_now{i}")
+            m.d.comb += [slot.eq(Mux(pass_b, pidx[i] - bj_done, i)),
+                         now.eq(Mux(pass_b, pruned_b[i] & (pidx[i] >= bj_done) & (pidx[i] < bj_done + b_c), 1))]
+            q_new = Array(rank)[slot][:4]
+            q = Signal(4, name=f"d_qsel{i}")
+            m.d.comb += q.eq(Mux(now, q_new, df_q[i]))
+            esc = Mux(now, q == book_q, df_esc[i])
+            pair = Mux(now, Mux(pass_b, r["verif_pairs"], r["spec_pairs"]).bit_select(q, 1), df_pair[i])
+            kept = Mux(pass_b, bj_kept[i], in_beat[i] & (q != q_p))
+            m.d.comb += [lq[i].eq(q), lesc[i].eq(esc), lpair[i].eq(pair & ~esc), lkept[i].eq(kept)]
+            prefix = Mux(lesc[i], ESC_BITS, lpair[i])
+            spec_w = Mux(lkept[i], prefix + 1 + mm, 0)
+            rest_w = Mux(lkept[i], BF16_MANTISSA_BITS - mm, prefix + 8)
+            m.d.comb += lw[i].eq(Mux(in_beat[i], Mux(pass_b, rest_w, spec_w), 0))
+        offs = [Const(0, bits_for(FW))]
+        for i in range(L):
+            o = Signal(bits_for(FW), name=f"d_off{i + 1}")
+            m.d.comb += o.eq(offs[-1] + lw[i])
+            offs.append(o)
+        n_pruned = popcounts(m, ~lkept & in_beat, "d_np")[L]
+        b_take = Signal(range(W + 1), name="d_b_take")
+        m.d.comb += b_take.eq(Mux(b_c == 0, 0, Array(pos)[b_c - 1] + 1))
+        b_complete = Signal(name="d_b_complete")
+        m.d.comb += b_complete.eq(bj_done + b_c == bj_np)
+        # pass B may go when the captured window is current and holds the codes it needs (or all it can)
+        b_ok = Signal(name="d_b_ok")
+        m.d.comb += b_ok.eq(vb_fresh & ((b_c == b_need) | (vb_whole & (b_c != 0)))
+                            & (~(b_complete & bj_cend) | VC.skip_ok | VC.skip_err))
+        f_fire = Signal()
+        df_free = Signal()
+        m.d.comb += df_free.eq(~df_valid | f_fire | (df_b & ~df_done))
+        d_go = Signal(name="d_go")
+        m.d.comb += d_go.eq(Mux(pass_b, b_ok, pd_valid) & df_free)
+        m.d.comb += [pd_free.eq(~pd_valid | (d_go & ~pass_b)),
+                     VC.take.eq(b_take), VC.skip.eq(b_complete & bj_cend), VC.commit.eq(d_go & pass_b)]
+        d_err = Signal(3, name="d_err")
+        b_none = pass_b & (b_need != 0) & (dpc[W] == 0) & vb_fresh
+        m.d.comb += d_err.eq(Cat((d_go & d_code_err) | (b_none & vb_whole & ~vb_end), b_none & vb_end,
+                                 d_go & pass_b & b_complete & bj_cend & VC.skip_err))
+        with m.If(d_go):
+            m.d.sync += [df_valid.eq(1), df_b.eq(pass_b), df_done.eq(~pass_b | b_complete),
+                         df_take.eq(offs[L]), df_esc.eq(lesc), df_pair.eq(lpair), df_kept.eq(lkept)]
+            m.d.sync += [df_q[i].eq(lq[i]) for i in range(L)] + [df_off[i].eq(offs[i]) for i in range(L)]
+            with m.If(pass_b):
+                m.d.sync += [df_cnt.eq(bj_cnt), df_fin.eq(bj_fin), df_cend.eq(bj_cend), df_last.eq(bj_last),
+                             bj_done.eq(bj_done + b_c)]
+                with m.If(b_complete):
+                    m.d.sync += bj_valid.eq(0)
+            with m.Else():
+                m.d.sync += [df_cnt.eq(pd_cnt), df_fin.eq(pd_fin), df_cend.eq(pd_cend), df_last.eq(pd_last),
+                             pd_valid.eq(0)]
+                with m.If(full):
+                    m.d.sync += [bj_valid.eq(1), bj_kept.eq(lkept), bj_np.eq(n_pruned), bj_done.eq(0),
+                                 bj_cnt.eq(pd_cnt), bj_fin.eq(pd_fin), bj_cend.eq(pd_cend), bj_last.eq(pd_last)]
+        with m.Elif(f_fire):
+            m.d.sync += df_valid.eq(0)
+        with m.If(p_go):
+            m.d.sync += pd_valid.eq(1)
+
+        # ------------------------------------------------------------------ F: fields, lookups, values
+        rd_avail = Mux(df_b, RS.avail, SM.avail)
+        rd_end = Mux(df_b, RS.end_seen, SM.end_seen)
+        rd_skip_ok = Mux(df_b, RS.skip_ok | RS.skip_err, SM.skip_ok | SM.skip_err)
+        rd_skip_err = Mux(df_b, RS.skip_err, SM.skip_err)
+        fwin = Signal(FW, name="f_win")
+        m.d.comb += fwin.eq(Mux(df_b, RS.win, SM.win))
+        f_ready = Signal(name="f_ready")
+        m.d.comb += f_ready.eq(df_valid & df_done & (rd_avail >= df_take) & (~df_cend | rd_skip_ok))
+        emit = ~full | df_b
+        m.d.comb += [self.out.valid.eq(f_ready & emit), f_fire.eq(f_ready & (~emit | self.out.ready))]
+        for rd, is_b in ((SM, 0), (RS, 1)):
+            m.d.comb += [rd.take.eq(df_take), rd.skip.eq(df_cend), rd.commit.eq(f_fire & (df_b == is_b))]
+        f_err = Signal(3, name="f_err")
+        m.d.comb += f_err.eq(Cat(0, df_valid & df_done & rd_end & (rd_avail < df_take), f_fire & df_cend & rd_skip_err))
+
+        hold = [Signal(16, name=f"h_draft{i}") for i in range(L)]
+        base = Mux(df_b, Cat(*verif_base), Cat(*spec_base))
+        bases = [base[4 * i: 4 * i + 4] for i in range(K_MAX)]
+        tab = Array(Mux(df_b, r["verif_tab"][i], r["spec_tab"][i]) for i in range(K_MAX))
+        mant_mask = Signal(BF16_MANTISSA_BITS, name="f_rest_mask")
+        sm_mask = Signal(8, name="f_sm_mask")
+        cut = Signal(3, name="f_cut")                   # 7 - m: the mantissa bits the draft drops
+        m.d.comb += [cut.eq(BF16_MANTISSA_BITS - mm), mant_mask.eq(thermometer(cut, BF16_MANTISSA_BITS)),
+                     sm_mask.eq(thermometer(mm + 1, 8))]
+        for i in range(L):
+            f = shift_right(m, fwin, df_off[i], FIELD_BITS, f"f_field{i}")
+            esc, pair = df_esc[i], df_pair[i]
+            body = Signal(8, name=f"f_body{i}")         # the field after its prefix (escape / suffix bit)
+            m.d.comb += body.eq(Mux(esc, f[8:16], Mux(pair, f[1:9], f[0:8])))
+            t = pair & f[0]
+            idx = Signal(4, name=f"f_idx{i}")
+            m.d.comb += idx.eq(Array(bases)[df_q[i]] + t)
+            exp = Signal(8, name=f"f_exp{i}")
+            m.d.comb += exp.eq(Mux(esc, f[:8], tab[idx][:8]))
+            smd = Signal(15, name=f"f_sm{i}")           # (s << 7) | top m mantissa bits, aligned
+            m.d.comb += smd.eq((body & sm_mask) << cut)
+            draft = Signal(16, name=f"f_draft{i}")
+            m.d.comb += draft.eq(Mux(df_kept[i], Cat(smd[:7], exp, smd[7]), 0))
+            exact = Mux(df_kept[i], hold[i] | (f[:7] & mant_mask), Cat(body[:7], exp, body[7]))
+            value = Mux(df_b, exact, draft)
+            m.d.comb += self.out.payload.lanes[i].eq(Mux(i < df_cnt, value, 0))
+            with m.If(f_fire & ~df_b):
+                m.d.sync += hold[i].eq(draft)
+        m.d.comb += [self.out.payload.count.eq(df_cnt), self.out.payload.sb_end.eq(df_fin),
+                     self.out.payload.last.eq(df_last)]
+
+        # ------------------------------------------------------------------ control state, errors
+        cfg_bad = self._config_error(r)
+        no_book = ~r["spec_loaded"] | (r["full"] & ~r["verif_loaded"])
+        m.d.sync += [pre_init.eq(0), init.eq(pre_init)]
+        with m.If(start & ~busy & ~err.any()):
+            m.d.comb += [raise_err[Err.CONFIG].eq(cfg_bad), raise_err[Err.NO_BOOK].eq(~cfg_bad & no_book)]
+            with m.If(~cfg_bad & ~no_book):
+                m.d.sync += [busy.eq(1), pre_init.eq(1)]
+        with m.If(busy):
+            m.d.comb += raise_err[:3].eq(p_err | d_err | f_err)
+        with m.If(init & (spec_pbad | p_paired | (full & verif_pbad))):
+            m.d.comb += raise_err[Err.CONFIG].eq(1)
+        with m.If(f_fire & emit & df_last):
+            m.d.sync += busy.eq(0)
+        with m.If(raise_err.any()):
+            m.d.sync += [err.eq(err | raise_err), busy.eq(0), pre_init.eq(0), init.eq(0), running.eq(0),
+                         pd_valid.eq(0), df_valid.eq(0), bj_valid.eq(0)]
+        with m.Elif(clear & ~busy):
+            m.d.sync += err.eq(0)
+        return m
