@@ -302,6 +302,7 @@ def test_c_header_compiles_and_agrees(tmp_path):
     if cc is None:
         pytest.skip("no C compiler")
     (tmp_path / "cassandra_csr.h").write_text(c_header())
+    assert "rank" not in c_header()          # SPEC_SYM + i holds books.spec[i], a list position, not a code rank
     want = {"CASS_CSR_ID": Csr.ID, "CASS_CSR_STATUS": Csr.STATUS, "CASS_CSR_IRQ_ENABLE": Csr.IRQ_ENABLE,
             "CASS_ID_VALUE": ID_VALUE, "CASS_FORMAT_MAJOR": FORMAT_VERSION[0], "CASS_FORMAT_MINOR": FORMAT_VERSION[1],
             "CASS_KIND_DECODER_C2": KINDS["decoder_c2"], "CASS_STATUS_BUSY": STATUS_BUSY,

@@ -58,11 +58,31 @@ def _small_container(path: Path) -> None:
     write_container(path, {"w": encode_tensor(bits, CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.75))})
 
 
+def _check_layout_comments_and_program_length(cass: Path, planes: Path) -> None:
+    """counts.hex and program_*.hex say their layout in a first comment line (the bench reads them with it);
+    the program length is the datasheet's formula: draft 9 + K_spec writes, full 11 + K_spec + K_verif
+    (decoder_c1.md "Programming a tensor")."""
+    import json
+
+    from cassandra_rtl.golden.container import read_container
+    counts = (planes / "counts.hex").read_text().splitlines()
+    assert counts[0] == ("// program writes draft, program writes full, words spec_codes, words spec_signman, "
+                         "words verif_codes, words verif_rest, values")
+    man = json.loads((planes / "manifest.json").read_text())
+    assert [int(x, 16) for x in counts[1:]] == [man["program_writes"]["draft"], man["program_writes"]["full"],
+                                                *man["words"].values(), man["numel"]]
+    for mode in ("draft", "full"):
+        assert "index in the HIGH" in (planes / f"program_{mode}.hex").read_text().splitlines()[0]
+    enc = read_container(cass).tensors["w"]
+    assert man["program_writes"] == {"draft": 9 + enc.spec_book.K, "full": 11 + enc.spec_book.K + enc.verif_book.K}
+
+
 def test_small_tensor_through_the_exported_top_on_icarus(tmp_path):
     _need_icarus()
     _small_container(tmp_path / "t.cass")
     assert cli(["export-planes", str(tmp_path / "t.cass"), "--out", str(tmp_path / "planes"),
                 "--config", "decoder_c1v2_l4"]) == 0
+    _check_layout_comments_and_program_length(tmp_path / "t.cass", tmp_path / "planes")
     image = _build(tmp_path, "decoder_c1v2_l4")
     for full in (False, True):
         assert _run(image, tmp_path / "planes", full).startswith("PASS values=768 "), full

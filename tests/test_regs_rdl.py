@@ -96,3 +96,16 @@ def test_committed_register_map_markdown_is_generated():
     with tempfile.TemporaryDirectory() as d:
         fresh = regmap.write_markdown(Path(d) / "register_map.md").read_text()
     assert regmap.MARKDOWN_DOC.read_text() == fresh, "run `make regs` and commit docs/datasheets/register_map.md"
+
+
+def test_no_register_description_repeats_a_sentence():
+    """The datasheets' register summaries join a register's and its first field's description: neither may
+    repeat what the other says."""
+    import re
+
+    from cassandra_rtl.hw.datasheets import registers_table
+    for which in ("block", "local"):
+        for row in registers_table(which).splitlines()[2:]:
+            meaning = row.strip().strip("|").split("|")[-1]
+            sentences = [x.strip().lower() for x in re.split(r"(?<=\.)\s+", meaning) if x.strip()]
+            assert len(sentences) == len(set(sentences)), row

@@ -4,17 +4,22 @@ Writes everything a plain Verilog testbench needs to decode one tensor of a cont
 decoder (docs/datasheets/decoder_c1.md "Programming a tensor" and "Words and bits"), as `$readmemh` files:
 
   program_draft.hex, program_full.hex   the register writes, one per line: {index[7:0], data[31:0]} (10 hex
-                                        digits); on the AXI4-Lite top write `data` at byte offset 4 * index;
-                                        START is the last write
+                                        digits, index in the HIGH bits as in `cfg_dma` tdata; the plain core's
+                                        `cfg__payload` is {data, addr}, index in the LOW bits); on the
+                                        AXI4-Lite top write `data` at byte offset 4 * index; START is the
+                                        last write
   <port>.hex                            the words of each plane port the configuration has, in order, one per
                                         line: {last, data[W-1:0]} with W the port's width in that
                                         configuration (spec_codes, spec_signman, verif_codes, verif_rest; C2:
                                         spec_mx, verif_codes, verif_rest)
   expected_draft.hex, expected_full.hex the decoded bf16 values in tensor order, one per line (4 hex digits)
-  counts.hex                            seven numbers, one per line: writes of the draft and the full program,
-                                        words of the four ports (C2: spec_mx first, a 0 for the absent one),
-                                        values
+  counts.hex                            seven 32-bit numbers, one per line (8 hex digits; its first line,
+                                        a comment, names them): writes of the draft and the full program, words of the four
+                                        ports (C1: spec_codes, spec_signman, verif_codes, verif_rest; C2:
+                                        spec_mx, verif_codes, verif_rest, 0), values
   manifest.json                         the same facts with names, the port widths and the tensor's config
+
+The program and counts files open with `//` comment lines saying their layout ($readmemh skips them).
 
 Draft mode streams the speculation ports only; full mode every port. The words are framed per chunk
 (`last` on each chunk's final word; an empty chunk is one zero word), the program comes from the tensor's
@@ -31,6 +36,8 @@ from ..cli import CliError
 PORTS = {"c1": ("spec_codes", "spec_signman", "verif_codes", "verif_rest"),
          "c2": ("spec_mx", "verif_codes", "verif_rest")}
 DEFAULT_CONFIG = {"c1": "decoder_c1v2_l8_v4", "c2": "decoder_c2v2_l8"}
+PROGRAM_HEADER = ("// one register write per line: {index[7:0], data[31:0]} = index << 32 | data (index in the HIGH\n"
+                  "// bits, as cfg_dma tdata); the plain core's cfg__payload is {data, addr} (index in the LOW bits)\n")
 
 
 def port_widths(config: str) -> dict[str, int]:
@@ -56,7 +63,7 @@ def export_tensor(enc, config: str, out: Path, name: str = "") -> dict:
     out.mkdir(parents=True, exist_ok=True)
     programs = {m: decoder_program(enc, m == "full", force_format2=True) for m in ("draft", "full")}
     for mode, prog in programs.items():
-        (out / f"program_{mode}.hex").write_text("".join(f"{a:02x}{d:08x}\n" for a, d in prog))
+        (out / f"program_{mode}.hex").write_text(PROGRAM_HEADER + "".join(f"{a:02x}{d:08x}\n" for a, d in prog))
     words = decoder_planes(enc, True, widths)
     for port, items in words.items():
         digits = (widths[port] + 1 + 3) // 4
@@ -68,11 +75,14 @@ def export_tensor(enc, config: str, out: Path, name: str = "") -> dict:
     ports = PORTS[scheme]
     counts = [len(programs["draft"]), len(programs["full"])] + [len(words.get(p, [])) for p in ports]
     counts += [0] * (6 - len(counts)) + [int(enc.numel)]
-    (out / "counts.hex").write_text("".join(f"{c:08x}\n" for c in counts))
+    names = ["program writes draft", "program writes full"] + [f"words {p}" for p in ports] + ["values"]
+    names[2 + len(ports):6] = ["0"] * (4 - len(ports))
+    (out / "counts.hex").write_text("// " + ", ".join(names) + "\n" + "".join(f"{c:08x}\n" for c in counts))
     manifest = {"tensor": name, "config": config, "scheme": scheme, "shape": list(enc.shape),
                 "numel": int(enc.numel), "port_widths": widths,
                 "words": {p: len(w) for p, w in words.items()},
                 "program_writes": {m: len(p) for m, p in programs.items()},
+                "counts_hex": names,
                 "codec_config": enc.config.to_json()}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
@@ -101,7 +111,8 @@ def run(args) -> int:
         raise CliError(f"{out}: exists and is not a directory")
     m = export_tensor(enc, config, out, name)
     print(f"wrote {out}/: {name} {m['shape']} for {config} ({m['numel']} values; words "
-          + ", ".join(f"{p} {n}" for p, n in m["words"].items()) + ")")
+          + ", ".join(f"{p} {n}" for p, n in m["words"].items())
+          + f"; program writes draft {m['program_writes']['draft']}, full {m['program_writes']['full']})")
     return 0
 
 
