@@ -99,3 +99,25 @@ def test_generated_report_matches_the_synthesis_report():
         compared += 1
     if not compared:
         pytest.skip("the synthesis report and docs/report/hardware.md share no block")
+
+
+def _escape_row(mode: str, keep: float, p: float) -> tuple[str, str]:
+    from cassandra_rtl.hw.measure import measure_escapes
+    rows = measure_escapes("decoder_c1v2_l8_v4", mode, [0.0, p], 131072, keep)
+    return f"{rows[0]['of_nominal']:.3f}", f"{rows[1]['of_nominal']:.3f} ({rows[1]['cycles_per_escape']:.2f})"
+
+
+def test_decoder_escape_cost_regenerates():
+    """decoder_c1.md's escape table is what `python -m cassandra_rtl.hw.measure --escapes` measures today
+    (two of its cells: draft keep 0.5 at P = 0.01, full keep 0.3 at P = 0.05; same seed, same tensors)."""
+    from cassandra_rtl.tb import bulk
+    if not bulk.available():
+        pytest.skip("Verilator unavailable")
+    page = (ROOT / "docs" / "datasheets" / "decoder_c1.md").read_text()
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip().strip("|").split("|")[1:]]
+            for line in page.splitlines() if re.match(r"\| (0|0\.01|0\.05|0\.2) \| 0\.\d{3}", line)}
+    assert set(rows) == {"0", "0.01", "0.05", "0.2"}, "decoder_c1.md lost its escape table"
+    base, draft = _escape_row("draft", 0.5, 0.01)
+    assert (rows["0"][0], rows["0.01"][0]) == (base, draft)
+    base, full = _escape_row("full", 0.3, 0.05)
+    assert (rows["0"][2], rows["0.05"][2]) == (base, full)

@@ -127,3 +127,28 @@ def test_smollm2_weight_through_the_headline_top_on_icarus(tmp_path):
     image = _build(tmp_path, "decoder_c1v2_l8_v4")
     for full in (False, True):
         assert _run(image, tmp_path / "planes", full, seed=7).startswith(f"PASS values={bits.size} "), full
+
+
+def test_the_guide_commands_run_as_written(tmp_path):
+    """docs/INTEGRATION.md's shell blocks, run as written in one fresh working directory (only `model.cass` /
+    `NAME` filled in, `make verilog` left out): the single-configuration export, export-planes, and the bench
+    with `+dir=$PWD/...` pass in draft and full mode."""
+    import os
+    import re
+    _need_icarus()
+    _small_container(tmp_path / "model.cass")
+    guide = (ROOT / "docs" / "INTEGRATION.md").read_text()
+    lines = []
+    for block in re.findall(r"```sh\n(.*?)```", guide, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.strip() and not line.startswith("make "):
+                lines.append(line.split("  #")[0].replace("--tensor NAME", "--tensor w"))
+    assert any("--only decoder_c1v2_l8_v4" in x for x in lines) and any("+dir=$PWD/" in x for x in lines)
+    env = dict(os.environ, REPO=str(ROOT))
+    for line in lines:
+        r = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+        assert r.returncode == 0, (line, r.stderr[-2000:])
+    for full in (0, 1):
+        r = subprocess.run(["bash", "-c", f"vvp -n sim +dir=$PWD/planes +full={full}"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=1800)
+        assert r.stdout.strip().splitlines()[-1].startswith("PASS values=768 "), r.stdout[-2000:]
