@@ -15,6 +15,8 @@ planes change (they are always indexed here, the code planes' shrink by the same
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from . import bitpack
@@ -25,12 +27,23 @@ from ..errors import ConfigError
 PLANES = ("spec.codes", "spec.signman", "verif.codes", "verif.rest")
 
 
-def encode(bits, cfg: CodecConfig, salience=None) -> tuple[EncodedTensor, dict[str, list[bytes]]]:
-    """The format 2.0 encoding of ``bits`` (books, keep mask, values) and the chunks of its four planes in
-    the escape-in-field layout: ``{plane: [chunk bytes, ...]}`` (what a DMA channel hands decoder v3)."""
+@dataclass
+class EscFieldTensor(EncodedTensor):
+    """A tensor in the escape-in-field layout: every plane is indexed (``plane_offsets`` / ``plane_chunks``
+    and the RTL framing read it like a format 2.0 tensor). The golden format 2.0 decoders do not read it:
+    decode the format 2.0 tensor ``encode`` returns beside it."""
+
+    def has_index(self, plane: str) -> bool:
+        return True
+
+
+def encode(bits, cfg: CodecConfig, salience=None, books=None) -> tuple[EncodedTensor, EscFieldTensor]:
+    """The format 2.0 encoding of ``bits`` (books, keep mask, reference values) and the same tensor in the
+    escape-in-field layout (what decoder v3 reads). ``books``: fixed (spec_book, verif_book), as for
+    ``encode_tensor``."""
     if cfg.scheme != "c1":
         raise ConfigError("the escape-in-field layout is defined for Cassandra-1 only")
-    enc = encode_tensor(bits, cfg, salience, impl="numpy")
+    enc = encode_tensor(bits, cfg, salience, books=books, impl="numpy")
     flat = check_bits(bits).reshape(-1)
     N = len(flat)
     nch = enc.nchunks
@@ -59,10 +72,4 @@ def encode(bits, cfg: CodecConfig, salience=None) -> tuple[EncodedTensor, dict[s
     rest_w[~kept] += pw
     rest_v[~kept] = pre | (rest_v[~kept] << pw)
     planes["verif.rest"], offsets["verif.rest"] = bitpack.pack_chunks(ch, rest_w, rest_v, nch)
-    chunks = {p: [planes[p][offsets[p][c]: offsets[p][c + 1]] for c in range(nch)] for p in PLANES}
-    return enc, chunks
-
-
-def plane_bits(chunks: dict[str, list[bytes]]) -> dict[str, int]:
-    """Bytes of each plane times 8 (the stream size, padding included)."""
-    return {p: 8 * sum(len(c) for c in cs) for p, cs in chunks.items()}
+    return enc, EscFieldTensor(enc.shape, cfg, enc.spec_book, enc.verif_book, planes, offsets)

@@ -87,6 +87,21 @@ _c1v2_factories()
 # ---- end of the C1 decoder v2 block ----
 
 
+def _c1v3_factories():
+    """The C1 decoder v3 prototype (hw/decoder_c1_v3.py, docs/datasheets/decoder_c1_v3.md): the escape-in-field
+    layout of golden/escfield.py, one parser / extractor / lookup set for both modes."""
+    from .decoder_c1_v3 import DecoderC1v3
+    _register("decoder_c1v3_l8", lambda: DecoderC1v3(lanes=8), block="decoder_c1v3", variant="v3", lanes=8, word=64,
+              code_word=32, verif_word=32, verif_lanes=4, values_per_cycle=8, values_per_cycle_full=4, latency_cycles=3,
+              layout="escape-in-field",
+              description="Cassandra-1 decoder v3 prototype (one parser for both modes, escape payloads in the "
+                          "companion field), 8 bf16 values/cycle in draft mode, 4 in full mode, 64-bit spec_signman "
+                          "words, 32-bit code and verif_rest words")
+
+
+_c1v3_factories()
+
+
 def _encoder_factories():
     """KV encoders (docs/datasheets/kv_encoders.md). Default: ``encoder_kv_c1_l2`` / ``encoder_kv_c2_l2``, sized to the
     KV rate (prefill tokens/s x values per token: 0.48-1.86 values per PE cycle for Llama-3-8B at 100 % prefill

@@ -243,7 +243,8 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             m.d.comb += q.eq(Mux(now, q_new, df_q[i]))
             esc = Mux(now, q == book_q, df_esc[i])
             pair = Mux(now, Mux(pass_b, r["verif_pairs"], r["spec_pairs"]).bit_select(q, 1), df_pair[i])
-            kept = Mux(pass_b, bj_kept[i], in_beat[i] & (q != q_p))
+            # q_p = 15 stands for "no P": an escape at Q = 15 is a kept value
+            kept = Mux(pass_b, bj_kept[i], in_beat[i] & ((q != q_p) | (q == spec_q)))
             m.d.comb += [lq[i].eq(q), lesc[i].eq(esc), lpair[i].eq(pair & ~esc), lkept[i].eq(kept)]
             prefix = Mux(lesc[i], ESC_BITS, lpair[i])
             spec_w = Mux(lkept[i], prefix + 1 + mm, 0)
