@@ -176,7 +176,7 @@ bench-crosscheck: setup
 	@$(PY) -c "import GenZ, scalesim" 2>/dev/null || PYTHONWARNINGS='ignore:Editable installation' $(PIP) install -q -e '.[crosscheck]' || echo "[bench-crosscheck] could not install GenZ / SCALE-Sim; their columns will be empty"
 	$(PY) bench/crosscheck.py --out build/crosscheck/crosscheck.json $(CROSSCHECK_ARGS)
 
-# Issue 16's split overhead: each candidate format change priced on the same values (seconds; docs/FORMAT.md 9.1)
+# The C1 split overhead: each candidate format change priced on the same values (seconds; docs/FORMAT.md 9.1)
 .PHONY: bench-split
 bench-split: setup
 	$(PY) bench/split_options.py --tensors all --json build/bench/split_all.json

@@ -1,4 +1,4 @@
-"""Peak RSS of Cassandra generation against model size (issue 13 item 2: <= 2.5x the bf16 weight bytes).
+"""Peak RSS of Cassandra generation against model size (target: <= 2.5x the bf16 weight bytes).
 
 For each size, a synthetic Llama-shaped checkpoint (random bf16 weights at a realistic scale: linears
 N(0, 0.02), embedding N(0, 0.02), norms ~1; the bundled SmolLM2's tokenizer, vocabulary 49,152; tied

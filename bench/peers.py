@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cassandra beside the lossless compressors a user would pick instead (issue 16): bits/value, encode and
+"""Cassandra beside the lossless compressors a user would pick instead: bits/value, encode and
 decode MB/s per thread, on the same tensors, in one run.
 
     python bench/peers.py [--layers 0,10,20,29 | --layers all] [--out build/bench] [--no-numpy] [--no-synthetic]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What would close issue 16's split overhead (not a test): each candidate format change, measured.
+"""What would close the C1 split overhead (not a test): each candidate format change, measured.
 
     python bench/split_options.py [--tensors layers:0,10,20,29 | all | synthetic] [--keep 0.3] [--json F]
 

@@ -1,6 +1,6 @@
 """Cassandra-1 decoder v2: DecoderC1's ports, registers and errors (hw/decoder.py) plus the format 2.0
-registers CHUNK / SPEC_PAIRS / VERIF_PAIRS, built as a pipeline without a cross-plane loop (issue 12;
-docs/datasheets/decoder_c1.md). Reads format 2.0 (chunks of A = 2^CHUNK superblocks, books with pair
+registers CHUNK / SPEC_PAIRS / VERIF_PAIRS, built as a pipeline without a cross-plane loop
+(docs/datasheets/decoder_c1.md). Reads format 2.0 (chunks of A = 2^CHUNK superblocks, books with pair
 groups) and, as its case A = 1 without pairs, every v1.0 stream bit for bit.
 
 Stages (every arrow into a stage is a register):

@@ -1,4 +1,4 @@
-"""Cassandra-2 decoder v2: the decoupled, pipelined C2 decoder (issue 12). Reads format 2.0 (docs/FORMAT.md
+"""Cassandra-2 decoder v2: the decoupled, pipelined C2 decoder. Reads format 2.0 (docs/FORMAT.md
 section 4 and the chunk / pair-group changes), and so format v1 bit for bit (A = 1, no pairs).
 
 docs/datasheets/decoder_c2.md is the contract; the port-level interface (stream ports and payloads, register

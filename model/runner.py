@@ -174,6 +174,6 @@ def stderr_progress(label: str):
 
 def set_threads(n: int | None) -> None:
     """torch CPU threads; default 1. Decoding a small model is a chain of small matrix-vector products:
-    on a 2-core machine extra threads only add synchronisation (SmolLM2 plain decoding, issue #13:
+    on a 2-core machine extra threads only add synchronisation (SmolLM2 plain decoding:
     18.4 tok/s on 1 thread, 5.0 on all cores), so more than one is opt-in (``--threads``)."""
     torch.set_num_threads(int(n) if n else 1)

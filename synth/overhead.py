@@ -96,7 +96,7 @@ KV_MODELS = {
 
 # The decoder shares at which the report prices the area budget per draft value/cycle (render_markdown, by_device).
 BUDGET_PERCENTS = (1.0, 2.0, 5.0)
-# The budget's design point: full mode at half the draft rate (issue 12; decoder_*_v4 / Lv = L/2).
+# The budget's design point: full mode at half the draft rate (decoder_*_v4 / Lv = L/2).
 BUDGET_FULL_RATE = 0.5
 
 SCHEMES = ("c1", "c2")

@@ -1,4 +1,4 @@
-"""`cassandra-rtl info` / `where-model` (issue 15, first run: nothing told a user where the bundled GGUF is)."""
+"""`cassandra-rtl info` / `where-model` (where the bundled GGUF is, for a first run)."""
 from __future__ import annotations
 
 import json

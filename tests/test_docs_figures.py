@@ -1,4 +1,4 @@
-"""Docs that cannot drift (issue 15 item 7): headline figures in README.md and docs/ are recomputed here
+"""Docs that cannot drift: headline figures in README.md and docs/ are recomputed here
 where that is cheap, or compared with the generated file they were copied from.
 
 * bits/value of the bundled SmolLM2's layers 0/10/20/29 (the peers' set), C1 G=128 m=3 keep 1.0, format

@@ -1,4 +1,4 @@
-"""The memory figures of README.md and docs/MODEL.md cannot drift (issue 13 item 2): the scaling table's ratios
+"""The memory figures of README.md and docs/MODEL.md cannot drift: the scaling table's ratios
 are its own columns divided out, README quotes the table's SmolLM2 row, and when bench/memory_scale.py's
 results are at hand (build/memory/results.jsonl; not in a fresh clone) every row of the table is one of them."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The model artifact (issue 13): `encode MODEL -o F.cass --draft-config ...` -> `generate --cass F.cass`, the
+"""The model artifact: `encode MODEL -o F.cass --draft-config ...` -> `generate --cass F.cass`, the
 model cache, the draft choice, streamed loading and the Python API. Tiny random checkpoints only."""
 from __future__ import annotations
 

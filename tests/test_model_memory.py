@@ -1,4 +1,4 @@
-"""Memory of the model path (issue 13 item 2): the derived draft (no second copy of the draft's layers) is
+"""Memory of the model path: the derived draft (no second copy of the draft's layers) is
 bit-identical to the decoded speculation stream and generates exactly what the copied draft generates; the
 streamed loaders give the same bits as whole-tensor loading. Tiny random checkpoints only."""
 from __future__ import annotations

@@ -114,7 +114,7 @@ def test_bad_sampling_params():
 
 
 # ------------------------------------------------------------------------------------------------------
-# Engine-level distribution test with power (issue 14, item 5).
+# Engine-level distribution test with power.
 #
 # The whole engine path (prefill sample, draft, row-exact verify, acceptance, residual, bonus, rollback, the
 # next step) on a tiny target with a 2-token vocabulary; the law of the first three generated tokens is

@@ -1,4 +1,4 @@
-"""Issue 15 regression, one test (class) per row of its table: bad input of every kind ends in one line
+"""Hostile input to the CLI, one test (class) per kind of input: bad input of every kind ends in one line
 on stderr and a non-zero exit - never a traceback, never a wrong result, never a partial file - and slow
 work starts only after every argument was checked. Plus the input-reader fuzzers (npy, safetensors, gguf):
 truncations, byte flips and header edits, every case an InputError/UserError or a correct read."""

@@ -1,4 +1,4 @@
-"""Structural container fuzzing (issue 15, item 4): mutate what lies *inside* the CRC-protected sections
+"""Structural container fuzzing: mutate what lies *inside* the CRC-protected sections
 and header - plane bytes, C2 keep-bitmap bits, index entries, plane offsets/lengths, books, keep counts -
 and recompute every checksum, so only the golden reader's own consistency checks (FORMAT.md §8: "readers
 reject every plane inconsistency") stand between a mutation and the output.
@@ -299,7 +299,7 @@ def test_structural_fuzz_long(base, tmp_path):
 
 @pytest.mark.parametrize("tname", ["c2.prune", "c2.dense", "c2.v2"])
 def test_c2_draft_zeros_claiming_more_verification_codes_than_the_plane_holds(base, tmp_path, tname):
-    """Issue 15 row 7: valid CRCs, a C2 speculation plane whose draft-zero values need more codes than
+    """Valid CRCs, a C2 speculation plane whose draft-zero values need more codes than
     verif.codes holds (c2.dense: a plane without a single code) -> FormatError, not an IndexError in
     _decode_codes_with_escapes."""
     header, sections = base
