@@ -39,7 +39,6 @@ from .bitreader import BitReader, thermometer, view_slots
 from .decoder import DecoderC1, Err, Format2Registers
 from .decoder_c1_v2 import DecoderC1v2, popcounts
 from .shifter import shift_right
-from .zero_counter import prefix_counts
 
 GMAX = max(ALLOWED_GROUP_SIZES)
 FIELD_BITS = 16          # widest field: an escaped pruned value's [e][(s << 7) | f]
@@ -53,6 +52,56 @@ def onehot_index(m, bits, name):
     out = Signal(width, name=name)
     m.d.comb += out.eq(Cat(*[Cat(*[bits[i] for i in range(n) if (i >> b) & 1]).any() for b in range(width)]))
     return out
+
+
+GROUP = 8               # window bits per popcount group of the select networks
+
+
+def group_prefix(m, win, cap: int, name: str):
+    """Ones per ``GROUP``-bit group of ``win`` and their exclusive prefix sums, saturated at ``cap``:
+    ``(groups, prefix)`` with ``prefix[g]`` = ones in groups ``0..g-1`` (``len(win) / GROUP + 1`` entries).
+    A Sklansky tree over the groups' counts: a select network's shared first half."""
+    ng = len(win) // GROUP
+    width = bits_for(cap)
+    groups = [win[GROUP * g: GROUP * (g + 1)] for g in range(ng)]
+    node = []
+    for g in range(ng):
+        c = Signal(bits_for(GROUP), name=f"{name}_c{g}")
+        m.d.comb += c.eq(sum(groups[g][i] for i in range(GROUP)))
+        node.append(c)
+    span, level = 1, 0
+    while span < ng:
+        nxt = list(node)
+        for j in range(ng):
+            if (j // span) % 2 == 1:
+                total = node[j] + node[(j // span) * span - 1]
+                sig = Signal(max(width, bits_for(GROUP)), name=f"{name}_l{level}_{j}")
+                m.d.comb += sig.eq(Mux(total > cap, cap, total))
+                nxt[j] = sig
+        node = nxt
+        span *= 2
+        level += 1
+    return groups, [Const(0, width)] + node
+
+
+def select_one(m, groups, prefix, n, name: str):
+    """Position of the ``n``-th one (from 0) of the window split into ``groups`` with ``prefix`` from
+    ``group_prefix``: the group that holds it (one compare pair per group), then the one inside it."""
+    ng = len(groups)
+    hit = Signal(ng, name=f"{name}_grp")
+    m.d.comb += hit.eq(Cat(*[(prefix[g] <= n) & (n < prefix[g + 1]) for g in range(ng)]))
+    bits = Signal(GROUP, name=f"{name}_bits")
+    local = Signal(3, name=f"{name}_local")
+    m.d.comb += [bits.eq(Cat(*[Cat(*[groups[g][i] & hit[g] for g in range(ng)]).any() for i in range(GROUP)])),
+                 local.eq(Cat(*[Cat(*[((n - prefix[g])[:3])[b] & hit[g] for g in range(ng)]).any()
+                                for b in range(3)]))]
+    run = 0
+    sel = []
+    for i in range(GROUP):
+        sel.append(bits[i] & (run == local))
+        run = run + bits[i]
+    lpos = onehot_index(m, Cat(*sel), f"{name}_lpos")
+    return Cat(lpos, onehot_index(m, hit, f"{name}_gpos"))
 
 
 class DecoderC1v3(Format2Registers, DecoderC1):
@@ -129,13 +178,13 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         m.d.comb += need.eq(Mux(sb_left < L, sb_left, L))
         pw = Signal(W, name="p_win")
         m.d.comb += pw.eq(SC.win & thermometer(SC.avail, W))
-        ppc = prefix_counts(m, pw, L, "p_pc")           # ones before each bit, capped at L
+        pgroups, ppre = group_prefix(m, pw, L, "p_pc")  # ones per group and before it, capped at L
         cnt = Signal(range(L + 1), name="p_cnt")
-        m.d.comb += cnt.eq(Mux(ppc[W] < need, ppc[W], need))
-        p_sel = Signal(W, name="p_sel")                 # the cnt-th one
-        m.d.comb += p_sel.eq(Cat(*[pw[i] & (ppc[i] == cnt - 1) for i in range(W)]))
-        p_take = Signal(range(W + 1), name="p_take")
-        m.d.comb += p_take.eq(onehot_index(m, p_sel, "p_pos") + 1)
+        m.d.comb += cnt.eq(Mux(ppre[-1] < need, ppre[-1], need))
+        p_last_one = Signal(range(L), name="p_last_one")
+        m.d.comb += p_last_one.eq(cnt - 1)
+        p_take = Signal(range(W + 1), name="p_take")     # just past the cnt-th one
+        m.d.comb += p_take.eq(select_one(m, pgroups, ppre, p_last_one, "p_sel") + 1)
         p_fin = Signal(name="p_fin")                    # the beat ends its superblock
         p_last = Signal(name="p_last")
         p_cend = Signal(name="p_cend")                  # ... and its chunk
@@ -191,10 +240,13 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         m.d.comb += pass_b.eq(bj_valid)
         dwin = Signal(W, name="d_win")
         m.d.comb += dwin.eq(Mux(pass_b, vb_win, pd_win))
-        dpc = prefix_counts(m, dwin, L, "d_pc")
+        dgroups, dpre = group_prefix(m, dwin, L, "d_pc")
+        dtotal = dpre[-1]
         pos = []
         for j in range(L):
-            pos.append(onehot_index(m, Cat(*[dwin[i] & (dpc[i] == j) for i in range(W)]), f"d_pos{j}"))
+            pj = Signal(bits_for(W - 1), name=f"d_pos{j}")
+            m.d.comb += pj.eq(select_one(m, dgroups, dpre, Const(j, 3), f"d_sel{j}"))
+            pos.append(pj)
         rank = []
         for j in range(L):
             rk = Signal(range(W), name=f"d_rank{j}")
@@ -203,7 +255,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         b_need = Signal(range(L + 1), name="d_b_need")
         m.d.comb += b_need.eq(bj_np - bj_done)
         b_c = Signal(range(L + 1), name="d_b_c")        # codes pass B takes now
-        m.d.comb += b_c.eq(Mux(dpc[W] < b_need, dpc[W], b_need))
+        m.d.comb += b_c.eq(Mux(dtotal < b_need, dtotal, b_need))
         n_codes = Signal(range(L + 1), name="d_n")
         m.d.comb += n_codes.eq(Mux(pass_b, b_c, pd_cnt))
         book_q = Mux(pass_b, verif_q, spec_q)
@@ -272,7 +324,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         m.d.comb += [pd_free.eq(~pd_valid | (d_go & ~pass_b)),
                      VC.take.eq(b_take), VC.skip.eq(b_complete & bj_cend), VC.commit.eq(d_go & pass_b)]
         d_err = Signal(3, name="d_err")
-        b_none = pass_b & (b_need != 0) & (dpc[W] == 0) & vb_fresh
+        b_none = pass_b & (b_need != 0) & (dtotal == 0) & vb_fresh
         m.d.comb += d_err.eq(Cat((d_go & d_code_err) | (b_none & vb_whole & ~vb_end), b_none & vb_end,
                                  d_go & pass_b & b_complete & bj_cend & VC.skip_err))
         with m.If(d_go):
@@ -321,7 +373,10 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         m.d.comb += [cut.eq(BF16_MANTISSA_BITS - mm), mant_mask.eq(thermometer(cut, BF16_MANTISSA_BITS)),
                      sm_mask.eq(thermometer(mm + 1, 8))]
         for i in range(L):
-            f = shift_right(m, fwin, df_off[i], FIELD_BITS, f"f_field{i}")
+            # lane i's field starts within the first i fields (each at most FIELD_BITS): a narrower shifter
+            reach = FIELD_BITS * (i + 1)
+            f = shift_right(m, fwin[:reach], df_off[i][:bits_for(reach - FIELD_BITS)], FIELD_BITS, f"f_field{i}") \
+                if i else fwin[:FIELD_BITS]
             esc, pair = df_esc[i], df_pair[i]
             body = Signal(8, name=f"f_body{i}")         # the field after its prefix (escape / suffix bit)
             m.d.comb += body.eq(Mux(esc, f[8:16], Mux(pair, f[1:9], f[0:8])))
