@@ -4,7 +4,8 @@ must equal the golden format 2.0 decode of the same tensor, value for value, in 
 
 Cases: every bf16 pattern; random configurations (G, m, keep, chunk size, pair books) and data kinds
 (weights, uniform patterns, specials, sparse) with partial last superblocks; books that force escapes and
-deep ranks (the longest codes, 16 bits); random idle cycles and backpressure; a SmolLM2 sample."""
+deep ranks (the longest codes, 16 bits); random idle cycles and backpressure; a SmolLM2 sample (the last
+two in `-m slow`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -62,6 +63,7 @@ def test_random_configs_with_stalls(harness, mode):
     check(pairs, mode, idle=0.3, backpressure=0.3, seed=5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["draft", "full"])
 def test_forced_escapes_and_deep_ranks(harness, mode):
     rng = np.random.default_rng(3)
@@ -82,6 +84,7 @@ def smollm2_rows():
         pytest.skip(str(exc))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["draft", "full"])
 def test_smollm2_sample(harness, smollm2_rows, mode):
     cfg = CodecConfig(group_size=128, mantissa_bits=3, keep_ratio=0.5, chunk_superblocks=8, pair_codes=True)
