@@ -213,6 +213,26 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         m.d.sync += bad.eq(over)
         return q, bases, bad
 
+    @staticmethod
+    def _pruned_group(m, r, spec_base):
+        """The group of the pruned mark P in the speculation book (15: not in the book) and whether P sits in a
+        pair group (a bad mask: CONFIG), registered in two steps from the registers (position, then group)."""
+        idx_p = Signal(4, name="idx_p")                 # position of P in the symbol list (15: absent)
+        ip = Const(K_MAX, 4)
+        for i in reversed(range(K_MAX)):
+            ip = Mux((r["spec_tab"][i] == PRUNED) & (i < r["spec_k"]), i, ip)
+        m.d.sync += idx_p.eq(ip)
+        q_p = Signal(4, name="q_p")
+        p_paired = Signal(name="p_paired")
+        before_p = Const(0, 4)
+        paired = Const(0, 1)
+        for i in range(K_MAX):
+            pi = r["spec_pairs"][i]
+            before_p = before_p + (pi & (spec_base[i] < idx_p))
+            paired = paired | (pi & ((spec_base[i] == idx_p) | (spec_base[i] + 1 == idx_p)))
+        m.d.sync += [q_p.eq(Mux(idx_p == K_MAX, K_MAX, idx_p - before_p)), p_paired.eq(paired & (idx_p != K_MAX))]
+        return q_p, p_paired
+
     def elaborate(self, platform):
         m = Module()
         L, Lv, IW = self.lanes, self.verif_lanes, self.word
@@ -269,20 +289,7 @@ class DecoderC1v2(Format2Registers, DecoderC1):
         spec_q, spec_base, spec_pbad = self._book_groups(m, r["spec_k"], r["spec_pairs"], "spec")
         verif_q, verif_base, verif_pbad = self._book_groups(m, r["verif_k"], r["verif_pairs"], "verif")
         # the group of the pruned mark P (15: not in the book), and P in a pair group (a bad mask: CONFIG)
-        idx_p = Signal(4, name="idx_p")                 # position of P in the symbol list (15: absent)
-        ip = Const(K_MAX, 4)
-        for i in reversed(range(K_MAX)):
-            ip = Mux((r["spec_tab"][i] == PRUNED) & (i < r["spec_k"]), i, ip)
-        m.d.sync += idx_p.eq(ip)
-        q_p = Signal(4, name="q_p")
-        p_paired = Signal(name="p_paired")
-        before_p = Const(0, 4)
-        paired = Const(0, 1)
-        for i in range(K_MAX):
-            pi = r["spec_pairs"][i]
-            before_p = before_p + (pi & (spec_base[i] < idx_p))
-            paired = paired | (pi & ((spec_base[i] == idx_p) | (spec_base[i] + 1 == idx_p)))
-        m.d.sync += [q_p.eq(Mux(idx_p == K_MAX, K_MAX, idx_p - before_p)), p_paired.eq(paired & (idx_p != K_MAX))]
+        q_p, p_paired = self._pruned_group(m, r, spec_base)
 
         # ------------------------------------------------------------------ control: START -> INIT -> issue
         pre_init = Signal()          # START accepted; the tensor constants settle (last_k, q_p: two cycles)

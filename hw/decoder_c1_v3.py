@@ -34,10 +34,11 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.utils import bits_for
 
 from ..errors import ConfigError
-from ..golden.config import ALLOWED_GROUP_SIZES, BF16_MANTISSA_BITS, K_MAX, PRUNED
+from ..golden.config import ALLOWED_GROUP_SIZES, BF16_MANTISSA_BITS, K_MAX
 from .bitreader import BitReader, thermometer, view_slots
 from .decoder import DecoderC1, Err, Format2Registers
 from .decoder_c1_v2 import DecoderC1v2, popcounts
+from .decoder_c2 import prefix_sums
 from .shifter import shift_right
 
 GMAX = max(ALLOWED_GROUP_SIZES)
@@ -152,19 +153,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         # ------------------------------------------------------------------ tensor constants
         spec_q, spec_base, spec_pbad = DecoderC1v2._book_groups(m, r["spec_k"], r["spec_pairs"], "spec")
         verif_q, verif_base, verif_pbad = DecoderC1v2._book_groups(m, r["verif_k"], r["verif_pairs"], "verif")
-        idx_p = Signal(4, name="idx_p")                 # position of P in the symbol list (15: absent)
-        ip = Const(K_MAX, 4)
-        for i in reversed(range(K_MAX)):
-            ip = Mux((r["spec_tab"][i] == PRUNED) & (i < r["spec_k"]), i, ip)
-        m.d.sync += idx_p.eq(ip)
-        q_p = Signal(4, name="q_p")                     # the group of P (15: none)
-        p_paired = Signal(name="p_paired")
-        before_p, paired = Const(0, 4), Const(0, 1)
-        for i in range(K_MAX):
-            pi = r["spec_pairs"][i]
-            before_p = before_p + (pi & (spec_base[i] < idx_p))
-            paired = paired | (pi & ((spec_base[i] == idx_p) | (spec_base[i] + 1 == idx_p)))
-        m.d.sync += [q_p.eq(Mux(idx_p == K_MAX, K_MAX, idx_p - before_p)), p_paired.eq(paired & (idx_p != K_MAX))]
+        q_p, p_paired = DecoderC1v2._pruned_group(m, r, spec_base)     # the group of P (15: none)
         chunk_a = Signal(range(65), name="chunk_a")
         m.d.sync += chunk_a.eq(Const(1, 1) << r["chunk"])
 
@@ -302,11 +291,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             spec_w = Mux(lkept[i], prefix + 1 + mm, 0)
             rest_w = Mux(lkept[i], BF16_MANTISSA_BITS - mm, prefix + 8)
             m.d.comb += lw[i].eq(Mux(in_beat[i], Mux(pass_b, rest_w, spec_w), 0))
-        offs = [Const(0, bits_for(FW))]
-        for i in range(L):
-            o = Signal(bits_for(FW), name=f"d_off{i + 1}")
-            m.d.comb += o.eq(offs[-1] + lw[i])
-            offs.append(o)
+        offs = prefix_sums(m, lw, bits_for(FW), "d_off")     # field offsets (Sklansky, log2 L adder levels)
         n_pruned = popcounts(m, ~lkept & in_beat, "d_np")[L]
         b_take = Signal(range(W + 1), name="d_b_take")
         m.d.comb += b_take.eq(Mux(b_c == 0, 0, Array(pos)[b_c - 1] + 1))
