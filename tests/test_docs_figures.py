@@ -107,9 +107,11 @@ def _escape_row(mode: str, keep: float, p: float) -> tuple[str, str]:
     return f"{rows[0]['of_nominal']:.3f}", f"{rows[1]['of_nominal']:.3f} ({rows[1]['cycles_per_escape']:.2f})"
 
 
+@pytest.mark.slow
 def test_decoder_escape_cost_regenerates():
     """decoder_c1.md's escape table is what `python -m cassandra_rtl.hw.measure --escapes` measures today
-    (two of its cells: draft keep 0.5 at P = 0.01, full keep 0.3 at P = 0.05; same seed, same tensors)."""
+    (two of its cells: draft keep 0.5 at P = 0.01, full keep 0.3 at P = 0.05; same seed, same tensors).
+    In -m slow: four simulations of 131,072 values (about a minute)."""
     from cassandra_rtl.tb import bulk
     if not bulk.available():
         pytest.skip("Verilator unavailable")
