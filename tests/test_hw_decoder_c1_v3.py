@@ -49,6 +49,10 @@ def test_every_bf16_pattern(harness, mode):
              for G, m, keep, A in ((128, 3, 0.5, 8), (32, 7, 1.0, 32), (256, 0, 0.25, 4))]
     # uniform patterns spread the exponents over far more than 15 symbols: escapes in both code planes
     assert any(len(v3.planes["spec.codes"]) < len(std.planes["spec.codes"]) for std, v3 in pairs)
+    # an escape moves 8 bits (one byte) between two planes of the same chunk: every plane pair keeps its bytes
+    for std, v3 in pairs:
+        for code, field in (("spec.codes", "spec.signman"), ("verif.codes", "verif.rest")):
+            assert len(v3.planes[code]) + len(v3.planes[field]) == len(std.planes[code]) + len(std.planes[field])
     check(pairs, mode)
 
 
