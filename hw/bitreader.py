@@ -77,7 +77,7 @@ class BitReader(wiring.Component):
     """
 
     def __init__(self, word: int = 64, window: int = 64, refill_on_commit: bool = False,
-                 full_skip_err: bool = False, slots: int | None = None):
+                 full_skip_err: bool = False, slots: int | None = None, shift_outside: bool = False):
         """``refill_on_commit``: a slot that this cycle's commit frees takes the next word in the same cycle
         (``inp.ready`` then depends on ``commit``: for a consumer whose take is registered and at most a word,
         so that few slots keep up). ``full_skip_err``: with every slot full, a take that ends in the last slot
@@ -86,7 +86,9 @@ class BitReader(wiring.Component):
         in). ``slots``: the ring's word slots (default: the power of two of the rule above). Any count from
         the view's ``ceil(window / word) + 1`` up is accepted (a consumer whose take is registered a stage
         ahead needs no more: hw/decoder_c1_v2's readers); a count that is not a power of two keeps the
-        read slot and bit apart and counts the slot modulo N."""
+        read slot and bit apart and counts the slot modulo N. ``shift_outside``: no ``win``; the reader
+        outputs the word-rotated ``view`` and the bit offset ``view_bit`` instead, so that two readers read
+        in alternate cycles can share one shifter (hw/decoder_c1_v3.py)."""
         self.refill_on_commit, self.full_skip_err = bool(refill_on_commit), bool(full_skip_err)
         if not isinstance(word, int) or word < BYTE or word % BYTE or word & (word - 1):
             raise ConfigError(f"input word width must be a power-of-two multiple of 8 bits, got {word!r}")
@@ -99,11 +101,15 @@ class BitReader(wiring.Component):
         if not isinstance(slots, int) or isinstance(slots, bool) or slots < need:
             raise ConfigError(f"reader slots must be an integer >= {need}, got {slots!r}")
         self.slots, self.capacity = slots, slots * word
+        self.shift_outside = bool(shift_outside)
+        self.view_bits = need * word
+        out = ({"view": Out(self.view_bits), "view_bit": Out(exact_log2(word))} if self.shift_outside
+               else {"win": Out(window)})
         super().__init__({
             "inp": In(stream.Signature(word_layout(word))),
             "enable": In(1), "drain": In(1), "flush": In(1),
             "take": In(bits_for(window + 8)), "skip": In(1), "commit": In(1),
-            "win": Out(window), "avail": Out(bits_for(self.capacity)), "end_seen": Out(1),
+            **out, "avail": Out(bits_for(self.capacity)), "end_seen": Out(1),
             "skip_ok": Out(1), "skip_err": Out(1),
         })
 
@@ -150,8 +156,11 @@ class BitReader(wiring.Component):
         nview = -(-W // IW) + 1
         view = Signal(nview * IW)
         m.d.comb += view.eq(Cat(*[ring[slot(j % N)] for j in range(nview)]))
-        # an MSB-first log shifter keeping only the bits the window can reach (hw/shifter.py: cheaper than >>)
-        m.d.comb += self.win.eq(shift_right(m, view, rp_bit, W, "win_shift"))
+        if self.shift_outside:
+            m.d.comb += [self.view.eq(view), self.view_bit.eq(rp_bit)]
+        else:
+            # an MSB-first log shifter keeping only the bits the window can reach (hw/shifter.py: cheaper than >>)
+            m.d.comb += self.win.eq(shift_right(m, view, rp_bit, W, "win_shift"))
 
         # Where the current chunk ends: the end of the first flagged slot from rp's slot on.
         flag = [Signal(name=f"end_flag{d}") for d in range(N)]

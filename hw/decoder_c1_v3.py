@@ -137,8 +137,9 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         # ------------------------------------------------------------------ planes
         SC = BitReader(self.code_word, W, slots=4, full_skip_err=True)
         VC = BitReader(self.code_word, W, slots=4, full_skip_err=True)
-        SM = BitReader(self.word, FW, slots=view_slots(self.word, FW))
-        RS = BitReader(self.verif_word, FW, slots=view_slots(self.verif_word, FW))
+        # the field readers are read in alternate cycles (pass A: SM, pass B: RS): one window shifter (in F)
+        SM = BitReader(self.word, FW, slots=view_slots(self.word, FW), shift_outside=True)
+        RS = BitReader(self.verif_word, FW, slots=view_slots(self.verif_word, FW), shift_outside=True)
         m.submodules.spec_codes_rd = SC
         m.submodules.verif_codes_rd = VC
         m.submodules.spec_signman_rd = SM
@@ -337,8 +338,10 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         rd_end = Mux(df_b, RS.end_seen, SM.end_seen)
         rd_skip_ok = Mux(df_b, RS.skip_ok | RS.skip_err, SM.skip_ok | SM.skip_err)
         rd_skip_err = Mux(df_b, RS.skip_err, SM.skip_err)
-        fwin = Signal(FW, name="f_win")
-        m.d.comb += fwin.eq(Mux(df_b, RS.win, SM.win))
+        f_view = Signal(max(SM.view_bits, RS.view_bits), name="f_view")
+        f_bit = Signal(max(len(SM.view_bit), len(RS.view_bit)), name="f_view_bit")
+        m.d.comb += [f_view.eq(Mux(df_b, RS.view, SM.view)), f_bit.eq(Mux(df_b, RS.view_bit, SM.view_bit))]
+        fwin = shift_right(m, f_view, f_bit, FW, "f_win")
         f_ready = Signal(name="f_ready")
         m.d.comb += f_ready.eq(df_valid & df_done & (rd_avail >= df_take) & (~df_cend | rd_skip_ok))
         emit = ~full | df_b
