@@ -49,8 +49,9 @@ def decoder_configs() -> dict[str, str]:
     """Decoder configuration name -> the scheme it decodes (the bulk harness / testbench registry)."""
     from ..tb.bulk import scheme_of
     from ..tb.common.blocks import get_block
+    from ..tb.common.hwapi import reads_containers
 
-    names = [n for b in ("decoder", "decoder_c2") for n in get_block(b).configs()]
+    names = [n for b in ("decoder", "decoder_c2") for n, p in get_block(b).configs().items() if reads_containers(p)]
     return {n: scheme_of(n) for n in sorted(names)}
 
 

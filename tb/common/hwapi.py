@@ -133,8 +133,15 @@ def make_kv_loopback_c2(params):
 # ------------------------------------------------------------------ AXI4-Lite register block on a decoder
 # CsrTop(name) (hw/csr.py, docs/HARDWARE.md 5a): the decoder's data streams, its control ports as AXI4-Lite.
 
+def reads_containers(params: dict) -> bool:
+    """The configuration reads format 2.0 planes as containers hold them (the cocotb benches and ``cosim``
+    frame those); decoder_c1v3_l8 reads the escape-in-field layout (golden/escfield.py) and has its own
+    bench, tests/test_hw_decoder_c1_v3.py."""
+    return params.get("layout", "format 2.0") == "format 2.0"
+
+
 def csr_configs() -> dict[str, dict]:
-    return {**_named("decoder_c1"), **_named("decoder_c2")}
+    return {n: p for n, p in {**_named("decoder_c1"), **_named("decoder_c2")}.items() if reads_containers(p)}
 
 
 def make_csr(params):
