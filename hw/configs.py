@@ -92,7 +92,7 @@ def _c1v3_factories():
     layout of golden/escfield.py, one parser / extractor / lookup set for both modes."""
     from .decoder_c1_v3 import DecoderC1v3
     _register("decoder_c1v3_l8", lambda: DecoderC1v3(lanes=8), block="decoder_c1v3", variant="v3", lanes=8, word=64,
-              code_word=32, verif_word=32, verif_lanes=4, values_per_cycle=8, values_per_cycle_full=4, latency_cycles=3,
+              code_word=32, verif_word=32, verif_lanes=8, values_per_cycle=8, values_per_cycle_full=4, latency_cycles=3,
               layout="escape-in-field",
               description="Cassandra-1 decoder v3 prototype (one parser for both modes, escape payloads in the "
                           "companion field), 8 bf16 values/cycle in draft mode, 4 in full mode, 64-bit spec_signman "

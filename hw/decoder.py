@@ -15,7 +15,7 @@ from __future__ import annotations
 from amaranth.hdl import Array, Const, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import bits_for
+from amaranth.utils import bits_for, exact_log2
 
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, MAX_CODE_BITS, PRUNED
@@ -56,6 +56,10 @@ CTRL_CLEAR_ERROR = 1 << 1
 CHUNK_REG_MAX = 7      # the CHUNK register saturates here; values above log2(1024 / G) raise CONFIG at START
 
 
+MAX_CHUNK_LOG = 6            # format 2.0: A = 2^CHUNK <= 64 ...
+MAX_CHUNK_VALUES = 1024      # ... with A * G <= 1024
+
+
 class Format2Registers:
     """Mixin of the format 2.0 registers (docs/datasheets/decoder_c1.md, FORMAT.md §1, §3.1) for a decoder built on
     DecoderC1's register file: CHUNK (log2 superblocks per chunk) and the pair mask of every book in
@@ -68,6 +72,14 @@ class Format2Registers:
         for book in self.PAIR_BOOKS:
             r[f"{book}_pairs"] = Signal(K_MAX, name=f"reg_{book}_pairs")
         return r
+
+    def _config_error(self, r):
+        """The base checks, and CHUNK: log2 A <= 6 with A * G <= 1024 (FORMAT.md section 1)."""
+        chunk_bad = Const(0, 1)
+        for gv in ALLOWED_GROUP_SIZES:
+            limit = min(exact_log2(MAX_CHUNK_VALUES // gv), MAX_CHUNK_LOG)
+            chunk_bad = chunk_bad | ((r["g"] == gv) & (r["chunk"] > limit))
+        return super()._config_error(r) | chunk_bad
 
     def _write_registers(self, m, r, start, clear):
         super()._write_registers(m, r, start, clear)

@@ -184,14 +184,6 @@ class DecoderC1v2(Format2Registers, DecoderC1):
 
     # format 2.0 registers (CHUNK, SPEC_PAIRS, VERIF_PAIRS): Format2Registers (hw/decoder.py)
 
-    def _config_error(self, r):
-        """v1's checks, and CHUNK: log2 A <= 6 with A * G <= 1024 (FORMAT 2.0 section 1)."""
-        chunk_bad = Const(0, 1)
-        for gv in ALLOWED_GROUP_SIZES:
-            limit = min(exact_log2(MAX_CHUNK_VALUES // gv), exact_log2(MAX_CHUNK_SUPERBLOCKS))
-            chunk_bad = chunk_bad | ((r["g"] == gv) & (r["chunk"] > limit))
-        return super()._config_error(r) | chunk_bad
-
     @staticmethod
     def _book_groups(m, k, pairs, name):
         """Groups of a book with pair mask ``pairs``: Q = K - popcount(pairs) and ``bad`` (a pair bit at q >= Q:

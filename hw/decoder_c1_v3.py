@@ -34,7 +34,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.utils import bits_for
 
 from ..errors import ConfigError
-from ..golden.config import ALLOWED_GROUP_SIZES, BF16_MANTISSA_BITS, K_MAX
+from ..golden.config import ALLOWED_GROUP_SIZES, BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, K_MAX
 from .bitreader import BitReader, thermometer, view_slots
 from .decoder import DecoderC1, Err, Format2Registers
 from .decoder_c1_v2 import DecoderC1v2, popcounts
@@ -43,7 +43,6 @@ from .shifter import shift_right
 
 GMAX = max(ALLOWED_GROUP_SIZES)
 FIELD_BITS = 16          # widest field: an escaped pruned value's [e][(s << 7) | f]
-ESC_BITS = 8
 
 
 def onehot_index(m, bits, name):
@@ -109,24 +108,28 @@ class DecoderC1v3(Format2Registers, DecoderC1):
     """Cassandra-1 decoder v3 prototype: ``lanes`` values a cycle in draft mode, ``lanes / 2`` in full mode.
 
     Parameters
-        lanes        L, values per beat (2..16)
+        lanes        L, values per beat (4 or 8)
         code_word    bits per word on both code planes (default 32)
         word         bits per word on ``spec_signman`` (default 8 L)
-        verif_word   bits per word on ``verif_rest`` (default 4 L: full mode reads it every other cycle)
+        verif_word   bits per word on ``verif_codes`` and ``verif_rest`` (default max(32, 4 L): full mode reads
+                     them every other cycle); equal to ``code_word``
         window       code window W (default 64): a beat holds the codes whose ones lie in W bits
     """
 
     def __init__(self, lanes: int = 8, code_word: int = 32, word: int | None = None, verif_word: int | None = None,
                  window: int = 64):
-        if not isinstance(lanes, int) or not 2 <= lanes <= 16:
-            raise ConfigError(f"decoder v3 lanes must be 2..16, got {lanes!r}")
+        if lanes not in (4, 8):
+            raise ConfigError(f"decoder v3 lanes must be 4 or 8, got {lanes!r}")
+        if window % GROUP or window < 24:
+            raise ConfigError(f"decoder v3 code window must be a multiple of {GROUP} bits >= 24, got {window!r}")
         word = 8 * lanes if word is None else word
         verif_word = max(32, 4 * lanes) if verif_word is None else verif_word
+        if code_word != verif_word:     # verif_codes and verif_rest share the verification word width
+            raise ConfigError(f"decoder v3 needs code_word == verif_word, got {code_word!r} / {verif_word!r}")
         super().__init__(lanes=lanes, word=word, window=window, verif_lanes=lanes, verif_word=verif_word,
                          verif_window=window, code_word=code_word)
         self.port_words["verif_codes"] = code_word
         self.field_window = FIELD_BITS * lanes
-        self.verif_window = window
 
     def elaborate(self, platform):
         m = Module()
@@ -138,8 +141,11 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         SC = BitReader(self.code_word, W, slots=4, full_skip_err=True)
         VC = BitReader(self.code_word, W, slots=4, full_skip_err=True)
         # the field readers are read in alternate cycles (pass A: SM, pass B: RS): one window shifter (in F)
-        SM = BitReader(self.word, FW, slots=view_slots(self.word, FW), shift_outside=True)
-        RS = BitReader(self.verif_word, FW, slots=view_slots(self.verif_word, FW), shift_outside=True)
+        # full_skip_err: with every slot full and the chunk's last word not in, a beat that ends the chunk
+        # raises TOO_LONG instead of waiting for a word the full reader cannot take
+        SM = BitReader(self.word, FW, slots=view_slots(self.word, FW), shift_outside=True, full_skip_err=True)
+        RS = BitReader(self.verif_word, FW, slots=view_slots(self.verif_word, FW), shift_outside=True,
+                       full_skip_err=True)
         m.submodules.spec_codes_rd = SC
         m.submodules.verif_codes_rd = VC
         m.submodules.spec_signman_rd = SM
@@ -158,7 +164,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         chunk_a = Signal(range(65), name="chunk_a")
         m.d.sync += chunk_a.eq(Const(1, 1) << r["chunk"])
 
-        pre_init, init, running = Signal(), Signal(), Signal()
+        pre_init, init, running = Signal(name="pre_init"), Signal(name="init"), Signal(name="p_running")
         left = Signal(32, name="p_left")                # values of the tensor not yet parsed
         sb_left = Signal(range(GMAX + 1), name="p_sb_left")
         csb_left = Signal(range(65), name="p_csb_left")  # superblocks left in the chunk, this one too
@@ -181,16 +187,25 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         m.d.comb += [p_fin.eq(cnt == sb_left), p_last.eq(left == cnt),
                      p_cend.eq(p_fin & ((csb_left == 1) | p_last))]
         p_whole = (SC.avail >= W) | SC.end_seen
+        # An error P finds waits in p_fault until the beats before it have left (PD, BJ, DF empty): those are
+        # emitted, the beat P could not parse (or that would end its chunk with content left) is not.
+        p_fault = Signal(3, name="p_fault")              # CODE, OVERRUN, TOO_LONG
+        p_live = Signal(name="p_live")
+        m.d.comb += p_live.eq(running & ~p_fault.any())
         p_ok = Signal(name="p_ok")
-        m.d.comb += p_ok.eq(running & (cnt != 0) & ((cnt == need) | p_whole) & (~p_cend | SC.skip_ok | SC.skip_err))
+        m.d.comb += p_ok.eq(p_live & (cnt != 0) & ((cnt == need) | p_whole) & (~p_cend | SC.skip_ok | SC.skip_err))
         pd_free = Signal()
+        p_try = Signal(name="p_try")
+        p_long = Signal(name="p_long")                  # the beat would end its chunk with content left
         p_go = Signal(name="p_go")
-        m.d.comb += [p_go.eq(p_ok & pd_free),
+        m.d.comb += [p_try.eq(p_ok & pd_free), p_long.eq(p_cend & SC.skip_err), p_go.eq(p_try & ~p_long),
                      SC.take.eq(p_take), SC.skip.eq(p_cend), SC.commit.eq(p_go)]
-        p_err = Signal(3, name="p_err")                 # CODE, OVERRUN, TOO_LONG
-        p_none = running & (cnt == 0)
-        m.d.comb += p_err.eq(Cat(p_none & (SC.avail >= W), p_none & SC.end_seen & (SC.avail < W),
-                                 p_go & p_cend & SC.skip_err))
+        p_err = Signal(3, name="p_err")
+        p_none = Signal(name="p_none")                  # no complete code left in the window
+        m.d.comb += [p_none.eq(p_live & (cnt == 0)),
+                     p_err.eq(Cat(p_none & (SC.avail >= W), p_none & SC.end_seen & (SC.avail < W), p_try & p_long))]
+        with m.If(p_err.any()):
+            m.d.sync += p_fault.eq(p_err)
         pd_valid = Signal(name="pd_valid")
         pd_win = Signal(W, name="pd_win")
         pd_cnt = Signal(range(L + 1), name="pd_cnt")
@@ -235,7 +250,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         pos = []
         for j in range(L):
             pj = Signal(bits_for(W - 1), name=f"d_pos{j}")
-            m.d.comb += pj.eq(select_one(m, dgroups, dpre, Const(j, 3), f"d_sel{j}"))
+            m.d.comb += pj.eq(select_one(m, dgroups, dpre, Const(j, 3), f"d_sel{j}"))    # j < L <= 8
             pos.append(pj)
         rank = []
         for j in range(L):
@@ -288,7 +303,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             # q_p = 15 stands for "no P": an escape at Q = 15 is a kept value
             kept = Mux(pass_b, bj_kept[i], in_beat[i] & ((q != q_p) | (q == spec_q)))
             m.d.comb += [lq[i].eq(q), lesc[i].eq(esc), lpair[i].eq(pair & ~esc), lkept[i].eq(kept)]
-            prefix = Mux(lesc[i], ESC_BITS, lpair[i])
+            prefix = Mux(lesc[i], ESCAPE_PAYLOAD_BITS, lpair[i])
             spec_w = Mux(lkept[i], prefix + 1 + mm, 0)
             rest_w = Mux(lkept[i], BF16_MANTISSA_BITS - mm, prefix + 8)
             m.d.comb += lw[i].eq(Mux(in_beat[i], Mux(pass_b, rest_w, spec_w), 0))
@@ -343,13 +358,16 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         m.d.comb += [f_view.eq(Mux(df_b, RS.view, SM.view)), f_bit.eq(Mux(df_b, RS.view_bit, SM.view_bit))]
         fwin = shift_right(m, f_view, f_bit, FW, "f_win")
         f_ready = Signal(name="f_ready")
-        m.d.comb += f_ready.eq(df_valid & df_done & (rd_avail >= df_take) & (~df_cend | rd_skip_ok))
+        f_long = Signal(name="f_long")                  # the beat would end its chunk with content left: not sent
+        m.d.comb += [f_ready.eq(df_valid & df_done & (rd_avail >= df_take) & (~df_cend | rd_skip_ok)),
+                     f_long.eq(df_cend & rd_skip_err)]
         emit = ~full | df_b
-        m.d.comb += [self.out.valid.eq(f_ready & emit), f_fire.eq(f_ready & (~emit | self.out.ready))]
+        m.d.comb += [self.out.valid.eq(f_ready & ~f_long & emit),
+                     f_fire.eq(f_ready & ~f_long & (~emit | self.out.ready))]
         for rd, is_b in ((SM, 0), (RS, 1)):
             m.d.comb += [rd.take.eq(df_take), rd.skip.eq(df_cend), rd.commit.eq(f_fire & (df_b == is_b))]
         f_err = Signal(3, name="f_err")
-        m.d.comb += f_err.eq(Cat(0, df_valid & df_done & rd_end & (rd_avail < df_take), f_fire & df_cend & rd_skip_err))
+        m.d.comb += f_err.eq(Cat(0, df_valid & df_done & rd_end & (rd_avail < df_take), f_ready & f_long))
 
         hold = [Signal(16, name=f"h_draft{i}") for i in range(L)]
         base = Mux(df_b, Cat(*verif_base), Cat(*spec_base))
@@ -386,7 +404,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
                      self.out.payload.last.eq(df_last)]
 
         # ------------------------------------------------------------------ control state, errors
-        cfg_bad = self._config_error(r)
+        cfg_bad = self._config_error(r)                  # Format2Registers: with the CHUNK range check
         no_book = ~r["spec_loaded"] | (r["full"] & ~r["verif_loaded"])
         m.d.sync += [pre_init.eq(0), init.eq(pre_init)]
         with m.If(start & ~busy & ~err.any()):
@@ -394,14 +412,15 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             with m.If(~cfg_bad & ~no_book):
                 m.d.sync += [busy.eq(1), pre_init.eq(1)]
         with m.If(busy):
-            m.d.comb += raise_err[:3].eq(p_err | d_err | f_err)
+            drained = ~pd_valid & ~bj_valid & ~df_valid
+            m.d.comb += raise_err[:3].eq(Mux(drained, p_fault, 0) | d_err | f_err)
         with m.If(init & (spec_pbad | p_paired | (full & verif_pbad))):
             m.d.comb += raise_err[Err.CONFIG].eq(1)
         with m.If(f_fire & emit & df_last):
             m.d.sync += busy.eq(0)
         with m.If(raise_err.any()):
             m.d.sync += [err.eq(err | raise_err), busy.eq(0), pre_init.eq(0), init.eq(0), running.eq(0),
-                         pd_valid.eq(0), df_valid.eq(0), bj_valid.eq(0)]
+                         pd_valid.eq(0), df_valid.eq(0), bj_valid.eq(0), p_fault.eq(0)]
         with m.Elif(clear & ~busy):
             m.d.sync += err.eq(0)
         return m

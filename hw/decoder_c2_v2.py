@@ -246,14 +246,6 @@ class DecoderC2v2(Format2Registers, DecoderC1):
     # format 2.0 registers (CHUNK, VERIF_PAIRS; C2 has no speculation book): Format2Registers (hw/decoder.py)
     PAIR_BOOKS = ("verif",)
 
-    def _config_error(self, r):
-        """v1's checks, and CHUNK: log2 A <= 6 with A * G <= 1024 (format 2.0 section 1)."""
-        chunk_bad = Const(0, 1)
-        for gv in ALLOWED_GROUP_SIZES:
-            limit = min(exact_log2(MAX_CHUNK_VALUES // gv), MAX_CHUNK_LOG)
-            chunk_bad = chunk_bad | ((r["g"] == gv) & (r["chunk"] > limit))
-        return super()._config_error(r) | chunk_bad
-
     # ------------------------------------------------------------------------------------------ layout
     def _layout(self, m, r, n, ks, prune, name):
         """Registered spec.mx layout of a superblock of ``n`` values with ``ks`` kept (one cycle late):

@@ -8,6 +8,9 @@ deep ranks (the longest codes, 16 bits); random idle cycles and backpressure; a 
 two in `-m slow`)."""
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import numpy as np
 import pytest
 
@@ -96,3 +99,55 @@ def test_smollm2_sample(harness, smollm2_rows, mode):
     nominal = 8 if mode == "draft" else 4
     print(f"SmolLM2 sample, {mode}: {st.values:,} values, {st.values_per_cycle:.3f} values/cycle "
           f"({st.values_per_cycle / nominal:.3f} of nominal)")
+    assert st.values_per_cycle >= 0.98 * nominal
+
+
+def with_chunk(v3, plane: str, c: int, edit):
+    """``v3`` with chunk ``c`` of ``plane`` replaced by ``edit(chunk bytes)`` (the index moved to match)."""
+    off = [int(o) for o in v3.offsets[plane]]
+    data = v3.planes[plane]
+    new = edit(data[off[c]: off[c + 1]])
+    delta = len(new) - (off[c + 1] - off[c])
+    planes = dict(v3.planes, **{plane: data[:off[c]] + new + data[off[c + 1]:]})
+    offsets = dict(v3.offsets, **{plane: np.array(off[: c + 1] + [o + delta for o in off[c + 1:]], dtype=np.int64)})
+    return dataclasses.replace(v3, planes=planes, offsets=offsets)
+
+
+def rtl_error(v3, mode):
+    """(error_code, values emitted before it) of a stream the decoder must refuse."""
+    with pytest.raises(bulk.RtlError) as exc:
+        bulk.decode_many_with_rtl([v3], mode, config=CONFIG, jobs=1, idle=0.2, backpressure=0.3, seed=3)
+    code = re.search(r"error_code=(\d+)", str(exc.value))
+    done = re.search(r"after (\d+) of", str(exc.value))
+    assert code and done, str(exc.value)
+    return int(code.group(1)), int(done.group(1))
+
+
+CODE, OVERRUN, TOO_LONG = 1, 2, 4         # error_code bits (hw/decoder.Err)
+
+
+@pytest.mark.parametrize("plane,mode", [("spec.codes", "draft"), ("spec.signman", "draft"),
+                                        ("verif.codes", "full"), ("verif.rest", "full")])
+def test_a_chunk_with_a_word_too_many_is_refused_after_the_beats_before_it(harness, plane, mode):
+    """An extra zero word at the end of chunk 2 of one plane: TOO_LONG, raised at the beat that ends the chunk;
+    every beat before it is emitted (the harness counts them), none after it. m = 7 with pair books: the field
+    planes' beats are wide, so the field readers are full when the chunk's end is due."""
+    rng = np.random.default_rng(21)
+    cfg = CodecConfig(group_size=64, mantissa_bits=7, keep_ratio=0.5, chunk_superblocks=2, pair_codes=True)
+    std, v3 = escfield.encode(D.weights_like(rng, 64 * 9), cfg)
+    width = {"spec.codes": 32, "spec.signman": 64, "verif.codes": 32, "verif.rest": 32}[plane] // 8
+    code, done = rtl_error(with_chunk(v3, plane, 2, lambda b: b + bytes(width)), mode)
+    end = 3 * cfg.chunk_values                 # values up to the end of chunk 2
+    assert code == TOO_LONG
+    assert end - 8 <= done < end
+
+
+@pytest.mark.parametrize("mode", ["draft", "full"])
+def test_a_chunk_cut_short_is_refused(harness, mode):
+    """Chunk 1 of spec.codes loses its last byte (its last codes): CODE or OVERRUN inside chunk 1."""
+    rng = np.random.default_rng(22)
+    cfg = CodecConfig(group_size=128, mantissa_bits=3, keep_ratio=0.5, chunk_superblocks=2, pair_codes=True)
+    std, v3 = escfield.encode(D.weights_like(rng, 128 * 6), cfg)
+    code, done = rtl_error(with_chunk(v3, "spec.codes", 1, lambda b: b[:-1]), mode)
+    assert code in (CODE, OVERRUN)
+    assert cfg.chunk_values <= done < 2 * cfg.chunk_values
