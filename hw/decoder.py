@@ -18,7 +18,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
 from ..errors import ConfigError
-from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, MAX_CODE_BITS, PRUNED
+from ..golden.config import (ALLOWED_CHUNK_SUPERBLOCKS, ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS,
+                             K_MAX, MAX_CHUNK_VALUES, MAX_CODE_BITS, PRUNED)
 from .bitreader import BYTE, word_layout
 
 BF16_BITS = 16
@@ -56,8 +57,7 @@ CTRL_CLEAR_ERROR = 1 << 1
 CHUNK_REG_MAX = 7      # the CHUNK register saturates here; values above log2(1024 / G) raise CONFIG at START
 
 
-MAX_CHUNK_LOG = 6            # format 2.0: A = 2^CHUNK <= 64 ...
-MAX_CHUNK_VALUES = 1024      # ... with A * G <= 1024
+MAX_CHUNK_LOG = exact_log2(max(ALLOWED_CHUNK_SUPERBLOCKS))     # format 2.0: A = 2^CHUNK <= 64, A * G <= 1024
 
 
 class Format2Registers:

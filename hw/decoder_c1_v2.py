@@ -59,7 +59,6 @@ from .zero_counter import prefix_counts
 
 GMAX = max(ALLOWED_GROUP_SIZES)
 MAX_CHUNK_SUPERBLOCKS = 64          # format 2.0: A = 2^CHUNK in 1..64, A * G <= 1024
-MAX_CHUNK_VALUES = 1024
 SUFFIX_FIELD = FIELD_MAX + 1        # a field with its pair suffix bit in front (9 bits)
 
 

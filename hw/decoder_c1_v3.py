@@ -31,7 +31,8 @@ escape-free chunk boundaries' zero-bubble guarantee, the AXI tops.
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.utils import bits_for
+from amaranth.lib import wiring
+from amaranth.utils import bits_for, exact_log2
 
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, K_MAX
@@ -40,48 +41,25 @@ from .decoder import DecoderC1, Err, Format2Registers
 from .decoder_c1_v2 import DecoderC1v2, popcounts
 from .decoder_c2 import prefix_sums
 from .shifter import shift_right
+from .zero_counter import onehot_to_index, prefix_counts
 
 GMAX = max(ALLOWED_GROUP_SIZES)
 FIELD_BITS = 16          # widest field: an escaped pruned value's [e][(s << 7) | f]
-
-
-def onehot_index(m, bits, name):
-    """Index of the set bit of a one-hot vector (0 if none): an OR tree per index bit."""
-    n = len(bits)
-    width = max(1, bits_for(n - 1))
-    out = Signal(width, name=name)
-    m.d.comb += out.eq(Cat(*[Cat(*[bits[i] for i in range(n) if (i >> b) & 1]).any() for b in range(width)]))
-    return out
-
-
-GROUP = 8               # window bits per popcount group of the select networks
+GROUP = 8                # window bits per popcount group of the select networks
 
 
 def group_prefix(m, win, cap: int, name: str):
     """Ones per ``GROUP``-bit group of ``win`` and their exclusive prefix sums, saturated at ``cap``:
     ``(groups, prefix)`` with ``prefix[g]`` = ones in groups ``0..g-1`` (``len(win) / GROUP + 1`` entries).
-    A Sklansky tree over the groups' counts: a select network's shared first half."""
+    The counts' saturated prefix is zero_counter.prefix_counts: a select network's shared first half."""
     ng = len(win) // GROUP
-    width = bits_for(cap)
     groups = [win[GROUP * g: GROUP * (g + 1)] for g in range(ng)]
-    node = []
+    counts = []
     for g in range(ng):
         c = Signal(bits_for(GROUP), name=f"{name}_c{g}")
         m.d.comb += c.eq(sum(groups[g][i] for i in range(GROUP)))
-        node.append(c)
-    span, level = 1, 0
-    while span < ng:
-        nxt = list(node)
-        for j in range(ng):
-            if (j // span) % 2 == 1:
-                total = node[j] + node[(j // span) * span - 1]
-                sig = Signal(max(width, bits_for(GROUP)), name=f"{name}_l{level}_{j}")
-                m.d.comb += sig.eq(Mux(total > cap, cap, total))
-                nxt[j] = sig
-        node = nxt
-        span *= 2
-        level += 1
-    return groups, [Const(0, width)] + node
+        counts.append(c)
+    return groups, prefix_counts(m, counts, cap, name)
 
 
 def select_one(m, groups, prefix, n, name: str):
@@ -91,17 +69,16 @@ def select_one(m, groups, prefix, n, name: str):
     hit = Signal(ng, name=f"{name}_grp")
     m.d.comb += hit.eq(Cat(*[(prefix[g] <= n) & (n < prefix[g + 1]) for g in range(ng)]))
     bits = Signal(GROUP, name=f"{name}_bits")
-    local = Signal(3, name=f"{name}_local")
+    local = Signal(exact_log2(GROUP), name=f"{name}_local")
     m.d.comb += [bits.eq(Cat(*[Cat(*[groups[g][i] & hit[g] for g in range(ng)]).any() for i in range(GROUP)])),
-                 local.eq(Cat(*[Cat(*[((n - prefix[g])[:3])[b] & hit[g] for g in range(ng)]).any()
-                                for b in range(3)]))]
+                 local.eq(Cat(*[Cat(*[(n - prefix[g])[b] & hit[g] for g in range(ng)]).any()
+                                for b in range(len(local))]))]
     run = 0
     sel = []
     for i in range(GROUP):
         sel.append(bits[i] & (run == local))
         run = run + bits[i]
-    lpos = onehot_index(m, Cat(*sel), f"{name}_lpos")
-    return Cat(lpos, onehot_index(m, hit, f"{name}_gpos"))
+    return Cat(onehot_to_index(Cat(*sel), exact_log2(GROUP)), onehot_to_index(hit, max(1, bits_for(ng - 1))))
 
 
 class DecoderC1v3(Format2Registers, DecoderC1):
@@ -128,7 +105,6 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             raise ConfigError(f"decoder v3 needs code_word == verif_word, got {code_word!r} / {verif_word!r}")
         super().__init__(lanes=lanes, word=word, window=window, verif_lanes=lanes, verif_word=verif_word,
                          verif_window=window, code_word=code_word)
-        self.port_words["verif_codes"] = code_word
         self.field_window = FIELD_BITS * lanes
 
     def elaborate(self, platform):
@@ -151,8 +127,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         m.submodules.spec_signman_rd = SM
         m.submodules.verif_rest_rd = RS
         for port, blk in (("spec_codes", SC), ("verif_codes", VC), ("spec_signman", SM), ("verif_rest", RS)):
-            m.d.comb += [blk.inp.valid.eq(getattr(self, port).valid), blk.inp.payload.eq(getattr(self, port).payload),
-                         getattr(self, port).ready.eq(blk.inp.ready)]
+            wiring.connect(m, wiring.flipped(getattr(self, port)), blk.inp)
         draining = err.any() & ~busy
         for blk, used in ((SC, 1), (SM, 1), (VC, full), (RS, full)):
             m.d.comb += [blk.enable.eq(busy & used), blk.drain.eq(draining), blk.flush.eq(raise_err.any())]

@@ -73,7 +73,8 @@ from amaranth.utils import bits_for, ceil_log2, exact_log2
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, MX_BLOCK
 from .bitreader import BitReader, thermometer, word_layout
-from .decoder import BF16_BITS, ERROR_BITS, FIELD_MAX, SB_COUNT_BITS, DecoderC1, Err, Format2Registers, Reg
+from .decoder import (BF16_BITS, ERROR_BITS, FIELD_MAX, MAX_CHUNK_LOG, SB_COUNT_BITS, DecoderC1, Err, Format2Registers,
+                      Reg)
 from .decoder_c2 import c2_decoder_signature, leading_zeros8, prefix_sums
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane
 from .code_plane import Kind as CpKind
@@ -88,8 +89,6 @@ MXF = BF16_MANTISSA_BITS + 2                     # widest (m+2)-bit spec.mx fiel
 MAX_LANES = 32                                   # a beat lies inside one MX block: L divides 32
 SB_BITS_MAX = G_MAX + X_REGION + MXF * G_MAX     # spec.mx bits of one superblock (2,624)
 REST_MAX = FIELD_MAX + 1                         # widest verif.rest field: a pair's suffix bit + 8 bits
-MAX_CHUNK_LOG = 6                                # format 2.0: A = 2^CHUNK <= 64 ...
-MAX_CHUNK_VALUES = 1024                          # ... with A * G <= 1024
 
 
 def _pow2(v) -> bool:

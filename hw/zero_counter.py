@@ -31,7 +31,8 @@ MAX_WINDOW = 1024          # a sanity bound: wider windows make no sense for a p
 
 
 def prefix_counts(m: Module, bits: Value, cap: int, name: str) -> list:
-    """Exclusive prefix popcounts of ``bits``, saturated at ``cap``.
+    """Exclusive prefix popcounts of ``bits``, saturated at ``cap`` (``bits`` may also be a list of small
+    counts: their prefix sums, every sum of two or more saturated at ``cap``, the first count as it is).
 
     Returns ``out`` with ``out[j]`` = number of ones in ``bits[0:j]`` (min ``cap``), for ``j`` in
     ``0..len(bits)``. Sklansky prefix: ``ceil(log2(n))`` levels of small saturating adders, every node a
