@@ -32,53 +32,20 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
-from amaranth.utils import bits_for, exact_log2
+from amaranth.utils import bits_for
 
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, K_MAX
 from .bitreader import BitReader, thermometer, view_slots
+from .code_reader import CodeReader
 from .decoder import DecoderC1, Err, Format2Registers
 from .decoder_c1_v2 import DecoderC1v2, popcounts
 from .decoder_c2 import prefix_sums
 from .shifter import shift_right
-from .zero_counter import onehot_to_index, prefix_counts
+from .zero_counter import group_prefix, select_one
 
 GMAX = max(ALLOWED_GROUP_SIZES)
 FIELD_BITS = 16          # widest field: an escaped pruned value's [e][(s << 7) | f]
-GROUP = 8                # window bits per popcount group of the select networks
-
-
-def group_prefix(m, win, cap: int, name: str):
-    """Ones per ``GROUP``-bit group of ``win`` and their exclusive prefix sums, saturated at ``cap``:
-    ``(groups, prefix)`` with ``prefix[g]`` = ones in groups ``0..g-1`` (``len(win) / GROUP + 1`` entries).
-    The counts' saturated prefix is zero_counter.prefix_counts: a select network's shared first half."""
-    ng = len(win) // GROUP
-    groups = [win[GROUP * g: GROUP * (g + 1)] for g in range(ng)]
-    counts = []
-    for g in range(ng):
-        c = Signal(bits_for(GROUP), name=f"{name}_c{g}")
-        m.d.comb += c.eq(sum(groups[g][i] for i in range(GROUP)))
-        counts.append(c)
-    return groups, prefix_counts(m, counts, cap, name)
-
-
-def select_one(m, groups, prefix, n, name: str):
-    """Position of the ``n``-th one (from 0) of the window split into ``groups`` with ``prefix`` from
-    ``group_prefix``: the group that holds it (one compare pair per group), then the one inside it."""
-    ng = len(groups)
-    hit = Signal(ng, name=f"{name}_grp")
-    m.d.comb += hit.eq(Cat(*[(prefix[g] <= n) & (n < prefix[g + 1]) for g in range(ng)]))
-    bits = Signal(GROUP, name=f"{name}_bits")
-    local = Signal(exact_log2(GROUP), name=f"{name}_local")
-    m.d.comb += [bits.eq(Cat(*[Cat(*[groups[g][i] & hit[g] for g in range(ng)]).any() for i in range(GROUP)])),
-                 local.eq(Cat(*[Cat(*[(n - prefix[g])[b] & hit[g] for g in range(ng)]).any()
-                                for b in range(len(local))]))]
-    run = 0
-    sel = []
-    for i in range(GROUP):
-        sel.append(bits[i] & (run == local))
-        run = run + bits[i]
-    return Cat(onehot_to_index(Cat(*sel), exact_log2(GROUP)), onehot_to_index(hit, max(1, bits_for(ng - 1))))
 
 
 class DecoderC1v3(Format2Registers, DecoderC1):
@@ -90,19 +57,18 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         word         bits per word on ``spec_signman`` (default 8 L)
         verif_word   bits per word on ``verif_codes`` and ``verif_rest`` (default max(32, 4 L): full mode reads
                      them every other cycle); equal to ``code_word``
-        window       code window W (default 64): a beat holds the codes whose ones lie in W bits
     """
 
-    def __init__(self, lanes: int = 8, code_word: int = 32, word: int | None = None, verif_word: int | None = None,
-                 window: int = 64):
+    def __init__(self, lanes: int = 8, code_word: int = 32, word: int | None = None, verif_word: int | None = None):
         if lanes not in (4, 8):
             raise ConfigError(f"decoder v3 lanes must be 4 or 8, got {lanes!r}")
-        if window % GROUP or window < 24:
-            raise ConfigError(f"decoder v3 code window must be a multiple of {GROUP} bits >= 24, got {window!r}")
         word = 8 * lanes if word is None else word
         verif_word = max(32, 4 * lanes) if verif_word is None else verif_word
         if code_word != verif_word:     # verif_codes and verif_rest share the verification word width
             raise ConfigError(f"decoder v3 needs code_word == verif_word, got {code_word!r} / {verif_word!r}")
+        if code_word < 32:              # a code reader's span (two words) must hold a 16-bit code anywhere
+            raise ConfigError(f"decoder v3 needs code words of at least 32 bits, got {code_word!r}")
+        window = 2 * code_word          # the code readers' span
         super().__init__(lanes=lanes, word=word, window=window, verif_lanes=lanes, verif_word=verif_word,
                          verif_window=window, code_word=code_word)
         self.field_window = FIELD_BITS * lanes
@@ -114,8 +80,8 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         full, mm = r["full"], r["m"]
 
         # ------------------------------------------------------------------ planes
-        SC = BitReader(self.code_word, W, slots=4, full_skip_err=True)
-        VC = BitReader(self.code_word, W, slots=4, full_skip_err=True)
+        SC = CodeReader(self.code_word, L)
+        VC = CodeReader(self.code_word, L)
         # the field readers are read in alternate cycles (pass A: SM, pass B: RS): one window shifter (in F)
         # full_skip_err: with every slot full and the chunk's last word not in, a beat that ends the chunk
         # raises TOO_LONG instead of waiting for a word the full reader cannot take
@@ -147,21 +113,14 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         # ------------------------------------------------------------------ P: the speculation parse loop
         need = Signal(range(L + 1), name="p_need")
         m.d.comb += need.eq(Mux(sb_left < L, sb_left, L))
-        pw = Signal(W, name="p_win")
-        m.d.comb += pw.eq(SC.win & thermometer(SC.avail, W))
-        pgroups, ppre = group_prefix(m, pw, L, "p_pc")  # ones per group and before it, capped at L
-        cnt = Signal(range(L + 1), name="p_cnt")
-        m.d.comb += cnt.eq(Mux(ppre[-1] < need, ppre[-1], need))
-        p_last_one = Signal(range(L), name="p_last_one")
-        m.d.comb += p_last_one.eq(cnt - 1)
-        p_take = Signal(range(W + 1), name="p_take")     # just past the cnt-th one
-        m.d.comb += p_take.eq(select_one(m, pgroups, ppre, p_last_one, "p_sel") + 1)
+        cnt = Signal(range(L + 1), name="p_cnt")         # codes the beat takes: a count of ones
+        m.d.comb += cnt.eq(Mux(SC.ones < need, SC.ones, need))
         p_fin = Signal(name="p_fin")                    # the beat ends its superblock
         p_last = Signal(name="p_last")
         p_cend = Signal(name="p_cend")                  # ... and its chunk
         m.d.comb += [p_fin.eq(cnt == sb_left), p_last.eq(left == cnt),
                      p_cend.eq(p_fin & ((csb_left == 1) | p_last))]
-        p_whole = (SC.avail >= W) | SC.end_seen
+        p_whole = SC.whole
         # An error P finds waits in p_fault until the beats before it have left (PD, BJ, DF empty): those are
         # emitted, the beat P could not parse (or that would end its chunk with content left) is not.
         p_fault = Signal(3, name="p_fault")              # CODE, OVERRUN, TOO_LONG
@@ -174,11 +133,11 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         p_long = Signal(name="p_long")                  # the beat would end its chunk with content left
         p_go = Signal(name="p_go")
         m.d.comb += [p_try.eq(p_ok & pd_free), p_long.eq(p_cend & SC.skip_err), p_go.eq(p_try & ~p_long),
-                     SC.take.eq(p_take), SC.skip.eq(p_cend), SC.commit.eq(p_go)]
+                     SC.take.eq(cnt), SC.skip.eq(p_cend), SC.commit.eq(p_go)]
         p_err = Signal(3, name="p_err")
         p_none = Signal(name="p_none")                  # no complete code left in the window
         m.d.comb += [p_none.eq(p_live & (cnt == 0)),
-                     p_err.eq(Cat(p_none & (SC.avail >= W), p_none & SC.end_seen & (SC.avail < W), p_try & p_long))]
+                     p_err.eq(Cat(p_none & SC.whole & ~SC.end_in_span, p_none & SC.end_in_span, p_try & p_long))]
         with m.If(p_err.any()):
             m.d.sync += p_fault.eq(p_err)
         pd_valid = Signal(name="pd_valid")
@@ -191,7 +150,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             m.d.sync += [left.eq(r["numel"]), sb_left.eq(Mux(r["numel"] < g, r["numel"], g)),
                          csb_left.eq(chunk_a), running.eq(1)]
         with m.If(p_go):
-            m.d.sync += [left.eq(rest_after), pd_win.eq(pw), pd_cnt.eq(cnt), pd_fin.eq(p_fin), pd_cend.eq(p_cend),
+            m.d.sync += [left.eq(rest_after), pd_win.eq(SC.win), pd_cnt.eq(cnt), pd_fin.eq(p_fin), pd_cend.eq(p_cend),
                          pd_last.eq(p_last)]
             with m.If(p_fin):
                 m.d.sync += [sb_left.eq(Mux(rest_after < g, rest_after, g)),
@@ -203,10 +162,11 @@ class DecoderC1v3(Format2Registers, DecoderC1):
 
         # ------------------------------------------------------------------ verification window capture
         vb_win = Signal(W, name="vb_win")
+        vb_ones = Signal(range(W + 1), name="vb_ones")
         vb_whole, vb_fresh = Signal(name="vb_whole"), Signal(name="vb_fresh")
         vb_end = Signal(name="vb_end")
-        m.d.sync += [vb_win.eq(VC.win & thermometer(VC.avail, W)), vb_whole.eq((VC.avail >= W) | VC.end_seen),
-                     vb_end.eq(VC.end_seen & (VC.avail < W)), vb_fresh.eq(~VC.commit)]
+        m.d.sync += [vb_win.eq(VC.win), vb_ones.eq(VC.ones), vb_whole.eq(VC.whole), vb_end.eq(VC.end_in_span),
+                     vb_fresh.eq(~VC.commit)]
 
         # ------------------------------------------------------------------ D: decode the codes of a pass
         # BJ: the beat whose pass B is pending (full mode): its kept lanes and how many codes pass B took
@@ -221,7 +181,6 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         dwin = Signal(W, name="d_win")
         m.d.comb += dwin.eq(Mux(pass_b, vb_win, pd_win))
         dgroups, dpre = group_prefix(m, dwin, L, "d_pc")
-        dtotal = dpre[-1]
         pos = []
         for j in range(L):
             pj = Signal(bits_for(W - 1), name=f"d_pos{j}")
@@ -235,7 +194,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         b_need = Signal(range(L + 1), name="d_b_need")
         m.d.comb += b_need.eq(bj_np - bj_done)
         b_c = Signal(range(L + 1), name="d_b_c")        # codes pass B takes now
-        m.d.comb += b_c.eq(Mux(dtotal < b_need, dtotal, b_need))
+        m.d.comb += b_c.eq(Mux(vb_ones < b_need, vb_ones, b_need))
         n_codes = Signal(range(L + 1), name="d_n")
         m.d.comb += n_codes.eq(Mux(pass_b, b_c, pd_cnt))
         book_q = Mux(pass_b, verif_q, spec_q)
@@ -284,8 +243,6 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             m.d.comb += lw[i].eq(Mux(in_beat[i], Mux(pass_b, rest_w, spec_w), 0))
         offs = prefix_sums(m, lw, bits_for(FW), "d_off")     # field offsets (Sklansky, log2 L adder levels)
         n_pruned = popcounts(m, ~lkept & in_beat, "d_np")[L]
-        b_take = Signal(range(W + 1), name="d_b_take")
-        m.d.comb += b_take.eq(Mux(b_c == 0, 0, Array(pos)[b_c - 1] + 1))
         b_complete = Signal(name="d_b_complete")
         m.d.comb += b_complete.eq(bj_done + b_c == bj_np)
         # pass B may go when the captured window is current and holds the codes it needs (or all it can)
@@ -298,9 +255,9 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         d_go = Signal(name="d_go")
         m.d.comb += d_go.eq(Mux(pass_b, b_ok, pd_valid) & df_free)
         m.d.comb += [pd_free.eq(~pd_valid | (d_go & ~pass_b)),
-                     VC.take.eq(b_take), VC.skip.eq(b_complete & bj_cend), VC.commit.eq(d_go & pass_b)]
+                     VC.take.eq(b_c), VC.skip.eq(b_complete & bj_cend), VC.commit.eq(d_go & pass_b)]
         d_err = Signal(3, name="d_err")
-        b_none = pass_b & (b_need != 0) & (dtotal == 0) & vb_fresh
+        b_none = pass_b & (b_need != 0) & (vb_ones == 0) & vb_fresh
         m.d.comb += d_err.eq(Cat((d_go & d_code_err) | (b_none & vb_whole & ~vb_end), b_none & vb_end,
                                  d_go & pass_b & b_complete & bj_cend & VC.skip_err))
         with m.If(d_go):

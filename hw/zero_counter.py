@@ -22,7 +22,7 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import bits_for
+from amaranth.utils import bits_for, exact_log2
 
 from ..errors import ConfigError
 from ..golden.config import MAX_CODE_BITS
@@ -62,6 +62,44 @@ def onehot_to_index(onehot: Value, width: int) -> Value:
     n = len(onehot)
     masks = [sum(1 << j for j in range(n) if (j >> b) & 1) for b in range(width)]
     return Cat(*[(onehot & mask).any() for mask in masks])
+
+
+SELECT_GROUP = 8         # window bits per popcount group of a select network
+
+
+def group_prefix(m, win, cap: int, name: str):
+    """Ones per ``SELECT_GROUP``-bit group of ``win`` and their exclusive prefix sums, saturated at ``cap``:
+    ``(groups, prefix)`` with ``prefix[g]`` = ones in groups ``0..g-1`` (``len(win) / SELECT_GROUP + 1``
+    entries).
+    The counts' saturated prefix is zero_counter.prefix_counts: a select network's shared first half."""
+    ng = len(win) // SELECT_GROUP
+    groups = [win[SELECT_GROUP * g: SELECT_GROUP * (g + 1)] for g in range(ng)]
+    counts = []
+    for g in range(ng):
+        c = Signal(bits_for(SELECT_GROUP), name=f"{name}_c{g}")
+        m.d.comb += c.eq(sum(groups[g][i] for i in range(SELECT_GROUP)))
+        counts.append(c)
+    return groups, prefix_counts(m, counts, cap, name)
+
+
+def select_one(m, groups, prefix, n, name: str):
+    """Position of the ``n``-th one (from 0) of the window split into ``groups`` with ``prefix`` from
+    ``group_prefix``: the group that holds it (one compare pair per group), then the one inside it."""
+    ng = len(groups)
+    hit = Signal(ng, name=f"{name}_grp")
+    m.d.comb += hit.eq(Cat(*[(prefix[g] <= n) & (n < prefix[g + 1]) for g in range(ng)]))
+    bits = Signal(SELECT_GROUP, name=f"{name}_bits")
+    local = Signal(exact_log2(SELECT_GROUP), name=f"{name}_local")
+    m.d.comb += [bits.eq(Cat(*[Cat(*[groups[g][i] & hit[g] for g in range(ng)]).any()
+                               for i in range(SELECT_GROUP)])),
+                 local.eq(Cat(*[Cat(*[(n - prefix[g])[b] & hit[g] for g in range(ng)]).any()
+                                for b in range(len(local))]))]
+    run = 0
+    sel = []
+    for i in range(SELECT_GROUP):
+        sel.append(bits[i] & (run == local))
+        run = run + bits[i]
+    return Cat(onehot_to_index(Cat(*sel), exact_log2(SELECT_GROUP)), onehot_to_index(hit, max(1, bits_for(ng - 1))))
 
 
 def zc_signature(window: int, lanes: int) -> dict:
