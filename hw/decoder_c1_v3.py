@@ -37,7 +37,7 @@ from amaranth.utils import bits_for
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, K_MAX
 from .bitreader import BitReader, thermometer, view_slots
-from .code_reader import CodeReader
+from .code_reader import CodeReader, popcount
 from .decoder import DecoderC1, Err, Format2Registers
 from .decoder_c1_v2 import DecoderC1v2, popcounts
 from .decoder_c2 import prefix_sums
@@ -77,6 +77,12 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         m = Module()
         L, W, FW = self.lanes, self.window, self.field_window
         r, start, clear, busy, err, raise_err = self._control_signals(m)
+        # An error found in a cycle (raise_err) is registered in `fault` and takes effect a cycle later: the
+        # pipeline halts for that cycle (nothing moves, nothing is emitted), then every stage is cleared and
+        # the readers flushed. Error detection never reaches a reader's or stage's state in the same cycle.
+        fault = Signal(len(err), name="fault")
+        halt = Signal(name="halt")
+        m.d.comb += halt.eq(fault.any())
         full, mm = r["full"], r["m"]
 
         # ------------------------------------------------------------------ planes
@@ -96,7 +102,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             wiring.connect(m, wiring.flipped(getattr(self, port)), blk.inp)
         draining = err.any() & ~busy
         for blk, used in ((SC, 1), (SM, 1), (VC, full), (RS, full)):
-            m.d.comb += [blk.enable.eq(busy & used), blk.drain.eq(draining), blk.flush.eq(raise_err.any())]
+            m.d.comb += [blk.enable.eq(busy & used), blk.drain.eq(draining), blk.flush.eq(halt)]
 
         # ------------------------------------------------------------------ tensor constants
         spec_q, spec_base, spec_pbad = DecoderC1v2._book_groups(m, r["spec_k"], r["spec_pairs"], "spec")
@@ -125,7 +131,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         # emitted, the beat P could not parse (or that would end its chunk with content left) is not.
         p_fault = Signal(3, name="p_fault")              # CODE, OVERRUN, TOO_LONG
         p_live = Signal(name="p_live")
-        m.d.comb += p_live.eq(running & ~p_fault.any())
+        m.d.comb += p_live.eq(running & ~p_fault.any() & ~halt)
         p_ok = Signal(name="p_ok")
         m.d.comb += p_ok.eq(p_live & (cnt != 0) & ((cnt == need) | p_whole) & (~p_cend | SC.skip_ok | SC.skip_err))
         pd_free = Signal()
@@ -162,45 +168,51 @@ class DecoderC1v3(Format2Registers, DecoderC1):
 
         # ------------------------------------------------------------------ verification window capture
         vb_win = Signal(W, name="vb_win")
-        vb_ones = Signal(range(W + 1), name="vb_ones")
+        vb_ones = Signal(range(L + 1), name="vb_ones")  # codes in the window, at most L (what a pass can take)
         vb_whole, vb_fresh = Signal(name="vb_whole"), Signal(name="vb_fresh")
         vb_end = Signal(name="vb_end")
-        m.d.sync += [vb_win.eq(VC.win), vb_ones.eq(VC.ones), vb_whole.eq(VC.whole), vb_end.eq(VC.end_in_span),
+        m.d.sync += [vb_win.eq(VC.win), vb_ones.eq(Mux(VC.ones > L, L, VC.ones)), vb_whole.eq(VC.whole), vb_end.eq(VC.end_in_span),
                      vb_fresh.eq(~VC.commit)]
 
-        # ------------------------------------------------------------------ D: decode the codes of a pass
-        # BJ: the beat whose pass B is pending (full mode): its kept lanes and how many codes pass B took
-        bj_valid = Signal(name="bj_valid")
+        # ------------------------------------------------------------------ R: code positions of a pass
+        # In full mode R alternates: pass A of beat k (P's window), then pass B of beat k (the captured
+        # verification window); r_turn_b says which comes next (a register: the window R decodes never waits
+        # for a go). Pass B's code count is decided here, in the cycle D decodes pass A of the same beat
+        # (or later, from BJ), so VC's next window is captured in time for the next beat.
+        r_turn_b = Signal(name="r_turn_b")
+        rwin = Signal(W, name="r_win")
+        m.d.comb += rwin.eq(Mux(r_turn_b, vb_win, pd_win))
+        rgroups, rpre = group_prefix(m, rwin, L, "r_pc")
+        rpos = []
+        for j in range(L):
+            pj = Signal(bits_for(W - 1), name=f"r_pos{j}")
+            m.d.comb += pj.eq(select_one(m, rgroups, rpre, Const(j, 3), f"r_sel{j}"))    # j < L <= 8
+            rpos.append(pj)
+        rk_valid, rk_b = Signal(name="rk_valid"), Signal(name="rk_b")
+        rk_pos = [Signal(bits_for(W - 1), name=f"rk_pos{j}") for j in range(L)]
+        rk_n = Signal(range(L + 1), name="rk_n")         # codes of this pass (A: the beat's; B: taken now)
+        rk_first = Signal(range(L + 1), name="rk_first")  # B: the beat's pruned codes taken before
+        rk_done = Signal(name="rk_done")                # B: the beat's last pruned code is taken
+        rk_fin, rk_cend, rk_last = Signal(name="rk_fin"), Signal(name="rk_cend"), Signal(name="rk_last")
+
+        # BJ: the beat whose pass B is pending: its kept lanes and pruned count (from D's pass A)
+        bj_valid = Signal(name="bj_valid")              # D decoded pass A, pass B not fully taken
         bj_kept = Signal(L, name="bj_kept")
         bj_np = Signal(range(L + 1), name="bj_np")
         bj_done = Signal(range(L + 1), name="bj_done")
         bj_cnt = Signal(range(L + 1), name="bj_cnt")
         bj_fin, bj_cend, bj_last = Signal(name="bj_fin"), Signal(name="bj_cend"), Signal(name="bj_last")
-        pass_b = Signal(name="d_pass_b")
-        m.d.comb += pass_b.eq(bj_valid)
-        dwin = Signal(W, name="d_win")
-        m.d.comb += dwin.eq(Mux(pass_b, vb_win, pd_win))
-        dgroups, dpre = group_prefix(m, dwin, L, "d_pc")
-        pos = []
-        for j in range(L):
-            pj = Signal(bits_for(W - 1), name=f"d_pos{j}")
-            m.d.comb += pj.eq(select_one(m, dgroups, dpre, Const(j, 3), f"d_sel{j}"))    # j < L <= 8
-            pos.append(pj)
-        rank = []
+
+        # ------------------------------------------------------------------ D: decode the codes of a pass
+        ranks = []
         for j in range(L):
             rk = Signal(range(W), name=f"d_rank{j}")
-            m.d.comb += rk.eq(pos[0] if j == 0 else pos[j] - pos[j - 1] - 1)
-            rank.append(rk)
-        b_need = Signal(range(L + 1), name="d_b_need")
-        m.d.comb += b_need.eq(bj_np - bj_done)
-        b_c = Signal(range(L + 1), name="d_b_c")        # codes pass B takes now
-        m.d.comb += b_c.eq(Mux(vb_ones < b_need, vb_ones, b_need))
-        n_codes = Signal(range(L + 1), name="d_n")
-        m.d.comb += n_codes.eq(Mux(pass_b, b_c, pd_cnt))
-        book_q = Mux(pass_b, verif_q, spec_q)
+            m.d.comb += rk.eq(rk_pos[0] if j == 0 else rk_pos[j] - rk_pos[j - 1] - 1)
+            ranks.append(rk)
+        book_q = Mux(rk_b, verif_q, spec_q)
         d_code_err = Const(0, 1)
         for j in range(L):
-            d_code_err = d_code_err | ((j < n_codes) & (rank[j] > book_q))
+            d_code_err = d_code_err | ((j < rk_n) & (ranks[j] > book_q))
 
         # DF: the decoded beat, per lane
         df_valid = Signal(name="df_valid")
@@ -219,64 +231,100 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         lesc, lpair, lkept = Signal(L, name="d_esc"), Signal(L, name="d_pair"), Signal(L, name="d_kept")
         lw = [Signal(5, name=f"d_w{i}") for i in range(L)]
         in_beat = Signal(L, name="d_in_beat")
-        m.d.comb += in_beat.eq(thermometer(Mux(pass_b, bj_cnt, pd_cnt), L))
-        # pass B: lane i (pruned) takes code slot pidx_i - done, pidx_i = pruned lanes before it
+        m.d.comb += in_beat.eq(thermometer(Mux(rk_b, bj_cnt, rk_n), L))
+        # pass B: lane i (pruned) takes code slot pidx_i - first, pidx_i = pruned lanes before it
         pruned_b = Signal(L, name="d_pruned_b")
         m.d.comb += pruned_b.eq(~bj_kept & in_beat)
         pidx = popcounts(m, pruned_b, "d_pidx")
         for i in range(L):
             slot = Signal(range(L), name=f"d_slot{i}")
             now = Signal(name=f"d_now{i}")
-            m.d.comb += [slot.eq(Mux(pass_b, pidx[i] - bj_done, i)),
-                         now.eq(Mux(pass_b, pruned_b[i] & (pidx[i] >= bj_done) & (pidx[i] < bj_done + b_c), 1))]
-            q_new = Array(rank)[slot][:4]
+            m.d.comb += [slot.eq(Mux(rk_b, pidx[i] - rk_first, i)),
+                         now.eq(Mux(rk_b, pruned_b[i] & (pidx[i] >= rk_first) & (pidx[i] < rk_first + rk_n), 1))]
+            q_new = Array(ranks)[slot][:4]
             q = Signal(4, name=f"d_qsel{i}")
             m.d.comb += q.eq(Mux(now, q_new, df_q[i]))
             esc = Mux(now, q == book_q, df_esc[i])
-            pair = Mux(now, Mux(pass_b, r["verif_pairs"], r["spec_pairs"]).bit_select(q, 1), df_pair[i])
+            pair = Mux(now, Mux(rk_b, r["verif_pairs"], r["spec_pairs"]).bit_select(q, 1), df_pair[i])
             # q_p = 15 stands for "no P": an escape at Q = 15 is a kept value
-            kept = Mux(pass_b, bj_kept[i], in_beat[i] & ((q != q_p) | (q == spec_q)))
+            kept = Mux(rk_b, bj_kept[i], in_beat[i] & ((q != q_p) | (q == spec_q)))
             m.d.comb += [lq[i].eq(q), lesc[i].eq(esc), lpair[i].eq(pair & ~esc), lkept[i].eq(kept)]
             prefix = Mux(lesc[i], ESCAPE_PAYLOAD_BITS, lpair[i])
             spec_w = Mux(lkept[i], prefix + 1 + mm, 0)
             rest_w = Mux(lkept[i], BF16_MANTISSA_BITS - mm, prefix + 8)
-            m.d.comb += lw[i].eq(Mux(in_beat[i], Mux(pass_b, rest_w, spec_w), 0))
+            m.d.comb += lw[i].eq(Mux(in_beat[i], Mux(rk_b, rest_w, spec_w), 0))
         offs = prefix_sums(m, lw, bits_for(FW), "d_off")     # field offsets (Sklansky, log2 L adder levels)
         n_pruned = popcounts(m, ~lkept & in_beat, "d_np")[L]
-        b_complete = Signal(name="d_b_complete")
-        m.d.comb += b_complete.eq(bj_done + b_c == bj_np)
-        # pass B may go when the captured window is current and holds the codes it needs (or all it can)
-        b_ok = Signal(name="d_b_ok")
-        m.d.comb += b_ok.eq(vb_fresh & ((b_c == b_need) | (vb_whole & (b_c != 0)))
-                            & (~(b_complete & bj_cend) | VC.skip_ok | VC.skip_err))
+        # pass A's pruned count straight from its ranks (pass B's count waits for it in the same cycle)
+        p_grp = Signal(name="d_p_grp")                  # codes of group q_p are pruned values (not escapes)
+        m.d.sync += p_grp.eq(q_p != spec_q)
+        a_pruned = Signal(L, name="d_a_pruned")
+        m.d.comb += a_pruned.eq(Cat(*[(ranks[i][:4] == q_p) & (i < rk_n) for i in range(L)]) & p_grp.replicate(L))
+        a_np = Signal(range(L + 1), name="d_a_np")
+        m.d.comb += a_np.eq(popcount(m, a_pruned, "d_a_np"))
         f_fire = Signal()
         df_free = Signal()
         m.d.comb += df_free.eq(~df_valid | f_fire | (df_b & ~df_done))
         d_go = Signal(name="d_go")
-        m.d.comb += d_go.eq(Mux(pass_b, b_ok, pd_valid) & df_free)
-        m.d.comb += [pd_free.eq(~pd_valid | (d_go & ~pass_b)),
-                     VC.take.eq(b_c), VC.skip.eq(b_complete & bj_cend), VC.commit.eq(d_go & pass_b)]
-        d_err = Signal(3, name="d_err")
-        b_none = pass_b & (b_need != 0) & (vb_ones == 0) & vb_fresh
-        m.d.comb += d_err.eq(Cat((d_go & d_code_err) | (b_none & vb_whole & ~vb_end), b_none & vb_end,
-                                 d_go & pass_b & b_complete & bj_cend & VC.skip_err))
+        m.d.comb += d_go.eq(rk_valid & df_free & ~halt)
         with m.If(d_go):
-            m.d.sync += [df_valid.eq(1), df_b.eq(pass_b), df_done.eq(~pass_b | b_complete),
+            m.d.sync += [df_valid.eq(1), df_b.eq(rk_b), df_done.eq(~rk_b | rk_done),
                          df_take.eq(offs[L]), df_esc.eq(lesc), df_pair.eq(lpair), df_kept.eq(lkept)]
             m.d.sync += [df_q[i].eq(lq[i]) for i in range(L)] + [df_off[i].eq(offs[i]) for i in range(L)]
-            with m.If(pass_b):
-                m.d.sync += [df_cnt.eq(bj_cnt), df_fin.eq(bj_fin), df_cend.eq(bj_cend), df_last.eq(bj_last),
-                             bj_done.eq(bj_done + b_c)]
-                with m.If(b_complete):
-                    m.d.sync += bj_valid.eq(0)
+            with m.If(rk_b):
+                m.d.sync += [df_cnt.eq(bj_cnt), df_fin.eq(bj_fin), df_cend.eq(bj_cend), df_last.eq(bj_last)]
             with m.Else():
-                m.d.sync += [df_cnt.eq(pd_cnt), df_fin.eq(pd_fin), df_cend.eq(pd_cend), df_last.eq(pd_last),
-                             pd_valid.eq(0)]
-                with m.If(full):
-                    m.d.sync += [bj_valid.eq(1), bj_kept.eq(lkept), bj_np.eq(n_pruned), bj_done.eq(0),
-                                 bj_cnt.eq(pd_cnt), bj_fin.eq(pd_fin), bj_cend.eq(pd_cend), bj_last.eq(pd_last)]
+                m.d.sync += [df_cnt.eq(rk_n), df_fin.eq(rk_fin), df_cend.eq(rk_cend), df_last.eq(rk_last)]
         with m.Elif(f_fire):
             m.d.sync += df_valid.eq(0)
+
+        # ------------------------------------------------------------------ R: loads (A from PD, B from VB)
+        rk_free = ~rk_valid | d_go
+        a_now = Signal(name="r_a_now")                  # D decodes pass A this cycle: its pruned count is known
+        m.d.comb += a_now.eq(d_go & ~rk_b & full)
+        b_known = a_now | bj_valid
+        b_need = Signal(range(L + 1), name="r_b_need")
+        m.d.comb += b_need.eq(Mux(a_now, a_np, bj_np - bj_done))
+        b_first = Mux(a_now, 0, bj_done)
+        b_cend = Mux(a_now, rk_cend, bj_cend)
+        b_c = Signal(range(L + 1), name="r_b_c")        # codes pass B takes now
+        m.d.comb += b_c.eq(Mux(vb_ones < b_need, vb_ones, b_need))
+        b_complete = Signal(name="r_b_complete")
+        m.d.comb += b_complete.eq(b_c == b_need)
+        # pass B may load when the captured window is current and holds the codes it needs (or all it can)
+        b_ok = Signal(name="r_b_ok")
+        m.d.comb += b_ok.eq(r_turn_b & b_known & vb_fresh & (b_complete | (vb_whole & (b_c != 0)))
+                            & (~(b_complete & b_cend) | VC.skip_ok | VC.skip_err))
+        r_load_b = Signal(name="r_load_b")
+        r_load_a = Signal(name="r_load_a")
+        m.d.comb += [r_load_b.eq(b_ok & rk_free & ~halt), r_load_a.eq(~r_turn_b & pd_valid & rk_free & ~halt),
+                     pd_free.eq(~pd_valid | r_load_a),
+                     VC.take.eq(b_c), VC.skip.eq(b_complete & b_cend), VC.commit.eq(r_load_b)]
+        d_err = Signal(3, name="d_err")
+        b_none = r_turn_b & b_known & (b_need != 0) & (vb_ones == 0) & vb_fresh
+        m.d.comb += d_err.eq(Cat((d_go & d_code_err) | (b_none & vb_whole & ~vb_end), b_none & vb_end,
+                                 r_load_b & b_complete & b_cend & VC.skip_err))
+        # R's positions are captured whenever RK is free and R has a window (pass B's, even when pass B
+        # cannot load yet: RK then stays invalid), so their enable does not wait for pass B's decision
+        with m.If(rk_free & (r_turn_b | pd_valid)):
+            m.d.sync += [rk_pos[j].eq(rpos[j]) for j in range(L)]
+        with m.If(r_load_a | r_load_b):
+            m.d.sync += [rk_valid.eq(1), rk_b.eq(r_load_b)]
+        with m.Elif(d_go):
+            m.d.sync += rk_valid.eq(0)
+        with m.If(r_load_a):
+            m.d.sync += [rk_n.eq(pd_cnt), rk_fin.eq(pd_fin), rk_cend.eq(pd_cend), rk_last.eq(pd_last),
+                         pd_valid.eq(0), r_turn_b.eq(full)]
+        with m.If(r_load_b):
+            m.d.sync += [rk_n.eq(b_c), rk_first.eq(b_first), rk_done.eq(b_complete),
+                         bj_done.eq(b_first + b_c), bj_valid.eq(~b_complete)]
+            with m.If(b_complete):
+                m.d.sync += r_turn_b.eq(0)
+        with m.If(a_now):                               # BJ <- pass A of the beat (D decodes it now)
+            m.d.sync += [bj_kept.eq(lkept), bj_np.eq(n_pruned), bj_cnt.eq(rk_n), bj_fin.eq(rk_fin),
+                         bj_cend.eq(rk_cend), bj_last.eq(rk_last)]
+            with m.If(~r_load_b):
+                m.d.sync += [bj_valid.eq(1), bj_done.eq(0)]
         with m.If(p_go):
             m.d.sync += pd_valid.eq(1)
 
@@ -291,7 +339,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         fwin = shift_right(m, f_view, f_bit, FW, "f_win")
         f_ready = Signal(name="f_ready")
         f_long = Signal(name="f_long")                  # the beat would end its chunk with content left: not sent
-        m.d.comb += [f_ready.eq(df_valid & df_done & (rd_avail >= df_take) & (~df_cend | rd_skip_ok)),
+        m.d.comb += [f_ready.eq(~halt & df_valid & df_done & (rd_avail >= df_take) & (~df_cend | rd_skip_ok)),
                      f_long.eq(df_cend & rd_skip_err)]
         emit = ~full | df_b
         m.d.comb += [self.out.valid.eq(f_ready & ~f_long & emit),
@@ -339,20 +387,22 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         cfg_bad = self._config_error(r)                  # Format2Registers: with the CHUNK range check
         no_book = ~r["spec_loaded"] | (r["full"] & ~r["verif_loaded"])
         m.d.sync += [pre_init.eq(0), init.eq(pre_init)]
-        with m.If(start & ~busy & ~err.any()):
+        with m.If(start & ~busy & ~err.any() & ~halt):
             m.d.comb += [raise_err[Err.CONFIG].eq(cfg_bad), raise_err[Err.NO_BOOK].eq(~cfg_bad & no_book)]
             with m.If(~cfg_bad & ~no_book):
                 m.d.sync += [busy.eq(1), pre_init.eq(1)]
-        with m.If(busy):
-            drained = ~pd_valid & ~bj_valid & ~df_valid
+        with m.If(busy & ~halt):
+            drained = ~pd_valid & ~rk_valid & ~r_turn_b & ~df_valid
             m.d.comb += raise_err[:3].eq(Mux(drained, p_fault, 0) | d_err | f_err)
         with m.If(init & (spec_pbad | p_paired | (full & verif_pbad))):
             m.d.comb += raise_err[Err.CONFIG].eq(1)
         with m.If(f_fire & emit & df_last):
             m.d.sync += busy.eq(0)
-        with m.If(raise_err.any()):
-            m.d.sync += [err.eq(err | raise_err), busy.eq(0), pre_init.eq(0), init.eq(0), running.eq(0),
-                         pd_valid.eq(0), df_valid.eq(0), bj_valid.eq(0), p_fault.eq(0)]
+        m.d.sync += fault.eq(Mux(halt, 0, raise_err))
+        with m.If(halt):
+            m.d.sync += [err.eq(err | fault), busy.eq(0), pre_init.eq(0), init.eq(0), running.eq(0),
+                         pd_valid.eq(0), rk_valid.eq(0), r_turn_b.eq(0), df_valid.eq(0), bj_valid.eq(0),
+                         p_fault.eq(0)]
         with m.Elif(clear & ~busy):
             m.d.sync += err.eq(0)
         return m
