@@ -8,9 +8,10 @@ when the word is written), so its loop closes on small counters:
     loop (one cycle): slot s, ones used in it u -> a0 = pop[s] - u, a1 = pop[s + 1] -> the consumer's
                       take t = min(need, a0 + a1) -> s += (t > a0), u = u + t or t - a0 -> s, u
 
-The positions of the codes themselves never enter the loop: ``win`` is the span (slots s and s + 1 of the
-current chunk) shifted to start just after the u-th one of slot s, for the consumer to register and decode
-a cycle later (hw/decoder_c1_v3.py, stage D).
+The positions of the codes themselves never enter the loop: the consumer registers the ``span`` (slots s and
+s + 1 of the current chunk, word-aligned), its per-byte ones and ``used`` (= u) and decodes it later: the
+next codes end at the span's ones number used, used + 1, ... (hw/decoder_c1_v3.py, stage R). The per-byte
+counts are kept beside every word (counted when it is written), so no count is made from the span again.
 
 * The **span** is two words: from the read point to the end of the next word, 33 to 64 bits. ``ones`` codes
   end in it; a beat that wants more takes what the span holds when it is ``whole`` (two words in, or the
@@ -32,8 +33,8 @@ from amaranth.utils import bits_for, exact_log2
 
 from ..errors import ConfigError
 from .bitreader import BYTE, word_layout
-from .shifter import shift_right
-from .zero_counter import group_prefix, select_one
+
+BYTE_COUNT_BITS = bits_for(BYTE)      # ones in a byte, 0..8
 
 
 def popcount(m, bits, name: str):
@@ -70,8 +71,9 @@ class CodeReader(wiring.Component):
         take       In      codes the consumer takes (<= ``ones``)
         skip       In(1)   after ``take``, move to the next chunk's first word (only when ``skip_ok``)
         commit     In(1)   apply ``take`` / ``skip``
-        win        Out(2 word)  the span from the read point: bit 0 is the next code's first bit; zero past
-                                the current chunk's last word
+        span       Out(2 word)  slots s and s + 1: zero past the current chunk's last word
+        span_bytes Out          ones per byte of ``span`` (4 bits each, byte 0 first)
+        used       Out          ones of slot s already taken: the next code ends at the span's one number used
         ones       Out     codes that end in the span
         whole      Out(1)  the span is complete (two words in, or it holds the chunk's last word)
         end_in_span Out(1) the span holds the chunk's last word: no code of the chunk lies beyond it
@@ -92,7 +94,8 @@ class CodeReader(wiring.Component):
             "inp": In(stream.Signature(word_layout(word))),
             "enable": In(1), "drain": In(1), "flush": In(1),
             "take": In(bits_for(max_take)), "skip": In(1), "commit": In(1),
-            "win": Out(self.window), "ones": Out(bits_for(self.window)), "whole": Out(1), "end_in_span": Out(1),
+            "span": Out(self.window), "span_bytes": Out(self.window // BYTE * BYTE_COUNT_BITS),
+            "used": Out(bits_for(word)), "ones": Out(bits_for(self.window)), "whole": Out(1), "end_in_span": Out(1),
             "skip_ok": Out(1), "skip_err": Out(1),
         })
 
@@ -101,7 +104,9 @@ class CodeReader(wiring.Component):
         IW, N = self.word, self.slots
         pw = bits_for(IW)
         # No reset on the slots and their counts: read only as far as `nwords` (reset) says they hold words.
+        nb = IW // BYTE
         ring = Array(Signal(IW, name=f"slot{i}", reset_less=True) for i in range(N))
+        counts = Array(Signal(nb * BYTE_COUNT_BITS, name=f"bytes{i}", reset_less=True) for i in range(N))
         pops = Array(Signal(pw, name=f"pop{i}", reset_less=True) for i in range(N))
         ring_last = Signal(N)                    # slot i holds the last word of a chunk
         s = Signal(exact_log2(N), name="s")      # the read point's slot
@@ -121,12 +126,8 @@ class CodeReader(wiring.Component):
         m.d.comb += [a0.eq(Mux(in0, pop0 - u, 0)), a1.eq(Mux(in1, pop1, 0)), self.ones.eq(a0 + a1),
                      self.whole.eq((nwords >= 2) | (in0 & last0)),
                      self.end_in_span.eq((in0 & last0) | (in1 & last1))]
-        # the read point: just after the u-th one of slot s (bit 0 when u = 0: the chunk's first word)
-        groups, prefix = group_prefix(m, here, IW, "start_pc")
-        start = Signal(bits_for(IW), name="start")
-        m.d.comb += start.eq(Mux(u == 0, 0, select_one(m, groups, prefix, u - 1, "start_sel") + 1))
-        span = Cat(here, Mux(in1, nxt, 0))
-        m.d.comb += self.win.eq(shift_right(m, span, start, self.window, "win_shift"))
+        m.d.comb += [self.span.eq(Cat(here, Mux(in1, nxt, 0))),
+                     self.span_bytes.eq(Cat(counts[slot(0)], Mux(in1, counts[slot(1)], 0))), self.used.eq(u)]
 
         # ------------------------------------------------------------------ a take and where it lands
         t = self.take
@@ -149,9 +150,12 @@ class CodeReader(wiring.Component):
         append = self.inp.valid & self.inp.ready & ~self.drain
         write_slot = Signal(len(s), name="write_slot")
         m.d.comb += write_slot.eq(s + nwords)
+        data = self.inp.payload.data
+        in_bytes = [popcount(m, data[BYTE * b: BYTE * (b + 1)], f"in_byte{b}") for b in range(nb)]
+        in_pop = Signal(pw, name="in_pop")
+        m.d.comb += in_pop.eq(sum(in_bytes))
         with m.If(append):
-            m.d.sync += [ring[write_slot].eq(self.inp.payload.data),
-                         pops[write_slot].eq(popcount(m, self.inp.payload.data, "in_pop")),
+            m.d.sync += [ring[write_slot].eq(data), counts[write_slot].eq(Cat(*in_bytes)), pops[write_slot].eq(in_pop),
                          ring_last.bit_select(write_slot, 1).eq(self.inp.payload.last)]
         with m.If(self.flush | self.drain):
             m.d.sync += [s.eq(0), u.eq(0), nwords.eq(0)]

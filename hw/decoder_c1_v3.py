@@ -42,7 +42,7 @@ from .decoder import DecoderC1, Err, Format2Registers
 from .decoder_c1_v2 import DecoderC1v2, popcounts
 from .decoder_c2 import prefix_sums
 from .shifter import shift_right
-from .zero_counter import group_prefix, select_one
+from .zero_counter import prefix_counts, select_one
 
 GMAX = max(ALLOWED_GROUP_SIZES)
 FIELD_BITS = 16          # widest field: an escaped pruned value's [e][(s << 7) | f]
@@ -147,7 +147,9 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         with m.If(p_err.any()):
             m.d.sync += p_fault.eq(p_err)
         pd_valid = Signal(name="pd_valid")
-        pd_win = Signal(W, name="pd_win")
+        pd_span = Signal(W, name="pd_span")
+        pd_bytes = Signal(len(SC.span_bytes), name="pd_bytes")
+        pd_used = Signal(len(SC.used), name="pd_used")
         pd_cnt = Signal(range(L + 1), name="pd_cnt")
         pd_fin, pd_cend, pd_last = Signal(name="pd_fin"), Signal(name="pd_cend"), Signal(name="pd_last")
         g = r["g"]
@@ -156,7 +158,8 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             m.d.sync += [left.eq(r["numel"]), sb_left.eq(Mux(r["numel"] < g, r["numel"], g)),
                          csb_left.eq(chunk_a), running.eq(1)]
         with m.If(p_go):
-            m.d.sync += [left.eq(rest_after), pd_win.eq(SC.win), pd_cnt.eq(cnt), pd_fin.eq(p_fin), pd_cend.eq(p_cend),
+            m.d.sync += [left.eq(rest_after), pd_span.eq(SC.span), pd_bytes.eq(SC.span_bytes),
+                         pd_used.eq(SC.used), pd_cnt.eq(cnt), pd_fin.eq(p_fin), pd_cend.eq(p_cend),
                          pd_last.eq(p_last)]
             with m.If(p_fin):
                 m.d.sync += [sb_left.eq(Mux(rest_after < g, rest_after, g)),
@@ -167,11 +170,13 @@ class DecoderC1v3(Format2Registers, DecoderC1):
                 m.d.sync += running.eq(0)
 
         # ------------------------------------------------------------------ verification window capture
-        vb_win = Signal(W, name="vb_win")
+        vb_span = Signal(W, name="vb_span")
+        vb_bytes = Signal(len(VC.span_bytes), name="vb_bytes")
+        vb_used = Signal(len(VC.used), name="vb_used")
         vb_ones = Signal(range(L + 1), name="vb_ones")  # codes in the window, at most L (what a pass can take)
         vb_whole, vb_fresh = Signal(name="vb_whole"), Signal(name="vb_fresh")
         vb_end = Signal(name="vb_end")
-        m.d.sync += [vb_win.eq(VC.win), vb_ones.eq(Mux(VC.ones > L, L, VC.ones)), vb_whole.eq(VC.whole), vb_end.eq(VC.end_in_span),
+        m.d.sync += [vb_span.eq(VC.span), vb_bytes.eq(VC.span_bytes), vb_used.eq(VC.used), vb_ones.eq(Mux(VC.ones > L, L, VC.ones)), vb_whole.eq(VC.whole), vb_end.eq(VC.end_in_span),
                      vb_fresh.eq(~VC.commit)]
 
         # ------------------------------------------------------------------ R: code positions of a pass
@@ -180,16 +185,25 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         # for a go). Pass B's code count is decided here, in the cycle D decodes pass A of the same beat
         # (or later, from BJ), so VC's next window is captured in time for the next beat.
         r_turn_b = Signal(name="r_turn_b")
-        rwin = Signal(W, name="r_win")
-        m.d.comb += rwin.eq(Mux(r_turn_b, vb_win, pd_win))
-        rgroups, rpre = group_prefix(m, rwin, L, "r_pc")
+        # The span is word-aligned: the pass's codes end at its ones number used .. used + n - 1; R also finds
+        # one number used - 1 (where the first code starts; none when used = 0, the chunk's first word).
+        rspan, rbytes, rused = Signal(W, name="r_span"), Signal(len(pd_bytes), name="r_bytes"), Signal(len(pd_used))
+        m.d.comb += [rspan.eq(Mux(r_turn_b, vb_span, pd_span)), rbytes.eq(Mux(r_turn_b, vb_bytes, pd_bytes)),
+                     rused.eq(Mux(r_turn_b, vb_used, pd_used))]
+        nbytes = W // 8
+        rgroups = [rspan[8 * b: 8 * (b + 1)] for b in range(nbytes)]
+        cw = len(rbytes) // nbytes
+        rpre = prefix_counts(m, [rbytes[cw * b: cw * (b + 1)] for b in range(nbytes)], W, "r_pc")
         rpos = []
-        for j in range(L):
+        for j in range(L + 1):                          # the ones number used - 1 + j
+            nj = Signal(bits_for(W + L), name=f"r_n{j}")
+            m.d.comb += nj.eq(rused + j - 1)
             pj = Signal(bits_for(W - 1), name=f"r_pos{j}")
-            m.d.comb += pj.eq(select_one(m, rgroups, rpre, Const(j, 3), f"r_sel{j}"))    # j < L <= 8
+            m.d.comb += pj.eq(select_one(m, rgroups, rpre, nj, f"r_sel{j}"))
             rpos.append(pj)
         rk_valid, rk_b = Signal(name="rk_valid"), Signal(name="rk_b")
-        rk_pos = [Signal(bits_for(W - 1), name=f"rk_pos{j}") for j in range(L)]
+        rk_pos = [Signal(bits_for(W - 1), name=f"rk_pos{j}") for j in range(L + 1)]
+        rk_head = Signal(name="rk_head")                # used = 0: the first code starts at bit 0
         rk_n = Signal(range(L + 1), name="rk_n")         # codes of this pass (A: the beat's; B: taken now)
         rk_first = Signal(range(L + 1), name="rk_first")  # B: the beat's pruned codes taken before
         rk_done = Signal(name="rk_done")                # B: the beat's last pruned code is taken
@@ -207,7 +221,8 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         ranks = []
         for j in range(L):
             rk = Signal(range(W), name=f"d_rank{j}")
-            m.d.comb += rk.eq(rk_pos[0] if j == 0 else rk_pos[j] - rk_pos[j - 1] - 1)
+            diff = rk_pos[j + 1] - rk_pos[j] - 1
+            m.d.comb += rk.eq(Mux(rk_head, rk_pos[1], diff) if j == 0 else diff)
             ranks.append(rk)
         book_q = Mux(rk_b, verif_q, spec_q)
         d_code_err = Const(0, 1)
@@ -307,7 +322,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         # R's positions are captured whenever RK is free and R has a window (pass B's, even when pass B
         # cannot load yet: RK then stays invalid), so their enable does not wait for pass B's decision
         with m.If(rk_free & (r_turn_b | pd_valid)):
-            m.d.sync += [rk_pos[j].eq(rpos[j]) for j in range(L)]
+            m.d.sync += [rk_pos[j].eq(rpos[j]) for j in range(L + 1)] + [rk_head.eq(rused == 0)]
         with m.If(r_load_a | r_load_b):
             m.d.sync += [rk_valid.eq(1), rk_b.eq(r_load_b)]
         with m.Elif(d_go):
