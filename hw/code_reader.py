@@ -9,9 +9,8 @@ when the word is written), so its loop closes on small counters:
                       take t = min(need, a0 + a1) -> s += (t > a0), u = u + t or t - a0 -> s, u
 
 The positions of the codes themselves never enter the loop: the consumer registers the ``span`` (slots s and
-s + 1 of the current chunk, word-aligned), its per-byte ones and ``used`` (= u) and decodes it later: the
-next codes end at the span's ones number used, used + 1, ... (hw/decoder_c1_v3.py, stage R). The per-byte
-counts are kept beside every word (counted when it is written), so no count is made from the span again.
+s + 1 of the current chunk, word-aligned), its ones per byte and ``used`` (= u) and decodes it later: the
+next codes end at the span's ones number used, used + 1, ... (hw/decoder_c1_v3.py, stage R).
 
 * The **span** is two words: from the read point to the end of the next word, 33 to 64 bits. ``ones`` codes
   end in it; a beat that wants more takes what the span holds when it is ``whole`` (two words in, or the
@@ -106,7 +105,6 @@ class CodeReader(wiring.Component):
         # No reset on the slots and their counts: read only as far as `nwords` (reset) says they hold words.
         nb = IW // BYTE
         ring = Array(Signal(IW, name=f"slot{i}", reset_less=True) for i in range(N))
-        counts = Array(Signal(nb * BYTE_COUNT_BITS, name=f"bytes{i}", reset_less=True) for i in range(N))
         pops = Array(Signal(pw, name=f"pop{i}", reset_less=True) for i in range(N))
         ring_last = Signal(N)                    # slot i holds the last word of a chunk
         s = Signal(exact_log2(N), name="s")      # the read point's slot
@@ -127,7 +125,10 @@ class CodeReader(wiring.Component):
                      self.whole.eq((nwords >= 2) | (in0 & last0)),
                      self.end_in_span.eq((in0 & last0) | (in1 & last1))]
         m.d.comb += [self.span.eq(Cat(here, Mux(in1, nxt, 0))),
-                     self.span_bytes.eq(Cat(counts[slot(0)], Mux(in1, counts[slot(1)], 0))), self.used.eq(u)]
+                     self.used.eq(u)]
+        # the span's ones per byte, counted from the span itself: off the loop (the consumer registers them)
+        m.d.comb += self.span_bytes.eq(Cat(*[popcount(m, self.span[BYTE * b: BYTE * (b + 1)], f"span_byte{b}")
+                                              for b in range(2 * nb)]))
 
         # ------------------------------------------------------------------ a take and where it lands
         t = self.take
@@ -151,11 +152,8 @@ class CodeReader(wiring.Component):
         write_slot = Signal(len(s), name="write_slot")
         m.d.comb += write_slot.eq(s + nwords)
         data = self.inp.payload.data
-        in_bytes = [popcount(m, data[BYTE * b: BYTE * (b + 1)], f"in_byte{b}") for b in range(nb)]
-        in_pop = Signal(pw, name="in_pop")
-        m.d.comb += in_pop.eq(sum(in_bytes))
         with m.If(append):
-            m.d.sync += [ring[write_slot].eq(data), counts[write_slot].eq(Cat(*in_bytes)), pops[write_slot].eq(in_pop),
+            m.d.sync += [ring[write_slot].eq(data), pops[write_slot].eq(popcount(m, data, "in_pop")),
                          ring_last.bit_select(write_slot, 1).eq(self.inp.payload.last)]
         with m.If(self.flush | self.drain):
             m.d.sync += [s.eq(0), u.eq(0), nwords.eq(0)]
