@@ -9,7 +9,7 @@ when the word is written), so its loop closes on small counters:
                       take t = min(need, a0 + a1) -> s += (t > a0), u = u + t or t - a0 -> s, u
 
 The positions of the codes themselves never enter the loop: the consumer registers the ``span`` (slots s and
-s + 1 of the current chunk, word-aligned), its ones per byte and ``used`` (= u) and decodes it later: the
+s + 1 of the current chunk, word-aligned), its ones before every byte and ``used`` (= u) and decodes it later: the
 next codes end at the span's ones number used, used + 1, ... (hw/decoder_c1_v3.py, stage R).
 
 * The **span** is two words: from the read point to the end of the next word, 33 to 64 bits. ``ones`` codes
@@ -25,15 +25,14 @@ next codes end at the span's ones number used, used + 1, ... (hw/decoder_c1_v3.p
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
 from ..errors import ConfigError
 from .bitreader import BYTE, word_layout
-
-BYTE_COUNT_BITS = bits_for(BYTE)      # ones in a byte, 0..8
+from .zero_counter import prefix_counts
 
 
 def popcount(m, bits, name: str):
@@ -71,7 +70,7 @@ class CodeReader(wiring.Component):
         skip       In(1)   after ``take``, move to the next chunk's first word (only when ``skip_ok``)
         commit     In(1)   apply ``take`` / ``skip``
         span       Out(2 word)  slots s and s + 1: zero past the current chunk's last word
-        span_bytes Out          ones per byte of ``span`` (4 bits each, byte 0 first)
+        span_prefix Out         ones of ``span`` before byte b + 1, b = 0 .. 2 word / 8 - 1 (the last: all its ones)
         used       Out          ones of slot s already taken: the next code ends at the span's one number used
         ones       Out     codes that end in the span
         whole      Out(1)  the span is complete (two words in, or it holds the chunk's last word)
@@ -93,7 +92,7 @@ class CodeReader(wiring.Component):
             "inp": In(stream.Signature(word_layout(word))),
             "enable": In(1), "drain": In(1), "flush": In(1),
             "take": In(bits_for(max_take)), "skip": In(1), "commit": In(1),
-            "span": Out(self.window), "span_bytes": Out(self.window // BYTE * BYTE_COUNT_BITS),
+            "span": Out(self.window), "span_prefix": Out(self.window // BYTE * bits_for(self.window)),
             "used": Out(bits_for(word)), "ones": Out(bits_for(self.window)), "whole": Out(1), "end_in_span": Out(1),
             "skip_ok": Out(1), "skip_err": Out(1),
         })
@@ -126,9 +125,12 @@ class CodeReader(wiring.Component):
                      self.end_in_span.eq((in0 & last0) | (in1 & last1))]
         m.d.comb += [self.span.eq(Cat(here, Mux(in1, nxt, 0))),
                      self.used.eq(u)]
-        # the span's ones per byte, counted from the span itself: off the loop (the consumer registers them)
-        m.d.comb += self.span_bytes.eq(Cat(*[popcount(m, self.span[BYTE * b: BYTE * (b + 1)], f"span_byte{b}")
-                                              for b in range(2 * nb)]))
+        # the span's ones before every byte, counted from the span itself: off the loop (the consumer registers
+        # them, so its select network starts from the prefix)
+        in_byte = [popcount(m, self.span[BYTE * b: BYTE * (b + 1)], f"span_byte{b}") for b in range(2 * nb)]
+        pre_w = bits_for(self.window)
+        m.d.comb += self.span_prefix.eq(Cat(*[Cat(p, Const(0, pre_w))[:pre_w]
+                                              for p in prefix_counts(m, in_byte, self.window, "span_pc")[1:]]))
 
         # ------------------------------------------------------------------ a take and where it lands
         t = self.take

@@ -42,7 +42,7 @@ from .decoder import DecoderC1, Err, Format2Registers
 from .decoder_c1_v2 import DecoderC1v2, popcounts
 from .decoder_c2 import prefix_sums
 from .shifter import shift_right
-from .zero_counter import prefix_counts, select_one
+from .zero_counter import select_one
 
 GMAX = max(ALLOWED_GROUP_SIZES)
 FIELD_BITS = 16          # widest field: an escaped pruned value's [e][(s << 7) | f]
@@ -148,7 +148,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             m.d.sync += p_fault.eq(p_err)
         pd_valid = Signal(name="pd_valid")
         pd_span = Signal(W, name="pd_span")
-        pd_bytes = Signal(len(SC.span_bytes), name="pd_bytes")
+        pd_pre = Signal(len(SC.span_prefix), name="pd_pre")
         pd_used = Signal(len(SC.used), name="pd_used")
         pd_cnt = Signal(range(L + 1), name="pd_cnt")
         pd_fin, pd_cend, pd_last = Signal(name="pd_fin"), Signal(name="pd_cend"), Signal(name="pd_last")
@@ -158,7 +158,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             m.d.sync += [left.eq(r["numel"]), sb_left.eq(Mux(r["numel"] < g, r["numel"], g)),
                          csb_left.eq(chunk_a), running.eq(1)]
         with m.If(p_go):
-            m.d.sync += [left.eq(rest_after), pd_span.eq(SC.span), pd_bytes.eq(SC.span_bytes),
+            m.d.sync += [left.eq(rest_after), pd_span.eq(SC.span), pd_pre.eq(SC.span_prefix),
                          pd_used.eq(SC.used), pd_cnt.eq(cnt), pd_fin.eq(p_fin), pd_cend.eq(p_cend),
                          pd_last.eq(p_last)]
             with m.If(p_fin):
@@ -171,13 +171,11 @@ class DecoderC1v3(Format2Registers, DecoderC1):
 
         # ------------------------------------------------------------------ verification window capture
         vb_span = Signal(W, name="vb_span")
-        vb_bytes = Signal(len(VC.span_bytes), name="vb_bytes")
+        vb_pre = Signal(len(VC.span_prefix), name="vb_pre")
         vb_used = Signal(len(VC.used), name="vb_used")
         vb_ones = Signal(range(L + 1), name="vb_ones")  # codes in the window, at most L (what a pass can take)
         vb_whole, vb_fresh = Signal(name="vb_whole"), Signal(name="vb_fresh")
         vb_end = Signal(name="vb_end")
-        m.d.sync += [vb_span.eq(VC.span), vb_bytes.eq(VC.span_bytes), vb_used.eq(VC.used), vb_ones.eq(Mux(VC.ones > L, L, VC.ones)), vb_whole.eq(VC.whole), vb_end.eq(VC.end_in_span),
-                     vb_fresh.eq(~VC.commit)]
 
         # ------------------------------------------------------------------ R: code positions of a pass
         # In full mode R alternates: pass A of beat k (P's window), then pass B of beat k (the captured
@@ -187,13 +185,13 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         r_turn_b = Signal(name="r_turn_b")
         # The span is word-aligned: the pass's codes end at its ones number used .. used + n - 1; R also finds
         # one number used - 1 (where the first code starts; none when used = 0, the chunk's first word).
-        rspan, rbytes, rused = Signal(W, name="r_span"), Signal(len(pd_bytes), name="r_bytes"), Signal(len(pd_used))
-        m.d.comb += [rspan.eq(Mux(r_turn_b, vb_span, pd_span)), rbytes.eq(Mux(r_turn_b, vb_bytes, pd_bytes)),
+        rspan, rpre_all, rused = Signal(W, name="r_span"), Signal(len(pd_pre), name="r_pre"), Signal(len(pd_used))
+        m.d.comb += [rspan.eq(Mux(r_turn_b, vb_span, pd_span)), rpre_all.eq(Mux(r_turn_b, vb_pre, pd_pre)),
                      rused.eq(Mux(r_turn_b, vb_used, pd_used))]
         nbytes = W // 8
         rgroups = [rspan[8 * b: 8 * (b + 1)] for b in range(nbytes)]
-        cw = len(rbytes) // nbytes
-        rpre = prefix_counts(m, [rbytes[cw * b: cw * (b + 1)] for b in range(nbytes)], W, "r_pc")
+        cw = len(rpre_all) // nbytes
+        rpre = [Const(0, cw)] + [rpre_all[cw * b: cw * (b + 1)] for b in range(nbytes)]
         rpos = []
         for j in range(L + 1):                          # the ones number used - 1 + j
             nj = Signal(bits_for(W + L), name=f"r_n{j}")
@@ -210,8 +208,8 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         rk_fin, rk_cend, rk_last = Signal(name="rk_fin"), Signal(name="rk_cend"), Signal(name="rk_last")
 
         # BJ: the beat whose pass B is pending: its kept lanes and pruned count (from D's pass A)
-        bj_valid = Signal(name="bj_valid")              # D decoded pass A, pass B not fully taken
         bj_kept = Signal(L, name="bj_kept")
+        bj_pidx = [Signal(range(L), name=f"bj_pidx{i}") for i in range(L)]
         bj_np = Signal(range(L + 1), name="bj_np")
         bj_done = Signal(range(L + 1), name="bj_done")
         bj_cnt = Signal(range(L + 1), name="bj_cnt")
@@ -247,10 +245,11 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         lw = [Signal(5, name=f"d_w{i}") for i in range(L)]
         in_beat = Signal(L, name="d_in_beat")
         m.d.comb += in_beat.eq(thermometer(Mux(rk_b, bj_cnt, rk_n), L))
-        # pass B: lane i (pruned) takes code slot pidx_i - first, pidx_i = pruned lanes before it
+        # pass B: lane i (pruned) takes code slot pidx_i - first, pidx_i = pruned lanes before it (BJ, counted
+        # when D decoded pass A)
         pruned_b = Signal(L, name="d_pruned_b")
         m.d.comb += pruned_b.eq(~bj_kept & in_beat)
-        pidx = popcounts(m, pruned_b, "d_pidx")
+        pidx = bj_pidx
         for i in range(L):
             slot = Signal(range(L), name=f"d_slot{i}")
             now = Signal(name=f"d_now{i}")
@@ -269,7 +268,8 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             rest_w = Mux(lkept[i], BF16_MANTISSA_BITS - mm, prefix + 8)
             m.d.comb += lw[i].eq(Mux(in_beat[i], Mux(rk_b, rest_w, spec_w), 0))
         offs = prefix_sums(m, lw, bits_for(FW), "d_off")     # field offsets (Sklansky, log2 L adder levels)
-        n_pruned = popcounts(m, ~lkept & in_beat, "d_np")[L]
+        a_pidx = popcounts(m, ~lkept & in_beat, "d_np")
+        n_pruned = a_pidx[L]
         # pass A's pruned count straight from its ranks (pass B's count waits for it in the same cycle)
         p_grp = Signal(name="d_p_grp")                  # codes of group q_p are pruned values (not escapes)
         m.d.sync += p_grp.eq(q_p != spec_q)
@@ -294,31 +294,56 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             m.d.sync += df_valid.eq(0)
 
         # ------------------------------------------------------------------ R: loads (A from PD, B from VB)
+        # Pass B's count is decided (VC commits) as soon as the beat's pruned count is known: from RK while it
+        # holds pass A, from BJ once D has decoded it; never waiting for a go. A decided pass B that cannot
+        # load into RK yet waits in b_pend with the verification window frozen (its positions come from it).
         rk_free = ~rk_valid | d_go
-        a_now = Signal(name="r_a_now")                  # D decodes pass A this cycle: its pruned count is known
+        rk_a = Signal(name="r_rk_a")                    # RK holds pass A of the beat whose pass B is next
+        m.d.comb += rk_a.eq(rk_valid & ~rk_b)
+        a_now = Signal(name="r_a_now")                  # D decodes pass A this cycle (BJ <- its lanes)
         m.d.comb += a_now.eq(d_go & ~rk_b & full)
-        b_known = a_now | bj_valid
+        b_pend = Signal(name="b_pend")
+        pb_c, pb_first = Signal(range(L + 1), name="pb_c"), Signal(range(L + 1), name="pb_first")
+        pb_done = Signal(name="pb_done")
         b_need = Signal(range(L + 1), name="r_b_need")
-        m.d.comb += b_need.eq(Mux(a_now, a_np, bj_np - bj_done))
-        b_first = Mux(a_now, 0, bj_done)
-        b_cend = Mux(a_now, rk_cend, bj_cend)
+        m.d.comb += b_need.eq(Mux(rk_a, a_np, bj_np) - bj_done)
+        b_cend = Mux(rk_a, rk_cend, bj_cend)
         b_c = Signal(range(L + 1), name="r_b_c")        # codes pass B takes now
         m.d.comb += b_c.eq(Mux(vb_ones < b_need, vb_ones, b_need))
         b_complete = Signal(name="r_b_complete")
         m.d.comb += b_complete.eq(b_c == b_need)
-        # pass B may load when the captured window is current and holds the codes it needs (or all it can)
-        b_ok = Signal(name="r_b_ok")
-        m.d.comb += b_ok.eq(r_turn_b & b_known & vb_fresh & (b_complete | (vb_whole & (b_c != 0)))
-                            & (~(b_complete & b_cend) | VC.skip_ok | VC.skip_err))
+        # pass B may take codes when the captured window is current and holds the codes it needs (or all it can)
+        # An error found here waits in b_fault until every beat before this one has been emitted (no complete
+        # pass B left in RK or DF), like P's p_fault; this beat is not emitted.
+        b_fault = Signal(3, name="b_fault")              # CODE, OVERRUN, TOO_LONG
+        b_try = Signal(name="r_b_try")
+        m.d.comb += b_try.eq(r_turn_b & ~b_pend & ~b_fault.any() & ~halt & vb_fresh
+                             & (b_complete | (vb_whole & (b_c != 0))) & (~(b_complete & b_cend) | VC.skip_ok | VC.skip_err))
+        b_long = b_complete & b_cend & VC.skip_err       # the beat would end its chunk with content left
+        b_decide = Signal(name="r_b_decide")
+        m.d.comb += b_decide.eq(b_try & ~b_long)
         r_load_b = Signal(name="r_load_b")
         r_load_a = Signal(name="r_load_a")
-        m.d.comb += [r_load_b.eq(b_ok & rk_free & ~halt), r_load_a.eq(~r_turn_b & pd_valid & rk_free & ~halt),
+        m.d.comb += [r_load_b.eq((b_decide | b_pend) & rk_free & ~halt),
+                     r_load_a.eq(~r_turn_b & pd_valid & rk_free & ~halt),
                      pd_free.eq(~pd_valid | r_load_a),
-                     VC.take.eq(b_c), VC.skip.eq(b_complete & b_cend), VC.commit.eq(r_load_b)]
+                     VC.take.eq(b_c), VC.skip.eq(b_complete & b_cend), VC.commit.eq(b_decide)]
+        b_none = r_turn_b & ~b_pend & ~b_fault.any() & (b_need != 0) & (vb_ones == 0) & vb_fresh
+        b_err = Cat(b_none & vb_whole & ~vb_end, b_none & vb_end, b_try & b_long)
+        with m.If(b_err.any() & ~halt):
+            m.d.sync += b_fault.eq(b_err)
+        b_drained = ~(rk_valid & rk_b & rk_done) & ~(df_valid & df_b & df_done)
         d_err = Signal(3, name="d_err")
-        b_none = r_turn_b & b_known & (b_need != 0) & (vb_ones == 0) & vb_fresh
-        m.d.comb += d_err.eq(Cat((d_go & d_code_err) | (b_none & vb_whole & ~vb_end), b_none & vb_end,
-                                 r_load_b & b_complete & b_cend & VC.skip_err))
+        m.d.comb += d_err.eq(Cat(d_go & d_code_err, 0, 0) | Mux(b_drained, b_fault, 0))
+        # the window is not captured while a decided pass B has not loaded (nor in the cycle it is decided: VC
+        # commits then, the window it would capture is stale anyway), so the enable waits for no go
+        with m.If(~(b_decide | b_pend)):
+            m.d.sync += [vb_span.eq(VC.span), vb_pre.eq(VC.span_prefix), vb_used.eq(VC.used),
+                         vb_ones.eq(Mux(VC.ones > L, L, VC.ones)), vb_whole.eq(VC.whole), vb_end.eq(VC.end_in_span)]
+        # fresh: captured in the last cycle (VC does not commit in a capturing cycle)
+        m.d.sync += [vb_fresh.eq(~(b_decide | b_pend)), b_pend.eq((b_decide | b_pend) & ~r_load_b)]
+        with m.If(b_decide):
+            m.d.sync += [bj_done.eq(bj_done + b_c), pb_c.eq(b_c), pb_first.eq(bj_done), pb_done.eq(b_complete)]
         # R's positions are captured whenever RK is free and R has a window (pass B's, even when pass B
         # cannot load yet: RK then stays invalid), so their enable does not wait for pass B's decision
         with m.If(rk_free & (r_turn_b | pd_valid)):
@@ -329,17 +354,17 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             m.d.sync += rk_valid.eq(0)
         with m.If(r_load_a):
             m.d.sync += [rk_n.eq(pd_cnt), rk_fin.eq(pd_fin), rk_cend.eq(pd_cend), rk_last.eq(pd_last),
-                         pd_valid.eq(0), r_turn_b.eq(full)]
+                         pd_valid.eq(0), r_turn_b.eq(full), bj_done.eq(0)]
         with m.If(r_load_b):
-            m.d.sync += [rk_n.eq(b_c), rk_first.eq(b_first), rk_done.eq(b_complete),
-                         bj_done.eq(b_first + b_c), bj_valid.eq(~b_complete)]
-            with m.If(b_complete):
+            done = Mux(b_pend, pb_done, b_complete)
+            m.d.sync += [rk_n.eq(Mux(b_pend, pb_c, b_c)), rk_first.eq(Mux(b_pend, pb_first, bj_done)),
+                         rk_done.eq(done)]
+            with m.If(done):
                 m.d.sync += r_turn_b.eq(0)
         with m.If(a_now):                               # BJ <- pass A of the beat (D decodes it now)
+            m.d.sync += [bj_pidx[i].eq(a_pidx[i]) for i in range(L)]
             m.d.sync += [bj_kept.eq(lkept), bj_np.eq(n_pruned), bj_cnt.eq(rk_n), bj_fin.eq(rk_fin),
                          bj_cend.eq(rk_cend), bj_last.eq(rk_last)]
-            with m.If(~r_load_b):
-                m.d.sync += [bj_valid.eq(1), bj_done.eq(0)]
         with m.If(p_go):
             m.d.sync += pd_valid.eq(1)
 
@@ -416,8 +441,8 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         m.d.sync += fault.eq(Mux(halt, 0, raise_err))
         with m.If(halt):
             m.d.sync += [err.eq(err | fault), busy.eq(0), pre_init.eq(0), init.eq(0), running.eq(0),
-                         pd_valid.eq(0), rk_valid.eq(0), r_turn_b.eq(0), df_valid.eq(0), bj_valid.eq(0),
-                         p_fault.eq(0)]
+                         pd_valid.eq(0), rk_valid.eq(0), r_turn_b.eq(0), df_valid.eq(0), b_pend.eq(0),
+                         p_fault.eq(0), b_fault.eq(0)]
         with m.Elif(clear & ~busy):
             m.d.sync += err.eq(0)
         return m
