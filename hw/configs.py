@@ -90,13 +90,23 @@ _c1v2_factories()
 def _c1v3_factories():
     """The C1 decoder v3 prototype (hw/decoder_c1_v3.py, docs/datasheets/decoder_c1_v3.md): the escape-in-field
     layout of golden/escfield.py, one parser / extractor / lookup set for both modes."""
-    from .decoder_c1_v3 import DecoderC1v3
+    from .decoder_c1_v3 import DecoderC1v3, DecoderC1v3Core
+    from .tensor_regs import TensorRegisters
     _register("decoder_c1v3_l8", lambda: DecoderC1v3(lanes=8), block="decoder_c1v3", variant="v3", lanes=8, word=64,
-              code_word=32, verif_word=32, verif_lanes=8, values_per_cycle=8, values_per_cycle_full=4, latency_cycles=3,
+              code_word=32, verif_word=32, verif_lanes=8, values_per_cycle=8, values_per_cycle_full=4, latency_cycles=4,
               layout="escape-in-field",
               description="Cassandra-1 decoder v3 prototype (one parser for both modes, escape payloads in the "
                           "companion field), 8 bf16 values/cycle in draft mode, 4 in full mode, 64-bit spec_signman "
                           "words, 32-bit code and verif_rest words")
+    # a decoder cluster shares one TensorRegisters among its cores: synthesised apart, per instance = core + regs / N
+    _register("decoder_c1v3_l8_core", lambda: DecoderC1v3Core(lanes=8), block="decoder_c1v3_core", variant="v3",
+              lanes=8, word=64, code_word=32, verif_word=32, verif_lanes=8, values_per_cycle=8,
+              values_per_cycle_full=4, latency_cycles=4, layout="escape-in-field", cluster_part="instance",
+              description="Decoder v3 core: the per-instance part of a decoder cluster (NUMEL, CTRL, errors, "
+                          "datapath), the tensor's registers on its params input")
+    _register("tensor_regs", lambda: TensorRegisters(), block="tensor_regs", kind="tensor_regs",
+              cluster_part="shared",
+              description="The per-tensor registers and constants a decoder cluster shares (hw/tensor_regs.py)")
 
 
 _c1v3_factories()

@@ -48,6 +48,9 @@ MEANINGS = {
             "tile: a command list is running (CTRL START to OP_END)",
     "error": "sticky: `error_code` is not zero",
     "error_code": "sticky error bits (register ERROR_CODE; NPU tile: hw/npu/commands.py ERR_*)",
+    # decoder cluster (hw/tensor_regs.py)
+    "params": "the tensor's registers and derived constants, from the cluster's TensorRegisters (`TENSOR_PARAMS`)",
+    "accept": "register writes are taken (no instance of the cluster is busy)",
     # encoders
     "inp": "L bf16 values per beat, G / L beats per vector, `last` on the vector's final beat",
     # AXI4-Lite top

@@ -144,61 +144,11 @@ def check_lanes_word(lanes, word, window):
                           f"got {window!r}")
 
 
-class DecoderC1(wiring.Component):
-    """The C1 decoder interface (ports, registers, errors) that DecoderC1v2 and DecoderC2v2 build on; it does
-    not elaborate (the v1 datapath is retired, see the module docstring).
+class C1RegisterFile:
+    """The C1 register file (docs/datasheets/decoder_c1.md "Registers"): the registers, their writes from a
+    ``cfg`` stream (``self.cfg``) and the config check at START. A mixin of ``DecoderC1`` and of the cluster's
+    shared tensor registers (hw/tensor_regs.py)."""
 
-    Parameters
-        lanes         L, values per output beat (1..32)
-        word          IW, bits per input word on the speculation planes (a power of two >= 8)
-        window        W, code window of the speculation zero counter (>= 24; default 8*L, min 24): the beat
-                      holds at most the codes that fit in W bits, so W / L is the mean code length
-                      sustained at full rate
-        verif_lanes   Lv <= L, values per beat in full mode (default L). Full mode reads ~11 bits/value
-                      against ~3-5 for the draft, so at a given memory bandwidth it needs far fewer values
-                      per cycle; Lv < L shrinks the verification zero counter, readers and rest-field
-                      logic (docs/datasheets/decoder_c1.md "Parameters").
-        verif_word    bits per input word on the verification planes (default IW, or max(32, 8*Lv) when Lv < L)
-        code_word     bits per input word on the speculation code plane ``spec_codes`` (default IW): the codes
-                      average ~2.7 bits against ~4.5 bits of ``spec_signman`` per value, so they may use a
-                      narrower port
-        verif_window  code window of the verification zero counter (default W, or max(24, 8*Lv))
-    """
-
-    def __init__(self, lanes: int = 8, word: int | None = None, window: int | None = None,
-                 verif_lanes: int | None = None, verif_word: int | None = None, verif_window: int | None = None,
-                 code_word: int | None = None):
-        word = 8 * lanes if word is None else word
-        window = max(MAX_CODE_BITS, 8 * lanes) if window is None else window
-        check_lanes_word(lanes, word, window)
-        verif_lanes = lanes if verif_lanes is None else verif_lanes
-        if not isinstance(verif_lanes, int) or not 1 <= verif_lanes <= lanes:
-            raise ConfigError(f"verif_lanes must be 1..lanes ({lanes}), got {verif_lanes!r}")
-        narrow = verif_lanes < lanes
-        verif_word = (max(4 * BYTE, 8 * verif_lanes) if narrow else word) if verif_word is None else verif_word
-        verif_window = (max(MAX_CODE_BITS, 8 * verif_lanes) if narrow else window) \
-            if verif_window is None else verif_window
-        check_lanes_word(verif_lanes, verif_word, verif_window)
-        code_word = word if code_word is None else code_word
-        check_lanes_word(lanes, code_word, window)
-        self.lanes, self.word, self.window = lanes, word, window
-        self.verif_lanes, self.verif_word, self.verif_window = verif_lanes, verif_word, verif_window
-        self.field_window = FIELD_MAX * lanes      # L fields of at most 8 bits always fit
-        self.verif_field_window = FIELD_MAX * verif_lanes
-        self.code_word = code_word
-        self.port_words = {"spec_codes": code_word, "spec_signman": word,
-                           "verif_codes": verif_word, "verif_rest": verif_word}
-        plane = stream.Signature(word_layout(word))
-        vplane = stream.Signature(word_layout(verif_word))
-        super().__init__({
-            "spec_codes": In(stream.Signature(word_layout(code_word))), "spec_signman": In(plane),
-            "verif_codes": In(vplane), "verif_rest": In(vplane),
-            "cfg": In(stream.Signature(cfg_layout)),
-            "out": Out(stream.Signature(out_layout(lanes))),
-            "busy": Out(1), "error": Out(1), "error_code": Out(ERROR_BITS),
-        })
-
-    # ------------------------------------------------------------------------------------------ registers
     def _registers(self, m):
         r = {
             "full": Signal(name="reg_full"),
@@ -241,6 +191,63 @@ class DecoderC1(wiring.Component):
         for g in ALLOWED_GROUP_SIZES:
             g_ok = g_ok | (r["g"] == g)
         return r["bad_m"] | r["bad_k"] | ~g_ok | (r["k"] == 0) | (r["k"] > r["g"]) | (r["numel"] == 0)
+
+
+
+class DecoderC1(C1RegisterFile, wiring.Component):
+    """The C1 decoder interface (ports, registers, errors) that DecoderC1v2 and DecoderC2v2 build on; it does
+    not elaborate (the v1 datapath is retired, see the module docstring).
+
+    Parameters
+        lanes         L, values per output beat (1..32)
+        word          IW, bits per input word on the speculation planes (a power of two >= 8)
+        window        W, code window of the speculation zero counter (>= 24; default 8*L, min 24): the beat
+                      holds at most the codes that fit in W bits, so W / L is the mean code length
+                      sustained at full rate
+        verif_lanes   Lv <= L, values per beat in full mode (default L). Full mode reads ~11 bits/value
+                      against ~3-5 for the draft, so at a given memory bandwidth it needs far fewer values
+                      per cycle; Lv < L shrinks the verification zero counter, readers and rest-field
+                      logic (docs/datasheets/decoder_c1.md "Parameters").
+        verif_word    bits per input word on the verification planes (default IW, or max(32, 8*Lv) when Lv < L)
+        code_word     bits per input word on the speculation code plane ``spec_codes`` (default IW): the codes
+                      average ~2.7 bits against ~4.5 bits of ``spec_signman`` per value, so they may use a
+                      narrower port
+        verif_window  code window of the verification zero counter (default W, or max(24, 8*Lv))
+    """
+
+    def __init__(self, lanes: int = 8, word: int | None = None, window: int | None = None,
+                 verif_lanes: int | None = None, verif_word: int | None = None, verif_window: int | None = None,
+                 code_word: int | None = None, extra_ports: dict | None = None):
+        word = 8 * lanes if word is None else word
+        window = max(MAX_CODE_BITS, 8 * lanes) if window is None else window
+        check_lanes_word(lanes, word, window)
+        verif_lanes = lanes if verif_lanes is None else verif_lanes
+        if not isinstance(verif_lanes, int) or not 1 <= verif_lanes <= lanes:
+            raise ConfigError(f"verif_lanes must be 1..lanes ({lanes}), got {verif_lanes!r}")
+        narrow = verif_lanes < lanes
+        verif_word = (max(4 * BYTE, 8 * verif_lanes) if narrow else word) if verif_word is None else verif_word
+        verif_window = (max(MAX_CODE_BITS, 8 * verif_lanes) if narrow else window) \
+            if verif_window is None else verif_window
+        check_lanes_word(verif_lanes, verif_word, verif_window)
+        code_word = word if code_word is None else code_word
+        check_lanes_word(lanes, code_word, window)
+        self.lanes, self.word, self.window = lanes, word, window
+        self.verif_lanes, self.verif_word, self.verif_window = verif_lanes, verif_word, verif_window
+        self.field_window = FIELD_MAX * lanes      # L fields of at most 8 bits always fit
+        self.verif_field_window = FIELD_MAX * verif_lanes
+        self.code_word = code_word
+        self.port_words = {"spec_codes": code_word, "spec_signman": word,
+                           "verif_codes": verif_word, "verif_rest": verif_word}
+        plane = stream.Signature(word_layout(word))
+        vplane = stream.Signature(word_layout(verif_word))
+        super().__init__({
+            "spec_codes": In(stream.Signature(word_layout(code_word))), "spec_signman": In(plane),
+            "verif_codes": In(vplane), "verif_rest": In(vplane),
+            "cfg": In(stream.Signature(cfg_layout)),
+            "out": Out(stream.Signature(out_layout(lanes))),
+            "busy": Out(1), "error": Out(1), "error_code": Out(ERROR_BITS),
+            **(extra_ports or {}),
+        })
 
     def _control_signals(self, m):
         """Registers, the START / CLEAR_ERROR strobes, busy and the sticky error register with its raise

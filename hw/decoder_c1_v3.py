@@ -32,23 +32,25 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
+from amaranth.lib.wiring import In
 from amaranth.utils import bits_for
 
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, K_MAX
 from .bitreader import BitReader, thermometer, view_slots
 from .code_reader import CodeReader, popcount
-from .decoder import DecoderC1, Err, Format2Registers
-from .decoder_c1_v2 import DecoderC1v2, popcounts
+from .decoder import CFG_DATA_BITS, ERROR_BITS, DecoderC1, Err, Reg
+from .decoder_c1_v2 import popcounts
 from .decoder_c2 import prefix_sums
 from .shifter import shift_right
+from .tensor_regs import TENSOR_PARAMS, TensorRegisters
 from .zero_counter import select_one
 
 GMAX = max(ALLOWED_GROUP_SIZES)
 FIELD_BITS = 16          # widest field: an escaped pruned value's [e][(s << 7) | f]
 
 
-class DecoderC1v3(Format2Registers, DecoderC1):
+class DecoderC1v3Core(DecoderC1):
     """Cassandra-1 decoder v3 prototype: ``lanes`` values a cycle in draft mode, ``lanes / 2`` in full mode.
 
     Parameters
@@ -70,20 +72,38 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             raise ConfigError(f"decoder v3 needs code words of at least 32 bits, got {code_word!r}")
         window = 2 * code_word          # the code readers' span
         super().__init__(lanes=lanes, word=word, window=window, verif_lanes=lanes, verif_word=verif_word,
-                         verif_window=window, code_word=code_word)
+                         verif_window=window, code_word=code_word, extra_ports={"params": In(TENSOR_PARAMS)})
         self.field_window = FIELD_BITS * lanes
+
+    def _instance_control(self, m):
+        """What an instance keeps of the register file: CTRL (START / CLEAR_ERROR), NUMEL, busy and the sticky
+        error register with its raise vector (the tensor's registers come in on ``params``)."""
+        cfg = self.cfg
+        addr, wdata = cfg.payload.addr, cfg.payload.data
+        start, clear, busy = Signal(name="start"), Signal(name="clear"), Signal(name="busy")
+        err, raise_err = Signal(ERROR_BITS, name="err"), Signal(ERROR_BITS, name="raise_err")
+        numel = Signal(CFG_DATA_BITS, name="reg_numel")
+        m.d.comb += [self.busy.eq(busy), self.error_code.eq(err), self.error.eq(err.any()), cfg.ready.eq(~busy)]
+        with m.If(cfg.valid & cfg.ready):
+            with m.Switch(addr):
+                with m.Case(Reg.CTRL):
+                    m.d.comb += [start.eq(wdata[0]), clear.eq(wdata[1])]
+                with m.Case(Reg.NUMEL):
+                    m.d.sync += numel.eq(wdata)
+        return start, clear, busy, err, raise_err, numel
 
     def elaborate(self, platform):
         m = Module()
         L, W, FW = self.lanes, self.window, self.field_window
-        r, start, clear, busy, err, raise_err = self._control_signals(m)
+        p = self.params
+        start, clear, busy, err, raise_err, numel = self._instance_control(m)
         # An error found in a cycle (raise_err) is registered in `fault` and takes effect a cycle later: the
         # pipeline halts for that cycle (nothing moves, nothing is emitted), then every stage is cleared and
         # the readers flushed. Error detection never reaches a reader's or stage's state in the same cycle.
         fault = Signal(len(err), name="fault")
         halt = Signal(name="halt")
         m.d.comb += halt.eq(fault.any())
-        full, mm = r["full"], r["m"]
+        full, mm = p.full, p.m
 
         # ------------------------------------------------------------------ planes
         SC = CodeReader(self.code_word, L)
@@ -105,11 +125,8 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             m.d.comb += [blk.enable.eq(busy & used), blk.drain.eq(draining), blk.flush.eq(halt)]
 
         # ------------------------------------------------------------------ tensor constants
-        spec_q, spec_base, spec_pbad = DecoderC1v2._book_groups(m, r["spec_k"], r["spec_pairs"], "spec")
-        verif_q, verif_base, verif_pbad = DecoderC1v2._book_groups(m, r["verif_k"], r["verif_pairs"], "verif")
-        q_p, p_paired = DecoderC1v2._pruned_group(m, r, spec_base)     # the group of P (15: none)
-        chunk_a = Signal(range(65), name="chunk_a")
-        m.d.sync += chunk_a.eq(Const(1, 1) << r["chunk"])
+        # (shared by the cluster: hw/tensor_regs.py)
+        spec_q, verif_q, q_p, chunk_a = p.spec_q, p.verif_q, p.q_p, p.chunk_sbs
 
         pre_init, init, running = Signal(name="pre_init"), Signal(name="init"), Signal(name="p_running")
         left = Signal(32, name="p_left")                # values of the tensor not yet parsed
@@ -152,10 +169,10 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         pd_used = Signal(len(SC.used), name="pd_used")
         pd_cnt = Signal(range(L + 1), name="pd_cnt")
         pd_fin, pd_cend, pd_last = Signal(name="pd_fin"), Signal(name="pd_cend"), Signal(name="pd_last")
-        g = r["g"]
+        g = p.g
         rest_after = left - cnt
         with m.If(init):
-            m.d.sync += [left.eq(r["numel"]), sb_left.eq(Mux(r["numel"] < g, r["numel"], g)),
+            m.d.sync += [left.eq(numel), sb_left.eq(Mux(numel < g, numel, g)),
                          csb_left.eq(chunk_a), running.eq(1)]
         with m.If(p_go):
             m.d.sync += [left.eq(rest_after), pd_span.eq(SC.span), pd_pre.eq(SC.span_prefix),
@@ -185,7 +202,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         r_turn_b = Signal(name="r_turn_b")
         # The span is word-aligned: the pass's codes end at its ones number used .. used + n - 1; R also finds
         # one number used - 1 (where the first code starts; none when used = 0, the chunk's first word).
-        rspan, rpre_all, rused = Signal(W, name="r_span"), Signal(len(pd_pre), name="r_pre"), Signal(len(pd_used))
+        rspan, rpre_all, rused = Signal(W, name="r_span"), Signal(len(pd_pre), name="r_pre"), Signal(len(pd_used), name="r_used")
         m.d.comb += [rspan.eq(Mux(r_turn_b, vb_span, pd_span)), rpre_all.eq(Mux(r_turn_b, vb_pre, pd_pre)),
                      rused.eq(Mux(r_turn_b, vb_used, pd_used))]
         nbytes = W // 8
@@ -259,7 +276,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
             q = Signal(4, name=f"d_qsel{i}")
             m.d.comb += q.eq(Mux(now, q_new, df_q[i]))
             esc = Mux(now, q == book_q, df_esc[i])
-            pair = Mux(now, Mux(rk_b, r["verif_pairs"], r["spec_pairs"]).bit_select(q, 1), df_pair[i])
+            pair = Mux(now, Mux(rk_b, p.verif_pairs, p.spec_pairs).bit_select(q, 1), df_pair[i])
             # q_p = 15 stands for "no P": an escape at Q = 15 is a kept value
             kept = Mux(rk_b, bj_kept[i], in_beat[i] & ((q != q_p) | (q == spec_q)))
             m.d.comb += [lq[i].eq(q), lesc[i].eq(esc), lpair[i].eq(pair & ~esc), lkept[i].eq(kept)]
@@ -271,8 +288,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         a_pidx = popcounts(m, ~lkept & in_beat, "d_np")
         n_pruned = a_pidx[L]
         # pass A's pruned count straight from its ranks (pass B's count waits for it in the same cycle)
-        p_grp = Signal(name="d_p_grp")                  # codes of group q_p are pruned values (not escapes)
-        m.d.sync += p_grp.eq(q_p != spec_q)
+        p_grp = p.p_pruned                              # codes of group q_p are pruned values (not escapes)
         a_pruned = Signal(L, name="d_a_pruned")
         m.d.comb += a_pruned.eq(Cat(*[(ranks[i][:4] == q_p) & (i < rk_n) for i in range(L)]) & p_grp.replicate(L))
         a_np = Signal(range(L + 1), name="d_a_np")
@@ -390,9 +406,9 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         m.d.comb += f_err.eq(Cat(0, df_valid & df_done & rd_end & (rd_avail < df_take), f_ready & f_long))
 
         hold = [Signal(16, name=f"h_draft{i}") for i in range(L)]
-        base = Mux(df_b, Cat(*verif_base), Cat(*spec_base))
+        base = Mux(df_b, p.verif_base.as_value(), p.spec_base.as_value())
         bases = [base[4 * i: 4 * i + 4] for i in range(K_MAX)]
-        tab = Array(Mux(df_b, r["verif_tab"][i], r["spec_tab"][i]) for i in range(K_MAX))
+        tab = Array(Mux(df_b, p.verif_tab[i], p.spec_tab[i]) for i in range(K_MAX))
         mant_mask = Signal(BF16_MANTISSA_BITS, name="f_rest_mask")
         sm_mask = Signal(8, name="f_sm_mask")
         cut = Signal(3, name="f_cut")                   # 7 - m: the mantissa bits the draft drops
@@ -424,8 +440,8 @@ class DecoderC1v3(Format2Registers, DecoderC1):
                      self.out.payload.last.eq(df_last)]
 
         # ------------------------------------------------------------------ control state, errors
-        cfg_bad = self._config_error(r)                  # Format2Registers: with the CHUNK range check
-        no_book = ~r["spec_loaded"] | (r["full"] & ~r["verif_loaded"])
+        cfg_bad = p.bad | (numel == 0)
+        no_book = p.no_book
         m.d.sync += [pre_init.eq(0), init.eq(pre_init)]
         with m.If(start & ~busy & ~err.any() & ~halt):
             m.d.comb += [raise_err[Err.CONFIG].eq(cfg_bad), raise_err[Err.NO_BOOK].eq(~cfg_bad & no_book)]
@@ -434,7 +450,7 @@ class DecoderC1v3(Format2Registers, DecoderC1):
         with m.If(busy & ~halt):
             drained = ~pd_valid & ~rk_valid & ~r_turn_b & ~df_valid
             m.d.comb += raise_err[:3].eq(Mux(drained, p_fault, 0) | d_err | f_err)
-        with m.If(init & (spec_pbad | p_paired | (full & verif_pbad))):
+        with m.If(init & p.bad_books):
             m.d.comb += raise_err[Err.CONFIG].eq(1)
         with m.If(f_fire & emit & df_last):
             m.d.sync += busy.eq(0)
@@ -445,4 +461,31 @@ class DecoderC1v3(Format2Registers, DecoderC1):
                          p_fault.eq(0), b_fault.eq(0)]
         with m.Elif(clear & ~busy):
             m.d.sync += err.eq(0)
+        return m
+
+
+class DecoderC1v3(DecoderC1):
+    """Decoder v3 with its own tensor registers: ``TensorRegisters`` and one ``DecoderC1v3Core`` behind the C1
+    decoder interface (one ``cfg`` port for every register). A cluster instead shares one ``TensorRegisters``
+    among its cores (hw/tensor_regs.py). Parameters as ``DecoderC1v3Core``."""
+
+    def __init__(self, lanes: int = 8, code_word: int = 32, word: int | None = None, verif_word: int | None = None):
+        core = DecoderC1v3Core(lanes, code_word, word, verif_word)       # validates the parameters
+        self._core_args = (lanes, code_word, word, verif_word)
+        super().__init__(lanes=lanes, word=core.word, window=core.window, verif_lanes=lanes,
+                         verif_word=core.verif_word, verif_window=core.window, code_word=code_word)
+        self.field_window = core.field_window
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.regs = regs = TensorRegisters()
+        m.submodules.core = core = DecoderC1v3Core(*self._core_args)
+        for port in ("spec_codes", "spec_signman", "verif_codes", "verif_rest"):
+            wiring.connect(m, wiring.flipped(getattr(self, port)), getattr(core, port))
+        wiring.connect(m, core.out, wiring.flipped(self.out))
+        m.d.comb += [core.params.eq(regs.params), regs.accept.eq(~core.busy),
+                     regs.cfg.payload.eq(self.cfg.payload), core.cfg.payload.eq(self.cfg.payload),
+                     regs.cfg.valid.eq(self.cfg.valid), core.cfg.valid.eq(self.cfg.valid),
+                     self.cfg.ready.eq(core.cfg.ready),
+                     self.busy.eq(core.busy), self.error.eq(core.error), self.error_code.eq(core.error_code)]
         return m

@@ -87,7 +87,10 @@ def select_one(m, groups, prefix, n, name: str):
     ``group_prefix``: the group that holds it (one compare pair per group), then the one inside it."""
     ng = len(groups)
     hit = Signal(ng, name=f"{name}_grp")
-    m.d.comb += hit.eq(Cat(*[(prefix[g] <= n) & (n < prefix[g + 1]) for g in range(ng)]))
+    # (a constant-zero first prefix needs no lower bound: lint flags the always-true compare)
+    first_free = isinstance(prefix[0], Const) and prefix[0].value == 0
+    m.d.comb += hit.eq(Cat(*[(n < prefix[g + 1]) if g == 0 and first_free else (prefix[g] <= n) & (n < prefix[g + 1])
+                             for g in range(ng)]))
     bits = Signal(SELECT_GROUP, name=f"{name}_bits")
     local = Signal(exact_log2(SELECT_GROUP), name=f"{name}_local")
     m.d.comb += [bits.eq(Cat(*[Cat(*[groups[g][i] & hit[g] for g in range(ng)]).any()

@@ -1,0 +1,84 @@
+"""Per-tensor registers of a decoder cluster: written once, read by every decoder instance.
+
+A decoder cluster (docs/NPU.md "Decoder cluster") decodes one tensor with N instances, each on its own
+range of chunks. Everything but NUMEL and CTRL describes the tensor, not the instance: MODE, MBITS, KEEP,
+GROUP, CHUNK, the books and their pair masks. ``TensorRegisters`` holds those registers once and derives
+from them, once, the constants a decoder needs per tensor; ``TENSOR_PARAMS`` is the interface every
+instance reads (decoder v3's core, hw/decoder_c1_v3.py ``DecoderC1v3Core``). An instance keeps NUMEL, CTRL,
+its error register and its datapath.
+
+    cfg writes (no instance busy) --> TensorRegisters --params--+--> core 0 (NUMEL, CTRL, errors)
+                                                                +--> core 1
+                                                                +--> ...
+
+The register map is the C1 decoder's (hw/regs/cassandra.rdl); the cluster writes the tensor's registers
+once and NUMEL / CTRL per instance. The derived constants settle two cycles after the last write; a core
+waits two cycles from START before it reads them.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Const, Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import bits_for
+
+from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX
+from .decoder import CFG_DATA_BITS, MAX_CHUNK_LOG, SYMBOL_BITS, C1RegisterFile, Format2Registers, cfg_layout
+from .decoder_c1_v2 import DecoderC1v2
+
+GROUP_BITS = 4                      # a group index q < K_MAX = 15 (15 stands for "none")
+
+TENSOR_PARAMS = data.StructLayout({
+    "full": 1,                                              # MODE: draft (0) or full (1)
+    "m": bits_for(BF16_MANTISSA_BITS),                      # MBITS
+    "g": bits_for(max(ALLOWED_GROUP_SIZES)),                # GROUP
+    "chunk_sbs": bits_for(1 << MAX_CHUNK_LOG),              # superblocks per chunk, 2^CHUNK
+    "spec_pairs": K_MAX, "verif_pairs": K_MAX,              # pair masks
+    "spec_tab": data.ArrayLayout(SYMBOL_BITS, K_MAX),       # speculation book: rank -> symbol
+    "verif_tab": data.ArrayLayout(BF16_EXPONENT_BITS, K_MAX),
+    "spec_q": GROUP_BITS, "verif_q": GROUP_BITS,            # groups Q of each book (the escape group)
+    "spec_base": data.ArrayLayout(GROUP_BITS, K_MAX),       # rank of each group's first symbol
+    "verif_base": data.ArrayLayout(GROUP_BITS, K_MAX),
+    "q_p": GROUP_BITS,                                      # the group of the pruned mark P (15: none)
+    "p_pruned": 1,                                          # codes of group q_p are pruned values
+    "bad": 1,                                               # the config check fails (CONFIG at START)
+    "no_book": 1,                                           # a book the mode needs is not loaded (NO_BOOK)
+    "bad_books": 1,                                         # a pair mask or P's group is inconsistent (CONFIG)
+})
+
+
+class TensorRegisters(Format2Registers, C1RegisterFile, wiring.Component):
+    """The tensor's registers and constants, shared by a decoder cluster.
+
+    Ports
+        cfg      In(stream {addr, data})  register writes (NUMEL and CTRL are the instances' and ignored here)
+        accept   In(1)                    writes are taken (no instance is busy): ``cfg.ready``
+        params   Out(TENSOR_PARAMS)       the tensor's registers and derived constants
+    """
+
+    def __init__(self):
+        super().__init__({"cfg": In(stream.Signature(cfg_layout)), "accept": In(1), "params": Out(TENSOR_PARAMS)})
+
+    def elaborate(self, platform):
+        m = Module()
+        r = self._registers(m)
+        start, clear = Signal(), Signal()         # CTRL is decoded by the instances
+        m.d.comb += self.cfg.ready.eq(self.accept)
+        self._write_registers(m, r, start, clear)
+        r["numel"] = Const(1, CFG_DATA_BITS)      # NUMEL is checked per instance: not part of this check
+        p = self.params
+        spec_q, spec_base, spec_pbad = DecoderC1v2._book_groups(m, r["spec_k"], r["spec_pairs"], "spec")
+        verif_q, verif_base, verif_pbad = DecoderC1v2._book_groups(m, r["verif_k"], r["verif_pairs"], "verif")
+        q_p, p_paired = DecoderC1v2._pruned_group(m, r, spec_base)
+        full = r["full"]
+        m.d.sync += [p.chunk_sbs.eq(Const(1, 1) << r["chunk"]), p.p_pruned.eq(q_p != spec_q)]
+        m.d.comb += [p.full.eq(full), p.m.eq(r["m"]), p.g.eq(r["g"]),
+                     p.spec_pairs.eq(r["spec_pairs"]), p.verif_pairs.eq(r["verif_pairs"]),
+                     p.spec_q.eq(spec_q), p.verif_q.eq(verif_q), p.q_p.eq(q_p),
+                     p.bad.eq(self._config_error(r)),
+                     p.no_book.eq(~r["spec_loaded"] | (full & ~r["verif_loaded"])),
+                     p.bad_books.eq(spec_pbad | p_paired | (full & verif_pbad))]
+        for i in range(K_MAX):
+            m.d.comb += [p.spec_tab[i].eq(r["spec_tab"][i]), p.verif_tab[i].eq(r["verif_tab"][i]),
+                         p.spec_base[i].eq(spec_base[i]), p.verif_base[i].eq(verif_base[i])]
+        return m
