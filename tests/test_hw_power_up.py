@@ -1,9 +1,9 @@
 """Power-up state: the decoders and KV encoders run from random flip-flop and memory contents.
 
 Silicon starts every flip-flop and memory word at an arbitrary value, and the reset sets only the registers that
-have one. The datapath buffers have none (the word slots of hw/take_ring.py and hw/bitreader.py, the word ring,
-code ring and escape FIFO of hw/code_plane.py, the C2 decoder's bitmap FIFO; the encoders' ``lib.memory`` vector
-buffer never had one), while Amaranth's simulator and its Verilog start every register at its reset value. Here
+have one. The datapath buffers have none (the word slots of hw/take_ring.py, hw/bitreader.py and
+hw/code_reader.py with its ones counts, the word ring, code ring and escape FIFO of hw/code_plane.py, the C2
+decoder's bitmap FIFO; the encoders' ``lib.memory`` vector buffer never had one), while Amaranth's simulator and its Verilog start every register at its reset value. Here
 the bulk Verilator harnesses run the Verilog without initial values (``tb.bulk.without_initial_values``) from
 per-seed random state (``--x-initial unique``, ``Verilated::randReset(2)``), reset for 4 cycles, then decode or
 encode bit-exactly against golden. The harness reports whether its outputs showed uninitialised state before the
@@ -19,6 +19,7 @@ from amaranth.back import verilog
 from amaranth.hdl import Module, Signal
 from amaranth.lib.memory import Memory
 
+from cassandra_rtl.golden import escfield
 from cassandra_rtl.golden.codec import decode_draft, decode_full
 from cassandra_rtl.tb import bulk
 from cassandra_rtl.tb import bulk_encoder as BE
@@ -69,6 +70,12 @@ def _random_c1(rng):
             for _ in range(10)]
 
 
+def _random_c1v3(rng):
+    """(format 2.0 tensor for the reference, its escape-in-field twin for decoder v3)"""
+    return [escfield.encode(D.random_tensor(rng, D.random_numel(rng, (cfg := D.random_config(rng)).group_size, 30)),
+                            cfg) for _ in range(10)]
+
+
 def _random_c2(rng):
     return [D.encode(D.random_c2_tensor(rng, D.random_numel(rng, (cfg := D.random_c2_config(rng)).group_size, 30)),
                      cfg) for _ in range(10)]
@@ -76,19 +83,21 @@ def _random_c2(rng):
 
 @pytest.mark.parametrize("config,make", [
     ("decoder_c2v2_l8", _random_c2),
+    ("decoder_c1v3_l8", _random_c1v3),
     pytest.param("decoder_c1v2_l4", _random_c1, marks=pytest.mark.slow),
     pytest.param("decoder_c1v2_l8_v4", _random_c1, marks=pytest.mark.slow),
 ])
 def test_decoder_from_random_power_up_state(config, make):
     if not bulk.available():
         pytest.skip("Verilator not available")
-    encs = make(np.random.default_rng(99))
+    made = make(np.random.default_rng(99))
+    refs, encs = zip(*made) if isinstance(made[0], tuple) else (made, made)
     st = bulk.BulkStats()
     for seed in SEEDS:
         for mode in ("draft", "full"):
-            got = bulk.decode_many_with_rtl(encs, mode, config=config, jobs=1, idle=0.2, backpressure=0.3,
+            got = bulk.decode_many_with_rtl(list(encs), mode, config=config, jobs=1, idle=0.2, backpressure=0.3,
                                             seed=seed, stats=st, power_up=True)
-            for i, (enc, g) in enumerate(zip(encs, got)):
+            for i, (enc, g) in enumerate(zip(refs, got)):
                 ref = decode_full(enc) if mode == "full" else decode_draft(enc)
                 bad = np.flatnonzero(g.reshape(-1) != ref.reshape(-1))
                 assert len(bad) == 0, f"seed {seed} {mode} tensor {i}: {len(bad)} mismatches, first at {bad[:5]}"
