@@ -33,7 +33,7 @@ from __future__ import annotations
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
-from amaranth.utils import bits_for
+from amaranth.utils import bits_for, exact_log2
 
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, K_MAX
@@ -91,6 +91,29 @@ class DecoderC1v3Core(DecoderC1):
                 with m.Case(Reg.NUMEL):
                     m.d.sync += numel.eq(wdata)
         return start, clear, busy, err, raise_err, numel
+
+    @staticmethod
+    def _last_keep(m, init, numel, p):
+        """Values the tensor's last superblock keeps, ceil(k * last_n / G) (FORMAT.md: ``kept_in``), by a serial
+        multiplier over last_n's bits from ``init`` on (no multiplier per instance): ``(last_k, ready)``."""
+        nb = bits_for(GMAX)
+        last_n = Signal(nb, name="k_last_n")
+        m.d.comb += last_n.eq(((numel - 1) & (p.g - 1)) + 1)
+        mul_a, mul_b = Signal(2 * nb, name="k_mul_a"), Signal(nb, name="k_mul_b")
+        acc = Signal(2 * nb, name="k_acc")
+        left = Signal(range(nb + 1), name="k_left")
+        with m.If(init):
+            m.d.sync += [mul_a.eq(p.k), mul_b.eq(last_n), acc.eq(0), left.eq(nb)]
+        with m.Elif(left != 0):
+            m.d.sync += [mul_a.eq(mul_a << 1), mul_b.eq(mul_b >> 1), left.eq(left - 1),
+                         acc.eq(acc + Mux(mul_b[0], mul_a, 0))]
+        last_k = Signal(nb, name="k_last_k")
+        rounded = acc + p.g - 1
+        with m.Switch(p.g):
+            for gv in ALLOWED_GROUP_SIZES:
+                with m.Case(gv):
+                    m.d.comb += last_k.eq(rounded >> exact_log2(gv))
+        return last_k, (left == 0) & ~init
 
     def elaborate(self, platform):
         m = Module()
@@ -297,7 +320,21 @@ class DecoderC1v3Core(DecoderC1):
         df_free = Signal()
         m.d.comb += df_free.eq(~df_valid | f_fire | (df_b & ~df_done))
         d_go = Signal(name="d_go")
-        m.d.comb += d_go.eq(rk_valid & df_free & ~halt)
+        # KEEP: the kept values of every superblock, counted at pass A, must be k (the last superblock's: last_k,
+        # which a serial multiplier finds in the first cycles of the tensor; its final beat waits for it)
+        k_wait = Signal(name="d_k_wait")
+        m.d.comb += d_go.eq(rk_valid & df_free & ~halt & ~k_wait)
+        kept_acc = Signal(range(GMAX + 1), name="d_kept_acc")
+        kept_now = Signal(range(GMAX + 1), name="d_kept_now")
+        m.d.comb += kept_now.eq(kept_acc + rk_n - a_np)
+        last_k, last_k_ready = self._last_keep(m, init, numel, p)
+        m.d.comb += k_wait.eq(rk_valid & ~rk_b & rk_fin & rk_last & ~last_k_ready)
+        d_keep_err = Signal(name="d_keep_err")
+        m.d.comb += d_keep_err.eq(d_go & ~rk_b & rk_fin & (kept_now != Mux(rk_last, last_k, p.k)))
+        with m.If(d_go & ~rk_b):
+            m.d.sync += kept_acc.eq(Mux(rk_fin, 0, kept_now))
+        with m.If(init):
+            m.d.sync += kept_acc.eq(0)
         with m.If(d_go):
             m.d.sync += [df_valid.eq(1), df_b.eq(rk_b), df_done.eq(~rk_b | rk_done),
                          df_take.eq(offs[L]), df_esc.eq(lesc), df_pair.eq(lpair), df_kept.eq(lkept)]
@@ -449,7 +486,7 @@ class DecoderC1v3Core(DecoderC1):
                 m.d.sync += [busy.eq(1), pre_init.eq(1)]
         with m.If(busy & ~halt):
             drained = ~pd_valid & ~rk_valid & ~r_turn_b & ~df_valid
-            m.d.comb += raise_err[:3].eq(Mux(drained, p_fault, 0) | d_err | f_err)
+            m.d.comb += [raise_err[:3].eq(Mux(drained, p_fault, 0) | d_err | f_err), raise_err[Err.KEEP].eq(d_keep_err)]
         with m.If(init & p.bad_books):
             m.d.comb += raise_err[Err.CONFIG].eq(1)
         with m.If(f_fire & emit & df_last):

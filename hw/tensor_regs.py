@@ -32,6 +32,7 @@ TENSOR_PARAMS = data.StructLayout({
     "full": 1,                                              # MODE: draft (0) or full (1)
     "m": bits_for(BF16_MANTISSA_BITS),                      # MBITS
     "g": bits_for(max(ALLOWED_GROUP_SIZES)),                # GROUP
+    "k": bits_for(max(ALLOWED_GROUP_SIZES)),                # KEEP: values kept per full superblock
     "chunk_sbs": bits_for(1 << MAX_CHUNK_LOG),              # superblocks per chunk, 2^CHUNK
     "spec_pairs": K_MAX, "verif_pairs": K_MAX,              # pair masks
     "spec_tab": data.ArrayLayout(SYMBOL_BITS, K_MAX),       # speculation book: rank -> symbol
@@ -72,7 +73,7 @@ class TensorRegisters(Format2Registers, C1RegisterFile, wiring.Component):
         q_p, p_paired = DecoderC1v2._pruned_group(m, r, spec_base)
         full = r["full"]
         m.d.sync += [p.chunk_sbs.eq(Const(1, 1) << r["chunk"]), p.p_pruned.eq(q_p != spec_q)]
-        m.d.comb += [p.full.eq(full), p.m.eq(r["m"]), p.g.eq(r["g"]),
+        m.d.comb += [p.full.eq(full), p.m.eq(r["m"]), p.g.eq(r["g"]), p.k.eq(r["k"]),
                      p.spec_pairs.eq(r["spec_pairs"]), p.verif_pairs.eq(r["verif_pairs"]),
                      p.spec_q.eq(spec_q), p.verif_q.eq(verif_q), p.q_p.eq(q_p),
                      p.bad.eq(self._config_error(r)),

@@ -151,3 +151,22 @@ def test_a_chunk_cut_short_is_refused(harness, mode):
     code, done = rtl_error(with_chunk(v3, "spec.codes", 1, lambda b: b[:-1]), mode)
     assert code in (CODE, OVERRUN)
     assert cfg.chunk_values <= done < 2 * cfg.chunk_values
+
+
+KEEP = 8
+
+
+@pytest.mark.parametrize("mode", ["draft", "full"])
+def test_a_superblock_that_keeps_other_than_keep_values_is_refused(harness, mode):
+    """KEEP programmed one above what the stream keeps: KEEP at the first superblock's final beat, the beats
+    before it emitted. A tensor of one partial superblock (24 of G = 64 values) keeps ceil(k * 24 / 64): 12 for
+    k = 32 (the stream's) and also for k = 31, 13 for k = 33 (the decoder's serial multiplier and rounding)."""
+    rng = np.random.default_rng(23)
+    cfg = CodecConfig(group_size=64, mantissa_bits=3, keep_ratio=0.5, chunk_superblocks=2, pair_codes=True)
+    _, v3 = escfield.encode(D.weights_like(rng, 64 * 5), cfg)
+    code, done = rtl_error(dataclasses.replace(v3, config=dataclasses.replace(cfg, keep_count=33)), mode)
+    assert code == KEEP and 64 - 8 <= done < 64
+    std, v3 = escfield.encode(D.weights_like(rng, 24), cfg)
+    code, done = rtl_error(dataclasses.replace(v3, config=dataclasses.replace(cfg, keep_count=33)), mode)
+    assert code == KEEP and 16 <= done < 24
+    check([(std, dataclasses.replace(v3, config=dataclasses.replace(cfg, keep_count=31)))], mode)
