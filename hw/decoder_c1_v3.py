@@ -1,32 +1,33 @@
-"""Cassandra-1 decoder v3 (prototype): one code parser, one set of field extractors and book lookups for
+"""Cassandra-1 decoder v3 (prototype): one position stage, one set of field extractors and book lookups for
 both modes; full mode runs them twice per beat (docs/datasheets/decoder_c1_v3.md).
 
 It reads the escape-in-field layout (golden/escfield.py): every code is ``q`` zeros and a one, the raw
 symbol of an escape sits at the front of its value's companion field. Ports, registers and error bits are
-those of the C1 decoder interface (hw/decoder.py, docs/datasheets/decoder_c1.md).
+those of the C1 decoder interface (hw/decoder.py, docs/datasheets/decoder_c1.md). ``DecoderC1v3Core`` reads
+the tensor's registers from a cluster's ``TensorRegisters`` (hw/tensor_regs.py); ``DecoderC1v3`` is one of
+each behind the C1 decoder interface.
 
 Stages (every arrow into a stage is a register):
 
-    spec_codes -> BitReader SC --> P: parse loop: the first ``need`` ones of the window; the reader
-                                   |  jumps past the last one (loop: read pointer -> window -> prefix
-                                   v  counts -> select the cnt-th one -> take -> read pointer)
-    verif_codes -> BitReader VC -> (window captured) --+
-                                   v                    v
-                                   D: positions of the beat's ones -> each code's group q; per lane:
-                                   |  kept, pair, escape, field width, field offset. Pass A decodes P's
-                                   |  window (speculation book), pass B the captured verification window
-                                   |  (the beat's pruned lanes; it commits VC's take itself)
-                                   v
+    spec_codes  -> CodeReader SC --> P: the parse loop in ones: take min(need, ones) codes; the reader's
+                                     |  (slot, ones used) follow (loop depth: two small adds and a compare)
+                                     v  PD: the span, its ones before every byte, the ones used
+    verif_codes -> CodeReader VC --> VB: the same, captured (frozen while a decided pass B waits for RK)
+                                     v
+                                     R: positions of the ones number used - 1 .. used + L - 1 (one select
+                                     |  network, PD in pass A, VB in pass B) --> RK
+                                     v
+                                     D: ranks -> each code's group q; per lane kept, pair, escape, field width
+                                     |  and offset --> DF. Pass B's count is decided from counts while RK holds
+                                     v  pass A (its pruned count straight from the ranks): VC commits then.
     spec_signman -> BitReader SM -+
-    verif_rest   -> BitReader RS -+-> F: one field extractor per lane from SM's (pass A) or RS's (pass B)
-                                      window, book lookup at base[q] + t, value assembly -> out
+    verif_rest   -> BitReader RS -+-> F: one window shifter (SM in pass A, RS in pass B), an extractor per
+                                      lane, lookup at base[q] + t, value assembly -> out
 
-Draft mode: pass A every cycle (L values a cycle). Full mode: passes A and B alternate, so the parser,
-extractors and lookups serve both (L / 2 values a cycle): P(A k) -> D(A k) -> D(B k) | F(A k) -> F(B k),
-with D(A k+1) in F(B k)'s cycle; H holds pass A's draft values for pass B.
+Draft mode: pass A every cycle (L values a cycle). Full mode: R runs A k, B k, A k+1, ...; D and F follow a
+cycle apart (L / 2 values a cycle); H holds pass A's draft values for pass B.
 
-Not yet in the prototype (decoder v2 has them): the KEEP check (kept values per superblock), the
-escape-free chunk boundaries' zero-bubble guarantee, the AXI tops.
+Not yet in the prototype (decoder v2 has them): the AXI tops, formal properties.
 """
 from __future__ import annotations
 
