@@ -9,8 +9,9 @@ when the word is written), so its loop closes on small counters:
                       take t = min(need, a0 + a1) -> s += (t > a0), u = u + t or t - a0 -> s, u
 
 The positions of the codes themselves never enter the loop: the consumer registers the ``span`` (slots s and
-s + 1 of the current chunk, word-aligned), its ones before every byte and ``used`` (= u) and decodes it later: the
-next codes end at the span's ones number used, used + 1, ... (hw/decoder_c1_v3.py, stage R).
+s + 1 of the current chunk, word-aligned) and its ones before every byte counted from the read point, and decodes
+it later: the next codes end at the ones numbered 1, 2, ... from there, one number 0 is the one before the read
+point (hw/decoder_c1_v3.py, stage R: its selects compare with constants).
 
 * The **span** is two words: from the read point to the end of the next word, 33 to 64 bits. ``ones`` codes
   end in it; a beat that wants more takes what the span holds when it is ``whole`` (two words in, or the
@@ -25,7 +26,7 @@ next codes end at the span's ones number used, used + 1, ... (hw/decoder_c1_v3.p
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
@@ -70,8 +71,9 @@ class CodeReader(wiring.Component):
         skip       In(1)   after ``take``, move to the next chunk's first word (only when ``skip_ok``)
         commit     In(1)   apply ``take`` / ``skip``
         span       Out(2 word)  slots s and s + 1: zero past the current chunk's last word
-        span_prefix Out         ones of ``span`` before byte b + 1, b = 0 .. 2 word / 8 - 1 (the last: all its ones)
-        used       Out          ones of slot s already taken: the next code ends at the span's one number used
+        span_prefix Out         per byte b = 0 .. 2 word / 8 (two's complement, ``prefix_bits`` each): the ones of
+                                ``span`` before byte b, minus (u - 1); one number 0 is the one before the read point
+                                (none when u = 0: entry 0 is then 1)
         ones       Out     codes that end in the span
         whole      Out(1)  the span is complete (two words in, or it holds the chunk's last word)
         end_in_span Out(1) the span holds the chunk's last word: no code of the chunk lies beyond it
@@ -88,12 +90,13 @@ class CodeReader(wiring.Component):
             raise ConfigError(f"code reader slots must be a power of two >= 4, got {slots!r}")
         self.word, self.max_take, self.slots = word, max_take, slots
         self.window = 2 * word
+        self.prefix_bits = bits_for(self.window) + 1          # -(word - 1) .. window + 1, two's complement
         super().__init__({
             "inp": In(stream.Signature(word_layout(word))),
             "enable": In(1), "drain": In(1), "flush": In(1),
             "take": In(bits_for(max_take)), "skip": In(1), "commit": In(1),
-            "span": Out(self.window), "span_prefix": Out(self.window // BYTE * bits_for(self.window)),
-            "used": Out(bits_for(word)), "ones": Out(bits_for(self.window)), "whole": Out(1), "end_in_span": Out(1),
+            "span": Out(self.window),
+            "span_prefix": Out((self.window // BYTE + 1) * self.prefix_bits), "ones": Out(bits_for(self.window)), "whole": Out(1), "end_in_span": Out(1),
             "skip_ok": Out(1), "skip_err": Out(1),
         })
 
@@ -124,13 +127,16 @@ class CodeReader(wiring.Component):
                      self.whole.eq((nwords >= 2) | (in0 & last0)),
                      self.end_in_span.eq((in0 & last0) | (in1 & last1))]
         m.d.comb += [self.span.eq(Cat(here, Mux(in1, nxt, 0))),
-                     self.used.eq(u)]
+                     ]
         # the span's ones before every byte, counted from the span itself: off the loop (the consumer registers
         # them, so its select network starts from the prefix)
         in_byte = [popcount(m, self.span[BYTE * b: BYTE * (b + 1)], f"span_byte{b}") for b in range(2 * nb)]
-        pre_w = bits_for(self.window)
-        m.d.comb += self.span_prefix.eq(Cat(*[Cat(p, Const(0, pre_w))[:pre_w]
-                                              for p in prefix_counts(m, in_byte, self.window, "span_pc")[1:]]))
+        pw_ = self.prefix_bits
+        base = Signal(pw_, name="span_base")                 # u - 1: the one before the read point is number 0
+        m.d.comb += base.eq(u - 1)
+        for b, pre in enumerate(prefix_counts(m, in_byte, self.window, "span_pc")):
+            rel = Signal(pw_, name=f"span_rel{b}")
+            m.d.comb += [rel.eq(pre - base), self.span_prefix[pw_ * b: pw_ * (b + 1)].eq(rel)]
 
         # ------------------------------------------------------------------ a take and where it lands
         t = self.take

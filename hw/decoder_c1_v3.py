@@ -190,7 +190,6 @@ class DecoderC1v3Core(DecoderC1):
         pd_valid = Signal(name="pd_valid")
         pd_span = Signal(W, name="pd_span")
         pd_pre = Signal(len(SC.span_prefix), name="pd_pre")
-        pd_used = Signal(len(SC.used), name="pd_used")
         pd_cnt = Signal(range(L + 1), name="pd_cnt")
         pd_fin, pd_cend, pd_last = Signal(name="pd_fin"), Signal(name="pd_cend"), Signal(name="pd_last")
         g = p.g
@@ -200,7 +199,7 @@ class DecoderC1v3Core(DecoderC1):
                          csb_left.eq(chunk_a), running.eq(1)]
         with m.If(p_go):
             m.d.sync += [left.eq(rest_after), pd_span.eq(SC.span), pd_pre.eq(SC.span_prefix),
-                         pd_used.eq(SC.used), pd_cnt.eq(cnt), pd_fin.eq(p_fin), pd_cend.eq(p_cend),
+                         pd_cnt.eq(cnt), pd_fin.eq(p_fin), pd_cend.eq(p_cend),
                          pd_last.eq(p_last)]
             with m.If(p_fin):
                 m.d.sync += [sb_left.eq(Mux(rest_after < g, rest_after, g)),
@@ -213,7 +212,6 @@ class DecoderC1v3Core(DecoderC1):
         # ------------------------------------------------------------------ verification window capture
         vb_span = Signal(W, name="vb_span")
         vb_pre = Signal(len(VC.span_prefix), name="vb_pre")
-        vb_used = Signal(len(VC.used), name="vb_used")
         vb_ones = Signal(range(L + 1), name="vb_ones")  # codes in the window, at most L (what a pass can take)
         vb_whole, vb_fresh = Signal(name="vb_whole"), Signal(name="vb_fresh")
         vb_end = Signal(name="vb_end")
@@ -226,19 +224,16 @@ class DecoderC1v3Core(DecoderC1):
         r_turn_b = Signal(name="r_turn_b")
         # The span is word-aligned: the pass's codes end at its ones number used .. used + n - 1; R also finds
         # one number used - 1 (where the first code starts; none when used = 0, the chunk's first word).
-        rspan, rpre_all, rused = Signal(W, name="r_span"), Signal(len(pd_pre), name="r_pre"), Signal(len(pd_used), name="r_used")
-        m.d.comb += [rspan.eq(Mux(r_turn_b, vb_span, pd_span)), rpre_all.eq(Mux(r_turn_b, vb_pre, pd_pre)),
-                     rused.eq(Mux(r_turn_b, vb_used, pd_used))]
+        rspan, rpre_all = Signal(W, name="r_span"), Signal(len(pd_pre), name="r_pre")
+        m.d.comb += [rspan.eq(Mux(r_turn_b, vb_span, pd_span)), rpre_all.eq(Mux(r_turn_b, vb_pre, pd_pre))]
         nbytes = W // 8
         rgroups = [rspan[8 * b: 8 * (b + 1)] for b in range(nbytes)]
-        cw = len(rpre_all) // nbytes
-        rpre = [Const(0, cw)] + [rpre_all[cw * b: cw * (b + 1)] for b in range(nbytes)]
+        cw = SC.prefix_bits
+        rpre = [rpre_all[cw * b: cw * (b + 1)].as_signed() for b in range(nbytes + 1)]
         rpos = []
-        for j in range(L + 1):                          # the ones number used - 1 + j
-            nj = Signal(bits_for(W + L), name=f"r_n{j}")
-            m.d.comb += nj.eq(rused + j - 1)
+        for j in range(L + 1):                          # one number j from the one before the read point
             pj = Signal(bits_for(W - 1), name=f"r_pos{j}")
-            m.d.comb += pj.eq(select_one(m, rgroups, rpre, nj, f"r_sel{j}"))
+            m.d.comb += pj.eq(select_one(m, rgroups, rpre, Const(j, 4), f"r_sel{j}"))
             rpos.append(pj)
         rk_valid, rk_b = Signal(name="rk_valid"), Signal(name="rk_b")
         rk_pos = [Signal(bits_for(W - 1), name=f"rk_pos{j}") for j in range(L + 1)]
@@ -392,7 +387,7 @@ class DecoderC1v3Core(DecoderC1):
         # the window is not captured while a decided pass B has not loaded (nor in the cycle it is decided: VC
         # commits then, the window it would capture is stale anyway), so the enable waits for no go
         with m.If(~(b_decide | b_pend)):
-            m.d.sync += [vb_span.eq(VC.span), vb_pre.eq(VC.span_prefix), vb_used.eq(VC.used),
+            m.d.sync += [vb_span.eq(VC.span), vb_pre.eq(VC.span_prefix),
                          vb_ones.eq(Mux(VC.ones > L, L, VC.ones)), vb_whole.eq(VC.whole), vb_end.eq(VC.end_in_span)]
         # fresh: captured in the last cycle (VC does not commit in a capturing cycle)
         m.d.sync += [vb_fresh.eq(~(b_decide | b_pend)), b_pend.eq((b_decide | b_pend) & ~r_load_b)]
@@ -401,7 +396,7 @@ class DecoderC1v3Core(DecoderC1):
         # R's positions are captured whenever RK is free and R has a window (pass B's, even when pass B
         # cannot load yet: RK then stays invalid), so their enable does not wait for pass B's decision
         with m.If(rk_free & (r_turn_b | pd_valid)):
-            m.d.sync += [rk_pos[j].eq(rpos[j]) for j in range(L + 1)] + [rk_head.eq(rused == 0)]
+            m.d.sync += [rk_pos[j].eq(rpos[j]) for j in range(L + 1)] + [rk_head.eq(rpre[0] == 1)]
         with m.If(r_load_a | r_load_b):
             m.d.sync += [rk_valid.eq(1), rk_b.eq(r_load_b)]
         with m.Elif(d_go):

@@ -30,9 +30,10 @@ def ref_words(chunks: list[list[int]], word: int = WORD) -> list[tuple[int, int]
 
 
 def ref_ranks(span: int, prefix: list[int], used: int, n: int) -> list[int]:
-    """The ranks of the ``n`` codes that end at the span's ones number used .. used + n - 1 (the model of stage R)."""
+    """The ranks of the ``n`` codes that end at the span's ones number used .. used + n - 1 (the model of stage R);
+    ``prefix``: the reader's ones before every byte, counted from one number used - 1."""
     ones = [i for i in range(2 * WORD) if span >> i & 1]
-    assert [sum(1 for p in ones if p < 8 * (b + 1)) for b in range(len(prefix))] == prefix
+    assert [sum(1 for p in ones if p < 8 * b) - (used - 1) for b in range(len(prefix))] == prefix
     ends = ones[used: used + n]
     starts = [ones[used - 1] + 1 if used else 0] + [e + 1 for e in ends[:-1]]
     return [e - s for s, e in zip(starts, ends)]
@@ -84,8 +85,10 @@ def run(words, chunks, expect_err_at=None, seed=0, idle=0.3):
                     return
                 ctx.set(dut.commit, go)
                 if go and t:
-                    prefix = [ctx.get(dut.span_prefix) >> (7 * b) & 0x7F for b in range(2 * WORD // 8)]
-                    read += ref_ranks(ctx.get(dut.span), prefix, ctx.get(dut.used), t)
+                    pb = dut.prefix_bits
+                    prefix = [(ctx.get(dut.span_prefix) >> (pb * b) & ((1 << pb) - 1)) for b in range(2 * WORD // 8 + 1)]
+                    prefix = [p - (1 << pb) if p >> (pb - 1) else p for p in prefix]     # two's complement
+                    read += ref_ranks(ctx.get(dut.span), prefix, 1 - prefix[0], t)
                     left -= t
                 await ctx.tick()
                 wi += took_word
