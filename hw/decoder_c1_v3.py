@@ -51,6 +51,22 @@ GMAX = max(ALLOWED_GROUP_SIZES)
 FIELD_BITS = 16          # widest field: an escaped pruned value's [e][(s << 7) | f]
 
 
+def interface(lanes, code_word, word, verif_word) -> dict:
+    """The C1 decoder interface parameters of a v3 decoder, checked: lanes 4 or 8, 32-bit or wider code words on
+    both code planes (a code reader's span of two words holds a 16-bit code anywhere), verif_rest as wide."""
+    if lanes not in (4, 8):
+        raise ConfigError(f"decoder v3 lanes must be 4 or 8, got {lanes!r}")
+    word = 8 * lanes if word is None else word
+    verif_word = max(32, 4 * lanes) if verif_word is None else verif_word
+    if code_word != verif_word:     # verif_codes and verif_rest share the verification word width
+        raise ConfigError(f"decoder v3 needs code_word == verif_word, got {code_word!r} / {verif_word!r}")
+    if not isinstance(code_word, int) or code_word < 32:
+        raise ConfigError(f"decoder v3 needs code words of at least 32 bits, got {code_word!r}")
+    window = 2 * code_word          # the code readers' span
+    return dict(lanes=lanes, word=word, window=window, verif_lanes=lanes, verif_word=verif_word,
+                verif_window=window, code_word=code_word)
+
+
 class DecoderC1v3Core(DecoderC1):
     """Cassandra-1 decoder v3 prototype: ``lanes`` values a cycle in draft mode, ``lanes / 2`` in full mode.
 
@@ -63,17 +79,7 @@ class DecoderC1v3Core(DecoderC1):
     """
 
     def __init__(self, lanes: int = 8, code_word: int = 32, word: int | None = None, verif_word: int | None = None):
-        if lanes not in (4, 8):
-            raise ConfigError(f"decoder v3 lanes must be 4 or 8, got {lanes!r}")
-        word = 8 * lanes if word is None else word
-        verif_word = max(32, 4 * lanes) if verif_word is None else verif_word
-        if code_word != verif_word:     # verif_codes and verif_rest share the verification word width
-            raise ConfigError(f"decoder v3 needs code_word == verif_word, got {code_word!r} / {verif_word!r}")
-        if code_word < 32:              # a code reader's span (two words) must hold a 16-bit code anywhere
-            raise ConfigError(f"decoder v3 needs code words of at least 32 bits, got {code_word!r}")
-        window = 2 * code_word          # the code readers' span
-        super().__init__(lanes=lanes, word=word, window=window, verif_lanes=lanes, verif_word=verif_word,
-                         verif_window=window, code_word=code_word, extra_ports={"params": In(TENSOR_PARAMS)})
+        super().__init__(**interface(lanes, code_word, word, verif_word), extra_ports={"params": In(TENSOR_PARAMS)})
         self.field_window = FIELD_BITS * lanes
 
     def _instance_control(self, m):
@@ -503,11 +509,9 @@ class DecoderC1v3(DecoderC1):
     among its cores (hw/tensor_regs.py). Parameters as ``DecoderC1v3Core``."""
 
     def __init__(self, lanes: int = 8, code_word: int = 32, word: int | None = None, verif_word: int | None = None):
-        core = DecoderC1v3Core(lanes, code_word, word, verif_word)       # validates the parameters
+        super().__init__(**interface(lanes, code_word, word, verif_word))
         self._core_args = (lanes, code_word, word, verif_word)
-        super().__init__(lanes=lanes, word=core.word, window=core.window, verif_lanes=lanes,
-                         verif_word=core.verif_word, verif_window=core.window, code_word=code_word)
-        self.field_window = core.field_window
+        self.field_window = FIELD_BITS * lanes
 
     def elaborate(self, platform):
         m = Module()
