@@ -276,7 +276,11 @@ def overhead(report: dict, p: OverheadParams | None = None) -> dict:
         ok = _ok_blocks(report, kind)
         if wanted:
             return (wanted, None) if wanted in ok else (None, f"{kind} {wanted!r} not synthesised")
-        ok = {n: b for n, b in ok.items() if block_scheme(n, b) == p.scheme}
+        # the headline is a block that reads the shipped format (format 2.0 planes) on its own: not a prototype
+        # of another layout, not a cluster part without its registers (either only when named)
+        ok = {n: b for n, b in ok.items() if block_scheme(n, b) == p.scheme
+              and (b.get("meta") or {}).get("layout", "format 2.0") == "format 2.0"
+              and "cluster_part" not in (b.get("meta") or {})}
         if not ok:
             return None, f"no {p.scheme.upper()} {kind} block synthesised"
         first_key, first = next(iter(p.devices.items()))

@@ -200,3 +200,18 @@ def test_headline_prices_only_blocks_of_the_streams_scheme():
     assert overhead.block_scheme("encoder_kv_c2_l2", {}) == "c2"
     assert overhead.block_scheme("pe_bf16_fp32", {"meta": {}}) is None
     assert overhead.block_scheme("decoder_c2v2_l8", {"meta": {"block": "decoder"}}) == "c2"   # the name, then
+
+
+def test_headline_skips_prototypes_of_another_layout_and_cluster_parts():
+    """A cheaper decoder that reads another plane layout (a prototype) or is a cluster part without its registers is
+    listed but not the headline unless named."""
+    rep = _fake_report()
+    for name, meta in (("decoder_c1v3_l16", {"layout": "escape-in-field"}),
+                       ("decoder_c1v3_l16_core", {"cluster_part": "instance"})):
+        rep["blocks"][name] = {"status": "ok", "kind": "decoder", "area_ge": 2_000.0,
+                               "meta": {"block": "decoder_c1v3", "values_per_cycle": 16, **meta},
+                               "timing": {"est_fmax_mhz": 2000.0}}
+    ov = overhead.overhead(rep, OverheadParams(devices=DEV))["overhead"]
+    assert ov["decoder"] == "decoder_c1x_l16" and "decoder_c1v3_l16" in ov["by_decoder"]
+    named = overhead.overhead(rep, OverheadParams(devices=DEV, decoder="decoder_c1v3_l16"))["overhead"]
+    assert named["decoder"] == "decoder_c1v3_l16"
