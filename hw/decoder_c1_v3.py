@@ -188,7 +188,7 @@ class DecoderC1v3Core(DecoderC1):
         m.d.comb += [p_try.eq(p_ok & pd_free), p_long.eq(p_cend & SC.skip_err), p_go.eq(p_try & ~p_long),
                      SC.take.eq(cnt), SC.skip.eq(p_cend), SC.commit.eq(p_go)]
         p_err = Signal(3, name="p_err")
-        p_none = Signal(name="p_none")                  # no complete code left in the window
+        p_none = Signal(name="p_none")                  # no complete code left in the span
         m.d.comb += [p_none.eq(p_live & (cnt == 0)),
                      p_err.eq(Cat(p_none & SC.whole & ~SC.end_in_span, p_none & SC.end_in_span, p_try & p_long))]
         with m.If(p_err.any()):
@@ -223,13 +223,13 @@ class DecoderC1v3Core(DecoderC1):
         vb_end = Signal(name="vb_end")
 
         # ------------------------------------------------------------------ R: code positions of a pass
-        # In full mode R alternates: pass A of beat k (P's window), then pass B of beat k (the captured
-        # verification window); r_turn_b says which comes next (a register: the window R decodes never waits
-        # for a go). Pass B's code count is decided here, in the cycle D decodes pass A of the same beat
-        # (or later, from BJ), so VC's next window is captured in time for the next beat.
+        # In full mode R alternates: pass A of beat k (P's span), then pass B of beat k (the captured
+        # verification span); r_turn_b says which comes next (a register: the span R decodes never waits for a
+        # go). Pass B's code count is decided below ("R: loads") from counts, while RK holds pass A of the beat.
         r_turn_b = Signal(name="r_turn_b")
-        # The span is word-aligned: the pass's codes end at its ones number used .. used + n - 1; R also finds
-        # one number used - 1 (where the first code starts; none when used = 0, the chunk's first word).
+        # The span is word-aligned and its prefix counted from the one before the read point (number 0): the
+        # pass's codes end at the ones number 1 .. n, the first starts after one 0 (at bit 0 when there is none,
+        # at a chunk's first word: the prefix's entry 0 is then 1).
         rspan, rpre_all = Signal(W, name="r_span"), Signal(len(pd_pre), name="r_pre")
         m.d.comb += [rspan.eq(Mux(r_turn_b, vb_span, pd_span)), rpre_all.eq(Mux(r_turn_b, vb_pre, pd_pre))]
         nbytes = W // 8
@@ -243,7 +243,7 @@ class DecoderC1v3Core(DecoderC1):
             rpos.append(pj)
         rk_valid, rk_b = Signal(name="rk_valid"), Signal(name="rk_b")
         rk_pos = [Signal(bits_for(W - 1), name=f"rk_pos{j}") for j in range(L + 1)]
-        rk_head = Signal(name="rk_head")                # used = 0: the first code starts at bit 0
+        rk_head = Signal(name="rk_head")                # no one 0: the first code starts at bit 0
         rk_n = Signal(range(L + 1), name="rk_n")         # codes of this pass (A: the beat's; B: taken now)
         rk_first = Signal(range(L + 1), name="rk_first")  # B: the beat's pruned codes taken before
         rk_done = Signal(name="rk_done")                # B: the beat's last pruned code is taken
