@@ -96,7 +96,8 @@ class CodeReader(wiring.Component):
             "enable": In(1), "drain": In(1), "flush": In(1),
             "take": In(bits_for(max_take)), "skip": In(1), "commit": In(1),
             "span": Out(self.window),
-            "span_prefix": Out((self.window // BYTE + 1) * self.prefix_bits), "ones": Out(bits_for(self.window)), "whole": Out(1), "end_in_span": Out(1),
+            "span_prefix": Out((self.window // BYTE + 1) * self.prefix_bits),
+            "ones": Out(bits_for(self.window)), "whole": Out(1), "end_in_span": Out(1),
             "skip_ok": Out(1), "skip_err": Out(1),
         })
 

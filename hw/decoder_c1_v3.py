@@ -373,7 +373,8 @@ class DecoderC1v3Core(DecoderC1):
         b_fault = Signal(3, name="b_fault")              # CODE, OVERRUN, TOO_LONG
         b_try = Signal(name="r_b_try")
         m.d.comb += b_try.eq(r_turn_b & ~b_pend & ~b_fault.any() & ~halt & vb_fresh
-                             & (b_complete | (vb_whole & (b_c != 0))) & (~(b_complete & b_cend) | VC.skip_ok | VC.skip_err))
+                             & (b_complete | (vb_whole & (b_c != 0)))
+                             & (~(b_complete & b_cend) | VC.skip_ok | VC.skip_err))
         b_long = b_complete & b_cend & VC.skip_err       # the beat would end its chunk with content left
         b_decide = Signal(name="r_b_decide")
         m.d.comb += b_decide.eq(b_try & ~b_long)

@@ -83,25 +83,39 @@ def coverage_report(results: list[RunResult]) -> str:
 WHOLE_MODEL_CONFIGS = {"c1": "decoder_c1v2_l8_v4", "c2": "decoder_c2v2_l8"}   # the headline configurations
 
 
-def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1", cluster: str | None = None) -> dict:
+def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1", cluster: str | None = None,
+                config: str | None = None) -> dict:
     """SmolLM2's linear weights (106 M values) encoded by the golden codec, decoded by the RTL (bulk):
-    scheme c1 through decoder_c1v2_l8_v4, c2 through decoder_c2v2_l8 (WHOLE_MODEL_CONFIGS)."""
+    scheme c1 through decoder_c1v2_l8_v4, c2 through decoder_c2v2_l8 (WHOLE_MODEL_CONFIGS), or ``config``. A
+    configuration that reads the escape-in-field layout (decoder_c1v3_l8) gets each tensor in that layout
+    (golden/escfield.py) and is compared with the golden decode of its format 2.0 twin."""
     import numpy as np
 
+    from cassandra_rtl.golden import escfield
     from cassandra_rtl.golden.codec import decode_draft, decode_full, encode_tensor
     from cassandra_rtl.golden.config import CodecConfig
+    from cassandra_rtl.hw.configs import CONFIG_INFO
 
     from . import bulk
     from .decoder import data as D
 
     flat = D.smollm2_linear_bits()
     cfg = CodecConfig(scheme=scheme, group_size=128, mantissa_bits=3, keep_ratio=0.75)
-    config = WHOLE_MODEL_CONFIGS[scheme]
+    config = config or WHOLE_MODEL_CONFIGS[scheme]
+    esc_field = CONFIG_INFO[config].get("layout") == "escape-in-field"
+    if esc_field and cluster:
+        from cassandra_rtl.errors import ConfigError
+        raise ConfigError(f"{config} (escape-in-field layout) runs in this process only, not on a cluster")
     # tensors of the real model when the GGUF is at hand; otherwise 1 M-value slices of /tmp/lin.npy
     step = 1 << 20
     out = {"scheme": scheme, "config": config, "values": 0, "mismatches": 0, "modes": {}}
     t_enc = time.perf_counter()
-    encs = [encode_tensor(np.ascontiguousarray(flat[i:i + step]), cfg) for i in range(0, len(flat), step)]
+    if esc_field:
+        pairs = [escfield.encode(np.ascontiguousarray(flat[i:i + step]), cfg) for i in range(0, len(flat), step)]
+        refs, encs = [p[0] for p in pairs], [p[1] for p in pairs]
+    else:
+        encs = [encode_tensor(np.ascontiguousarray(flat[i:i + step]), cfg) for i in range(0, len(flat), step)]
+        refs = encs
     out["encode_s"] = time.perf_counter() - t_enc
     for mode in modes:
         if cluster:            # on Dask (cassandra_rtl/executor.py): chunk-boundary tasks, the harness shipped
@@ -124,7 +138,7 @@ def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1", clus
         st = bulk.BulkStats()
         got = bulk.decode_many_with_rtl(encs, mode, config=config, jobs=sim_jobs, stats=st)
         mism = 0
-        for enc, g in zip(encs, got):
+        for enc, g in zip(refs, got):
             ref = decode_full(enc) if mode == "full" else decode_draft(enc)
             mism += int(np.count_nonzero(g.reshape(-1) != ref.reshape(-1)))
         out["modes"][mode] = {"values": st.values, "mismatches": mism, "wall_s": st.wall,

@@ -86,7 +86,8 @@ def run(words, chunks, expect_err_at=None, seed=0, idle=0.3):
                 ctx.set(dut.commit, go)
                 if go and t:
                     pb = dut.prefix_bits
-                    prefix = [(ctx.get(dut.span_prefix) >> (pb * b) & ((1 << pb) - 1)) for b in range(2 * WORD // 8 + 1)]
+                    raw = ctx.get(dut.span_prefix)
+                    prefix = [raw >> (pb * b) & ((1 << pb) - 1) for b in range(2 * WORD // 8 + 1)]
                     prefix = [p - (1 << pb) if p >> (pb - 1) else p for p in prefix]     # two's complement
                     read += ref_ranks(ctx.get(dut.span), prefix, 1 - prefix[0], t)
                     left -= t

@@ -170,3 +170,20 @@ def test_a_superblock_that_keeps_other_than_keep_values_is_refused(harness, mode
     code, done = rtl_error(dataclasses.replace(v3, config=dataclasses.replace(cfg, keep_count=33)), mode)
     assert code == KEEP and 16 <= done < 24
     check([(std, dataclasses.replace(v3, config=dataclasses.replace(cfg, keep_count=31)))], mode)
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_whole_smollm2_through_rtl(harness):
+    """SmolLM2's 106 M linear weights in the escape-in-field layout, draft and full: every value equal to the golden
+    decode of the format 2.0 twin (tb.run.whole_model)."""
+    from cassandra_rtl.tb.run import whole_model
+
+    try:
+        res = whole_model(2, config=CONFIG)
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    assert res["values"] >= 2 * 100_000_000
+    assert res["mismatches"] == 0
+    for mode, m in res["modes"].items():
+        assert m["values_per_cycle"] >= 0.99 * (8 if mode == "draft" else 4), mode
