@@ -187,3 +187,18 @@ def test_whole_smollm2_through_rtl(harness):
     assert res["mismatches"] == 0
     for mode, m in res["modes"].items():
         assert m["values_per_cycle"] >= 0.99 * (8 if mode == "draft" else 4), mode
+
+
+def test_error_drains_and_recovers_after_clear_error():
+    """In Amaranth's simulator: a chunk cut short raises its error, the rest of the bad tensor's words drain;
+    CLEAR_ERROR, then a good tensor in full mode decodes exactly (tests/hw_helpers.check_recovers)."""
+    from cassandra_rtl.hw.decoder_c1_v3 import DecoderC1v3
+    from cassandra_rtl.hw.simutil import DecodeJob
+    from hw_helpers import check_recovers
+
+    rng = np.random.default_rng(24)
+    cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5, chunk_superblocks=2, pair_codes=True)
+    _, bad = escfield.encode(D.weights_like(rng, 32 * 6), cfg)
+    bad = with_chunk(bad, "spec.codes", 1, lambda b: b[:-1])
+    std, good = escfield.encode(D.weights_like(rng, 32 * 3 + 5), cfg)
+    check_recovers(DecoderC1v3(8), DecodeJob(bad, False), good, pre_wait=100, ref=decode_full(std).reshape(-1))
