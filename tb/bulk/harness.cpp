@@ -13,7 +13,8 @@
 // Usage: Vharness JOB OUT.u16 [--idle P] [--backpressure P] [--seed S]
 //   --idle P: probability that an input channel idles in a cycle; --backpressure P: out.ready low.
 // Exit status: 0 = every tensor produced numel values with a clean protocol; 3 = decoder error output;
-// 4 = hang (no progress); 5 = protocol violation (bad count / flags / nonzero unused lanes); 2 = usage.
+// 4 = hang (no progress); 5 = protocol violation (bad count / flags / nonzero unused lanes, a beat across a
+// superblock end, sb_end not where GROUP puts it); 2 = usage.
 #include "Vdec.h"
 #include "verilated.h"
 
@@ -68,6 +69,7 @@ struct Tensor {
 };
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static const uint32_t REG_GROUP = 0x04;                       // hw/decoder.py Reg.GROUP
 static inline double urand() {
     rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
     return (rng_state >> 11) * (1.0 / 9007199254740992.0);
@@ -121,6 +123,7 @@ int main(int argc, char** argv) {
     top->rst = 0;
 
     std::vector<uint32_t> inbuf(in_words), outbuf(out_words);
+    uint64_t group = 128;                                     // GROUP (its reset value), as the decoder holds it
     std::vector<uint16_t> vals;
     uint64_t cycles = 0, beats = 0, total_values = 0, stall_cycles = 0;
     int status = 0;
@@ -133,6 +136,7 @@ int main(int argc, char** argv) {
         if (!rd(f, &nregs, 4)) { fprintf(stderr, "truncated job\n"); return 2; }
         T.regs.resize(nregs);
         for (auto& r : T.regs) if (!rd(f, &r.first, 4) || !rd(f, &r.second, 4)) return 2;
+        for (auto& r : T.regs) if (r.first == REG_GROUP) group = r.second;   // the register keeps its value
         if (!rd(f, &T.numel, 8)) return 2;
         for (int p = 0; p < 4; p++) {
             Plane& P = T.planes[p];
@@ -194,8 +198,14 @@ int main(int argc, char** argv) {
                 uint32_t count = getbits(outbuf.data(), 16 * lanes, cb);
                 uint32_t sb_end = getbits(outbuf.data(), 16 * lanes + cb, 1);
                 uint32_t last = getbits(outbuf.data(), 16 * lanes + cb + 1, 1);
-                (void)sb_end;
+                const uint64_t before = vals.size(), after = before + count;
                 if (count < 1 || count > lanes) { status = 5; why = "beat count out of range"; }
+                // a beat never crosses a superblock end, and sb_end marks the beats that reach one
+                else if (group && before / group != (after - 1) / group) {
+                    status = 5; why = "beat crosses a superblock end";
+                } else if (group && sb_end != (after % group == 0 || after == T.numel)) {
+                    status = 5; why = "sb_end flag wrong";
+                }
                 for (uint32_t i = 0; i < lanes && !status; i++) {
                     uint32_t lv = getbits(outbuf.data(), 16 * i, 16);
                     if (i < count) vals.push_back((uint16_t)lv);
