@@ -202,3 +202,21 @@ def test_error_drains_and_recovers_after_clear_error():
     bad = with_chunk(bad, "spec.codes", 1, lambda b: b[:-1])
     std, good = escfield.encode(D.weights_like(rng, 32 * 3 + 5), cfg)
     check_recovers(DecoderC1v3(8), DecodeJob(bad, False), good, pre_wait=100, ref=decode_full(std).reshape(-1))
+
+
+def test_start_while_in_error_is_ignored():
+    """In Amaranth's simulator: after an error, a tensor programmed with START but without CLEAR_ERROR does not
+    start: the error bits stay as they were, busy stays low and no beat comes out."""
+    from cassandra_rtl.hw.decoder_c1_v3 import DecoderC1v3
+    from cassandra_rtl.hw.simutil import DecodeJob, Stalls, run_decoder
+
+    rng = np.random.default_rng(25)
+    cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5, chunk_superblocks=2, pair_codes=True)
+    _, bad = escfield.encode(D.weights_like(rng, 32 * 6), cfg)
+    bad = with_chunk(bad, "spec.codes", 1, lambda b: b[:-1])
+    _, good = escfield.encode(D.weights_like(rng, 32 * 3), cfg)
+    res = run_decoder(DecoderC1v3(8), [DecodeJob(bad, False), DecodeJob(good, True)], Stalls(0.0, 0.0),
+                      max_cycles=3000)
+    assert res.error_code in (CODE, OVERRUN) and res.busy == 0
+    assert sum(len(v) for v in res.values) < 2 * cfg.chunk_values          # only the bad tensor's first beats
+    assert all(not last for meta in res.meta for _, _, last in meta)
