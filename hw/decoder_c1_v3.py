@@ -127,9 +127,9 @@ class DecoderC1v3Core(DecoderC1):
         L, W, FW = self.lanes, self.window, self.field_window
         p = self.params
         start, clear, busy, err, raise_err, numel = self._instance_control(m)
-        # An error found in a cycle (raise_err) is registered in `fault` and takes effect a cycle later: the
+        # An error the datapath finds (raise_err) is registered in `fault` and takes effect a cycle later: the
         # pipeline halts for that cycle (nothing moves, nothing is emitted), then every stage is cleared and
-        # the readers flushed. Error detection never reaches a reader's or stage's state in the same cycle.
+        # the readers flushed (START's own errors are set at once, below).
         fault = Signal(len(err), name="fault")
         halt = Signal(name="halt")
         m.d.comb += halt.eq(fault.any())
@@ -483,13 +483,17 @@ class DecoderC1v3Core(DecoderC1):
         cfg_bad = p.bad | (numel == 0)
         no_book = p.no_book
         m.d.sync += [pre_init.eq(0), init.eq(pre_init)]
+        # START's own errors (CONFIG, NO_BOOK) are set at once, as in every C1 decoder: the block is idle, nothing
+        # to halt, and the path is registers to err; the datapath's go through `fault`
+        start_err = Signal(len(err), name="start_err")
         with m.If(start & ~busy & ~err.any() & ~halt):
-            m.d.comb += [raise_err[Err.CONFIG].eq(cfg_bad), raise_err[Err.NO_BOOK].eq(~cfg_bad & no_book)]
+            m.d.comb += [start_err[Err.CONFIG].eq(cfg_bad), start_err[Err.NO_BOOK].eq(~cfg_bad & no_book)]
             with m.If(~cfg_bad & ~no_book):
                 m.d.sync += [busy.eq(1), pre_init.eq(1)]
         with m.If(busy & ~halt):
             drained = ~pd_valid & ~rk_valid & ~r_turn_b & ~df_valid
-            m.d.comb += [raise_err[:3].eq(Mux(drained, p_fault, 0) | d_err | f_err), raise_err[Err.KEEP].eq(d_keep_err)]
+            m.d.comb += [raise_err[:3].eq(Mux(drained, p_fault, 0) | d_err | f_err),
+                         raise_err[Err.KEEP].eq(d_keep_err)]
         with m.If(init & p.bad_books):
             m.d.comb += raise_err[Err.CONFIG].eq(1)
         with m.If(f_fire & emit & df_last):
@@ -499,6 +503,8 @@ class DecoderC1v3Core(DecoderC1):
             m.d.sync += [err.eq(err | fault), busy.eq(0), pre_init.eq(0), init.eq(0), running.eq(0),
                          pd_valid.eq(0), rk_valid.eq(0), r_turn_b.eq(0), df_valid.eq(0), b_pend.eq(0),
                          p_fault.eq(0), b_fault.eq(0)]
+        with m.Elif(start_err.any()):
+            m.d.sync += err.eq(err | start_err)
         with m.Elif(clear & ~busy):
             m.d.sync += err.eq(0)
         return m
