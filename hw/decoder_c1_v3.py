@@ -48,6 +48,7 @@ from .tensor_regs import TENSOR_PARAMS, TensorRegisters
 from .zero_counter import select_one
 
 GMAX = max(ALLOWED_GROUP_SIZES)
+KEEP_MUL_BITS = 3        # bits of last_n the KEEP multiplier takes a cycle: 3 cycles for 9 bits, before D's first beat
 FIELD_BITS = 16          # widest field: an escaped pruned value's [e][(s << 7) | f]
 
 
@@ -100,27 +101,29 @@ class DecoderC1v3Core(DecoderC1):
         return start, clear, busy, err, raise_err, numel
 
     @staticmethod
-    def _last_keep(m, init, numel, p):
+    def _last_keep(m, go, numel, p):
         """Values the tensor's last superblock keeps, ceil(k * last_n / G) (FORMAT.md: ``kept_in``), by a serial
-        multiplier over last_n's bits from ``init`` on (no multiplier per instance): ``(last_k, ready)``."""
-        nb = bits_for(GMAX)
+        multiplier taking ``KEEP_MUL_BITS`` bits of last_n a cycle from START (``go``) on, done before the first
+        beat reaches D (no full multiplier per instance): ``(last_k, ready)``."""
+        nb, rb = bits_for(GMAX), KEEP_MUL_BITS
         last_n = Signal(nb, name="k_last_n")
         m.d.comb += last_n.eq(((numel - 1) & (p.g - 1)) + 1)
         mul_a, mul_b = Signal(2 * nb, name="k_mul_a"), Signal(nb, name="k_mul_b")
         acc = Signal(2 * nb, name="k_acc")
-        left = Signal(range(nb + 1), name="k_left")
-        with m.If(init):
-            m.d.sync += [mul_a.eq(p.k), mul_b.eq(last_n), acc.eq(0), left.eq(nb)]
+        steps = -(-nb // rb)
+        left = Signal(range(steps + 1), name="k_left")
+        with m.If(go):
+            m.d.sync += [mul_a.eq(p.k), mul_b.eq(last_n), acc.eq(0), left.eq(steps)]
         with m.Elif(left != 0):
-            m.d.sync += [mul_a.eq(mul_a << 1), mul_b.eq(mul_b >> 1), left.eq(left - 1),
-                         acc.eq(acc + Mux(mul_b[0], mul_a, 0))]
+            m.d.sync += [mul_a.eq(mul_a << rb), mul_b.eq(mul_b >> rb), left.eq(left - 1),
+                         acc.eq(acc + mul_a * mul_b[:rb])]
         last_k = Signal(nb, name="k_last_k")
         rounded = acc + p.g - 1
         with m.Switch(p.g):
             for gv in ALLOWED_GROUP_SIZES:
                 with m.Case(gv):
                     m.d.comb += last_k.eq(rounded >> exact_log2(gv))
-        return last_k, (left == 0) & ~init
+        return last_k, (left == 0) & ~go
 
     def elaborate(self, platform):
         m = Module()
@@ -329,7 +332,8 @@ class DecoderC1v3Core(DecoderC1):
         kept_acc = Signal(range(GMAX + 1), name="d_kept_acc")
         kept_now = Signal(range(GMAX + 1), name="d_kept_now")
         m.d.comb += kept_now.eq(kept_acc + rk_n - a_np)
-        last_k, last_k_ready = self._last_keep(m, init, numel, p)
+        start_ok = Signal(name="start_ok")              # START taken: a tensor begins
+        last_k, last_k_ready = self._last_keep(m, start_ok, numel, p)
         m.d.comb += k_wait.eq(rk_valid & ~rk_b & rk_fin & rk_last & ~last_k_ready)
         d_keep_err = Signal(name="d_keep_err")
         m.d.comb += d_keep_err.eq(d_go & ~rk_b & rk_fin & (kept_now != Mux(rk_last, last_k, p.k)))
@@ -489,6 +493,7 @@ class DecoderC1v3Core(DecoderC1):
         with m.If(start & ~busy & ~err.any() & ~halt):
             m.d.comb += [start_err[Err.CONFIG].eq(cfg_bad), start_err[Err.NO_BOOK].eq(~cfg_bad & no_book)]
             with m.If(~cfg_bad & ~no_book):
+                m.d.comb += start_ok.eq(1)
                 m.d.sync += [busy.eq(1), pre_init.eq(1)]
         with m.If(busy & ~halt):
             drained = ~pd_valid & ~rk_valid & ~r_turn_b & ~df_valid
