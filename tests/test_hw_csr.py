@@ -73,6 +73,19 @@ def _check_tensors(beats, jobs, lanes: int, refs=None):
         assert np.array_equal(vals, expected(enc, full) if refs is None else refs[j]), j
 
 
+def _beat_sink(dut, beats: list, done, seed: int):
+    """A testbench appending every output beat to ``beats`` under STALL backpressure until ``done()``."""
+    async def sink(ctx):
+        rng = Stalls(backpressure=STALL, seed=seed)
+        while not done():
+            ready = 0 if rng.stall_now() else 1
+            ctx.set(dut.out.ready, ready)
+            _, _, valid, payload = await ctx.tick().sample(dut.out.valid, dut.out.payload)
+            if valid and ready:
+                beats.append(payload)
+    return sink
+
+
 def _block_writes(dut, out: list):
     """A background process appending every (register, data) the block takes on its cfg port to ``out``."""
     async def monitor(ctx):
@@ -150,15 +163,7 @@ def test_decoder_through_the_bus_busy_writes_refused_and_done_irq():
 
     monitor = _block_writes(dut, forwarded)
 
-    async def sink(ctx):
-        rng = Stalls(backpressure=STALL, seed=3)
-        while not state["cpu_done"]:
-            ready = 0 if rng.stall_now() else 1
-            ctx.set(dut.out.ready, ready)
-            _, _, valid, payload = await ctx.tick().sample(dut.out.valid, dut.out.payload)
-            if valid and ready:
-                beats.append(payload)
-
+    sink = _beat_sink(dut, beats, lambda: state["cpu_done"], seed=3)
     jobs = list(zip(encs, fulls))
     _sim(dut, cpu, sink, background=[monitor, *_plane_feeders(dut, jobs, 10, gate=lambda j: state["programmed"] > j)])
     _check_tensors(beats, jobs, dut.lanes)
@@ -447,15 +452,7 @@ def test_decoder_v3_through_the_bus():
             assert await axil_write(ctx, dut, Csr.IRQ_STATUS, IRQ_DONE) == RESP_OKAY
         state["done"] = True
 
-    async def sink(ctx):
-        rng = Stalls(backpressure=STALL, seed=5)
-        while not state["done"]:
-            ready = 0 if rng.stall_now() else 1
-            ctx.set(dut.out.ready, ready)
-            _, _, valid, payload = await ctx.tick().sample(dut.out.valid, dut.out.payload)
-            if valid and ready:
-                beats.append(payload)
-
+    sink = _beat_sink(dut, beats, lambda: state["done"], seed=5)
     _sim(dut, cpu, sink, background=_plane_feeders(dut, jobs, 20, gate=lambda j: state["programmed"] > j))
     _check_tensors(beats, jobs, dut.lanes, refs)
     assert state["irqs"] == [IRQ_DONE, IRQ_DONE]
