@@ -8,6 +8,7 @@
     python bench/golden_bench.py --accounting --chunk-superblocks 8 --pairs    # the same for format 2.0 features
     python bench/golden_bench.py --totals [--tensors layers:0,10,20,29 | all | synthetic]
                                   # total bits/value, C1 and C2 x keep 1.0/0.5/0.3, v1 policy vs 2.0 policy
+    python bench/golden_bench.py --layouts [--tensors ...]   # C1: format 2.0 vs decoder v3's escape-in-field
 
 ``--tensors`` (accounting and totals): ``all`` (the 210 linear weights, default), ``layers:0,10,20,29`` (the
 layers bench/peers.py uses) or ``synthetic`` (bench/peers.py's held-out-style tensors). Accounting and totals
@@ -234,6 +235,57 @@ def totals(args) -> dict:
             "values": values, "tensors": len(tensors), "bits_per_value": out}
 
 
+def layouts(args) -> dict:
+    """C1 total and speculation bits/value at keep 1.0 / 0.5 / 0.3, format 2.0 (the golden policy) against the
+    escape-in-field layout decoder v3 reads (golden/escfield.py): the same bits, an escape's 8 raw bits moved
+    from its code to its companion field; the field planes are always indexed. Checked per tensor: the
+    format 2.0 round trip, and every chunk of each (code, field) plane pair keeps its bytes."""
+    from cassandra_rtl.golden import escfield
+    from cassandra_rtl.golden.codec import plane_chunks
+
+    tensors = list(linear_weights(args.max_tensors, args.tensors))
+    values = sum(b.size for _, b in tensors)
+    out = {}
+    for keep in (1.0, 0.5, 0.3):
+        cfg = CodecConfig(scheme="c1", keep_ratio=keep, mantissa_bits=args.mantissa_bits, group_size=args.group_size,
+                          chunk_superblocks=args.chunk_superblocks, pair_codes=args.pairs)
+        acc = {k: 0 for k in ("v2", "v2 spec", "esc", "esc spec", "indexed field planes", "chunks")}
+        for name, bits in progress(tensors, desc=f"c1 keep {keep}", unit="tensor"):
+            std, v3 = escfield.encode(bits, cfg)
+            if not np.array_equal(decode_full(std), bits):
+                sys.exit(f"round trip failed on {name} (keep {keep})")
+            for code, field in (("spec.codes", "spec.signman"), ("verif.codes", "verif.rest")):
+                a = [len(x) + len(y) for x, y in zip(plane_chunks(std, code), plane_chunks(std, field))]
+                b = [len(x) + len(y) for x, y in zip(plane_chunks(v3, code), plane_chunks(v3, field))]
+                if a != b:
+                    sys.exit(f"{name} (keep {keep}): the {code} / {field} chunks do not keep their bytes")
+            acc["v2"] += std.spec_nbytes + std.verif_nbytes
+            acc["v2 spec"] += std.spec_nbytes
+            acc["esc"] += v3.spec_nbytes + v3.verif_nbytes
+            acc["esc spec"] += v3.spec_nbytes
+            acc["indexed field planes"] += sum(not std.has_index(f) for f in ("spec.signman", "verif.rest"))
+            acc["chunks"] += std.nchunks
+        out[f"keep {keep}"] = {"format 2.0 total": 8 * acc["v2"] / values, "format 2.0 speculation": 8 * acc["v2 spec"] / values,
+                               "escape-in-field total": 8 * acc["esc"] / values,
+                               "escape-in-field speculation": 8 * acc["esc spec"] / values,
+                               "field planes gaining an index": acc["indexed field planes"]}
+    cmd = "python bench/golden_bench.py --layouts" + (f" --tensors {args.tensors}" if args.tensors != "all" else "")
+    return {"command": cmd, "group_size": args.group_size, "mantissa_bits": args.mantissa_bits,
+            "chunk_superblocks": args.chunk_superblocks, "pair_codes": args.pairs, "values": values,
+            "tensors": len(tensors), "bits_per_value": out}
+
+
+def layouts_table(r: dict) -> str:
+    lines = ["| keep | format 2.0 total | escape-in-field total | difference | format 2.0 spec | escape-in-field spec | "
+             "field planes gaining an index |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for k, v in r["bits_per_value"].items():
+        d = v["escape-in-field total"] - v["format 2.0 total"]
+        lines.append(f"| {k.split()[1]} | {v['format 2.0 total']:.3f} | {v['escape-in-field total']:.3f} | {d:+.4f} | "
+                     f"{v['format 2.0 speculation']:.3f} | {v['escape-in-field speculation']:.3f} | "
+                     f"{v['field planes gaining an index']} of {2 * r['tensors']} |")
+    return "\n".join(lines)
+
+
 def totals_table(r: dict) -> str:
     b = r["bits_per_value"]
     lines = ["| scheme | keep | v1.0 total | 2.0 total | 2.0 − v1.0 | v1.0 spec | 2.0 spec |", "|---|---|---|---|---|---|---|"]
@@ -271,6 +323,8 @@ def main() -> None:
     ap.add_argument("--pairs", action=argparse.BooleanOptionalAction, default=None,
                     help="pair groups in the golden books (format 2.0; default: the format's policy, on)")
     ap.add_argument("--totals", action="store_true", help="total bits/value, v1.0 vs the 2.0 policy")
+    ap.add_argument("--layouts", action="store_true",
+                    help="C1 bits/value, format 2.0 vs the escape-in-field layout of decoder v3")
     ap.add_argument("--tensors", type=tensor_set, default="all", help="all | layers:0,10,20,29 | synthetic")
     ap.add_argument("--impl", default="both", choices=["native", "numpy", "both"])
     ap.add_argument("--json", action="store_true")
@@ -292,6 +346,13 @@ def main() -> None:
         tag += "" if args.tensors == "all" else "-" + args.tensors.replace(":", "").replace(",", "_")
         (out / f"accounting{tag}.json").write_text(json.dumps(r, indent=2))
         print(json.dumps(r, indent=2) if args.json else accounting_table(r))
+        return
+    if args.layouts:
+        r = layouts(args)
+        out.mkdir(parents=True, exist_ok=True)
+        tag = "" if args.tensors == "all" else "-" + args.tensors.replace(":", "").replace(",", "_")
+        (out / f"layouts{tag}.json").write_text(json.dumps(r, indent=2))
+        print(json.dumps(r, indent=2) if args.json else layouts_table(r))
         return
     if args.totals:
         r = totals(args)

@@ -94,6 +94,14 @@ class Format2Registers:
                         m.d.sync += r[f"{book}_pairs"].eq(wdata)
 
 
+def ctrl_register_case(m, start, clear, wdata):
+    """The CTRL case of a ``cfg`` write, START / CLEAR_ERROR strobes (every decoder instance has its own CTRL:
+    the decoders with a register file and the cluster cores that read ``TensorRegisters``); call inside
+    ``with m.Switch(addr)``."""
+    with m.Case(Reg.CTRL):
+        m.d.comb += [start.eq(wdata[0]), clear.eq(wdata[1])]
+
+
 def codebook_register_cases(m, r, wdata):
     """The codebook cases of a ``cfg`` write (K of each book, then its rank -> symbol entries), shared by
     the decoder and the encoder; call inside ``with m.Switch(addr)``. ``r`` holds spec_k / verif_k,
@@ -172,8 +180,7 @@ class C1RegisterFile:
         addr, wdata = cfg.payload.addr, cfg.payload.data
         with m.If(cfg.valid & cfg.ready):
             with m.Switch(addr):
-                with m.Case(Reg.CTRL):
-                    m.d.comb += [start.eq(wdata[0]), clear.eq(wdata[1])]
+                ctrl_register_case(m, start, clear, wdata)
                 with m.Case(Reg.MODE):
                     m.d.sync += r["full"].eq(wdata[0])
                 with m.Case(Reg.MBITS):
@@ -257,10 +264,15 @@ class DecoderC1(C1RegisterFile, wiring.Component):
         busy = Signal()
         err = Signal(ERROR_BITS)
         raise_err = Signal(ERROR_BITS)
-        m.d.comb += [self.busy.eq(busy), self.error_code.eq(err), self.error.eq(err.any()),
-                     self.cfg.ready.eq(~busy)]
+        self._drive_control(m, busy, err)
         self._write_registers(m, r, start, clear)
         return r, start, clear, busy, err, raise_err
+
+    def _drive_control(self, m, busy, err):
+        """busy, error_code, error and cfg.ready from the instance's busy and sticky error register
+        (registers are written only while idle)."""
+        m.d.comb += [self.busy.eq(busy), self.error_code.eq(err), self.error.eq(err.any()),
+                     self.cfg.ready.eq(~busy)]
 
     # ------------------------------------------------------------------------------------------ elaborate
     def elaborate(self, platform):

@@ -40,7 +40,7 @@ from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, K_MAX
 from .bitreader import BitReader, thermometer, view_slots
 from .code_reader import CodeReader, popcount
-from .decoder import CFG_DATA_BITS, ERROR_BITS, DecoderC1, Err, Reg
+from .decoder import CFG_DATA_BITS, ERROR_BITS, DecoderC1, Err, Reg, ctrl_register_case
 from .decoder_c1_v2 import popcounts
 from .decoder_c2 import prefix_sums
 from .shifter import shift_right
@@ -87,17 +87,15 @@ class DecoderC1v3Core(DecoderC1):
         """What an instance keeps of the register file: CTRL (START / CLEAR_ERROR), NUMEL, busy and the sticky
         error register with its raise vector (the tensor's registers come in on ``params``)."""
         cfg = self.cfg
-        addr, wdata = cfg.payload.addr, cfg.payload.data
         start, clear, busy = Signal(name="start"), Signal(name="clear"), Signal(name="busy")
         err, raise_err = Signal(ERROR_BITS, name="err"), Signal(ERROR_BITS, name="raise_err")
         numel = Signal(CFG_DATA_BITS, name="reg_numel")
-        m.d.comb += [self.busy.eq(busy), self.error_code.eq(err), self.error.eq(err.any()), cfg.ready.eq(~busy)]
+        self._drive_control(m, busy, err)
         with m.If(cfg.valid & cfg.ready):
-            with m.Switch(addr):
-                with m.Case(Reg.CTRL):
-                    m.d.comb += [start.eq(wdata[0]), clear.eq(wdata[1])]
+            with m.Switch(cfg.payload.addr):
+                ctrl_register_case(m, start, clear, cfg.payload.data)
                 with m.Case(Reg.NUMEL):
-                    m.d.sync += numel.eq(wdata)
+                    m.d.sync += numel.eq(cfg.payload.data)
         return start, clear, busy, err, raise_err, numel
 
     @staticmethod
@@ -162,7 +160,7 @@ class DecoderC1v3Core(DecoderC1):
         spec_q, verif_q, q_p, chunk_a = p.spec_q, p.verif_q, p.q_p, p.chunk_sbs
 
         pre_init, init, running = Signal(name="pre_init"), Signal(name="init"), Signal(name="p_running")
-        left = Signal(32, name="p_left")                # values of the tensor not yet parsed
+        after = Signal(32, name="p_after")              # values of the tensor after the current superblock
         sb_left = Signal(range(GMAX + 1), name="p_sb_left")
         csb_left = Signal(range(65), name="p_csb_left")  # superblocks left in the chunk, this one too
 
@@ -174,7 +172,7 @@ class DecoderC1v3Core(DecoderC1):
         p_fin = Signal(name="p_fin")                    # the beat ends its superblock
         p_last = Signal(name="p_last")
         p_cend = Signal(name="p_cend")                  # ... and its chunk
-        m.d.comb += [p_fin.eq(cnt == sb_left), p_last.eq(left == cnt),
+        m.d.comb += [p_fin.eq(cnt == sb_left), p_last.eq(p_fin & (after == 0)),
                      p_cend.eq(p_fin & ((csb_left == 1) | p_last))]
         p_whole = SC.whole
         # An error P finds waits in p_fault until the beats before it have left (PD, BJ, DF empty): those are
@@ -201,17 +199,21 @@ class DecoderC1v3Core(DecoderC1):
         pd_pre = Signal(len(SC.span_prefix), name="pd_pre")
         pd_cnt = Signal(range(L + 1), name="pd_cnt")
         pd_fin, pd_cend, pd_last = Signal(name="pd_fin"), Signal(name="pd_cend"), Signal(name="pd_last")
+        # The loop closes on sb_left alone; the next superblock's length and what follows it come from
+        # registers (after, g), never from the beat's count.
         g = p.g
-        rest_after = left - cnt
+        next_sb = Signal(range(GMAX + 1), name="p_next_sb")
+        m.d.comb += next_sb.eq(Mux(after < g, after, g))
         with m.If(init):
-            m.d.sync += [left.eq(numel), sb_left.eq(Mux(numel < g, numel, g)),
+            first_sb = Mux(numel < g, numel, g)
+            m.d.sync += [after.eq(numel - first_sb), sb_left.eq(first_sb),
                          csb_left.eq(chunk_a), running.eq(1)]
         with m.If(p_go):
-            m.d.sync += [left.eq(rest_after), pd_span.eq(SC.span), pd_pre.eq(SC.span_prefix),
+            m.d.sync += [pd_span.eq(SC.span), pd_pre.eq(SC.span_prefix),
                          pd_cnt.eq(cnt), pd_fin.eq(p_fin), pd_cend.eq(p_cend),
                          pd_last.eq(p_last)]
             with m.If(p_fin):
-                m.d.sync += [sb_left.eq(Mux(rest_after < g, rest_after, g)),
+                m.d.sync += [sb_left.eq(next_sb), after.eq(after - next_sb),
                              csb_left.eq(Mux(csb_left == 1, chunk_a, csb_left - 1))]
             with m.Else():
                 m.d.sync += sb_left.eq(sb_left - cnt)

@@ -37,10 +37,10 @@ def plan(blocks: list[str], configs: list[str] | None, full: bool) -> list[tuple
         names = list(spec.configs()) if full else spec.quick()
         if configs:
             names = [c for c in spec.configs() if c in configs]
-        for c in [c for c in names if not hwapi.reads_containers(spec.configs()[c])]:
-            print(f"[sim] {b} {c}: reads the escape-in-field layout, not format 2.0 planes; "
-                  f"its bench is tests/test_hw_decoder_c1_v3.py, skipped")
-        out += [(b, c) for c in names if hwapi.reads_containers(spec.configs()[c])]
+        for c in [c for c in names if not hwapi.bench_frames(spec.configs()[c])]:
+            print(f"[sim] {b} {c}: reads a plane layout the bench cannot frame "
+                  f"({spec.configs()[c].get('layout')}), skipped")
+        out += [(b, c) for c in names if hwapi.bench_frames(spec.configs()[c])]
     return out
 
 

@@ -51,8 +51,10 @@ def make_zero_counter(params):
 # ---------------------------------------------------------------------------------------- decoder
 
 def decoder_configs() -> dict[str, dict]:
-    """DecoderC1v2 (docs/HARDWARE.md 2b): decoder_c1v2_l4 / _l8 / _l8_v4."""
-    return _named("decoder_c1")
+    """The C1 decoders with their own register file: DecoderC1v2 (docs/HARDWARE.md 2b) decoder_c1v2_l4 / _l8 /
+    _l8_v4 and the v3 prototype decoder_c1v3_l8 (framed in its layout); not a cluster's per-instance core,
+    which takes its tensor registers from a shared TensorRegisters."""
+    return {n: p for n, p in _named("decoder_c1").items() if "cluster_part" not in p}
 
 
 def decoder_c2_configs() -> dict[str, dict]:
@@ -133,15 +135,21 @@ def make_kv_loopback_c2(params):
 # ------------------------------------------------------------------ AXI4-Lite register block on a decoder
 # CsrTop(name) (hw/csr.py, docs/HARDWARE.md 5a): the decoder's data streams, its control ports as AXI4-Lite.
 
+def bench_frames(params: dict) -> bool:
+    """The decoder benches can frame the configuration's plane layout (tb/decoder/framing.py LAYOUTS)."""
+    from cassandra_rtl.tb.decoder.framing import LAYOUTS
+    return params.get("layout", LAYOUTS[0]) in LAYOUTS
+
+
 def reads_containers(params: dict) -> bool:
     """The configuration reads format 2.0 planes as containers hold them (the cocotb benches and ``cosim``
-    frame those); decoder_c1v3_l8 reads the escape-in-field layout (golden/escfield.py) and has its own
-    bench, tests/test_hw_decoder_c1_v3.py."""
+    frame those); decoder_c1v3_l8 reads the escape-in-field layout (golden/escfield.py): the cocotb decoder
+    and AXI4-Lite benches re-frame its tensors (``bench_frames``), `cosim` does not."""
     return params.get("layout", "format 2.0") == "format 2.0"
 
 
 def csr_configs() -> dict[str, dict]:
-    return {n: p for n, p in {**_named("decoder_c1"), **_named("decoder_c2")}.items() if reads_containers(p)}
+    return {n: p for n, p in {**decoder_configs(), **decoder_c2_configs()}.items() if bench_frames(p)}
 
 
 def make_csr(params):

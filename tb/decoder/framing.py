@@ -25,6 +25,37 @@ PORTS_C2 = {"spec.mx": "spec_mx", "verif.codes": "verif_codes", "verif.rest": "v
 SCHEME_PORTS = {"c1": PORTS, "c2": PORTS_C2}
 
 
+# Plane layouts a decoder reads (hw/configs.py CONFIG_INFO "layout"): format 2.0 as containers hold it, or the
+# escape-in-field layout of decoder v3 (golden/escfield.py), which differs only in where an escape's 8 raw
+# bits sit (the code plane holds Q + 1 bits of the escape, the companion field its payload).
+FORMAT_2 = "format 2.0"
+ESCAPE_IN_FIELD = "escape-in-field"
+LAYOUTS = (FORMAT_2, ESCAPE_IN_FIELD)
+
+
+def framed(enc: EncodedTensor, layout: str = FORMAT_2) -> EncodedTensor:
+    """The tensor whose planes go onto the ports of a decoder reading ``layout``: ``enc`` itself for format
+    2.0; for the escape-in-field layout, the same values, books and keep mask re-encoded by
+    golden/escfield.py (the expected values stay ``enc``'s golden decode)."""
+    if layout == FORMAT_2:
+        return enc
+    if layout != ESCAPE_IN_FIELD:
+        raise ValueError(f"unknown plane layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    from cassandra_rtl.golden import escfield
+
+    std, v3 = escfield.encode(decode_full(enc), enc.config, books=(enc.spec_book, enc.verif_book))
+    if std.planes != enc.planes:     # a salience-chosen keep mask is not re-derivable from the values
+        raise ValueError("the tensor's keep mask does not follow from its values; it cannot be re-encoded "
+                         "in the escape-in-field layout")
+    return v3
+
+
+def escape_code_bits(K: int, layout: str = FORMAT_2) -> int:
+    """Bits an escape takes in a code plane of a book without pairs (Q = K): K zeros, a one and, in format
+    2.0, the 8-bit payload."""
+    return K + 1 + (8 if layout == FORMAT_2 else 0)
+
+
 def ports(scheme: str) -> dict[str, str]:
     """plane name -> port name of the decoder / encoder of ``scheme``."""
     return SCHEME_PORTS[scheme]

@@ -51,6 +51,7 @@ class DecoderHarness:
         self.L, self.IW = int(p["lanes"]), int(p["word"])
         self.cb = bits_for(self.L)
         self.scheme = "c2" if str(p.get("block", "")).endswith("c2") else "c1"
+        self.layout = p.get("layout", F.FORMAT_2)        # the planes' layout (tensors are framed in it)
         ports = list(F.ports(self.scheme).values())
         rng = ctx.rng
         if profiles is None:
@@ -232,7 +233,7 @@ class DecoderHarness:
             self.cover_tensor(enc, full, exp)
         self.tensors.append(Tensor(enc, full, check))
         self.cfg.send(prog if prog is not None else F.program(enc, full, books=books))
-        pw = planes if planes is not None else F.plane_words(enc, full, self.port_words)
+        pw = planes if planes is not None else F.plane_words(F.framed(enc, self.layout), full, self.port_words)
         for port, chunks in pw.items():
             self.planes[port].send(w for ch in chunks for w in ch)
 

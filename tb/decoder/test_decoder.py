@@ -133,10 +133,11 @@ async def reset_mid_stream(dut, ctx):
 
 # ------------------------------------------------------------------------------------ malformed streams
 
-def _mutations(enc, full, IW, rng, port_words=None):
+def _mutations(enc, full, IW, rng, port_words=None, layout=F.FORMAT_2):
     """(name, expected error bit, planes) for one tensor: each a minimal corruption of one plane (the
-    speculation planes; spec_codes in its own port's words, which may be narrower than IW)."""
-    pw = F.plane_words(enc, full, port_words or IW)
+    speculation planes, as framed in ``layout``; spec_codes in its own port's words, which may be narrower
+    than IW)."""
+    pw = F.plane_words(F.framed(enc, layout), full, port_words or IW)
     CW = (port_words or {}).get("spec_codes", IW)          # spec_codes word bits
     out = []
 
@@ -170,7 +171,7 @@ def _mutations(enc, full, IW, rng, port_words=None):
     # padding or the zero-filled rest of its last word), located exactly from the code lengths
     ranks = F.code_ranks(enc, False)["spec"]
     K = enc.spec_book.K
-    lengths = np.where(ranks < K, ranks + 1, K + 9)
+    lengths = np.where(ranks < K, ranks + 1, F.escape_code_bits(K, layout))
     G = enc.config.group_size
     used = np.add.reduceat(lengths, np.arange(0, enc.numel, G))
     p = copy()
@@ -203,7 +204,7 @@ async def malformed_streams(dut, ctx):
     cases = []
     for full in (False, True):
         enc = D.encode(D.weights_like(rng, 64 * 4), cfg)
-        for name, bit, planes in _mutations(enc, full, IW, rng, h.port_words):
+        for name, bit, planes in _mutations(enc, full, IW, rng, h.port_words, h.layout):
             cases.append((f"{name}/{'full' if full else 'draft'}", bit, enc, full, planes, None))
     # KEEP: codes that keep 40 values per superblock, programmed as keep 48
     enc40 = D.encode(D.weights_like(rng, 64 * 2), CodecConfig(group_size=64, mantissa_bits=3, keep_count=40, **V1))
