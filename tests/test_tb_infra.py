@@ -53,6 +53,32 @@ def test_bulk_framing_matches_per_chunk_framing(word_bits):
             assert data.shape[1] == wb
 
 
+def test_framed_layouts():
+    """Format 2.0 frames the tensor itself; the escape-in-field layout re-encodes the same values and books
+    (golden/escfield.py): code planes shrink by 8 bits an escape, each (code, field) pair keeps its bytes; an
+    unknown layout and a keep mask the values do not give are refused."""
+    from cassandra_rtl.golden import escfield
+    from cassandra_rtl.golden.codec import encode_tensor
+
+    rng = np.random.default_rng(3)
+    bits = D.uniform_bits(rng, 3 * 128 + 17)           # uniform patterns: escapes in both code planes
+    enc = D.encode(bits, CodecConfig(group_size=128, mantissa_bits=3, keep_ratio=0.5))
+    assert F.framed(enc) is enc and F.framed(enc, F.FORMAT_2) is enc
+    v3 = F.framed(enc, F.ESCAPE_IN_FIELD)
+    assert isinstance(v3, escfield.EscFieldTensor) and v3.numel == enc.numel
+    _, ref = escfield.encode(bits, enc.config, books=(enc.spec_book, enc.verif_book))
+    assert v3.planes == ref.planes
+    for code, field in (("spec.codes", "spec.signman"), ("verif.codes", "verif.rest")):
+        assert len(v3.planes[code]) < len(enc.planes[code])
+        assert len(v3.planes[code]) + len(v3.planes[field]) == len(enc.planes[code]) + len(enc.planes[field])
+    assert F.escape_code_bits(5) == 14 and F.escape_code_bits(5, F.ESCAPE_IN_FIELD) == 6
+    with pytest.raises(ValueError, match="unknown plane layout"):
+        F.framed(enc, "format 3.0")
+    salient = encode_tensor(bits, enc.config, salience=rng.random(len(bits)))
+    with pytest.raises(ValueError, match="keep mask"):
+        F.framed(salient, F.ESCAPE_IN_FIELD)
+
+
 def test_empty_chunk_is_one_zero_word():
     assert F.chunk_to_words(b"", 64) == [(0, 1)]
     assert F.chunk_to_words(b"\x01" * 9, 64) == [(0x0101010101010101, 0), (0x01, 1)]
