@@ -233,9 +233,13 @@ class DecoderHarness:
             self.cover_tensor(enc, full, exp)
         self.tensors.append(Tensor(enc, full, check))
         self.cfg.send(prog if prog is not None else F.program(enc, full, books=books))
-        pw = planes if planes is not None else F.plane_words(F.framed(enc, self.layout), full, self.port_words)
+        pw = planes if planes is not None else self.plane_words(enc, full)
         for port, chunks in pw.items():
             self.planes[port].send(w for ch in chunks for w in ch)
+
+    def plane_words(self, enc, full: bool) -> dict:
+        """The words each plane port gets for ``enc``, framed in the decoder's plane layout."""
+        return F.plane_words(F.framed(enc, self.layout), full, self.port_words)
 
     def inputs_idle(self) -> bool:
         return self.cfg.idle and all(s.idle for s in self.planes.values())

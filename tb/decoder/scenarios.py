@@ -45,7 +45,7 @@ async def reuse_books(h: DecoderHarness, enc, full: bool, what: str):
     h.sb.expect(F.expected(enc, full))
     h.tensors.append(Tensor(enc, full))
     h.cfg.send([(F.NUMEL, enc.numel), (F.CTRL, F.CTRL_START)])
-    for port, chunks in F.plane_words(enc, full, h.port_words).items():
+    for port, chunks in h.plane_words(enc, full).items():
         h.planes[port].send(w for c in chunks for w in c)
     await h.drain(what)
 
