@@ -220,3 +220,22 @@ def test_start_while_in_error_is_ignored():
     assert res.error_code in (CODE, OVERRUN) and res.busy == 0
     assert sum(len(v) for v in res.values) < 2 * cfg.chunk_values          # only the bad tensor's first beats
     assert all(not last for meta in res.meta for _, _, last in meta)
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["draft", "full"])
+def test_superblock_and_chunk_boundaries_without_bubbles(full):
+    """In Amaranth's simulator, no idles, no backpressure (G = 32, chunks of 4 superblocks, pair books): from
+    the first beat to the last, a beat every cycle in draft mode and every other cycle in full mode (pass A,
+    then pass B, of each beat), across superblock and chunk boundaries; the values are golden's."""
+    from cassandra_rtl.hw.decoder_c1_v3 import DecoderC1v3
+    from cassandra_rtl.hw.simutil import DecodeJob, Stalls, run_decoder
+
+    rng = np.random.default_rng(26)
+    cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5, chunk_superblocks=4, pair_codes=True)
+    std, v3 = escfield.encode(D.weights_like(rng, 32 * 12), cfg)
+    res = run_decoder(DecoderC1v3(8), [DecodeJob(v3, full)], Stalls(0.0, 0.0), trace=True)
+    ref = (decode_full(std) if full else decode_draft(std)).reshape(-1)
+    assert res.error_code == 0 and np.array_equal(np.concatenate(res.values), ref)
+    assert [c for c, _, _ in res.meta[0]] == [8] * (12 * 4)          # 4 full beats a superblock
+    beats = res.trace[res.trace.index("B"):res.trace.rindex("B") + 1]
+    assert beats == ("B." * (len(res.meta[0]) - 1) + "B" if full else "B" * len(res.meta[0])), beats
