@@ -50,6 +50,24 @@ CASES = [  # (out, in, keep, mantissa bits): shapes whose chunks (1024 values) c
 def test_every_pass_kind_bit_exact_and_batch_invariant(small_tile):
     """bf16, draft, full (R = 1) and verify (R = 5, row 0 shared) on several tensors in one command list; the
     full and bf16 passes must also equal each other (lossless, the weights read once per pass)."""
+    check_every_pass_kind(small_tile)
+
+
+# a decoder cluster in hardware: two decoder v3 cores sharing one TensorRegisters (hw/tensor_regs.py)
+CLUSTER_V3 = npu.TileParams(data_bytes=8, instances=2, decoder="decoder_c1v3_l8_core", max_rows=5, max_in=128,
+                            burst=8, fifo_depth=32, max_outstanding=8)
+
+
+def test_v3_cluster_with_shared_tensor_registers():
+    """The tile with the v3 cluster: the tensors in memory in the cores' escape-in-field layout, the books and
+    tensor registers written once into the shared register file, NUMEL per core; every pass kind bit-exact,
+    as on the v2 cluster."""
+    if not npu.available():
+        pytest.skip("Verilator not available")
+    check_every_pass_kind(CLUSTER_V3)
+
+
+def check_every_pass_kind(small_tile):
     plan = npu.Plan(small_tile)
     expect = []
     for k, (o, i, keep, m) in enumerate(CASES):

@@ -11,7 +11,9 @@
 
 * The decoder cluster: ``instances`` copies of one decoder configuration (hw/configs.py, default the C1
   headline ``decoder_c1v2_l8_v4``); its registers are written through OP_DEC with an instance mask (books and
-  per-tensor registers once for the cluster, NUMEL per instance). A tensor is split by the driver into one
+  per-tensor registers once for the cluster, NUMEL per instance). A cluster part (``decoder_c1v3_l8_core``)
+  makes it a cluster in hardware too: the cores share one TensorRegisters (hw/tensor_regs.py), which takes
+  every OP_DEC write while no core is busy. A tensor is split by the driver into one
   contiguous range of whole chunks per instance, each range a whole number of weight rows, so every
   instance computes its own outputs (docs/NPU.md "Splitting a tensor").
 * The array: one DotUnit per instance, V = the decoder's lanes, ``max_rows`` activation rows. A V-group of
@@ -91,6 +93,8 @@ class NpuTile(wiring.Component):
             raise ConfigError(f"tile max_in must be a positive multiple of the lanes ({lanes}), got {max_in!r}")
         self.data_bytes, self.instances, self.decoder_name = data_bytes, instances, decoder
         self.decoder_info, self._make_decoder = info, make
+        # a cluster part (a core without a register file): the cores share one TensorRegisters
+        self.cluster = info.get("cluster_part") == "instance"
         self.scheme = "c2" if info["block"].startswith("decoder_c2") else "c1"
         self.lanes, self.max_rows, self.max_in = lanes, max_rows, max_in
         self.burst, self.fifo_depth, self.max_outstanding = burst, fifo_depth, max_outstanding
@@ -188,10 +192,16 @@ class NpuTile(wiring.Component):
         dec_wr_addr = Signal(8, name="dec_write_addr")
         dec_wr_data = Signal(32, name="dec_write_data")
         start_pulse = Signal(name="pass_start")
+        regs = None
+        if self.cluster:     # one TensorRegisters for the cluster's cores (hw/tensor_regs.py TENSOR_PARAMS)
+            from ..tensor_regs import TensorRegisters
+            regs = m.submodules.tensor_regs = TensorRegisters()
         for i in range(N):
             dec = self._make_decoder()
             m.submodules[f"dec{i}"] = dec
             decs.append(dec)
+            if regs is not None:
+                m.d.comb += dec.params.eq(regs.params)
             m.d.comb += [dec.cfg.valid.eq(dec_wr_mask[i] & ~dec_wr_taken[i]),
                          dec.cfg.payload.addr.eq(dec_wr_addr), dec.cfg.payload.data.eq(dec_wr_data)]
             with m.If(dec.error):
@@ -323,6 +333,18 @@ class NpuTile(wiring.Component):
         m.d.comb += [self.running.eq(running)]
         all_taken = ((dec_wr_taken | Cat(*(decs[i].cfg.valid & decs[i].cfg.ready for i in range(N))))
                      & dec_wr_mask) == dec_wr_mask
+        if regs is not None:
+            # every OP_DEC write also goes to the shared registers (they ignore NUMEL and CTRL, the cores the
+            # rest), taken while no core is busy
+            regs_taken = Signal(name="regs_write_taken")
+            m.d.comb += [regs.cfg.valid.eq(dec_wr_mask.any() & ~regs_taken),
+                         regs.cfg.payload.addr.eq(dec_wr_addr), regs.cfg.payload.data.eq(dec_wr_data),
+                         regs.accept.eq(Cat(*(~d.busy for d in decs)).all())]
+            with m.If(~dec_wr_mask.any()):
+                m.d.sync += regs_taken.eq(0)
+            with m.Elif(regs.cfg.valid & regs.cfg.ready):
+                m.d.sync += regs_taken.eq(1)
+            all_taken = all_taken & (regs_taken | regs.cfg.ready)
         for i in range(N):
             with m.If(decs[i].cfg.valid & decs[i].cfg.ready):
                 m.d.sync += dec_wr_taken[i].eq(1)

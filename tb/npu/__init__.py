@@ -64,6 +64,12 @@ class TileParams:
     def scheme(self) -> str:
         return "c2" if self.decoder.startswith("decoder_c2") else "c1"
 
+    @property
+    def layout(self) -> str:
+        """The plane layout the cluster's decoders read (tb/decoder/framing.py LAYOUTS)."""
+        from cassandra_rtl.hw.configs import CONFIG_INFO
+        return CONFIG_INFO[self.decoder].get("layout", "format 2.0")
+
     def make(self):
         from cassandra_rtl.hw.npu.tile import NpuTile
         return NpuTile(**asdict(self))
@@ -147,12 +153,15 @@ class Plan:
         self._placed: dict = {}
         self._dec_state: dict = {}
 
-    # ---- tensors in memory (each placed once, however many passes read it)
-    def _planes(self, enc: EncodedTensor) -> dict:
+    # ---- tensors in memory (each placed once, however many passes read it, in the decoders' layout)
+    def _planes(self, enc: EncodedTensor) -> tuple[EncodedTensor, dict]:
+        """(the tensor as the decoders read it, plane -> address)."""
+        from ..decoder import framing as F
         key = ("enc", id(enc))
         if key not in self._placed:
-            self._placed[key] = (enc, {p: self.image.put(bytes(enc.planes[p]), 64) for p in enc.planes})
-        return self._placed[key][1]
+            framed = F.framed(enc, self.tile.layout)
+            self._placed[key] = (enc, framed, {p: self.image.put(bytes(framed.planes[p]), 64) for p in framed.planes})
+        return self._placed[key][1:]
 
     def _bf16(self, w_bits: np.ndarray) -> int:
         key = ("bf16", id(w_bits))
@@ -236,10 +245,10 @@ class Plan:
         n_in = pp.in_features
         cv = enc.config.chunk_values
         nch = enc.nchunks
-        addrs = self._planes(enc)
+        placed, addrs = self._planes(enc)
         slots = [p for p in PLANE_SLOT_NAMES[t.scheme]]
         used = [(k, p) for k, p in enumerate(slots) if p is not None and (k < 2 or full)]
-        offs = {p: plane_offsets(enc, p).astype(np.int64) for _, p in used}
+        offs = {p: plane_offsets(placed, p).astype(np.int64) for _, p in used}
         # candidate cuts: chunk boundaries that are also row boundaries
         unit = math.lcm(cv, n_in) // cv
         cand = list(range(0, nch, unit)) + [nch]
