@@ -56,7 +56,7 @@ def test_bulk_framing_matches_per_chunk_framing(word_bits):
 def test_framed_layouts():
     """Format 2.0 frames the tensor itself; the escape-in-field layout re-encodes the same values and books
     (golden/escfield.py): code planes shrink by 8 bits an escape, each (code, field) pair keeps its bytes; an
-    unknown layout and a keep mask the values do not give are refused."""
+    unknown layout is refused; a keep mask chosen by salience is kept."""
     from cassandra_rtl.golden import escfield
     from cassandra_rtl.golden.codec import encode_tensor
 
@@ -74,9 +74,10 @@ def test_framed_layouts():
     assert F.escape_code_bits(5) == 14 and F.escape_code_bits(5, F.ESCAPE_IN_FIELD) == 6
     with pytest.raises(ValueError, match="unknown plane layout"):
         F.framed(enc, "format 3.0")
-    salient = encode_tensor(bits, enc.config, salience=rng.random(len(bits)))
-    with pytest.raises(ValueError, match="keep mask"):
-        F.framed(salient, F.ESCAPE_IN_FIELD)
+    sal = rng.random(len(bits))
+    salient = F.framed(encode_tensor(bits, enc.config, salience=sal), F.ESCAPE_IN_FIELD)
+    assert salient.planes == escfield.encode(bits, enc.config, salience=sal)[1].planes
+    assert salient.planes != v3.planes
 
 
 def test_empty_chunk_is_one_zero_word():

@@ -14,6 +14,10 @@ from pathlib import Path
 from ..argtypes import float_range, int_range, positive_int
 from ..cli import CliError
 
+# the tile's C1 clusters: the headline (its measurement feeds `generate --numerics npu`), decoder v3 with its own
+# registers per instance, and v3 cores sharing one TensorRegisters
+TILE_DECODERS = ("decoder_c1v2_l8_v4", "decoder_c1v3_l8", "decoder_c1v3_l8_core")
+
 
 
 def _ordered(container):
@@ -89,7 +93,7 @@ def run(args) -> int:
     from ..tb.npu import MemParams, TileError, TileParams, available
     from ..tb.npu.bulk import measure
 
-    tile = TileParams(instances=args.instances)
+    tile = TileParams(instances=args.instances, decoder=args.decoder)
     mem = MemParams(bandwidth=args.bandwidth, read_latency=args.latency)
     cass = Path(args.cass) if args.cass else generation_artifact()
     c = _container(cass)
@@ -116,7 +120,7 @@ def run(args) -> int:
         return 1
     rep = meas.report()
     ok = meas.batch_invariant and all(p["mismatches"] == 0 for p in rep["passes"].values())
-    if ok and args.all and args.verify_rows == 5 and args.seed == 0:
+    if ok and args.all and args.verify_rows == 5 and args.seed == 0 and args.decoder == TILE_DECODERS[0]:
         # the whole artifact at the defaults: the timing `generate --numerics npu` composes (tb/npu/speedup.py)
         from ..tb.npu.speedup import store_measurement
         store_measurement(cass, tile, mem, rep)
@@ -145,6 +149,8 @@ def register(sub):
     p.add_argument("--tensors", type=positive_int, default=7, help="the first N linear tensors (layer order)")
     p.add_argument("--all", action="store_true", help="every linear tensor")
     p.add_argument("--instances", type=int_range(1, 4), default=3, help="decoder instances of the tile")
+    p.add_argument("--decoder", choices=TILE_DECODERS, default=TILE_DECODERS[0],
+                   help="the cluster's decoder (decoder_c1v3_l8_core: v3 cores sharing one TensorRegisters)")
     p.add_argument("--bandwidth", type=float_range(0, 64, lo_open=True), default=None,
                    help="memory bandwidth in bytes per cycle (default: the port width)")
     p.add_argument("--latency", type=int_range(1, 4096), default=64, help="memory read latency in cycles")

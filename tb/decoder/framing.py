@@ -42,11 +42,17 @@ def framed(enc: EncodedTensor, layout: str = FORMAT_2) -> EncodedTensor:
     if layout != ESCAPE_IN_FIELD:
         raise ValueError(f"unknown plane layout {layout!r}; known: {', '.join(LAYOUTS)}")
     from cassandra_rtl.golden import escfield
+    from cassandra_rtl.golden.codec import _decode_c1_spec
+    from cassandra_rtl.golden.config import PRUNED
 
-    std, v3 = escfield.encode(decode_full(enc), enc.config, books=(enc.spec_book, enc.verif_book))
-    if std.planes != enc.planes:     # a salience-chosen keep mask is not re-derivable from the values
-        raise ValueError("the tensor's keep mask does not follow from its values; it cannot be re-encoded "
-                         "in the escape-in-field layout")
+    if enc.config.scheme != "c1":
+        raise ValueError("the escape-in-field layout is defined for Cassandra-1 tensors only")
+    kept = _decode_c1_spec(enc)[2] != PRUNED          # the tensor's own keep mask (magnitude or salience)
+    std, v3 = escfield.encode(decode_full(enc), enc.config, salience=kept.astype(np.float64),
+                              books=(enc.spec_book, enc.verif_book))
+    if std.planes != enc.planes:
+        raise ValueError("the tensor does not re-encode to its own planes; it cannot be framed in the "
+                         "escape-in-field layout")
     return v3
 
 
