@@ -347,20 +347,14 @@ def main() -> None:
         (out / f"accounting{tag}.json").write_text(json.dumps(r, indent=2))
         print(json.dumps(r, indent=2) if args.json else accounting_table(r))
         return
-    if args.layouts:
-        r = layouts(args)
-        out.mkdir(parents=True, exist_ok=True)
-        tag = "" if args.tensors == "all" else "-" + args.tensors.replace(":", "").replace(",", "_")
-        (out / f"layouts{tag}.json").write_text(json.dumps(r, indent=2))
-        print(json.dumps(r, indent=2) if args.json else layouts_table(r))
-        return
-    if args.totals:
-        r = totals(args)
-        out.mkdir(parents=True, exist_ok=True)
-        tag = "" if args.tensors == "all" else "-" + args.tensors.replace(":", "").replace(",", "_")
-        (out / f"totals{tag}.json").write_text(json.dumps(r, indent=2))
-        print(json.dumps(r, indent=2) if args.json else totals_table(r))
-        return
+    for name, run, table in (("layouts", layouts, layouts_table), ("totals", totals, totals_table)):
+        if getattr(args, name):
+            r = run(args)
+            out.mkdir(parents=True, exist_ok=True)
+            tag = "" if args.tensors == "all" else "-" + args.tensors.replace(":", "").replace(",", "_")
+            (out / f"{name}{tag}.json").write_text(json.dumps(r, indent=2))
+            print(json.dumps(r, indent=2) if args.json else table(r))
+            return
     impls = ("native", "numpy") if args.impl == "both" else (args.impl,)
     tensors = list(linear_weights(args.max_tensors, args.tensors))
     results = [throughput(args, impl, tensors) for impl in impls]
