@@ -1,0 +1,72 @@
+"""The escape-in-field layout (golden/escfield.py, read by decoder v3) against format 2.0: the same bytes,
+indexes included, chunk by chunk; a field plane whose book has no pair is sized from its code plane's escapes
+(no index), checked against the encoder's offsets and the escapes counted from the values."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cassandra_rtl.golden import escfield
+from cassandra_rtl.golden.codec import _fields, has_index, keep_mask, plane_chunks, plane_offsets
+from cassandra_rtl.golden.config import PRUNED, CodecConfig
+from cassandra_rtl.tb.decoder import data as D
+
+
+def _cases(seed=11, n=40):
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        cfg = D.random_config(rng)
+        bits = D.random_tensor(rng, D.random_numel(rng, cfg.group_size, 20))
+        yield bits, cfg
+
+
+def test_same_bytes_as_format_2_chunk_by_chunk():
+    for bits, cfg in _cases():
+        std, v3 = escfield.encode(bits, cfg)
+        for field, code in escfield.FIELD_OF.items():
+            a = [len(x) + len(y) for x, y in zip(plane_chunks(std, code), plane_chunks(std, field))]
+            b = [len(x) + len(y) for x, y in zip(plane_chunks(v3, code), plane_chunks(v3, field))]
+            assert a == b, cfg
+        assert (v3.spec_nbytes, v3.verif_nbytes) == (std.spec_nbytes, std.verif_nbytes), cfg
+
+
+def _escapes_from_values(bits, cfg, std, code_plane):
+    """Reference: escaped symbols per chunk, from the values and the books (not from the planes)."""
+    flat = np.asarray(bits, dtype=np.uint16).reshape(-1)
+    kept = keep_mask(flat, cfg)
+    _, e, _ = _fields(flat)
+    chunk = np.arange(len(flat)) // cfg.chunk_values
+    if code_plane == "spec.codes":
+        book, sym, where = std.spec_book, np.where(kept, e, PRUNED), np.ones(len(flat), dtype=bool)
+    else:
+        book, sym, where = std.verif_book, e, ~kept
+    if book is None:
+        return np.zeros(std.nchunks, dtype=np.int64)
+    esc = where & (book.group_table()[sym] == book.Q)
+    return np.bincount(chunk[esc], minlength=std.nchunks)
+
+
+def test_escapes_per_chunk_and_field_sizes_follow_from_the_code_planes():
+    sized = escapes = 0
+    for bits, cfg in _cases():
+        std, v3 = escfield.encode(bits, cfg)
+        for field, code in escfield.FIELD_OF.items():
+            got = escfield.escapes_per_chunk(v3, code)
+            assert np.array_equal(got, _escapes_from_values(bits, cfg, std, code)), (cfg, code)
+            escapes += int(got.sum())
+            if not has_index(field, cfg, std.spec_book, std.verif_book):
+                assert np.array_equal(escfield.field_offsets(v3, field), plane_offsets(v3, field)), (cfg, field)
+                assert v3.index_bytes(field) == 0
+                sized += 1
+    assert sized >= 20 and escapes > 100          # the cases do exercise both
+
+
+@pytest.mark.parametrize("keep", [1.0, 0.3])
+def test_every_bf16_pattern(keep):
+    bits = np.random.default_rng(2).permutation(np.arange(1 << 16, dtype=np.uint32)).astype(np.uint16)
+    cfg = CodecConfig(group_size=128, mantissa_bits=3, keep_ratio=keep, chunk_superblocks=8, pair_codes=False)
+    std, v3 = escfield.encode(bits, cfg)
+    for field, code in escfield.FIELD_OF.items():
+        assert escfield.escapes_per_chunk(v3, code).sum() > 0 or (code == "verif.codes" and keep == 1.0)
+        assert np.array_equal(escfield.field_offsets(v3, field), plane_offsets(v3, field))
+    assert v3.spec_nbytes + v3.verif_nbytes == std.spec_nbytes + std.verif_nbytes
