@@ -26,7 +26,7 @@ from . import bitpack
 from .codec import (EncodedTensor, _fields, check_bits, encode_tensor, fixed_superblock_bits, has_index, keep_mask,
                     per_chunk, plane_offsets, superblock_sizes)
 from .config import ESCAPE_PAYLOAD_BITS, PRUNED, CodecConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, FormatError
 
 PLANES = ("spec.codes", "spec.signman", "verif.codes", "verif.rest")
 FIELD_OF = {"spec.signman": "spec.codes", "verif.rest": "verif.codes"}     # field plane -> its code plane
@@ -111,3 +111,101 @@ def encode(bits, cfg: CodecConfig, salience=None, books=None) -> tuple[EncodedTe
     rest_v[~kept] = pre | (rest_v[~kept] << pw)
     planes["verif.rest"], offsets["verif.rest"] = bitpack.pack_chunks(ch, rest_w, rest_v, nch)
     return enc, EscFieldTensor(enc.shape, cfg, enc.spec_book, enc.verif_book, planes, offsets)
+
+
+# ------------------------------------------------------------------------------------------ decoding
+def _chunk_offsets(v3: EncodedTensor, plane: str) -> np.ndarray:
+    """A plane's chunk offsets as a reader finds them: a code plane's (and a paired field plane's) from the
+    index, an unpaired field plane's from ``field_offsets``."""
+    if plane in FIELD_OF and not has_index(plane, v3.config, v3.spec_book, v3.verif_book):
+        off = field_offsets(v3, plane)
+        if off[-1] != len(v3.planes[plane]):
+            raise FormatError(f"{plane}: {len(v3.planes[plane])} bytes, its code plane and the config imply "
+                              f"{int(off[-1])}")
+        return off
+    return plane_offsets(v3, plane)
+
+
+def _groups(v3: EncodedTensor, plane: str, counts: np.ndarray, book) -> np.ndarray:
+    """The group ``q`` of every code of a code plane, in order (``Q``: an escape). Every code ends at a one:
+    the codes are the ones, their groups the zero runs before them; a chunk holds exactly its ``counts``
+    codes, no run is longer than ``Q`` and the chunk is ``ceil(bits / 8)`` bytes."""
+    off = plane_offsets(v3, plane)
+    bits = np.unpackbits(np.frombuffer(bytes(v3.planes[plane]), dtype=np.uint8), bitorder="little")
+    ones = np.flatnonzero(bits)
+    start = 8 * off[:-1]
+    chunk = np.searchsorted(start, ones, side="right") - 1
+    first = np.ones(len(ones), dtype=bool)
+    first[1:] = chunk[1:] != chunk[:-1]
+    prev = np.where(first, start[chunk], np.concatenate(([0], ones[:-1] + 1)))
+    runs = ones - prev
+    nones = np.bincount(chunk, minlength=v3.nchunks)
+    bad = np.flatnonzero(nones != counts)
+    if len(bad):
+        raise FormatError(f"{plane}: chunk {int(bad[0])} holds {int(nones[bad[0]])} codes, the config says "
+                          f"{int(counts[bad[0]])}")
+    if len(runs) and runs.max() > book.Q:
+        raise FormatError(f"{plane}: a zero run of {int(runs.max())} is longer than Q = {book.Q}")
+    used = np.zeros(v3.nchunks, dtype=np.int64)
+    used[chunk] = ones + 1 - start[chunk]
+    bitpack.check_chunk_lengths(off, used, plane)
+    return runs
+
+
+def _fields_of(v3: EncodedTensor, plane: str, seg: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    off = _chunk_offsets(v3, plane)
+    within, seg_bits = bitpack.segment_offsets(seg, widths, v3.nchunks)
+    bitpack.check_chunk_lengths(off, seg_bits, plane)
+    words = bitpack.words_of(bytes(v3.planes[plane]))
+    bitpack.check_zero_padding(words, off[:-1], seg_bits, plane, np.arange(v3.nchunks))
+    return bitpack.read_fields(words, off[:-1][seg] * 8 + within, widths).astype(np.int64)
+
+
+def _symbols(book, groups: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+    """Symbols from groups and the companion fields' prefixes (an escape's 8 raw bits, a pair's suffix bit)."""
+    esc = groups == book.Q
+    return book.resolve(groups, np.where(esc, 0, prefix), np.where(esc, prefix, 0))
+
+
+def _prefix_bits(book, groups: np.ndarray) -> np.ndarray:
+    return np.where(groups == book.Q, ESCAPE_PAYLOAD_BITS, book.pair_bits()[np.minimum(groups, book.Q)])
+
+
+def decode(v3: EncodedTensor, full: bool) -> np.ndarray:
+    """The golden decode of a tensor in the escape-in-field layout: the draft values, or with ``full`` the
+    original bf16 bits (uint16, the tensor's shape). Unpaired field planes are located without an index."""
+    cfg, N = v3.config, v3.numel
+    m = cfg.mantissa_bits
+    n, k = superblock_sizes(N, cfg)
+    idx = np.arange(N, dtype=np.int64)
+    sb, ch = idx // cfg.group_size, idx // cfg.chunk_values
+    book = v3.spec_book
+    groups = _groups(v3, "spec.codes", per_chunk(n, cfg), book)
+    kept = (groups != book.group_table()[PRUNED]) if PRUNED in book.symbols else np.ones(N, dtype=bool)
+    nk = np.bincount(sb[kept], minlength=v3.nsb)
+    bad = np.flatnonzero(nk != k)
+    if len(bad):
+        raise FormatError(f"spec.codes: superblock {int(bad[0])} keeps {int(nk[bad[0]])} values, config says "
+                          f"{int(k[bad[0]])}")
+    gk = groups[kept]
+    pw = _prefix_bits(book, gk)
+    f = _fields_of(v3, "spec.signman", ch[kept], pw + 1 + m)
+    sm = f >> pw
+    expo = _symbols(book, gk, f & ((1 << pw) - 1))
+    out = np.zeros(N, dtype=np.int64)
+    out[kept] = ((sm >> m) << 15) | (expo << 7) | ((sm & ((1 << m) - 1)) << (7 - m))
+    if full:
+        vbook = v3.verif_book
+        gv = _groups(v3, "verif.codes", per_chunk(n - k, cfg), vbook) if (~kept).any() else np.zeros(0, np.int64)
+        widths = np.where(kept, 7 - m, 8)
+        vw = np.zeros(N, dtype=np.int64)
+        if len(gv):
+            vw[~kept] = _prefix_bits(vbook, gv)
+        rest = _fields_of(v3, "verif.rest", ch, widths + vw)
+        body = rest >> vw
+        out[kept] |= body[kept]
+        if len(gv):
+            e = _symbols(vbook, gv, rest[~kept] & ((1 << vw[~kept]) - 1))
+            pb = body[~kept]
+            out[~kept] = ((pb >> 7) << 15) | (e << 7) | (pb & 0x7F)
+    return out.astype(np.uint16).reshape(v3.shape)

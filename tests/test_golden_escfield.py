@@ -70,3 +70,39 @@ def test_every_bf16_pattern(keep):
         assert escfield.escapes_per_chunk(v3, code).sum() > 0 or (code == "verif.codes" and keep == 1.0)
         assert np.array_equal(escfield.field_offsets(v3, field), plane_offsets(v3, field))
     assert v3.spec_nbytes + v3.verif_nbytes == std.spec_nbytes + std.verif_nbytes
+
+
+def test_golden_decode_equals_format_2():
+    """escfield.decode (unpaired field planes located without an index) gives format 2.0's draft and the
+    original bits, on random configurations, data kinds and books with escapes."""
+    from cassandra_rtl.golden.codec import decode_draft, decode_full
+
+    for bits, cfg in _cases(seed=12, n=30):
+        std, v3 = escfield.encode(bits, cfg)
+        assert np.array_equal(escfield.decode(v3, False), decode_draft(std)), cfg
+        assert np.array_equal(escfield.decode(v3, True).reshape(-1), np.asarray(bits).reshape(-1)), cfg
+
+
+def _with_plane(v3, plane, data):
+    import dataclasses
+    return dataclasses.replace(v3, planes={**v3.planes, plane: bytes(data)})
+
+
+def test_malformed_planes_are_refused():
+    from cassandra_rtl.errors import FormatError
+
+    cfg = CodecConfig(group_size=64, mantissa_bits=3, keep_ratio=0.5, chunk_superblocks=4, pair_codes=False)
+    bits = D.weights_like(np.random.default_rng(4), 64 * 8)
+    _, v3 = escfield.encode(bits, cfg)
+    escfield.decode(v3, True)                            # well formed
+    sm = bytearray(v3.planes["spec.signman"])
+    with pytest.raises(FormatError, match="spec.signman"):         # one byte short: its code plane says more
+        escfield.decode(_with_plane(v3, "spec.signman", sm[:-1]), False)
+    codes = bytearray(v3.planes["spec.codes"])
+    codes[-1] |= 0x80                                    # a one in the last chunk's padding: one code too many
+    with pytest.raises(FormatError, match="spec.codes"):
+        escfield.decode(_with_plane(v3, "spec.codes", codes), False)
+    codes = bytearray(v3.planes["spec.codes"])
+    codes[0:3] = b"\x00\x00\x00"                          # a zero run longer than Q at the first chunk's start
+    with pytest.raises(FormatError, match="spec.codes"):
+        escfield.decode(_with_plane(v3, "spec.codes", codes), False)
