@@ -51,10 +51,16 @@ def escapes_per_chunk(v3: EncodedTensor, code_plane: str) -> np.ndarray:
     """Escapes (codes of group ``Q``: ``Q`` zeros, then a one) in every chunk of a code plane, found from the
     plane's bytes and chunk offsets alone: every code ends at a one, padding is zeros."""
     book = v3.spec_book if code_plane == "spec.codes" else v3.verif_book
+    if book is None:
+        return np.zeros(v3.nchunks, dtype=np.int64)
+    _, runs, chunk, _ = _code_runs(v3, code_plane)
+    return np.bincount(chunk[runs == book.Q], minlength=v3.nchunks).astype(np.int64)
+
+
+def _code_runs(v3: EncodedTensor, code_plane: str):
+    """Every code of a code plane, in order, from its bytes and chunk offsets: (stream position of the one that
+    ends it, its zero run = its group, its chunk, the chunks' start bits)."""
     off = plane_offsets(v3, code_plane)
-    nch = v3.nchunks
-    if book is None or off[-1] == 0:
-        return np.zeros(nch, dtype=np.int64)
     bits = np.unpackbits(np.frombuffer(bytes(v3.planes[code_plane]), dtype=np.uint8), bitorder="little")
     ones = np.flatnonzero(bits)
     start = 8 * off[:-1]
@@ -62,7 +68,7 @@ def escapes_per_chunk(v3: EncodedTensor, code_plane: str) -> np.ndarray:
     first = np.ones(len(ones), dtype=bool)
     first[1:] = chunk[1:] != chunk[:-1]
     prev = np.where(first, start[chunk], np.concatenate(([0], ones[:-1] + 1)))
-    return np.bincount(chunk[ones - prev == book.Q], minlength=nch).astype(np.int64)
+    return ones, ones - prev, chunk, start
 
 
 def field_offsets(v3: EncodedTensor, field_plane: str) -> np.ndarray:
@@ -130,15 +136,7 @@ def _groups(v3: EncodedTensor, plane: str, counts: np.ndarray, book) -> np.ndarr
     """The group ``q`` of every code of a code plane, in order (``Q``: an escape). Every code ends at a one:
     the codes are the ones, their groups the zero runs before them; a chunk holds exactly its ``counts``
     codes, no run is longer than ``Q`` and the chunk is ``ceil(bits / 8)`` bytes."""
-    off = plane_offsets(v3, plane)
-    bits = np.unpackbits(np.frombuffer(bytes(v3.planes[plane]), dtype=np.uint8), bitorder="little")
-    ones = np.flatnonzero(bits)
-    start = 8 * off[:-1]
-    chunk = np.searchsorted(start, ones, side="right") - 1
-    first = np.ones(len(ones), dtype=bool)
-    first[1:] = chunk[1:] != chunk[:-1]
-    prev = np.where(first, start[chunk], np.concatenate(([0], ones[:-1] + 1)))
-    runs = ones - prev
+    ones, runs, chunk, start = _code_runs(v3, plane)
     nones = np.bincount(chunk, minlength=v3.nchunks)
     bad = np.flatnonzero(nones != counts)
     if len(bad):
@@ -148,7 +146,7 @@ def _groups(v3: EncodedTensor, plane: str, counts: np.ndarray, book) -> np.ndarr
         raise FormatError(f"{plane}: a zero run of {int(runs.max())} is longer than Q = {book.Q}")
     used = np.zeros(v3.nchunks, dtype=np.int64)
     used[chunk] = ones + 1 - start[chunk]
-    bitpack.check_chunk_lengths(off, used, plane)
+    bitpack.check_chunk_lengths(plane_offsets(v3, plane), used, plane)
     return runs
 
 
