@@ -8,7 +8,7 @@
     python bench/golden_bench.py --accounting --chunk-superblocks 8 --pairs    # the same for format 2.0 features
     python bench/golden_bench.py --totals [--tensors layers:0,10,20,29 | all | synthetic]
                                   # total bits/value, C1 and C2 x keep 1.0/0.5/0.3, v1 policy vs 2.0 policy
-    python bench/golden_bench.py --layouts [--tensors ...]   # C1: format 2.0 vs decoder v3's escape-in-field
+    python bench/golden_bench.py --layouts [--scheme c2] [--tensors ...]   # format 2.0 vs the escape-in-field layout
 
 ``--tensors`` (accounting and totals): ``all`` (the 210 linear weights, default), ``layers:0,10,20,29`` (the
 layers bench/peers.py uses) or ``synthetic`` (bench/peers.py's held-out-style tensors). Accounting and totals
@@ -137,7 +137,7 @@ def accounting(args) -> dict:
     m = args.mantissa_bits
     rows: dict[float, dict] = {}
     for keep in keeps:
-        cfg = CodecConfig(scheme="c1", keep_ratio=keep, mantissa_bits=m, group_size=args.group_size,
+        cfg = CodecConfig(scheme=args.scheme, keep_ratio=keep, mantissa_bits=m, group_size=args.group_size,
                           chunk_superblocks=args.chunk_superblocks, pair_codes=args.pairs)
         acc: dict[str, float] = {}
 
@@ -236,9 +236,9 @@ def totals(args) -> dict:
 
 
 def layouts(args) -> dict:
-    """C1 total and speculation bits/value at keep 1.0 / 0.5 / 0.3, format 2.0 (the golden policy) against the
-    escape-in-field layout decoder v3 reads (golden/escfield.py): an escape's 8 raw bits moved from its code
-    to its companion field. Checked per tensor: the format 2.0 round trip, every chunk of each (code, field)
+    """Total and speculation bits/value (``--scheme``, default C1) at keep 1.0 / 0.5 / 0.3, format 2.0 (the
+    golden policy) against the escape-in-field layout (golden/escfield.py; decoder v3 reads C1's): an escape's
+    8 raw bits moved from its code to its companion field. Checked per tensor: the format 2.0 round trip, every chunk of each (code, field)
     plane pair keeps its bytes, and a field plane without an index is sized from its code plane
     (``escfield.field_offsets`` == the encoder's offsets)."""
     from cassandra_rtl.golden import escfield
@@ -248,14 +248,16 @@ def layouts(args) -> dict:
     values = sum(b.size for _, b in tensors)
     out = {}
     for keep in (1.0, 0.5, 0.3):
-        cfg = CodecConfig(scheme="c1", keep_ratio=keep, mantissa_bits=args.mantissa_bits, group_size=args.group_size,
+        cfg = CodecConfig(scheme=args.scheme, keep_ratio=keep, mantissa_bits=args.mantissa_bits, group_size=args.group_size,
                           chunk_superblocks=args.chunk_superblocks, pair_codes=args.pairs)
-        acc = {k: 0 for k in ("v2", "v2 spec", "esc", "esc spec", "sized field planes")}
-        for name, bits in progress(tensors, desc=f"c1 keep {keep}", unit="tensor"):
+        acc = {k: 0 for k in ("v2", "v2 spec", "esc", "esc spec", "sized field planes", "field planes")}
+        for name, bits in progress(tensors, desc=f"{args.scheme} keep {keep}", unit="tensor"):
             std, v3 = escfield.encode(bits, cfg)
             if not np.array_equal(decode_full(std), bits):
                 sys.exit(f"round trip failed on {name} (keep {keep})")
-            for code, field in (("spec.codes", "spec.signman"), ("verif.codes", "verif.rest")):
+            for field, code in escfield.FIELD_OF.items():
+                if code not in std.planes:
+                    continue
                 a = [len(x) + len(y) for x, y in zip(plane_chunks(std, code), plane_chunks(std, field))]
                 b = [len(x) + len(y) for x, y in zip(plane_chunks(v3, code), plane_chunks(v3, field))]
                 if a != b:
@@ -264,17 +266,20 @@ def layouts(args) -> dict:
             acc["v2 spec"] += std.spec_nbytes
             acc["esc"] += v3.spec_nbytes + v3.verif_nbytes
             acc["esc spec"] += v3.spec_nbytes
-            for f in ("spec.signman", "verif.rest"):
-                if not std.has_index(f):
+            acc["field planes"] += sum(f in std.planes for f in escfield.FIELD_OF)
+            for f in escfield.FIELD_OF:
+                if f in std.planes and not std.has_index(f):
                     if not np.array_equal(escfield.field_offsets(v3, f), plane_offsets(v3, f)):
                         sys.exit(f"{name} (keep {keep}): {f}'s chunk sizes do not follow from its code plane")
                     acc["sized field planes"] += 1
         out[f"keep {keep}"] = {"format 2.0 total": 8 * acc["v2"] / values, "format 2.0 speculation": 8 * acc["v2 spec"] / values,
                                "escape-in-field total": 8 * acc["esc"] / values,
                                "escape-in-field speculation": 8 * acc["esc spec"] / values,
-                               "field planes sized from their code planes": acc["sized field planes"]}
-    cmd = "python bench/golden_bench.py --layouts" + (f" --tensors {args.tensors}" if args.tensors != "all" else "")
-    return {"command": cmd, "group_size": args.group_size, "mantissa_bits": args.mantissa_bits,
+                               "field planes sized from their code planes": acc["sized field planes"],
+                               "field planes": acc["field planes"]}
+    cmd = "python bench/golden_bench.py --layouts" + (f" --scheme {args.scheme}" if args.scheme != "c1" else "") + (
+        f" --tensors {args.tensors}" if args.tensors != "all" else "")
+    return {"command": cmd, "scheme": args.scheme, "group_size": args.group_size, "mantissa_bits": args.mantissa_bits,
             "chunk_superblocks": args.chunk_superblocks, "pair_codes": args.pairs, "values": values,
             "tensors": len(tensors), "bits_per_value": out}
 
@@ -286,7 +291,7 @@ def layouts_table(r: dict) -> str:
         d = v["escape-in-field total"] - v["format 2.0 total"]
         lines.append(f"| {k.split()[1]} | {v['format 2.0 total']:.3f} | {v['escape-in-field total']:.3f} | {d:+.4f} | "
                      f"{v['format 2.0 speculation']:.3f} | {v['escape-in-field speculation']:.3f} | "
-                     f"{v['field planes sized from their code planes']} of {2 * r['tensors']} |")
+                     f"{v['field planes sized from their code planes']} of {v['field planes']} |")
     return "\n".join(lines)
 
 
@@ -328,7 +333,7 @@ def main() -> None:
                     help="pair groups in the golden books (format 2.0; default: the format's policy, on)")
     ap.add_argument("--totals", action="store_true", help="total bits/value, v1.0 vs the 2.0 policy")
     ap.add_argument("--layouts", action="store_true",
-                    help="C1 bits/value, format 2.0 vs the escape-in-field layout of decoder v3")
+                    help="bits/value, format 2.0 vs the escape-in-field layout (decoder v3's)")
     ap.add_argument("--tensors", type=tensor_set, default="all", help="all | layers:0,10,20,29 | synthetic")
     ap.add_argument("--impl", default="both", choices=["native", "numpy", "both"])
     ap.add_argument("--json", action="store_true")

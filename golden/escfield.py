@@ -1,13 +1,14 @@
-"""Cassandra-1 with escape payloads in the companion field: the plane layout read by decoder v3
-(hw/decoder_c1_v3.py), proposed as a format revision (docs/datasheets/decoder_c1_v3.md).
+"""Escape payloads in the companion field: the plane layout read by decoder v3 (hw/decoder_c1_v3.py),
+proposed as a format revision (docs/datasheets/decoder_c1_v3.md, docs/FORMAT.md section 9.1).
 
 Everything is format 2.0 (FORMAT.md) except where an escaped symbol's 8 raw bits live:
 
 * the code plane holds the escape as ``Q`` zeros and a one (``Q + 1`` bits), like any other group code,
   so every code of a chunk ends at a one and a decoder finds all code boundaries from the ones alone;
-* the raw symbol moves to the front of the value's companion field: a kept value's ``spec.signman``
-  field is ``[e (8 bits)][(s << m) | (f >> (7 - m))]`` (``8 + 1 + m`` bits, no suffix bit: an escape is
-  never in a pair group), a pruned value's ``verif.rest`` field is ``[e][(s << 7) | f]`` (16 bits).
+* the raw symbol moves to the front of the value's companion field (no suffix bit: an escape is never in a
+  pair group). C1: a kept value's ``spec.signman`` field is ``[e (8 bits)][(s << m) | (f >> (7 - m))]``, a
+  pruned value's ``verif.rest`` field ``[e][(s << 7) | f]``. C2: a draft-zero value's ``verif.rest`` field
+  is ``[delta (8 bits)][(s << 7) | f]``; ``spec.mx`` is format 2.0's.
 
 The pruned mark ``P`` is never escaped (format 2.0), so every escape has a companion field to hold its
 payload. The stream has exactly as many bytes as format 2.0's, indexes included: an escape moves one byte
@@ -23,10 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import bitpack
-from .codec import (EncodedTensor, _fields, check_bits, encode_tensor, fixed_superblock_bits, has_index, keep_mask,
-                    per_chunk, plane_offsets, superblock_sizes)
-from .config import ESCAPE_PAYLOAD_BITS, PRUNED, CodecConfig
-from ..errors import ConfigError, FormatError
+from .codec import (EncodedTensor, _decode_c2_spec, _fields, c2_draft_fields, check_bits, encode_tensor,
+                    fixed_superblock_bits, has_index, keep_mask, per_chunk, plane_offsets, superblock_sizes)
+from .config import ESCAPE_PAYLOAD_BITS, MX_BLOCK, PRUNED, CodecConfig
+from ..errors import FormatError
 
 PLANES = ("spec.codes", "spec.signman", "verif.codes", "verif.rest")
 FIELD_OF = {"spec.signman": "spec.codes", "verif.rest": "verif.codes"}     # field plane -> its code plane
@@ -85,8 +86,6 @@ def encode(bits, cfg: CodecConfig, salience=None, books=None) -> tuple[EncodedTe
     """The format 2.0 encoding of ``bits`` (books, keep mask, reference values) and the same tensor in the
     escape-in-field layout (what decoder v3 reads). ``books``: fixed (spec_book, verif_book), as for
     ``encode_tensor``."""
-    if cfg.scheme != "c1":
-        raise ConfigError("the escape-in-field layout is defined for Cassandra-1 only")
     enc = encode_tensor(bits, cfg, salience, books=books, impl="numpy")
     flat = check_bits(bits).reshape(-1)
     N = len(flat)
@@ -105,6 +104,20 @@ def encode(bits, cfg: CodecConfig, salience=None, books=None) -> tuple[EncodedTe
         tw = np.where(esc, ESCAPE_PAYLOAD_BITS, book.pair_bits()[groups])
         return np.where(esc, symbols & 0xFF, t), tw           # the field's prefix and its width
 
+    if cfg.scheme == "c2":
+        # spec.mx as format 2.0; a draft-zero value's delta code escapes into the front of its verif.rest field
+        planes["spec.mx"], offsets["spec.mx"] = enc.planes["spec.mx"], plane_offsets(enc, "spec.mx")
+        X = np.maximum.reduceat(e, np.arange(0, N, MX_BLOCK)) if N else np.zeros(0, np.int64)
+        Xv = X[np.arange(N) // MX_BLOCK]
+        c, elem = c2_draft_fields(e, mant, Xv, m)
+        dz = ~kept | (elem == 0)
+        pre, pw = codes("verif.codes", (Xv - e)[dz], ch[dz], enc.verif_book)
+        rest_w = np.where(dz, 8, 7 - np.clip(c, 0, 7))
+        rest_v = np.where(dz, (sign << 7) | mant, mant & ((1 << rest_w) - 1))
+        rest_w[dz] += pw
+        rest_v[dz] = pre | (rest_v[dz] << pw)
+        planes["verif.rest"], offsets["verif.rest"] = bitpack.pack_chunks(ch, rest_w, rest_v, nch)
+        return enc, EscFieldTensor(enc.shape, cfg, enc.spec_book, enc.verif_book, planes, offsets)
     sym = np.where(kept, e, PRUNED)
     pre, pw = codes("spec.codes", sym, ch, enc.spec_book)
     pre, pw = pre[kept], pw[kept]
@@ -170,9 +183,12 @@ def _prefix_bits(book, groups: np.ndarray) -> np.ndarray:
 
 
 def decode(v3: EncodedTensor, full: bool) -> np.ndarray:
-    """The golden decode of a tensor in the escape-in-field layout: the draft values, or with ``full`` the
-    original bf16 bits (uint16, the tensor's shape). Unpaired field planes are located without an index."""
+    """The golden decode of a tensor in the escape-in-field layout (C1 or C2): the draft values, or with
+    ``full`` the original bf16 bits (uint16, the tensor's shape). Unpaired field planes are located without
+    an index."""
     cfg, N = v3.config, v3.numel
+    if cfg.scheme == "c2":
+        return _decode_c2(v3, full)
     m = cfg.mantissa_bits
     n, k = superblock_sizes(N, cfg)
     idx = np.arange(N, dtype=np.int64)
@@ -206,4 +222,25 @@ def decode(v3: EncodedTensor, full: bool) -> np.ndarray:
             e = _symbols(vbook, gv, rest[~kept] & ((1 << vw[~kept]) - 1))
             pb = body[~kept]
             out[~kept] = ((pb >> 7) << 15) | (e << 7) | (pb & 0x7F)
+    return out.astype(np.uint16).reshape(v3.shape)
+
+
+def _decode_c2(v3: EncodedTensor, full: bool) -> np.ndarray:
+    """Cassandra-2: spec.mx as format 2.0; a draft-zero value's exponent is X - delta, delta from its code and
+    the prefix of its verif.rest field (an escape's 8 raw bits, a pair's suffix bit)."""
+    draft, _, top, Xv, c, _, ch = _decode_c2_spec(v3)
+    if not full:
+        return draft.astype(np.uint16).reshape(v3.shape)
+    book = v3.verif_book
+    low = ~top
+    groups = _groups(v3, "verif.codes", np.bincount(ch[low], minlength=v3.nchunks), book)
+    pw = np.zeros(v3.numel, dtype=np.int64)
+    pw[low] = _prefix_bits(book, groups)
+    rest = _fields_of(v3, "verif.rest", ch, np.where(top, 7 - np.clip(c, 0, 7), 8) + pw)
+    body = rest >> pw
+    e = Xv[low] - _symbols(book, groups, rest[low] & ((1 << pw[low]) - 1))
+    if np.any(e < 0):
+        raise FormatError("verif.codes: an exponent delta exceeds its block's shared exponent")
+    out = np.where(top, draft | body, 0)
+    out[low] = ((body[low] >> 7) << 15) | (e << 7) | (body[low] & 0x7F)
     return out.astype(np.uint16).reshape(v3.shape)

@@ -106,3 +106,36 @@ def test_malformed_planes_are_refused():
     codes[0:3] = b"\x00\x00\x00"                          # a zero run longer than Q at the first chunk's start
     with pytest.raises(FormatError, match="spec.codes"):
         escfield.decode(_with_plane(v3, "spec.codes", codes), False)
+
+
+def test_c2_same_bytes_and_golden_decode():
+    """C2: a draft-zero value's delta escapes into the front of its verif.rest field; spec.mx is format 2.0's.
+    Same bytes chunk by chunk, the escapes counted from the code plane match the values', and the golden
+    decode gives format 2.0's draft and the original bits."""
+    from cassandra_rtl.golden.codec import c2_draft_fields, decode_draft
+    from cassandra_rtl.golden.config import MX_BLOCK
+
+    rng = np.random.default_rng(13)
+    escapes = 0
+    for _ in range(30):
+        cfg = D.random_c2_config(rng)
+        bits = D.random_c2_tensor(rng, D.random_numel(rng, cfg.group_size, 12))
+        std, v3 = escfield.encode(bits, cfg)
+        assert v3.planes["spec.mx"] == std.planes["spec.mx"]
+        a = [len(x) + len(y) for x, y in zip(plane_chunks(std, "verif.codes"), plane_chunks(std, "verif.rest"))]
+        b = [len(x) + len(y) for x, y in zip(plane_chunks(v3, "verif.codes"), plane_chunks(v3, "verif.rest"))]
+        assert a == b and (v3.spec_nbytes, v3.verif_nbytes) == (std.spec_nbytes, std.verif_nbytes), cfg
+        flat = np.asarray(bits, dtype=np.uint16).reshape(-1)
+        kept = keep_mask(flat, cfg)
+        _, e, mant = _fields(flat)
+        X = np.maximum.reduceat(e, np.arange(0, len(flat), MX_BLOCK))[np.arange(len(flat)) // MX_BLOCK]
+        dz = ~kept | (c2_draft_fields(e, mant, X, cfg.mantissa_bits)[1] == 0)
+        book = std.verif_book
+        want = np.bincount((np.arange(len(flat)) // cfg.chunk_values)[dz & (book.group_table()[X - e] == book.Q)],
+                           minlength=std.nchunks)
+        got = escfield.escapes_per_chunk(v3, "verif.codes")
+        assert np.array_equal(got, want), cfg
+        escapes += int(got.sum())
+        assert np.array_equal(escfield.decode(v3, False), decode_draft(std)), cfg
+        assert np.array_equal(escfield.decode(v3, True).reshape(-1), flat), cfg
+    assert escapes > 100

@@ -46,7 +46,7 @@ def framed(enc: EncodedTensor, layout: str = FORMAT_2) -> EncodedTensor:
     from cassandra_rtl.golden.config import PRUNED
 
     if enc.config.scheme != "c1":
-        raise ValueError("the escape-in-field layout is defined for Cassandra-1 tensors only")
+        raise ValueError("only Cassandra-1 tensors are framed in the escape-in-field layout (decoder v3)")
     kept = _decode_c1_spec(enc)[2] != PRUNED          # the tensor's own keep mask (magnitude or salience)
     std, v3 = escfield.encode(decode_full(enc), enc.config, salience=kept.astype(np.float64),
                               books=(enc.spec_book, enc.verif_book))
