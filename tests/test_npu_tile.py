@@ -58,10 +58,11 @@ CLUSTER_V3 = npu.TileParams(data_bytes=8, instances=2, decoder="decoder_c1v3_l8_
                             burst=8, fifo_depth=32, max_outstanding=8)
 
 
+@pytest.mark.slow
 def test_v3_cluster_with_shared_tensor_registers():
     """The tile with the v3 cluster: the tensors in memory in the cores' escape-in-field layout, the books and
     tensor registers written once into the shared register file, NUMEL per core; every pass kind bit-exact,
-    as on the v2 cluster."""
+    as on the v2 cluster (`-m slow`: its Verilator build takes about two minutes)."""
     if not npu.available():
         pytest.skip("Verilator not available")
     check_every_pass_kind(CLUSTER_V3)
