@@ -19,7 +19,6 @@ from ..cli import CliError
 TILE_DECODERS = ("decoder_c1v2_l8_v4", "decoder_c1v3_l8", "decoder_c1v3_l8_core")
 
 
-
 def _ordered(container):
     """The linear tensors in layer order (``blk.N.`` / ``layers.N.``), the others (embedding / LM head) last."""
     from ..tb.npu.bulk import linear_tensors
