@@ -59,6 +59,7 @@ def test_framed_layouts():
     unknown layout is refused; a keep mask chosen by salience is kept."""
     from cassandra_rtl.golden import escfield
     from cassandra_rtl.golden.codec import encode_tensor
+    from cassandra_rtl.golden.config import PRUNED
 
     rng = np.random.default_rng(3)
     bits = D.uniform_bits(rng, 3 * 128 + 17)           # uniform patterns: escapes in both code planes
@@ -74,6 +75,10 @@ def test_framed_layouts():
     assert F.escape_code_bits(5) == 14 and F.escape_code_bits(5, F.ESCAPE_IN_FIELD) == 6
     with pytest.raises(ValueError, match="unknown plane layout"):
         F.framed(enc, "format 3.0")
+    # a pruning config whose tensor prunes nothing (one short superblock keeps all): its book has no P
+    few = D.encode(bits[:5], CodecConfig(group_size=128, mantissa_bits=3, keep_count=127))
+    assert few.config.prunes and PRUNED not in few.spec_book.symbols
+    assert np.array_equal(escfield.decode(F.framed(few, F.ESCAPE_IN_FIELD), True).reshape(-1), bits[:5])
     sal = rng.random(len(bits))
     salient = F.framed(encode_tensor(bits, enc.config, salience=sal), F.ESCAPE_IN_FIELD)
     assert salient.planes == escfield.encode(bits, enc.config, salience=sal)[1].planes
