@@ -531,10 +531,12 @@ def _plane_offsets(enc: EncodedTensor, name: str) -> np.ndarray:
     return off
 
 
-def _read_plane(enc: EncodedTensor, name: str, seg: np.ndarray, widths: np.ndarray) -> np.ndarray:
+def _read_plane(enc: EncodedTensor, name: str, seg: np.ndarray, widths: np.ndarray,
+                off: np.ndarray | None = None) -> np.ndarray:
     """The fields of plane ``name`` in stream order (chunk ``seg`` of each, non-decreasing), after checking
-    that every chunk is exactly ``ceil(bits / 8)`` bytes with zero padding (FORMAT.md §5)."""
-    off = _plane_offsets(enc, name)
+    that every chunk is exactly ``ceil(bits / 8)`` bytes with zero padding (FORMAT.md §5). ``off``: the
+    chunk offsets when the reader finds them otherwise than ``plane_offsets`` (golden/escfield.py)."""
+    off = _plane_offsets(enc, name) if off is None else off
     nch = enc.nchunks
     widths = np.asarray(widths, dtype=np.int64)
     within, seg_bits = bitpack.segment_offsets(seg, widths, nch)

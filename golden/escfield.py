@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import bitpack
-from .codec import (EncodedTensor, _decode_c2_spec, _fields, c2_draft_fields, check_bits, encode_tensor,
+from .codec import (EncodedTensor, _decode_c2_spec, _fields, _read_plane, c2_draft_fields, check_bits, encode_tensor,
                     fixed_superblock_bits, has_index, keep_mask, per_chunk, plane_offsets, superblock_sizes)
 from .config import ESCAPE_PAYLOAD_BITS, MX_BLOCK, PRUNED, CodecConfig
 from ..errors import FormatError
@@ -164,12 +164,7 @@ def _groups(v3: EncodedTensor, plane: str, counts: np.ndarray, book) -> np.ndarr
 
 
 def _fields_of(v3: EncodedTensor, plane: str, seg: np.ndarray, widths: np.ndarray) -> np.ndarray:
-    off = _chunk_offsets(v3, plane)
-    within, seg_bits = bitpack.segment_offsets(seg, widths, v3.nchunks)
-    bitpack.check_chunk_lengths(off, seg_bits, plane)
-    words = bitpack.words_of(bytes(v3.planes[plane]))
-    bitpack.check_zero_padding(words, off[:-1], seg_bits, plane, np.arange(v3.nchunks))
-    return bitpack.read_fields(words, off[:-1][seg] * 8 + within, widths).astype(np.int64)
+    return _read_plane(v3, plane, seg, widths, off=_chunk_offsets(v3, plane))
 
 
 def _symbols(book, groups: np.ndarray, prefix: np.ndarray) -> np.ndarray:
@@ -208,39 +203,39 @@ def decode(v3: EncodedTensor, full: bool) -> np.ndarray:
     expo = _symbols(book, gk, f & ((1 << pw) - 1))
     out = np.zeros(N, dtype=np.int64)
     out[kept] = ((sm >> m) << 15) | (expo << 7) | ((sm & ((1 << m) - 1)) << (7 - m))
-    if full:
-        vbook = v3.verif_book
-        gv = _groups(v3, "verif.codes", per_chunk(n - k, cfg), vbook) if (~kept).any() else np.zeros(0, np.int64)
-        widths = np.where(kept, 7 - m, 8)
-        vw = np.zeros(N, dtype=np.int64)
-        if len(gv):
-            vw[~kept] = _prefix_bits(vbook, gv)
-        rest = _fields_of(v3, "verif.rest", ch, widths + vw)
-        body = rest >> vw
-        out[kept] |= body[kept]
-        if len(gv):
-            e = _symbols(vbook, gv, rest[~kept] & ((1 << vw[~kept]) - 1))
-            pb = body[~kept]
-            out[~kept] = ((pb >> 7) << 15) | (e << 7) | (pb & 0x7F)
-    return out.astype(np.uint16).reshape(v3.shape)
+    if not full:
+        return out.astype(np.uint16).reshape(v3.shape)
+    return _decode_verif(v3, out, kept, ch, np.where(kept, 7 - m, 8), per_chunk(n - k, cfg), lambda sym, low: sym)
 
 
 def _decode_c2(v3: EncodedTensor, full: bool) -> np.ndarray:
-    """Cassandra-2: spec.mx as format 2.0; a draft-zero value's exponent is X - delta, delta from its code and
-    the prefix of its verif.rest field (an escape's 8 raw bits, a pair's suffix bit)."""
+    """Cassandra-2: spec.mx as format 2.0; a draft-zero value's exponent is X - delta."""
     draft, _, top, Xv, c, _, ch = _decode_c2_spec(v3)
     if not full:
         return draft.astype(np.uint16).reshape(v3.shape)
-    book = v3.verif_book
-    low = ~top
-    groups = _groups(v3, "verif.codes", np.bincount(ch[low], minlength=v3.nchunks), book)
+
+    def exponent(delta, low):
+        e = Xv[low] - delta
+        if np.any(e < 0):
+            raise FormatError("verif.codes: an exponent delta exceeds its block's shared exponent")
+        return e
+    return _decode_verif(v3, draft, top, ch, np.where(top, 7 - np.clip(c, 0, 7), 8),
+                         np.bincount(ch[~top], minlength=v3.nchunks), exponent)
+
+
+def _decode_verif(v3: EncodedTensor, draft: np.ndarray, top: np.ndarray, ch: np.ndarray, widths: np.ndarray,
+                  counts: np.ndarray, exponent) -> np.ndarray:
+    """The exact values from the draft and the verification planes (both schemes, as codec.decode_full): a
+    value whose top bits the draft holds (``top``) gets its low mantissa bits from verif.rest; any other gets
+    its exponent ``exponent(symbol, low)`` from its code and its field's prefix (an escape's 8 raw bits, a
+    pair's suffix bit), its sign and mantissa from the rest of the field."""
+    book, low = v3.verif_book, ~top
+    groups = _groups(v3, "verif.codes", counts, book)
     pw = np.zeros(v3.numel, dtype=np.int64)
     pw[low] = _prefix_bits(book, groups)
-    rest = _fields_of(v3, "verif.rest", ch, np.where(top, 7 - np.clip(c, 0, 7), 8) + pw)
+    rest = _fields_of(v3, "verif.rest", ch, widths + pw)
     body = rest >> pw
-    e = Xv[low] - _symbols(book, groups, rest[low] & ((1 << pw[low]) - 1))
-    if np.any(e < 0):
-        raise FormatError("verif.codes: an exponent delta exceeds its block's shared exponent")
+    e = exponent(_symbols(book, groups, rest[low] & ((1 << pw[low]) - 1)), low)
     out = np.where(top, draft | body, 0)
     out[low] = ((body[low] >> 7) << 15) | (e << 7) | (body[low] & 0x7F)
     return out.astype(np.uint16).reshape(v3.shape)
