@@ -156,3 +156,26 @@ def test_f32_to_bf16_rne():
     got = D.f32_to_bf16(x)
     assert got[:5].tolist() == [0x3F80, 0x3F80, 0x3F82, 0xC020, 0x7F80]
     assert (got[5] & 0x7F80) == 0x7F80 and (got[5] & 0x7F)
+
+
+def test_bursty_pacer_idle_runs_fit_the_hang_budgets():
+    """A bursty source's idle runs are bounded (MAX_OFF_RUN) below the smallest hang budget a bench gives
+    a queued register write (100 + 40 cycles), yet still reach the 16+ cycle bin; every other profile
+    is memoryless with p(idle) <= 0.8, so a 140-cycle idle run has probability 0.8**140."""
+    import random
+
+    from cassandra_rtl.tb.common.stream import MAX_OFF_RUN, Pacer
+
+    assert MAX_OFF_RUN < 100 + 40
+    longest, long_runs = 0, 0
+    for seed in range(20):
+        p, run = Pacer(random.Random(seed), "bursty"), 0
+        for _ in range(20_000):
+            if p.active():
+                long_runs += run >= 16
+                run = 0
+            else:
+                run += 1
+                longest = max(longest, run)
+    assert longest == MAX_OFF_RUN         # the cap is reached (runs of mean 40 are common enough) ...
+    assert long_runs > 100                # ... and idle runs of 16+ cycles stay frequent

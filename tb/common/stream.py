@@ -24,6 +24,9 @@ from cocotb.triggers import ReadOnly, RisingEdge
 PROFILES = ("full", "light", "random", "heavy", "bursty")
 
 
+MAX_OFF_RUN = 96     # cycles: the longest idle run a bursty pacer makes
+
+
 class Pacer:
     def __init__(self, rng: random.Random, profile: str = "random"):
         if profile not in PROFILES:
@@ -41,11 +44,14 @@ class Pacer:
             return self.rng.random() >= 0.5
         if p == "heavy":
             return self.rng.random() >= 0.8
-        # bursty: alternating on/off runs of geometric length (mean 8 on, 6 off, sometimes 40 off)
+        # bursty: alternating on/off runs of geometric length (mean 8 on, 6 off, sometimes 40 off); an off
+        # run is capped at MAX_OFF_RUN cycles, inside every hang budget (a register write gets 140 cycles)
         if self._run <= 0:
             self._on = not self._on
             mean = 8 if self._on else (40 if self.rng.random() < 0.1 else 6)
             self._run = 1 + int(self.rng.expovariate(1.0 / mean))
+            if not self._on:
+                self._run = min(self._run, MAX_OFF_RUN)
         self._run -= 1
         return self._on
 
