@@ -238,9 +238,10 @@ def totals(args) -> dict:
 def layouts(args) -> dict:
     """Total and speculation bits/value (``--scheme``, default C1) at keep 1.0 / 0.5 / 0.3, format 2.0 (the
     golden policy) against the escape-in-field layout (golden/escfield.py; decoder v3 reads C1's): an escape's
-    8 raw bits moved from its code to its companion field. Checked per tensor: the format 2.0 round trip, every chunk of each (code, field)
+    8 raw bits moved from its code to its companion field (C2: and spec.mx block by block). Checked per tensor: the format 2.0 round trip, every chunk of each (code, field)
     plane pair keeps its bytes, and a field plane without an index is sized from its code plane
-    (``escfield.field_offsets`` == the encoder's offsets)."""
+    (``escfield.field_offsets`` == the encoder's offsets); C2: spec.mx keeps every chunk's bytes and the layout's
+    golden decode gives format 2.0's draft and the original bits."""
     from cassandra_rtl.golden import escfield
     from cassandra_rtl.golden.codec import plane_chunks, plane_offsets
 
@@ -262,6 +263,12 @@ def layouts(args) -> dict:
                 b = [len(x) + len(y) for x, y in zip(plane_chunks(v3, code), plane_chunks(v3, field))]
                 if a != b:
                     sys.exit(f"{name} (keep {keep}): the {code} / {field} chunks do not keep their bytes")
+            if args.scheme == "c2":                       # spec.mx block by block: format 2.0's chunk sizes, its values
+                if [len(x) for x in plane_chunks(v3, "spec.mx")] != [len(x) for x in plane_chunks(std, "spec.mx")]:
+                    sys.exit(f"{name} (keep {keep}): the spec.mx chunks do not keep their bytes")
+                if not (np.array_equal(escfield.decode(v3, False), decode_draft(std))
+                        and np.array_equal(escfield.decode(v3, True), bits)):
+                    sys.exit(f"{name} (keep {keep}): the block-wise spec.mx does not decode to format 2.0's values")
             acc["v2"] += std.spec_nbytes + std.verif_nbytes
             acc["v2 spec"] += std.spec_nbytes
             acc["esc"] += v3.spec_nbytes + v3.verif_nbytes

@@ -618,6 +618,15 @@ def _decode_c2_spec(enc: EncodedTensor):
     sk = sb[kept]
     fpos = sb_base[sk] + bitmap_bits[sk] + 8 * nmx_sb[sk] + _rank_in_segment(kept, sb, nsb) * (m + 2)
     f = bitpack.read_fields(words, fpos, m + 2).astype(np.int64)
+    draft, nz, c = c2_draft_values(kept, Xv, f, m)
+    return draft, kept, nz, Xv, c, sb, ch
+
+
+def c2_draft_values(kept: np.ndarray, Xv: np.ndarray, f: np.ndarray, m: int):
+    """Cassandra-2 draft bf16 values (FORMAT.md section 4) from the keep flags, every value's block exponent
+    ``Xv`` and the kept values' ``(s << (m+1)) | elem`` fields in order: (draft, nz = kept with a non-zero
+    element, c = the mantissa bits the draft holds)."""
+    N = len(kept)
     sign = np.zeros(N, dtype=np.int64)
     elem = np.zeros(N, dtype=np.int64)
     sign[kept], elem[kept] = f >> (m + 1), f & ((1 << (m + 1)) - 1)
@@ -634,7 +643,7 @@ def _decode_c2_spec(enc: EncodedTensor):
     draft = np.where(normal, draft | (E << 7) | mant_n, draft)
     draft = np.where(sub, draft | (elem << np.clip(6 - m + xeff, 0, 63)), draft)
     c = m - np.minimum(lz, xeff - 1)
-    return draft, kept, nz, Xv, c, sb, ch
+    return draft, nz, c
 
 
 def _rank_in_segment(mask: np.ndarray, seg: np.ndarray, nseg: int) -> np.ndarray:

@@ -8,10 +8,14 @@ Everything is format 2.0 (FORMAT.md) except where an escaped symbol's 8 raw bits
 * the raw symbol moves to the front of the value's companion field (no suffix bit: an escape is never in a
   pair group). C1: a kept value's ``spec.signman`` field is ``[e (8 bits)][(s << m) | (f >> (7 - m))]``, a
   pruned value's ``verif.rest`` field ``[e][(s << 7) | f]``. C2: a draft-zero value's ``verif.rest`` field
-  is ``[delta (8 bits)][(s << 7) | f]``; ``spec.mx`` is format 2.0's.
+  is ``[delta (8 bits)][(s << 7) | f]``.
+
+C2's ``spec.mx`` holds format 2.0's bits in another order: MX block by block, ``[X (8 bits)][the block's keep
+bits, if the config prunes][the block's kept values' (m+2)-bit fields]``, so a decoder reads each block's
+header with the fields before it instead of holding a superblock's keep bitmap (up to 256 bits) ahead of them.
 
 The pruned mark ``P`` is never escaped (format 2.0), so every escape has a companion field to hold its
-payload. The stream has exactly as many bytes as format 2.0's, indexes included: an escape moves one byte
+payload. The stream has exactly as many bytes as format 2.0's, indexes included (spec.mx chunk by chunk): an escape moves one byte
 between the two planes of a pair within a chunk, and a field plane whose book has no pair needs no index,
 as in format 2.0: its chunk sizes follow from the config plus one byte per escape of the chunk's code plane
 (``field_offsets``: the escapes are the codes of group ``Q``, counted from the indexed code plane). Where a
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import bitpack
-from .codec import (EncodedTensor, _decode_c2_spec, _fields, _read_plane, c2_draft_fields, check_bits, encode_tensor,
+from .codec import (EncodedTensor, _fields, _read_plane, c2_draft_fields, c2_draft_values, check_bits, encode_tensor,
                     fixed_superblock_bits, has_index, keep_mask, per_chunk, plane_offsets, superblock_sizes)
 from .config import ESCAPE_PAYLOAD_BITS, MX_BLOCK, PRUNED, CodecConfig
 from ..errors import FormatError
@@ -105,11 +109,25 @@ def encode(bits, cfg: CodecConfig, salience=None, books=None) -> tuple[EncodedTe
         return np.where(esc, symbols & 0xFF, t), tw           # the field's prefix and its width
 
     if cfg.scheme == "c2":
-        # spec.mx as format 2.0; a draft-zero value's delta code escapes into the front of its verif.rest field
-        planes["spec.mx"], offsets["spec.mx"] = enc.planes["spec.mx"], plane_offsets(enc, "spec.mx")
+        # spec.mx block by block: [X][the block's keep bits, if pruning][its kept values' fields] (the same
+        # bits per chunk as format 2.0's superblock-wise sections); a draft-zero value's delta code escapes
+        # into the front of its verif.rest field
         X = np.maximum.reduceat(e, np.arange(0, N, MX_BLOCK)) if N else np.zeros(0, np.int64)
-        Xv = X[np.arange(N) // MX_BLOCK]
+        blk = np.arange(N, dtype=np.int64) // MX_BLOCK
+        Xv = X[blk]
         c, elem = c2_draft_fields(e, mant, Xv, m)
+        key = [np.arange(len(X), dtype=np.int64) * 3, blk[kept] * 3 + 2]
+        widths = [np.full(len(X), 8), np.full(int(kept.sum()), m + 2)]
+        values = [X, (sign[kept] << (m + 1)) | elem[kept]]
+        if cfg.prunes:
+            key.append(blk * 3 + 1)
+            widths.append(np.ones(N, np.int64))
+            values.append(kept.astype(np.int64))
+        key = np.concatenate(key)
+        order = np.argsort(key, kind="stable")
+        planes["spec.mx"], offsets["spec.mx"] = bitpack.pack_chunks(
+            (key[order] // 3 * MX_BLOCK) // cfg.chunk_values, np.concatenate(widths)[order],
+            np.concatenate(values)[order], nch)
         dz = ~kept | (elem == 0)
         pre, pw = codes("verif.codes", (Xv - e)[dz], ch[dz], enc.verif_book)
         rest_w = np.where(dz, 8, 7 - np.clip(c, 0, 7))
@@ -208,9 +226,52 @@ def decode(v3: EncodedTensor, full: bool) -> np.ndarray:
     return _decode_verif(v3, out, kept, ch, np.where(kept, 7 - m, 8), per_chunk(n - k, cfg), lambda sym, low: sym)
 
 
+def _decode_c2_blocks(v3: EncodedTensor):
+    """spec.mx block by block (``[X][keep bits][fields]`` per MX block, each block's start after the fields of
+    the one before it in its chunk): the draft values, the values whose top bits the draft holds, every
+    value's X, the draft's mantissa bits and every value's chunk. The blocks of all chunks are walked side by
+    side, one block index at a time."""
+    cfg, N = v3.config, v3.numel
+    m, prunes = cfg.mantissa_bits, cfg.prunes
+    n, k = superblock_sizes(N, cfg)
+    off = plane_offsets(v3, "spec.mx")
+    words = bitpack.words_of(v3.planes["spec.mx"])
+    nblk = -(-N // MX_BLOCK)
+    per_chunk_blk = cfg.chunk_values // MX_BLOCK
+    first = np.arange(0, nblk, per_chunk_blk, dtype=np.int64)      # every chunk's first block
+    pos = 8 * off[:-1].copy()
+    X = np.zeros(nblk, dtype=np.int64)
+    keep_bits = np.zeros(nblk, dtype=np.int64)
+    fstart = np.zeros(nblk, dtype=np.int64)                          # the block's first field
+    for j in range(per_chunk_blk):
+        b = first + j
+        live = b < nblk
+        b, at = b[live], pos[live]
+        nb = np.minimum(N - b * MX_BLOCK, MX_BLOCK)
+        X[b] = bitpack.read_fields(words, at, 8).astype(np.int64)
+        keep_bits[b] = bitpack.read_fields(words, at + 8, nb).astype(np.int64) if prunes else (1 << nb) - 1
+        fstart[b] = at + 8 + (nb if prunes else 0)
+        pos[live] = fstart[b] + np.bitwise_count(keep_bits[b].astype(np.uint64)).astype(np.int64) * (m + 2)
+    idx = np.arange(N, dtype=np.int64)
+    blk = idx // MX_BLOCK
+    kept = ((keep_bits[blk] >> (idx - blk * MX_BLOCK)) & 1).astype(bool)
+    sb = idx // cfg.group_size
+    nk = np.bincount(sb[kept], minlength=v3.nsb)
+    bad = np.flatnonzero(nk != k)
+    if len(bad):
+        raise FormatError(f"spec.mx: superblock {int(bad[0])} keeps {int(nk[bad[0]])} values, config says "
+                          f"{int(k[bad[0]])}")
+    bitpack.check_chunk_lengths(off, pos - 8 * off[:-1], "spec.mx")
+    rank = np.cumsum(kept) - 1 - np.concatenate(([0], np.cumsum(kept)))[blk * MX_BLOCK]
+    f = bitpack.read_fields(words, fstart[blk[kept]] + rank[kept] * (m + 2), m + 2).astype(np.int64)
+    Xv = X[blk]
+    draft, nz, c = c2_draft_values(kept, Xv, f, m)
+    return draft, nz, Xv, c, idx // cfg.chunk_values
+
+
 def _decode_c2(v3: EncodedTensor, full: bool) -> np.ndarray:
-    """Cassandra-2: spec.mx as format 2.0; a draft-zero value's exponent is X - delta."""
-    draft, _, top, Xv, c, _, ch = _decode_c2_spec(v3)
+    """Cassandra-2: spec.mx block by block; a draft-zero value's exponent is X - delta."""
+    draft, top, Xv, c, ch = _decode_c2_blocks(v3)
     if not full:
         return draft.astype(np.uint16).reshape(v3.shape)
 
