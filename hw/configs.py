@@ -112,6 +112,28 @@ def _c1v3_factories():
 _c1v3_factories()
 
 
+def _c2v3_factories():
+    """The C2 decoder v3 prototype (hw/decoder_c2_v3.py): draft mode from the block-interleaved spec.mx of
+    golden/escfield.py, one bit reader, no keep-bitmap FIFO."""
+    from .decoder_c2_v3 import DecoderC2v3, DecoderC2v3Core
+    from .tensor_regs import TensorRegisters
+    common = dict(variant="v3", lanes=8, word=128, verif_word=64, verif_lanes=4, values_per_cycle=8,
+                  values_per_cycle_full=0, latency_cycles=3, layout="escape-in-field", draft_only=True)
+    _register("decoder_c2v3_l8", lambda: DecoderC2v3(lanes=8), block="decoder_c2", **common,
+              description="Cassandra-2 decoder v3 prototype (draft mode: one reader on the block-interleaved "
+                          "spec.mx, header registers instead of a keep-bitmap FIFO), 8 bf16 values/cycle, "
+                          "128-bit spec.mx words")
+    _register("decoder_c2v3_l8_core", lambda: DecoderC2v3Core(lanes=8), block="decoder_c2v3_core", **common,
+              cluster_part="instance",
+              description="C2 decoder v3 core: the per-instance part of a decoder cluster, the tensor's registers "
+                          "on its params input")
+    _register("tensor_regs_c2", lambda: TensorRegisters("c2"), block="tensor_regs", kind="tensor_regs",
+              cluster_part="shared", description="The per-tensor registers a C2 decoder cluster shares")
+
+
+_c2v3_factories()
+
+
 def _encoder_factories():
     """KV encoders (docs/datasheets/kv_encoders.md). Default: ``encoder_kv_c1_l2`` / ``encoder_kv_c2_l2``, sized to the
     KV rate (prefill tokens/s x values per token: 0.48-1.86 values per PE cycle for Llama-3-8B at 100 % prefill

@@ -34,21 +34,20 @@ from __future__ import annotations
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
-from amaranth.utils import bits_for, exact_log2
+from amaranth.utils import bits_for
 
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, K_MAX
 from .bitreader import BitReader, thermometer, view_slots
 from .code_reader import CodeReader, popcount
-from .decoder import CFG_DATA_BITS, ERROR_BITS, DecoderC1, Err, Reg, ctrl_register_case
+from .decoder import DecoderC1, Err
 from .decoder_c1_v2 import popcounts
 from .decoder_c2 import prefix_sums
 from .shifter import shift_right
-from .tensor_regs import TENSOR_PARAMS, TensorRegisters
+from .tensor_regs import TENSOR_PARAMS, ClusterCore, TensorRegisters
 from .zero_counter import select_one
 
 GMAX = max(ALLOWED_GROUP_SIZES)
-KEEP_MUL_BITS = 3        # bits of last_n the KEEP multiplier takes a cycle: 3 cycles for 9 bits, before D's first beat
 FIELD_BITS = 16          # widest field: an escaped pruned value's [e][(s << 7) | f]
 
 
@@ -68,7 +67,7 @@ def interface(lanes, code_word, word, verif_word) -> dict:
                 verif_window=window, code_word=code_word)
 
 
-class DecoderC1v3Core(DecoderC1):
+class DecoderC1v3Core(ClusterCore, DecoderC1):
     """Cassandra-1 decoder v3 prototype: ``lanes`` values a cycle in draft mode, ``lanes / 2`` in full mode.
 
     Parameters
@@ -82,46 +81,6 @@ class DecoderC1v3Core(DecoderC1):
     def __init__(self, lanes: int = 8, code_word: int = 32, word: int | None = None, verif_word: int | None = None):
         super().__init__(**interface(lanes, code_word, word, verif_word), extra_ports={"params": In(TENSOR_PARAMS)})
         self.field_window = FIELD_BITS * lanes
-
-    def _instance_control(self, m):
-        """What an instance keeps of the register file: CTRL (START / CLEAR_ERROR), NUMEL, busy and the sticky
-        error register with its raise vector (the tensor's registers come in on ``params``)."""
-        cfg = self.cfg
-        start, clear, busy = Signal(name="start"), Signal(name="clear"), Signal(name="busy")
-        err, raise_err = Signal(ERROR_BITS, name="err"), Signal(ERROR_BITS, name="raise_err")
-        numel = Signal(CFG_DATA_BITS, name="reg_numel")
-        self._drive_control(m, busy, err)
-        with m.If(cfg.valid & cfg.ready):
-            with m.Switch(cfg.payload.addr):
-                ctrl_register_case(m, start, clear, cfg.payload.data)
-                with m.Case(Reg.NUMEL):
-                    m.d.sync += numel.eq(cfg.payload.data)
-        return start, clear, busy, err, raise_err, numel
-
-    @staticmethod
-    def _last_keep(m, go, numel, p):
-        """Values the tensor's last superblock keeps, ceil(k * last_n / G) (FORMAT.md: ``kept_in``), by a serial
-        multiplier taking ``KEEP_MUL_BITS`` bits of last_n a cycle from START (``go``) on, done before the first
-        beat reaches D (no full multiplier per instance): ``(last_k, ready)``."""
-        nb, rb = bits_for(GMAX), KEEP_MUL_BITS
-        last_n = Signal(nb, name="k_last_n")
-        m.d.comb += last_n.eq(((numel - 1) & (p.g - 1)) + 1)
-        mul_a, mul_b = Signal(2 * nb, name="k_mul_a"), Signal(nb, name="k_mul_b")
-        acc = Signal(2 * nb, name="k_acc")
-        steps = -(-nb // rb)
-        left = Signal(range(steps + 1), name="k_left")
-        with m.If(go):
-            m.d.sync += [mul_a.eq(p.k), mul_b.eq(last_n), acc.eq(0), left.eq(steps)]
-        with m.Elif(left != 0):
-            m.d.sync += [mul_a.eq(mul_a << rb), mul_b.eq(mul_b >> rb), left.eq(left - 1),
-                         acc.eq(acc + mul_a * mul_b[:rb])]
-        last_k = Signal(nb, name="k_last_k")
-        rounded = acc + p.g - 1
-        with m.Switch(p.g):
-            for gv in ALLOWED_GROUP_SIZES:
-                with m.Case(gv):
-                    m.d.comb += last_k.eq(rounded >> exact_log2(gv))
-        return last_k, (left == 0) & ~go
 
     def elaborate(self, platform):
         m = Module()

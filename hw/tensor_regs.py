@@ -20,12 +20,16 @@ from __future__ import annotations
 from amaranth.hdl import Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import bits_for
+from amaranth.utils import bits_for, exact_log2
 
-from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX
-from .decoder import CFG_DATA_BITS, MAX_CHUNK_LOG, SYMBOL_BITS, C1RegisterFile, Format2Registers, cfg_layout
+from ..errors import ConfigError
+from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, SCHEMES
+from .decoder import (CFG_DATA_BITS, ERROR_BITS, MAX_CHUNK_LOG, SYMBOL_BITS, C1RegisterFile, Format2Registers, Reg,
+                      cfg_layout, ctrl_register_case)
 from .decoder_c1_v2 import DecoderC1v2
 
+GMAX = max(ALLOWED_GROUP_SIZES)
+KEEP_MUL_BITS = 3        # bits of last_n the KEEP multiplier takes a cycle: 3 cycles for 9 bits
 GROUP_BITS = 4                      # a group index q < K_MAX = 15 (15 stands for "none")
 
 TENSOR_PARAMS = data.StructLayout({
@@ -51,13 +55,22 @@ TENSOR_PARAMS = data.StructLayout({
 class TensorRegisters(Format2Registers, C1RegisterFile, wiring.Component):
     """The tensor's registers and constants, shared by a decoder cluster.
 
+    Parameters
+        scheme   "c1" or "c2": which books the decoders read (C2 has no speculation book: its constants are
+                 zero, SPEC_PAIRS is not a register, NO_BOOK and the pair checks look at the verification book
+                 in full mode only)
+
     Ports
         cfg      In(stream {addr, data})  register writes (NUMEL and CTRL are the instances' and ignored here)
         accept   In(1)                    writes are taken (no instance is busy): ``cfg.ready``
         params   Out(TENSOR_PARAMS)       the tensor's registers and derived constants
     """
 
-    def __init__(self):
+    def __init__(self, scheme: str = "c1"):
+        if scheme not in SCHEMES:
+            raise ConfigError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+        self.scheme = scheme
+        self.PAIR_BOOKS = ("spec", "verif") if scheme == "c1" else ("verif",)
         super().__init__({"cfg": In(stream.Signature(cfg_layout)), "accept": In(1), "params": Out(TENSOR_PARAMS)})
 
     def elaborate(self, platform):
@@ -68,18 +81,67 @@ class TensorRegisters(Format2Registers, C1RegisterFile, wiring.Component):
         self._write_registers(m, r, start, clear)
         r["numel"] = Const(1, CFG_DATA_BITS)      # NUMEL is checked per instance: not part of this check
         p = self.params
-        spec_q, spec_base, spec_pbad = DecoderC1v2._book_groups(m, r["spec_k"], r["spec_pairs"], "spec")
-        verif_q, verif_base, verif_pbad = DecoderC1v2._book_groups(m, r["verif_k"], r["verif_pairs"], "verif")
-        q_p, p_paired = DecoderC1v2._pruned_group(m, r, spec_base)
         full = r["full"]
-        m.d.sync += [p.chunk_sbs.eq(Const(1, 1) << r["chunk"]), p.p_pruned.eq(q_p != spec_q)]
+        verif_q, verif_base, verif_pbad = DecoderC1v2._book_groups(m, r["verif_k"], r["verif_pairs"], "verif")
+        m.d.sync += p.chunk_sbs.eq(Const(1, 1) << r["chunk"])
         m.d.comb += [p.full.eq(full), p.m.eq(r["m"]), p.g.eq(r["g"]), p.k.eq(r["k"]),
-                     p.spec_pairs.eq(r["spec_pairs"]), p.verif_pairs.eq(r["verif_pairs"]),
-                     p.spec_q.eq(spec_q), p.verif_q.eq(verif_q), p.q_p.eq(q_p),
-                     p.bad.eq(self._config_error(r)),
+                     p.verif_pairs.eq(r["verif_pairs"]), p.verif_q.eq(verif_q), p.bad.eq(self._config_error(r))]
+        for i in range(K_MAX):
+            m.d.comb += [p.verif_tab[i].eq(r["verif_tab"][i]), p.verif_base[i].eq(verif_base[i])]
+        if self.scheme == "c2":
+            m.d.comb += [p.q_p.eq(K_MAX), p.no_book.eq(full & ~r["verif_loaded"]), p.bad_books.eq(full & verif_pbad)]
+            return m
+        spec_q, spec_base, spec_pbad = DecoderC1v2._book_groups(m, r["spec_k"], r["spec_pairs"], "spec")
+        q_p, p_paired = DecoderC1v2._pruned_group(m, r, spec_base)
+        m.d.sync += p.p_pruned.eq(q_p != spec_q)
+        m.d.comb += [p.spec_pairs.eq(r["spec_pairs"]), p.spec_q.eq(spec_q), p.q_p.eq(q_p),
                      p.no_book.eq(~r["spec_loaded"] | (full & ~r["verif_loaded"])),
                      p.bad_books.eq(spec_pbad | p_paired | (full & verif_pbad))]
         for i in range(K_MAX):
-            m.d.comb += [p.spec_tab[i].eq(r["spec_tab"][i]), p.verif_tab[i].eq(r["verif_tab"][i]),
-                         p.spec_base[i].eq(spec_base[i]), p.verif_base[i].eq(verif_base[i])]
+            m.d.comb += [p.spec_tab[i].eq(r["spec_tab"][i]), p.spec_base[i].eq(spec_base[i])]
         return m
+
+
+class ClusterCore:
+    """Mixin of a decoder cluster's core (a ``DecoderC1``-interface component with a ``params`` port): the
+    registers an instance keeps, and the tensor's last-superblock keep count by a serial multiplier."""
+
+    def _instance_control(self, m):
+        """What an instance keeps of the register file: CTRL (START / CLEAR_ERROR), NUMEL, busy and the sticky
+        error register with its raise vector (the tensor's registers come in on ``params``)."""
+        cfg = self.cfg
+        start, clear, busy = Signal(name="start"), Signal(name="clear"), Signal(name="busy")
+        err, raise_err = Signal(ERROR_BITS, name="err"), Signal(ERROR_BITS, name="raise_err")
+        numel = Signal(CFG_DATA_BITS, name="reg_numel")
+        self._drive_control(m, busy, err)
+        with m.If(cfg.valid & cfg.ready):
+            with m.Switch(cfg.payload.addr):
+                ctrl_register_case(m, start, clear, cfg.payload.data)
+                with m.Case(Reg.NUMEL):
+                    m.d.sync += numel.eq(cfg.payload.data)
+        return start, clear, busy, err, raise_err, numel
+
+    @staticmethod
+    def _last_keep(m, go, numel, p):
+        """Values the tensor's last superblock keeps, ceil(k * last_n / G) (FORMAT.md: ``kept_in``), by a serial
+        multiplier taking ``KEEP_MUL_BITS`` bits of last_n a cycle from START (``go``) on, done before the first
+        beat reaches D (no full multiplier per instance): ``(last_k, ready)``."""
+        nb, rb = bits_for(GMAX), KEEP_MUL_BITS
+        last_n = Signal(nb, name="k_last_n")
+        m.d.comb += last_n.eq(((numel - 1) & (p.g - 1)) + 1)
+        mul_a, mul_b = Signal(2 * nb, name="k_mul_a"), Signal(nb, name="k_mul_b")
+        acc = Signal(2 * nb, name="k_acc")
+        steps = -(-nb // rb)
+        left = Signal(range(steps + 1), name="k_left")
+        with m.If(go):
+            m.d.sync += [mul_a.eq(p.k), mul_b.eq(last_n), acc.eq(0), left.eq(steps)]
+        with m.Elif(left != 0):
+            m.d.sync += [mul_a.eq(mul_a << rb), mul_b.eq(mul_b >> rb), left.eq(left - 1),
+                         acc.eq(acc + mul_a * mul_b[:rb])]
+        last_k = Signal(nb, name="k_last_k")
+        rounded = acc + p.g - 1
+        with m.Switch(p.g):
+            for gv in ALLOWED_GROUP_SIZES:
+                with m.Case(gv):
+                    m.d.comb += last_k.eq(rounded >> exact_log2(gv))
+        return last_k, (left == 0) & ~go

@@ -3,6 +3,8 @@ tests/test_hw_decoder_c2.py): bf16 test data, the golden reference, the bit-exac
 reset-mid-stream / recovery-after-CLEAR_ERROR scenarios."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from cassandra_rtl.golden.codec import decode_draft, decode_full, superblock_sizes
@@ -40,17 +42,17 @@ def check(res, jobs):
         assert [l for _, _, l in meta] == [0] * (len(meta) - 1) + [1]
 
 
-def check_recovers(dut, bad, good_enc, pre_wait, ref=None):
+def check_recovers(dut, bad, good_enc, pre_wait, ref=None, full=True):
     """Run the malformed job ``bad``, then (after ``pre_wait`` cycles) CLEAR_ERROR and the good tensor in
-    full mode: no error is left and the last values out are the good tensor's, exactly (``ref``: its values,
-    when the golden decoders cannot read ``good_enc`` itself). (The good tensor writes every format 2.0
-    register it needs: the bad job may have left other values.)"""
+    full mode (or draft mode: ``full=False``): no error is left and the last values out are the good tensor's,
+    exactly (``ref``: its values, when the golden decoders cannot read ``good_enc`` itself). (The good tensor
+    writes every format 2.0 register it needs: the bad job may have left other values.)"""
     clear = [(int(Reg.CTRL), CTRL_CLEAR_ERROR)]
-    good = DecodeJob(good_enc, True, program=clear + decoder_program(good_enc, True, force_format2=True), pre_wait=pre_wait,
-                     gate=True)
+    good = DecodeJob(good_enc, full, program=clear + decoder_program(good_enc, full, force_format2=True),
+                     pre_wait=pre_wait, gate=True)
     res = run_decoder(dut, [bad, good], Stalls(0.0, 0.0), max_cycles=20000)
     assert res.error_code == 0
-    ref = expected(good_enc, True) if ref is None else ref
+    ref = expected(good_enc, full) if ref is None else ref
     got = np.concatenate(res.values)
     assert len(got) >= len(ref) and np.array_equal(got[-len(ref):], ref)
 
@@ -112,3 +114,14 @@ def check_reset_mid_stream(dut, enc, word, ticks):
     assert out["after_reset"] == (0, 0, 0)
     vals, _ = beat_values(out["beats"], dut.lanes)
     assert np.array_equal(vals, expected(enc, True))
+
+
+def with_chunk(v3, plane: str, c: int, edit):
+    """``v3`` with chunk ``c`` of ``plane`` replaced by ``edit(chunk bytes)`` (the index moved to match)."""
+    off = [int(o) for o in v3.offsets[plane]]
+    data = v3.planes[plane]
+    new = edit(data[off[c]: off[c + 1]])
+    delta = len(new) - (off[c + 1] - off[c])
+    planes = dict(v3.planes, **{plane: data[:off[c]] + new + data[off[c + 1]:]})
+    offsets = dict(v3.offsets, **{plane: np.array(off[: c + 1] + [o + delta for o in off[c + 1:]], dtype=np.int64)})
+    return dataclasses.replace(v3, planes=planes, offsets=offsets)

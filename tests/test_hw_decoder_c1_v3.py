@@ -19,6 +19,7 @@ from cassandra_rtl.golden.codec import decode_draft, decode_full
 from cassandra_rtl.golden.config import CodecConfig
 from cassandra_rtl.tb import bulk
 from cassandra_rtl.tb.decoder import data as D
+from hw_helpers import with_chunk
 
 pytestmark = pytest.mark.sim
 
@@ -102,17 +103,6 @@ def test_smollm2_sample(harness, smollm2_rows, mode):
     print(f"SmolLM2 sample, {mode}: {st.values:,} values, {st.values_per_cycle:.3f} values/cycle "
           f"({st.values_per_cycle / nominal:.3f} of nominal)")
     assert st.values_per_cycle >= 0.98 * nominal
-
-
-def with_chunk(v3, plane: str, c: int, edit):
-    """``v3`` with chunk ``c`` of ``plane`` replaced by ``edit(chunk bytes)`` (the index moved to match)."""
-    off = [int(o) for o in v3.offsets[plane]]
-    data = v3.planes[plane]
-    new = edit(data[off[c]: off[c + 1]])
-    delta = len(new) - (off[c + 1] - off[c])
-    planes = dict(v3.planes, **{plane: data[:off[c]] + new + data[off[c + 1]:]})
-    offsets = dict(v3.offsets, **{plane: np.array(off[: c + 1] + [o + delta for o in off[c + 1:]], dtype=np.int64)})
-    return dataclasses.replace(v3, planes=planes, offsets=offsets)
 
 
 def rtl_error(v3, mode):
