@@ -117,12 +117,12 @@ def _c2v3_factories():
     golden/escfield.py, one bit reader, no keep-bitmap FIFO."""
     from .decoder_c2_v3 import DecoderC2v3, DecoderC2v3Core
     from .tensor_regs import TensorRegisters
-    common = dict(variant="v3", lanes=8, word=128, verif_word=64, verif_lanes=4, values_per_cycle=8,
+    common = dict(variant="v3", lanes=8, word=64, verif_word=64, verif_lanes=4, values_per_cycle=8,
                   values_per_cycle_full=0, latency_cycles=3, layout="escape-in-field", draft_only=True)
     _register("decoder_c2v3_l8", lambda: DecoderC2v3(lanes=8), block="decoder_c2", **common,
               description="Cassandra-2 decoder v3 prototype (draft mode: one reader on the block-interleaved "
                           "spec.mx, header registers instead of a keep-bitmap FIFO), 8 bf16 values/cycle, "
-                          "128-bit spec.mx words")
+                          "64-bit spec.mx words")
     _register("decoder_c2v3_l8_core", lambda: DecoderC2v3Core(lanes=8), block="decoder_c2v3_core", **common,
               cluster_part="instance",
               description="C2 decoder v3 core: the per-instance part of a decoder cluster, the tensor's registers "

@@ -8,8 +8,9 @@ position counters alone, so the reader's loop never goes through the window.
 
     spec_mx -> BitReader (window 9 L + 40) --win--+--> fields: lane i = (m+2)-bit field number rank_i --> S
                                                   '--> header at the beat's field bits (X, keep bits) --> H
-    H (X, keep) + counters -> the beat's kept flags, rank_i, field bits, take (loop: reader avail >= take ->
-                              commit -> read point; depth: the reader's compare and pointer add)
+    H (X, keep bits, kept count per beat) + counters -> the beat's kept flags, rank_i, field bits (a table of
+        j (m + 2)), take (loop: reader avail >= take -> commit -> read point; depth: two small selects, the
+        header add, the reader's compare and pointer add)
     S -> draft arithmetic (FORMAT section 4, hw/decoder_c2_v2.py ``draft_lane``) -> out
 
 Stage I takes one step a cycle: a *beat* (L values of the block in H; the block's last beat also loads the
@@ -22,10 +23,10 @@ come from a cluster's ``TensorRegisters("c2")`` (hw/tensor_regs.py). Not yet in 
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
-from amaranth.utils import bits_for, exact_log2
+from amaranth.utils import exact_log2
 
 from ..errors import ConfigError
 from ..golden.config import BF16_MANTISSA_BITS, MX_BLOCK
@@ -42,10 +43,12 @@ HEADER_BITS = X_BITS + MX_BLOCK          # a block's X and its keep bits (when t
 
 def interface(lanes, word, verif_word) -> dict:
     """The checked parameters of a C2 v3 decoder: L a power of two 4..16 (a beat lies in one MX block),
-    spec_mx words a power of two of at least 64 bits (default 16 L, as decoder v2)."""
+    spec_mx words a power of two of at least 64 bits (default max(64, 8 L): at L = 8 a beat's fields and its share
+    of a block header, 8 (m + 2) keep + 10 bits, fit the word at m <= 4, at m = 5 / 6 / 7 up to keep 0.96 / 0.84 /
+    0.75; without pruning the header is 2 bits a beat)."""
     if lanes not in (4, 8, 16):
         raise ConfigError(f"C2 decoder v3 lanes must be 4, 8 or 16, got {lanes!r}")
-    word = max(64, 16 * lanes) if word is None else word
+    word = max(64, 8 * lanes) if word is None else word
     if not isinstance(word, int) or word < 64 or word > 1024 or word & (word - 1):
         raise ConfigError(f"C2 decoder v3 spec_mx word must be a power of two in 64..1024 bits, got {word!r}")
     verif_word = 64 if verif_word is None else verif_word
@@ -57,7 +60,7 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
 
     Parameters
         lanes        L, values per beat (4, 8 or 16)
-        word         bits per spec_mx word (default max(64, 16 L))
+        word         bits per spec_mx word (default max(64, 8 L))
         verif_word   bits per word of verif_codes / verif_rest (default 64; not read by the prototype)
         slots        word slots of the spec.mx reader (default: its view + 1, so a word can arrive while the
                      view is full)
@@ -104,16 +107,17 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         h_beat = Signal(range(MX_BLOCK // L), name="h_beat")          # the next beat's index in the block
         h_last_beat = Signal(range(MX_BLOCK // L), name="h_last_beat")
         h_tail = Signal(range(L + 1), name="h_tail")    # values of the block's last beat
+        h_pops = [Signal(range(L + 1), name=f"h_pop{b}") for b in range(MX_BLOCK // L)]  # kept values per beat
         sbb = Signal(range(256 // MX_BLOCK), name="i_sbb")    # the block's index in its superblock
         csb = Signal(range(64), name="i_csb")           # its superblock's index in the chunk
         kacc = Signal(range(256 + 1), name="i_kacc")    # kept values of the superblock before this beat
 
         gblocks = Signal(range(256 // MX_BLOCK + 1), name="g_blocks")
         m.d.comb += gblocks.eq(p.g >> exact_log2(MX_BLOCK))
-        t_last = Signal(name="i_tensor_last")           # the block in H is the tensor's last
+        t_last = Signal(name="i_tensor_last")           # the block in H is the tensor's last (after == 0)
         sb_fin = Signal(name="i_sb_fin")                # ... ends its superblock
         c_fin = Signal(name="i_chunk_fin")              # ... ends its chunk
-        m.d.comb += [t_last.eq(after == 0), sb_fin.eq((sbb == gblocks - 1) | t_last),
+        m.d.comb += [sb_fin.eq((sbb == gblocks - 1) | t_last),
                      c_fin.eq(sb_fin & ((csb == p.chunk_sbs - 1) | t_last))]
 
         # ------------------------------------------------------------------ stage I: the step's take
@@ -125,14 +129,17 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         m.d.comb += n.eq(Mux(b_fin, h_tail, L))
         kb = Signal(L, name="i_kept")                   # the beat's kept flags (zero past the block's end)
         m.d.comb += kb.eq(h_keep.word_select(h_beat, L))
+        # the loop's take comes from registers through two small selects: the beat's kept count (counted when
+        # the block's header was loaded) and its field bits from a table of j (m + 2)
         pop = Signal(range(L + 1), name="i_pop")
-        m.d.comb += pop.eq(popcount(m, kb, "i_pop"))
+        m.d.comb += pop.eq(Array(h_pops)[h_beat])
+        fb_tab = [Signal(range(MXF * L + 1), name=f"fb_tab{j}") for j in range(L + 1)]
+        m.d.sync += [fb_tab[j].eq(j * (mm + 2)) for j in range(L + 1)]
         fbits = Signal(range(MXF * L + 1), name="i_fbits")      # the beat's field bits
-        m.d.comb += fbits.eq(Mux(hstep, 0, pop * (mm + 2)))
+        m.d.comb += fbits.eq(Mux(hstep, 0, Array(fb_tab)[pop]))
         load = Signal(name="i_load")                    # the step reads the next block's header
         m.d.comb += load.eq(hstep | (b_fin & ~c_fin))
-        nb_next = Signal(range(MX_BLOCK + 1), name="i_nb_next")  # values of the next block
-        m.d.comb += nb_next.eq(Mux(after < MX_BLOCK, after, MX_BLOCK))
+        nb_next = Signal(range(MX_BLOCK + 1), name="i_nb_next")  # values of the next block: min(32, after)
         take = Signal(range(W + 1), name="i_take")
         m.d.comb += take.eq(fbits + Mux(load, X_BITS + Mux(prune, nb_next, 0), 0))
         skip = Signal(name="i_skip")                    # the beat ends its chunk: the reader skips its padding
@@ -176,13 +183,19 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         keep_next = Signal(MX_BLOCK, name="i_keep_next")
         m.d.comb += keep_next.eq(Mux(prune, hdr[X_BITS:], (1 << MX_BLOCK) - 1) & thermometer(nb_next, MX_BLOCK))
 
+        left = Signal(32, name="i_left")                # values after the block a load brings in
+        m.d.comb += left.eq(after - nb_next)
         with m.If(init):
-            m.d.sync += [after.eq(numel), h_valid.eq(0), sbb.eq(0), csb.eq(0), kacc.eq(0), running.eq(1)]
+            m.d.sync += [after.eq(numel), nb_next.eq(Mux(numel < MX_BLOCK, numel, MX_BLOCK)), h_valid.eq(0),
+                         sbb.eq(0), csb.eq(0), kacc.eq(0), running.eq(1)]
         with m.If(fire):
             with m.If(load):
                 m.d.sync += [h_valid.eq(1), h_x.eq(hdr[:X_BITS]), h_keep.eq(keep_next), h_beat.eq(0),
                              h_last_beat.eq((nb_next - 1) >> lg), h_tail.eq(((nb_next - 1) & (L - 1)) + 1),
-                             after.eq(after - nb_next)]
+                             after.eq(left), nb_next.eq(Mux(left < MX_BLOCK, left, MX_BLOCK)),
+                             t_last.eq(left == 0)]
+                m.d.sync += [h_pops[b].eq(popcount(m, keep_next[b * L:(b + 1) * L], f"i_next_pop{b}"))
+                             for b in range(MX_BLOCK // L)]
             with m.If(~hstep):
                 m.d.sync += [h_beat.eq(Mux(b_fin, 0, h_beat + 1)), kacc.eq(Mux(sb_end, 0, kept_now))]
                 with m.If(b_fin):
