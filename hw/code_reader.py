@@ -26,14 +26,14 @@ point (hw/decoder_c1_v3.py, stage R: its selects compare with constants).
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
 from ..errors import ConfigError
 from .bitreader import BYTE, word_layout
-from .zero_counter import prefix_counts
+from .zero_counter import prefix_counts, select_one
 
 
 def popcount(m, bits, name: str):
@@ -50,6 +50,22 @@ def popcount(m, bits, name: str):
             nxt.append(level[-1])
         level, depth = nxt, depth + 1
     return level[0]
+
+
+def one_positions(m, span, span_prefix, prefix_bits: int, count: int, name: str):
+    """From a registered ``span`` and ``span_prefix`` of a ``CodeReader``: the positions of the span's ones number
+    0 .. ``count`` (one select network each, compares with constants), and ``head``: there is no one 0 (the
+    first code starts at bit 0). The codes then have the ranks ``pos[1]`` (head) or ``pos[1] - pos[0] - 1``, and
+    ``pos[j + 1] - pos[j] - 1`` after."""
+    nbytes = len(span) // BYTE
+    groups = [span[BYTE * b: BYTE * (b + 1)] for b in range(nbytes)]
+    pre = [span_prefix[prefix_bits * b: prefix_bits * (b + 1)].as_signed() for b in range(nbytes + 1)]
+    pos = []
+    for j in range(count + 1):
+        pj = Signal(bits_for(len(span) - 1), name=f"{name}{j}")
+        m.d.comb += pj.eq(select_one(m, groups, pre, Const(j, bits_for(count)), f"{name}_sel{j}"))
+        pos.append(pj)
+    return pos, pre[0] == 1
 
 
 class CodeReader(wiring.Component):

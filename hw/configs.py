@@ -113,16 +113,17 @@ _c1v3_factories()
 
 
 def _c2v3_factories():
-    """The C2 decoder v3 prototype (hw/decoder_c2_v3.py): draft mode from the block-interleaved spec.mx of
-    golden/escfield.py, one bit reader, no keep-bitmap FIFO."""
+    """The C2 decoder v3 prototype (hw/decoder_c2_v3.py, docs/datasheets/decoder_c1_v3.md): the escape-in-field layout
+    of golden/escfield.py (block-interleaved spec.mx), one spec.mx reader with header registers, pass B half a beat
+    a cycle."""
     from .decoder_c2_v3 import DecoderC2v3, DecoderC2v3Core
     from .tensor_regs import TensorRegisters
     common = dict(variant="v3", lanes=8, word=64, verif_word=64, verif_lanes=4, values_per_cycle=8,
-                  values_per_cycle_full=0, latency_cycles=3, layout="escape-in-field", draft_only=True)
+                  values_per_cycle_full=4, latency_cycles=3, layout="escape-in-field")
     _register("decoder_c2v3_l8", lambda: DecoderC2v3(lanes=8), block="decoder_c2", **common,
-              description="Cassandra-2 decoder v3 prototype (draft mode: one reader on the block-interleaved "
-                          "spec.mx, header registers instead of a keep-bitmap FIFO), 8 bf16 values/cycle, "
-                          "64-bit spec.mx words")
+              description="Cassandra-2 decoder v3 prototype (block-interleaved spec.mx read by one reader with header "
+                          "registers, escaped deltas in verif.rest), 8 bf16 values/cycle in draft mode, 4 in full mode, "
+                          "64-bit words")
     _register("decoder_c2v3_l8_core", lambda: DecoderC2v3Core(lanes=8), block="decoder_c2v3_core", **common,
               cluster_part="instance",
               description="C2 decoder v3 core: the per-instance part of a decoder cluster, the tensor's registers "

@@ -39,13 +39,12 @@ from amaranth.utils import bits_for
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, K_MAX
 from .bitreader import BitReader, thermometer, view_slots
-from .code_reader import CodeReader, popcount
+from .code_reader import CodeReader, one_positions, popcount
 from .decoder import DecoderC1, Err
 from .decoder_c1_v2 import popcounts
 from .decoder_c2 import prefix_sums
 from .shifter import shift_right
 from .tensor_regs import TENSOR_PARAMS, ClusterCore, TensorRegisters
-from .zero_counter import select_one
 
 GMAX = max(ALLOWED_GROUP_SIZES)
 FIELD_BITS = 16          # widest field: an escaped pruned value's [e][(s << 7) | f]
@@ -196,15 +195,7 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
         # at a chunk's first word: the prefix's entry 0 is then 1).
         rspan, rpre_all = Signal(W, name="r_span"), Signal(len(pd_pre), name="r_pre")
         m.d.comb += [rspan.eq(Mux(r_turn_b, vb_span, pd_span)), rpre_all.eq(Mux(r_turn_b, vb_pre, pd_pre))]
-        nbytes = W // 8
-        rgroups = [rspan[8 * b: 8 * (b + 1)] for b in range(nbytes)]
-        cw = SC.prefix_bits
-        rpre = [rpre_all[cw * b: cw * (b + 1)].as_signed() for b in range(nbytes + 1)]
-        rpos = []
-        for j in range(L + 1):                          # one number j from the one before the read point
-            pj = Signal(bits_for(W - 1), name=f"r_pos{j}")
-            m.d.comb += pj.eq(select_one(m, rgroups, rpre, Const(j, 4), f"r_sel{j}"))
-            rpos.append(pj)
+        rpos, r_head = one_positions(m, rspan, rpre_all, SC.prefix_bits, L, "r_pos")
         rk_valid, rk_b = Signal(name="rk_valid"), Signal(name="rk_b")
         rk_pos = [Signal(bits_for(W - 1), name=f"rk_pos{j}") for j in range(L + 1)]
         rk_head = Signal(name="rk_head")                # no one 0: the first code starts at bit 0
@@ -368,7 +359,7 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
         # R's positions are captured whenever RK is free and R has a window (pass B's, even when pass B
         # cannot load yet: RK then stays invalid), so their enable does not wait for pass B's decision
         with m.If(rk_free & (r_turn_b | pd_valid)):
-            m.d.sync += [rk_pos[j].eq(rpos[j]) for j in range(L + 1)] + [rk_head.eq(rpre[0] == 1)]
+            m.d.sync += [rk_pos[j].eq(rpos[j]) for j in range(L + 1)] + [rk_head.eq(r_head)]
         with m.If(r_load_a | r_load_b):
             m.d.sync += [rk_valid.eq(1), rk_b.eq(r_load_b)]
         with m.Elif(d_go):

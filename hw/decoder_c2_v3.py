@@ -1,37 +1,49 @@
-"""Cassandra-2 decoder v3 (prototype, draft mode): one bit reader on the block-interleaved ``spec.mx``
-(golden/escfield.py: per MX block ``[X][keep bits][kept fields]``), no keep-bitmap FIFO, no ingest tracker.
+"""Cassandra-2 decoder v3 (prototype): one bit reader on the block-interleaved ``spec.mx`` (golden/escfield.py:
+per MX block ``[X][keep bits][kept fields]``) with no keep-bitmap FIFO and no ingest tracker; full mode as a
+pass B over half a beat a cycle, escaped deltas read from the front of their verif.rest fields.
 
 Every MX block's header sits right before its fields, so the beat that ends a block also reads the next
 block's header from the same window, at an offset known from registers (its own field bits). The keep bits
-and X of the block being decoded live in two registers (H); a beat's take is a function of H and the
-position counters alone, so the reader's loop never goes through the window.
+and X of the block being decoded live in registers (H); a beat's take is a function of H and the position
+counters alone, so the reader's loop never goes through the window.
 
     spec_mx -> BitReader (window 9 L + 40) --win--+--> fields: lane i = (m+2)-bit field number rank_i --> S
                                                   '--> header at the beat's field bits (X, keep bits) --> H
     H (X, keep bits, kept count per beat) + counters -> the beat's kept flags, rank_i, field bits (a table of
         j (m + 2)), take (loop: reader avail >= take -> commit -> read point; depth: two small selects, the
         header add, the reader's compare and pointer add)
-    S -> draft arithmetic (FORMAT section 4, hw/decoder_c2_v2.py ``draft_lane``) -> out
+    S -> draft arithmetic (FORMAT section 4, hw/decoder_c2_v2.py ``draft_lane``) -> out (draft mode)
+    S, half h -> codes of its draft-zero lanes (CodeReader VC, one take) -> ranks --> BR
+              BR -> each lane's code, escape / pair flag, rest width and offset --> DF
+              DF -> verif.rest window (BitReader RS) -> fields, S[b_q + t] or the escaped delta, X - delta,
+                    low mantissa bits -> out (full mode: L / 2 values a beat, a beat a cycle)
 
 Stage I takes one step a cycle: a *beat* (L values of the block in H; the block's last beat also loads the
 next block's header unless the block ends its chunk), or at a chunk's first block a *header step* (the
-block's X and keep bits only: one cycle per chunk, the next chunk's words start on a word boundary).
+block's X and keep bits only: one cycle per chunk in draft mode, hidden in full mode; the next chunk's words
+start on a word boundary). S also holds each lane's draft-zero flag and the codes of each half, counted from
+the fields in stage I, so pass B's take needs no arithmetic on S. A verif.codes word of 64 bits makes the
+code reader's span (two words from the read point, >= 65 bits) hold any L / 2 = 4 codes of <= 16 bits: a
+half takes its codes in one step.
 
+Errors: an error a stage finds waits until the stages after it are empty (their beats go out), then is
+raised a cycle later with the pipeline halted and the readers flushed; the beat that failed is not emitted.
 Ports, registers and error bits are the C2 decoder's (docs/datasheets/decoder_c2.md); the tensor's registers
-come from a cluster's ``TensorRegisters("c2")`` (hw/tensor_regs.py). Not yet in the prototype: full mode
-(START in full mode raises CONFIG; the verification ports are not read), the cocotb benches and formal.
+come from a cluster's ``TensorRegisters("c2")`` (hw/tensor_regs.py). Not yet in the prototype: the cocotb
+benches and formal properties.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
-from amaranth.utils import exact_log2
+from amaranth.utils import bits_for, exact_log2
 
 from ..errors import ConfigError
-from ..golden.config import BF16_MANTISSA_BITS, MX_BLOCK
+from ..golden.config import BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, K_MAX, MX_BLOCK
 from .bitreader import BitReader, thermometer, view_slots
-from .code_reader import popcount
+from .code_reader import CodeReader, one_positions, popcount
+from .decoder_c2 import prefix_sums
 from .decoder import DecoderC1, Err
 from .decoder_c2_v2 import MXF, X_BITS, c2v2_signature, draft_consts, draft_lane
 from .shifter import shift_right
@@ -39,6 +51,7 @@ from .tensor_regs import TENSOR_PARAMS, ClusterCore, TensorRegisters
 from .zero_counter import prefix_counts
 
 HEADER_BITS = X_BITS + MX_BLOCK          # a block's X and its keep bits (when the config prunes)
+REST_LANE_BITS = ESCAPE_PAYLOAD_BITS + 8  # widest verif.rest field: an escape's 8 raw bits, then (s << 7) | f
 
 
 def interface(lanes, word, verif_word) -> dict:
@@ -95,8 +108,15 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         wiring.connect(m, wiring.flipped(self.spec_mx), R.inp)
         draining = err.any() & ~busy
         m.d.comb += [R.enable.eq(busy), R.drain.eq(draining), R.flush.eq(halt)]
-        for port in (self.verif_codes, self.verif_rest):      # full mode is not in the prototype
-            m.d.comb += port.ready.eq(draining)
+        full, Lv, VW = p.full, self.verif_lanes, self.verif_word
+        VC = CodeReader(VW, Lv)
+        RS = BitReader(VW, REST_LANE_BITS * Lv, slots=view_slots(VW, REST_LANE_BITS * Lv) + 1, full_skip_err=True)
+        m.submodules.verif_codes_rd = VC
+        m.submodules.verif_rest_rd = RS
+        for port, blk in (("verif_codes", VC), ("verif_rest", RS)):
+            wiring.connect(m, wiring.flipped(getattr(self, port)), blk.inp)
+            m.d.comb += [blk.enable.eq(busy & full), blk.drain.eq(draining), blk.flush.eq(halt)]
+        s_taken = Signal(name="s_taken")                # the beat in S leaves (out, or pass B's last half)
 
         # ------------------------------------------------------------------ position (registers)
         pre_init, init, running = Signal(name="pre_init"), Signal(name="init"), Signal(name="i_running")
@@ -160,6 +180,7 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         # that failed is not), then is raised.
         i_fault = Signal(3, name="i_fault")             # OVERRUN, TOO_LONG, KEEP
         s_valid, s_free = Signal(name="s_valid"), Signal(name="s_free")
+        m.d.comb += s_free.eq(~s_valid | s_taken)
         live = Signal(name="i_live")
         m.d.comb += live.eq(running & ~i_fault.any() & ~halt & ~k_wait)
         ok = Signal(name="i_ok")                        # the step's bits are in (and its chunk's end, to skip)
@@ -205,45 +226,190 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
                     with m.If(t_last):
                         m.d.sync += running.eq(0)
 
-        # ------------------------------------------------------------------ S -> out: the draft values
+        # ------------------------------------------------------------------ S: the beat's fields
+        # (lane i's field, its kept flag, and whether it is draft-zero: a full-mode code of its own)
         s_fld = [Signal(MXF, name=f"s_field{i}") for i in range(L)]
         s_kept, s_x = Signal(L, name="s_kept"), Signal(X_BITS, name="s_x")
+        s_dz = Signal(L, name="s_dz")
+        s_nd = [Signal(range(Lv + 1), name=f"s_nd{h}") for h in range(2)]     # codes of each half
         s_n = Signal(range(L + 1), name="s_n")
-        s_sb_end, s_last = Signal(name="s_sb_end"), Signal(name="s_last")
-        m.d.comb += s_free.eq(~s_valid | self.out.ready)
+        s_sb_end, s_last, s_cend = Signal(name="s_sb_end"), Signal(name="s_last"), Signal(name="s_cend")
+        s_half = Signal(name="s_half")                  # full mode: the half pass B reads next
+        lane_fld = [dense[0] if i == 0 else Cat(*dense[:i + 1]).word_select(rank[i], MXF) for i in range(L)]
+        emask = Cat(Const(1, 1), *[mm >= j for j in range(1, BF16_MANTISSA_BITS + 1)])
+        in_beat = thermometer(n, L)
+        dz = Signal(L, name="i_dz")                     # not kept, or kept with a zero element
+        m.d.comb += dz.eq(in_beat & ~Cat(*[kb[i] & (lane_fld[i][:BF16_MANTISSA_BITS + 1] & emask).any()
+                                           for i in range(L)]))
         with m.If(fire & ~hstep):
             m.d.sync += [s_valid.eq(1), s_kept.eq(kb), s_x.eq(h_x), s_n.eq(n), s_sb_end.eq(sb_end),
-                         s_last.eq(b_fin & t_last)]
-            m.d.sync += [s_fld[i].eq(dense[0] if i == 0 else Cat(*dense[:i + 1]).word_select(rank[i], MXF))
-                         for i in range(L)]
-        with m.Elif(self.out.ready):
+                         s_last.eq(b_fin & t_last), s_cend.eq(skip), s_dz.eq(dz), s_half.eq(0),
+                         s_nd[0].eq(popcount(m, dz[:Lv], "i_nd0")), s_nd[1].eq(popcount(m, dz[Lv:], "i_nd1"))]
+            m.d.sync += [s_fld[i].eq(lane_fld[i]) for i in range(L)]
+        with m.Elif(s_taken):
             m.d.sync += s_valid.eq(0)
         k = draft_consts(m, s_x, mm, "o_k")
+        drafts = []
         for i in range(L):
             lane = {"field": s_fld[i], "kept": s_kept[i]}
             draft_lane(m, k, mm, lane, f"o_d{i}")
-            m.d.comb += self.out.payload.lanes[i].eq(lane["draft"])
-        m.d.comb += [self.out.valid.eq(s_valid), self.out.payload.count.eq(s_n),
-                     self.out.payload.sb_end.eq(s_sb_end), self.out.payload.last.eq(s_last)]
+            drafts.append(lane)
+
+        # ------------------------------------------------------------------ full mode, pass B: half a beat
+        # B: the half's codes from VC (its draft-zero lanes, at most Lv: a whole span of two words holds them)
+        # -> ranks --> BR;  BR: each lane's code, escape / pair flags, rest-field widths and offsets --> DF;
+        # DF: the rest reader's window -> fields, lookups, exact values --> out (Lv values a beat).
+        half_fin = Signal(name="b_half_fin")            # the half is the beat's last
+        m.d.comb += half_fin.eq(s_half | (s_n <= Lv))
+        b_nd = Signal(range(Lv + 1), name="b_nd")
+        m.d.comb += b_nd.eq(Mux(s_half, s_nd[1], s_nd[0]))
+        b_cend = Signal(name="b_cend")
+        m.d.comb += b_cend.eq(half_fin & s_cend)
+        b_fault = Signal(3, name="b_fault")             # CODE, OVERRUN, TOO_LONG
+        br_free = Signal(name="br_free")
+        b_live = Signal(name="b_live")
+        m.d.comb += b_live.eq(s_valid & full & ~b_fault.any() & ~halt)
+        b_ok = Signal(name="b_ok")
+        m.d.comb += b_ok.eq(b_live & br_free & (VC.ones >= b_nd) & (~b_cend | VC.skip_ok | VC.skip_err))
+        b_long = b_cend & VC.skip_err
+        b_fire = Signal(name="b_fire")
+        m.d.comb += [b_fire.eq(b_ok & ~b_long), VC.take.eq(b_nd), VC.skip.eq(b_cend), VC.commit.eq(b_fire)]
+        short = b_live & (VC.ones < b_nd) & VC.whole    # a whole span holds fewer codes than the half needs
+        b_err = Cat(short & ~VC.end_in_span, short & VC.end_in_span, b_ok & b_long)
+        with m.If(b_err.any() & ~halt):
+            m.d.sync += b_fault.eq(b_err)
+        m.d.comb += s_taken.eq(Mux(full, b_fire & half_fin, self.out.ready))
+        with m.If(b_fire):
+            m.d.sync += s_half.eq(~half_fin)
+
+        pos, head = one_positions(m, VC.span, VC.span_prefix, VC.prefix_bits, Lv, "b_pos")
+        ranks = []
+        for j in range(Lv):
+            rk = Signal(len(pos[0]), name=f"b_rank{j}")
+            diff = pos[j + 1] - pos[j] - 1
+            m.d.comb += rk.eq(Mux(head, pos[1], diff) if j == 0 else diff)
+            ranks.append(rk)
+        code_bad = Cat(*[(j < b_nd) & (ranks[j] > p.verif_q) for j in range(Lv)]).any()
+        half = [{key: Mux(s_half, drafts[Lv + i][key], drafts[i][key]) for key in ("draft", "rest_w")}
+                for i in range(Lv)]
+        br_valid, br_bad = Signal(name="br_valid"), Signal(name="br_code_err")
+        br_q = [Signal(4, name=f"br_q{j}") for j in range(Lv)]
+        br_dz, br_in = Signal(Lv, name="br_dz"), Signal(Lv, name="br_in")
+        br_draft = [Signal(16, name=f"br_draft{i}") for i in range(Lv)]
+        br_rw = [Signal(4, name=f"br_rest_w{i}") for i in range(Lv)]
+        br_x, br_n = Signal(X_BITS, name="br_x"), Signal(range(Lv + 1), name="br_n")
+        br_sb_end, br_last, br_cend = Signal(name="br_sb_end"), Signal(name="br_last"), Signal(name="br_cend")
+        df_free = Signal(name="df_free")
+        d_go = Signal(name="d_go")
+        m.d.comb += [d_go.eq(br_valid & ~br_bad & df_free & ~halt), br_free.eq(~br_valid | d_go)]
+        with m.If(b_fire):
+            hn = Mux(s_half, s_n - Lv, Mux(s_n < Lv, s_n, Lv))
+            m.d.sync += [br_valid.eq(1), br_bad.eq(code_bad), br_dz.eq(Mux(s_half, s_dz[Lv:], s_dz[:Lv])),
+                         br_in.eq(thermometer(hn, Lv)), br_x.eq(s_x), br_n.eq(hn),
+                         br_sb_end.eq(half_fin & s_sb_end), br_last.eq(half_fin & s_last), br_cend.eq(b_cend)]
+            m.d.sync += [br_q[j].eq(ranks[j][:4]) for j in range(Lv)]
+            m.d.sync += [br_draft[i].eq(half[i]["draft"]) for i in range(Lv)]
+            m.d.sync += [br_rw[i].eq(half[i]["rest_w"]) for i in range(Lv)]
+        with m.Elif(d_go):
+            m.d.sync += br_valid.eq(0)
+
+        slot = prefix_counts(m, br_dz, Lv, "d_slot")
+        widths, d_lane = [], []
+        for i in range(Lv):
+            q = Signal(4, name=f"d_q{i}")
+            m.d.comb += q.eq(Array(br_q)[slot[i]] if i else br_q[0])
+            esc = Signal(name=f"d_esc{i}")
+            pair = Signal(name=f"d_pair{i}")
+            m.d.comb += [esc.eq(br_dz[i] & (q == p.verif_q)), pair.eq(br_dz[i] & ~esc & p.verif_pairs.bit_select(q, 1))]
+            w = Signal(5, name=f"d_w{i}")
+            m.d.comb += w.eq(Mux(br_in[i], Mux(br_dz[i], Mux(esc, ESCAPE_PAYLOAD_BITS, pair) + 8, br_rw[i]), 0))
+            widths.append(w)
+            d_lane.append({"esc": esc, "pair": pair, "base": Array(p.verif_base[e] for e in range(K_MAX))[q]})
+        offs = prefix_sums(m, widths, bits_for(REST_LANE_BITS * Lv), "d_off")
+        df_valid = Signal(name="df_valid")
+        df_off = [Signal(range(REST_LANE_BITS * Lv), name=f"df_off{i}") for i in range(Lv)]
+        df_take = Signal(range(REST_LANE_BITS * Lv + 1), name="df_take")
+        df_esc, df_pair, df_dz = Signal(Lv, name="df_esc"), Signal(Lv, name="df_pair"), Signal(Lv, name="df_dz")
+        df_base = [Signal(4, name=f"df_base{i}") for i in range(Lv)]
+        df_draft = [Signal(16, name=f"df_draft{i}") for i in range(Lv)]
+        df_rw = [Signal(4, name=f"df_rest_w{i}") for i in range(Lv)]
+        df_x, df_n = Signal(X_BITS, name="df_x"), Signal(range(Lv + 1), name="df_n")
+        df_sb_end, df_last, df_cend = Signal(name="df_sb_end"), Signal(name="df_last"), Signal(name="df_cend")
+        f_fire = Signal(name="f_fire")
+        m.d.comb += df_free.eq(~df_valid | f_fire)
+        with m.If(d_go):
+            m.d.sync += [df_valid.eq(1), df_take.eq(offs[Lv]), df_esc.eq(Cat(*[ln["esc"] for ln in d_lane])),
+                         df_pair.eq(Cat(*[ln["pair"] for ln in d_lane])), df_dz.eq(br_dz), df_x.eq(br_x),
+                         df_n.eq(br_n), df_sb_end.eq(br_sb_end), df_last.eq(br_last), df_cend.eq(br_cend)]
+            m.d.sync += [df_off[i].eq(offs[i]) for i in range(Lv)] + [df_base[i].eq(d_lane[i]["base"]) for i in range(Lv)]
+            m.d.sync += [df_draft[i].eq(br_draft[i]) for i in range(Lv)] + [df_rw[i].eq(br_rw[i]) for i in range(Lv)]
+        with m.Elif(f_fire):
+            m.d.sync += df_valid.eq(0)
+
+        # F: rest fields [escape's 8 raw bits | a pair's suffix bit][(s << 7) | f] of a draft-zero lane, the
+        # T low mantissa bits of any other; exponent X - delta, delta = the escape's bits or S[b_q + t]
+        tab = Array(p.verif_tab[e] for e in range(K_MAX))
+        full_vals, negs = [], []
+        for i in range(Lv):
+            f = shift_right(m, RS.win, df_off[i], REST_LANE_BITS, f"f_field{i}") if i else RS.win[:REST_LANE_BITS]
+            esc, pair, dzi = df_esc[i], df_pair[i], df_dz[i]
+            t = pair & f[0]
+            body = Signal(8, name=f"f_body{i}")
+            m.d.comb += body.eq(Mux(esc, f[8:16], Mux(pair, f[1:9], f[0:8])))
+            delta = Signal(X_BITS, name=f"f_delta{i}")
+            m.d.comb += delta.eq(Mux(esc, f[:8], tab[(df_base[i] + t)[:4]]))
+            low = f[:8] & ~(Const(0xFF, 8) << df_rw[i])[:8]
+            v = Signal(16, name=f"f_value{i}")
+            m.d.comb += v.eq(Mux(dzi, Cat(body[:7], (df_x - delta)[:8], body[7]), df_draft[i] | low))
+            full_vals.append(Mux(i < df_n, v, 0))
+            negs.append(dzi & (delta > df_x))
+        f_neg = Cat(*negs).any()
+        f_ready = Signal(name="f_ready")
+        m.d.comb += f_ready.eq(df_valid & ~halt & (RS.avail >= df_take) & (~df_cend | RS.skip_ok | RS.skip_err))
+        f_long = df_cend & RS.skip_err
+        f_emit = Signal(name="f_emit")
+        m.d.comb += [f_emit.eq(f_ready & ~f_long & ~f_neg),
+                     RS.take.eq(df_take), RS.skip.eq(df_cend), RS.commit.eq(f_fire)]
+        f_err = Cat(f_ready & ~f_long & f_neg, df_valid & RS.end_seen & (RS.avail < df_take), f_ready & f_long)
+
+        # ------------------------------------------------------------------ out
+        with m.If(full):
+            m.d.comb += [self.out.valid.eq(f_emit), f_fire.eq(f_emit & self.out.ready),
+                         self.out.payload.count.eq(df_n), self.out.payload.sb_end.eq(df_sb_end),
+                         self.out.payload.last.eq(df_last)]
+            m.d.comb += [self.out.payload.lanes[i].eq(full_vals[i]) for i in range(Lv)]
+        with m.Else():
+            m.d.comb += [self.out.valid.eq(s_valid), self.out.payload.count.eq(s_n),
+                         self.out.payload.sb_end.eq(s_sb_end), self.out.payload.last.eq(s_last)]
+            m.d.comb += [self.out.payload.lanes[i].eq(drafts[i]["draft"]) for i in range(L)]
 
         # ------------------------------------------------------------------ control state, errors
         m.d.sync += [pre_init.eq(0), init.eq(pre_init)]
         start_err = Signal(len(err), name="start_err")
-        cfg_bad = p.bad | (numel == 0) | p.full          # full mode: not in the prototype
+        cfg_bad = p.bad | (numel == 0)
         with m.If(start & ~busy & ~err.any() & ~halt):
-            m.d.comb += start_err[Err.CONFIG].eq(cfg_bad)
-            with m.If(~cfg_bad):
+            m.d.comb += [start_err[Err.CONFIG].eq(cfg_bad), start_err[Err.NO_BOOK].eq(~cfg_bad & p.no_book)]
+            with m.If(~cfg_bad & ~p.no_book):
                 m.d.comb += start_ok.eq(1)
                 m.d.sync += [busy.eq(1), pre_init.eq(1)]
-        with m.If(busy & ~halt & ~s_valid):
-            m.d.comb += [raise_err[Err.OVERRUN].eq(i_fault[0]), raise_err[Err.TOO_LONG].eq(i_fault[1]),
-                         raise_err[Err.KEEP].eq(i_fault[2])]
-        with m.If(self.out.valid & self.out.ready & s_last):
+        # an error waits until the stages after the one that found it are empty (their beats go out first)
+        after_b = ~br_valid & ~df_valid
+        with m.If(busy & ~halt):
+            m.d.comb += [raise_err[Err.OVERRUN].eq(Mux(~s_valid & after_b, i_fault[0], 0) | Mux(after_b, b_fault[1], 0)
+                                                   | f_err[1]),
+                         raise_err[Err.TOO_LONG].eq(Mux(~s_valid & after_b, i_fault[1], 0) | Mux(after_b, b_fault[2], 0)
+                                                    | f_err[2]),
+                         raise_err[Err.KEEP].eq(Mux(~s_valid & after_b, i_fault[2], 0)),
+                         raise_err[Err.CODE].eq(Mux(after_b, b_fault[0], 0) | (br_valid & br_bad & ~df_valid)
+                                                | f_err[0])]
+        with m.If(init & p.bad_books):
+            m.d.comb += raise_err[Err.CONFIG].eq(1)
+        with m.If(self.out.valid & self.out.ready & self.out.payload.last):
             m.d.sync += busy.eq(0)
         m.d.sync += fault.eq(Mux(halt, 0, raise_err))
         with m.If(halt):
             m.d.sync += [err.eq(err | fault), busy.eq(0), pre_init.eq(0), init.eq(0), running.eq(0),
-                         s_valid.eq(0), i_fault.eq(0)]
+                         s_valid.eq(0), i_fault.eq(0), b_fault.eq(0), br_valid.eq(0), df_valid.eq(0)]
         with m.Elif(start_err.any()):
             m.d.sync += err.eq(err | start_err)
         with m.Elif(clear & ~busy):

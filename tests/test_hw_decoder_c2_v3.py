@@ -1,11 +1,13 @@
-"""C2 decoder v3 prototype (hw/decoder_c2_v3.py, draft mode) in Amaranth's simulator against the golden codec: the
-block-interleaved spec.mx of golden/escfield.py goes in, the values must equal the layout's golden decode and the
-golden format 2.0 draft decode of the same tensor, value for value.
+"""C2 decoder v3 prototype (hw/decoder_c2_v3.py) in Amaranth's simulator against the golden codec: the
+escape-in-field layout of golden/escfield.py (block-interleaved spec.mx, escaped deltas in verif.rest) goes in, the
+values must equal the layout's golden decode and the golden format 2.0 decode of the same tensor, value for value,
+in draft and full mode.
 
-Cases: random configurations (G, m, keep, chunk size) and data kinds with partial last superblocks and blocks at
-4, 8 and 16 lanes with random idles and backpressure; every bf16 pattern; the cycle count of a tensor without
-stalls (a beat a cycle, one header step per chunk); chunks with a word too many or cut short, a wrong KEEP, full
-mode (not in the prototype: CONFIG), recovery after CLEAR_ERROR."""
+Cases: random configurations (G, m, keep, chunk size, pair books) and data kinds with partial last superblocks and
+blocks at 4, 8 and 16 lanes with random idles and backpressure; every bf16 pattern (escapes: uniform exponents) and
+a SmolLM2 sample (`-m slow`) through the exported RTL in the bulk Verilator harness;
+the cycle count of a tensor without stalls (draft: a beat a cycle, one header step per chunk; full: half a beat a
+cycle); chunks with a word too many or cut short, a wrong KEEP, a missing book, recovery after CLEAR_ERROR."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,72 +16,118 @@ import numpy as np
 import pytest
 
 from cassandra_rtl.golden import escfield
-from cassandra_rtl.golden.codec import decode_draft
+from cassandra_rtl.golden.codec import decode_draft, decode_full
 from cassandra_rtl.golden.config import CodecConfig
 from cassandra_rtl.hw.decoder_c2_v3 import DecoderC2v3
 from cassandra_rtl.hw.simutil import DecodeJob, Stalls, run_decoder
+from cassandra_rtl.tb import bulk
 from cassandra_rtl.tb.decoder import data as D
 from hw_helpers import check_recovers, with_chunk
 
 pytestmark = pytest.mark.sim
 
-OVERRUN, TOO_LONG, KEEP, CONFIG = 2, 4, 8, 32        # error_code bits (hw/decoder.Err)
+CONFIG = "decoder_c2v3_l8"
+
+CODE, OVERRUN, TOO_LONG, KEEP, NO_BOOK = 1, 2, 4, 8, 16       # error_code bits (hw/decoder.Err)
 
 
 def c2(**kw) -> CodecConfig:
     return CodecConfig(scheme="c2", **kw)
 
 
-def pair(bits, cfg):
+def pair(bits, cfg, full=False):
     std, v3 = escfield.encode(bits, cfg)
-    ref = escfield.decode(v3, False).reshape(-1)
-    assert np.array_equal(ref, decode_draft(std).reshape(-1))        # the layout's decode == format 2.0's
+    ref = escfield.decode(v3, full).reshape(-1)
+    assert np.array_equal(ref, (decode_full if full else decode_draft)(std).reshape(-1))   # == format 2.0's
     return v3, ref
 
 
-def decode(lanes, v3s, stalls=Stalls(), **kw):
-    return run_decoder(DecoderC2v3(lanes), [DecodeJob(v3, False) for v3 in v3s], stalls, **kw)
+def decode(lanes, v3s, stalls=Stalls(), full=False, **kw):
+    return run_decoder(DecoderC2v3(lanes), [DecodeJob(v3, full) for v3 in v3s], stalls, **kw)
 
 
-@pytest.mark.parametrize("lanes,seed", [(8, 1), (8, 2), (4, 3), (16, 4)])
-def test_random_configs_with_stalls(lanes, seed):
+@pytest.mark.parametrize("lanes,seed,full", [(8, 1, False), (8, 2, True), (8, 3, True), (4, 4, True), (16, 5, True),
+                                             (16, 6, False)])
+def test_random_configs_with_stalls(lanes, seed, full):
     rng = np.random.default_rng(seed)
     v3s, refs = [], []
     for _ in range(6):
         cfg = dataclasses.replace(D.random_config(rng), scheme="c2")
-        v3, ref = pair(D.random_tensor(rng, D.random_numel(rng, cfg.group_size, 5)), cfg)
+        v3, ref = pair(D.random_tensor(rng, D.random_numel(rng, cfg.group_size, 5)), cfg, full)
         v3s.append(v3)
         refs.append(ref)
-    res = decode(lanes, v3s, Stalls(0.3, 0.3, seed=seed), max_cycles=50_000)
+    res = decode(lanes, v3s, Stalls(0.3, 0.3, seed=seed), full, max_cycles=50_000)
     assert res.error_code == 0
     for j, (got, ref) in enumerate(zip(res.values, refs)):
         bad = np.flatnonzero(got != ref)
         assert len(got) == len(ref) and len(bad) == 0, f"tensor {j}: {len(bad)} mismatches, first at {bad[:5]}"
 
 
-def test_every_bf16_pattern():
+@pytest.fixture(scope="module")
+def harness():
+    if not bulk.available():
+        pytest.skip("Verilator not available")
+    return bulk.build_harness(CONFIG)
+
+
+def bulk_check(pairs, mode, **kw):
+    """The tensors through the exported RTL in the bulk Verilator harness (tb/bulk); every value equal to the
+    layout's golden decode and to format 2.0's."""
+    st = bulk.BulkStats()
+    got = bulk.decode_many_with_rtl([v3 for _, v3 in pairs], mode, config=CONFIG, stats=st, jobs=1, **kw)
+    for (std, v3), g in zip(pairs, got):
+        ref = escfield.decode(v3, mode == "full").reshape(-1)
+        assert np.array_equal(ref, (decode_full if mode == "full" else decode_draft)(std).reshape(-1))
+        bad = np.flatnonzero(g.reshape(-1) != ref)
+        assert len(bad) == 0, f"{len(bad)} mismatches of {std.numel} ({std.config}), first at {bad[:5]}"
+    return st
+
+
+@pytest.mark.parametrize("mode", ["draft", "full"])
+def test_every_bf16_pattern(harness, mode):
     bits = np.random.default_rng(5).permutation(np.arange(1 << 16, dtype=np.uint32)).astype(np.uint16)
-    for cfg in (c2(group_size=128, mantissa_bits=3, keep_ratio=0.5, chunk_superblocks=8),
-                c2(group_size=32, mantissa_bits=7, keep_ratio=1.0, chunk_superblocks=32)):
-        v3, ref = pair(bits, cfg)
-        res = decode(8, [v3], max_cycles=20_000)
-        assert res.error_code == 0 and np.array_equal(res.values[0], ref)
+    pairs = [escfield.encode(bits, c2(group_size=G, mantissa_bits=m, keep_ratio=keep, chunk_superblocks=A,
+                                      pair_codes=pairs_))
+             for G, m, keep, A, pairs_ in ((128, 3, 0.5, 8, True), (32, 7, 1.0, 32, False), (256, 0, 0.25, 4, True))]
+    # uniform exponents: escapes move delta bytes from verif.codes to verif.rest, the pair keeps its bytes
+    for std, v3 in pairs:
+        assert len(v3.planes["verif.codes"]) < len(std.planes["verif.codes"])
+        assert (len(v3.planes["verif.codes"]) + len(v3.planes["verif.rest"])
+                == len(std.planes["verif.codes"]) + len(std.planes["verif.rest"]))
+    bulk_check(pairs, mode, idle=0.2, backpressure=0.2, seed=5)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["draft", "full"])
+def test_smollm2_sample(harness, mode):
+    try:
+        rows = D.smollm2_sample(np.random.default_rng(2024), 1 << 17, rows=4)
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    cfg = c2(group_size=128, mantissa_bits=3, keep_ratio=0.5, chunk_superblocks=8, pair_codes=True)
+    st = bulk_check([escfield.encode(x, cfg) for x in rows], mode)
+    nominal = 8 if mode == "draft" else 4
+    print(f"SmolLM2 sample, {mode}: {st.values:,} values, {st.values_per_cycle:.3f} values/cycle "
+          f"({st.values_per_cycle / nominal:.3f} of nominal)")
+    assert st.values_per_cycle >= 0.98 * nominal
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["draft", "full"])
 @pytest.mark.parametrize("G,A,keep", [(32, 4, 0.5), (128, 8, 1.0), (64, 1, 0.3)])
-def test_a_beat_a_cycle_and_a_header_step_per_chunk(G, A, keep):
-    """No idles, no backpressure: from the first beat to the last, the output is valid every cycle except one
-    cycle per chunk after the first (the header step of the chunk's first block); m = 4: a beat and its share of a
-    block header are at most 8 * 6 * keep + 10 bits (keep 0.5: 34) of the 64-bit word."""
+def test_a_beat_a_cycle_and_a_header_step_per_chunk(G, A, keep, full):
+    """No idles, no backpressure: from the first beat to the last, the output is valid every cycle; in draft mode
+    except one cycle per chunk after the first (the header step of the chunk's first block), full mode hides it
+    (4 values a beat). m = 4: a draft beat and its share of a block header are at most 8 * 6 * keep + 10 bits of
+    the 64-bit word."""
     rng = np.random.default_rng(6)
     cfg = c2(group_size=G, mantissa_bits=4, keep_ratio=keep, chunk_superblocks=A)
     nchunks = 5
-    v3, ref = pair(D.weights_like(rng, nchunks * cfg.chunk_values), cfg)
-    res = decode(8, [v3], trace=True)
+    v3, ref = pair(D.weights_like(rng, nchunks * cfg.chunk_values), cfg, full)
+    res = decode(8, [v3], full=full, trace=True)
     assert res.error_code == 0 and np.array_equal(res.values[0], ref)
     beats = res.trace[res.trace.index("B"):res.trace.rindex("B") + 1]
-    assert beats.count("B") == len(ref) // 8
-    assert beats.count(".") == nchunks - 1, beats
+    assert beats.count("B") == len(ref) // (4 if full else 8)
+    assert beats.count(".") == (0 if full else nchunks - 1), beats
 
 
 def test_a_chunk_with_a_word_too_many_is_refused_after_the_beats_before_it():
@@ -121,10 +169,51 @@ def test_a_superblock_that_keeps_other_than_keep_values_is_refused():
     assert res.error_code == 0 and np.array_equal(res.values[0], ref)
 
 
-def test_full_mode_is_refused_with_config():
+def test_full_mode_without_a_verification_book_is_refused():
+    from cassandra_rtl.hw.decoder import Reg
+    from cassandra_rtl.hw.simutil import decoder_program
+
     v3, _ = pair(D.weights_like(np.random.default_rng(10), 64), c2(group_size=64, mantissa_bits=3, keep_ratio=0.5))
-    res = run_decoder(DecoderC2v3(8), [DecodeJob(v3, True)], max_cycles=2000, expect_error=True)
-    assert res.error_code == CONFIG and res.busy == 0 and not any(len(v) for v in res.values)
+    program = [(a, d) for a, d in decoder_program(v3, True) if a != Reg.VERIF_K]
+    res = run_decoder(DecoderC2v3(8), [DecodeJob(v3, True, program=program)], max_cycles=2000, expect_error=True)
+    assert res.error_code == NO_BOOK and res.busy == 0 and not any(len(v) for v in res.values)
+
+
+@pytest.mark.parametrize("plane", ["verif.codes", "verif.rest"])
+def test_a_verification_chunk_with_a_word_too_many_is_refused(plane):
+    rng = np.random.default_rng(12)
+    cfg = c2(group_size=64, mantissa_bits=3, keep_ratio=0.5, chunk_superblocks=2, pair_codes=True)
+    v3, ref = pair(D.weights_like(rng, 64 * 9), cfg, True)
+    res = decode(8, [with_chunk(v3, plane, 2, lambda b: b + bytes(8))], Stalls(0.2, 0.3, seed=12), True,
+                 expect_error=True)
+    end = 3 * cfg.chunk_values
+    assert res.error_code == TOO_LONG and res.busy == 0
+    assert end - 4 <= len(res.values[0]) < end and np.array_equal(res.values[0], ref[:len(res.values[0])])
+
+
+def test_a_verification_code_chunk_cut_short_is_refused():
+    rng = np.random.default_rng(13)
+    cfg = c2(group_size=128, mantissa_bits=3, keep_ratio=0.5, chunk_superblocks=2, pair_codes=True)
+    v3, ref = pair(D.weights_like(rng, 128 * 6), cfg, True)
+    res = decode(8, [with_chunk(v3, "verif.codes", 1, lambda b: b[:-8])], Stalls(0.2, 0.3, seed=13), True,
+                 expect_error=True)
+    assert res.error_code in (CODE, OVERRUN)
+    assert cfg.chunk_values - 4 <= len(res.values[0]) < 2 * cfg.chunk_values
+    assert np.array_equal(res.values[0][:cfg.chunk_values - 4], ref[:cfg.chunk_values - 4])
+
+
+def test_an_exponent_below_zero_is_refused():
+    """Every verification book symbol programmed as 255: the first draft-zero value whose delta exceeds its block's X
+    (all of them: weights have X < 255) raises CODE, nothing of its beat goes out."""
+    from cassandra_rtl.hw.decoder import Reg
+    from cassandra_rtl.hw.simutil import decoder_program
+
+    rng = np.random.default_rng(14)
+    cfg = c2(group_size=64, mantissa_bits=3, keep_ratio=0.5, chunk_superblocks=2, pair_codes=True)
+    v3, _ = pair(D.weights_like(rng, 64 * 3), cfg, True)
+    program = [(a, 255 if Reg.VERIF_SYM <= a < Reg.VERIF_SYM + 15 else d) for a, d in decoder_program(v3, True)]
+    res = run_decoder(DecoderC2v3(8), [DecodeJob(v3, True, program=program)], max_cycles=5000, expect_error=True)
+    assert res.error_code == CODE and res.busy == 0 and sum(len(v) for v in res.values) < 4
 
 
 def test_error_drains_and_recovers_after_clear_error():
@@ -134,3 +223,6 @@ def test_error_drains_and_recovers_after_clear_error():
     bad = with_chunk(bad, "spec.mx", 1, lambda b: b[:-4])
     good, ref = pair(D.weights_like(rng, 32 * 3 + 5), cfg)
     check_recovers(DecoderC2v3(8), DecodeJob(bad, False), good, pre_wait=100, ref=ref, full=False)
+    bad_full = with_chunk(pair(D.weights_like(rng, 32 * 6), cfg, True)[0], "verif.rest", 1, lambda b: b + bytes(8))
+    good, ref = pair(D.weights_like(rng, 32 * 3 + 5), cfg, True)
+    check_recovers(DecoderC2v3(8), DecodeJob(bad_full, True), good, pre_wait=100, ref=ref)
