@@ -120,7 +120,8 @@ def _c2v3_factories():
     from .tensor_regs import TensorRegisters
     common = dict(variant="v3", lanes=8, word=64, verif_word=64, verif_lanes=4, values_per_cycle=8,
                   values_per_cycle_full=4, latency_cycles=3, layout="escape-in-field")
-    _register("decoder_c2v3_l8", lambda: DecoderC2v3(lanes=8), block="decoder_c2", **common,
+    # block "decoder_c2v3": its own BLOCK.KIND (the layout differs); tb/bulk frames it as C2 by its name
+    _register("decoder_c2v3_l8", lambda: DecoderC2v3(lanes=8), block="decoder_c2v3", **common,
               description="Cassandra-2 decoder v3 prototype (block-interleaved spec.mx read by one reader with header "
                           "registers, escaped deltas in verif.rest), 8 bf16 values/cycle in draft mode, 4 in full mode, "
                           "64-bit words")

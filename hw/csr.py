@@ -49,9 +49,11 @@ class Csr:
 
 
 ID_VALUE = 0x43415353              # "CASS"
-KINDS = {"decoder_c1v2": 1, "decoder_c2": 2, "encoder_kv_c1": 3, "encoder_kv_c2": 4, "decoder_c1v3": 5}   # BLOCK[7:0]
+KINDS = {"decoder_c1v2": 1, "decoder_c2": 2, "encoder_kv_c1": 3, "encoder_kv_c2": 4, "decoder_c1v3": 5,
+         "decoder_c2v3": 6}   # BLOCK[7:0]
 KIND_NAMES = {"decoder_c1v2": "C1 decoder", "decoder_c2": "C2 decoder", "encoder_kv_c1": "C1 KV encoder",
-              "encoder_kv_c2": "C2 KV encoder", "decoder_c1v3": "C1 decoder v3 prototype"}
+              "encoder_kv_c2": "C2 KV encoder", "decoder_c1v3": "C1 decoder v3 prototype",
+              "decoder_c2v3": "C2 decoder v3 prototype"}
 
 REGISTER_MAP = [   # (offset, name, access, meaning): ports.md's summary of hw/regs/cassandra.rdl
     ("0x000 + 4a", "block register a (0 <= a < 256)", "W",

@@ -180,7 +180,6 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         # that failed is not), then is raised.
         i_fault = Signal(3, name="i_fault")             # OVERRUN, TOO_LONG, KEEP
         s_valid, s_free = Signal(name="s_valid"), Signal(name="s_free")
-        m.d.comb += s_free.eq(~s_valid | s_taken)
         live = Signal(name="i_live")
         m.d.comb += live.eq(running & ~i_fault.any() & ~halt & ~k_wait)
         ok = Signal(name="i_ok")                        # the step's bits are in (and its chunk's end, to skip)
@@ -188,7 +187,8 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         long = skip & R.skip_err                        # the chunk holds more than its blocks
         fire = Signal(name="i_fire")
         m.d.comb += [fire.eq(ok & ~long & ~keep_bad), R.commit.eq(fire)]
-        i_err = Cat(live & R.end_seen & (R.avail < take), ok & long, ok & ~long & keep_bad)
+        # KEEP is known from H before the superblock's last fields are read: it goes before OVERRUN / TOO_LONG
+        i_err = Cat(live & R.end_seen & (R.avail < take) & ~keep_bad, ok & long & ~keep_bad, live & keep_bad)
         with m.If(i_err.any()):
             m.d.sync += i_fault.eq(i_err)
 
@@ -228,13 +228,26 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
 
         # ------------------------------------------------------------------ S: the beat's fields
         # (lane i's field, its kept flag, and whether it is draft-zero: a full-mode code of its own)
-        s_fld = [Signal(MXF, name=f"s_field{i}") for i in range(L)]
-        s_kept, s_x = Signal(L, name="s_kept"), Signal(X_BITS, name="s_x")
-        s_dz = Signal(L, name="s_dz")
-        s_nd = [Signal(range(Lv + 1), name=f"s_nd{h}") for h in range(2)]     # codes of each half
-        s_n = Signal(range(L + 1), name="s_n")
-        s_sb_end, s_last, s_cend = Signal(name="s_sb_end"), Signal(name="s_last"), Signal(name="s_cend")
+        # S has two entries, the beat that out / pass B reads (rp) and the next (wp): stage I writes the free one, so
+        # whether it may fire is a register, no path from out.ready or pass B into the spec.mx reader's commit
+        ent = [{"valid": Signal(name=f"s{e}_valid"), "fld": [Signal(MXF, name=f"s{e}_field{i}") for i in range(L)],
+                "kept": Signal(L, name=f"s{e}_kept"), "x": Signal(X_BITS, name=f"s{e}_x"),
+                "dz": Signal(L, name=f"s{e}_dz"), "nd0": Signal(range(Lv + 1), name=f"s{e}_nd0"),
+                "nd1": Signal(range(Lv + 1), name=f"s{e}_nd1"),             # codes of each half
+                "n": Signal(range(L + 1), name=f"s{e}_n"), "sb_end": Signal(name=f"s{e}_sb_end"),
+                "last": Signal(name=f"s{e}_last"), "cend": Signal(name=f"s{e}_cend")} for e in range(2)]
+        s_wp, s_rp = Signal(name="s_wp"), Signal(name="s_rp")
         s_half = Signal(name="s_half")                  # full mode: the half pass B reads next
+        head = {}
+        for key in ("valid", "kept", "x", "dz", "nd0", "nd1", "n", "sb_end", "last", "cend"):
+            head[key] = Signal.like(ent[0][key], name=f"s_{key}")
+            m.d.comb += head[key].eq(Mux(s_rp, ent[1][key], ent[0][key]))
+        s_fld = [Signal(MXF, name=f"s_field{i}") for i in range(L)]
+        m.d.comb += [s_fld[i].eq(Mux(s_rp, ent[1]["fld"][i], ent[0]["fld"][i])) for i in range(L)]
+        s_kept, s_x, s_dz, s_n = head["kept"], head["x"], head["dz"], head["n"]
+        s_nd = [head["nd0"], head["nd1"]]
+        s_sb_end, s_last, s_cend = head["sb_end"], head["last"], head["cend"]
+        m.d.comb += [s_valid.eq(head["valid"]), s_free.eq(~Mux(s_wp, ent[1]["valid"], ent[0]["valid"]))]
         lane_fld = [dense[0] if i == 0 else Cat(*dense[:i + 1]).word_select(rank[i], MXF) for i in range(L)]
         emask = Cat(Const(1, 1), *[mm >= j for j in range(1, BF16_MANTISSA_BITS + 1)])
         in_beat = thermometer(n, L)
@@ -242,12 +255,20 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         m.d.comb += dz.eq(in_beat & ~Cat(*[kb[i] & (lane_fld[i][:BF16_MANTISSA_BITS + 1] & emask).any()
                                            for i in range(L)]))
         with m.If(fire & ~hstep):
-            m.d.sync += [s_valid.eq(1), s_kept.eq(kb), s_x.eq(h_x), s_n.eq(n), s_sb_end.eq(sb_end),
-                         s_last.eq(b_fin & t_last), s_cend.eq(skip), s_dz.eq(dz), s_half.eq(0),
-                         s_nd[0].eq(popcount(m, dz[:Lv], "i_nd0")), s_nd[1].eq(popcount(m, dz[Lv:], "i_nd1"))]
-            m.d.sync += [s_fld[i].eq(lane_fld[i]) for i in range(L)]
-        with m.Elif(s_taken):
-            m.d.sync += s_valid.eq(0)
+            m.d.sync += s_wp.eq(~s_wp)
+            for e in range(2):
+                with m.If(s_wp == e):
+                    d = ent[e]
+                    m.d.sync += [d["valid"].eq(1), d["kept"].eq(kb), d["x"].eq(h_x), d["n"].eq(n),
+                                 d["sb_end"].eq(sb_end), d["last"].eq(b_fin & t_last), d["cend"].eq(skip),
+                                 d["dz"].eq(dz), d["nd0"].eq(popcount(m, dz[:Lv], f"i_nd0_{e}")),
+                                 d["nd1"].eq(popcount(m, dz[Lv:], f"i_nd1_{e}"))]
+                    m.d.sync += [d["fld"][i].eq(lane_fld[i]) for i in range(L)]
+        with m.If(s_taken):
+            m.d.sync += [s_rp.eq(~s_rp), s_half.eq(0)]
+            for e in range(2):
+                with m.If(s_rp == e):
+                    m.d.sync += ent[e]["valid"].eq(0)
         k = draft_consts(m, s_x, mm, "o_k")
         drafts = []
         for i in range(L):
@@ -266,11 +287,11 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         b_cend = Signal(name="b_cend")
         m.d.comb += b_cend.eq(half_fin & s_cend)
         b_fault = Signal(3, name="b_fault")             # CODE, OVERRUN, TOO_LONG
-        br_free = Signal(name="br_free")
+        bc_free = Signal(name="bc_free")
         b_live = Signal(name="b_live")
         m.d.comb += b_live.eq(s_valid & full & ~b_fault.any() & ~halt)
         b_ok = Signal(name="b_ok")
-        m.d.comb += b_ok.eq(b_live & br_free & (VC.ones >= b_nd) & (~b_cend | VC.skip_ok | VC.skip_err))
+        m.d.comb += b_ok.eq(b_live & bc_free & (VC.ones >= b_nd) & (~b_cend | VC.skip_ok | VC.skip_err))
         b_long = b_cend & VC.skip_err
         b_fire = Signal(name="b_fire")
         m.d.comb += [b_fire.eq(b_ok & ~b_long), VC.take.eq(b_nd), VC.skip.eq(b_cend), VC.commit.eq(b_fire)]
@@ -278,38 +299,63 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         b_err = Cat(short & ~VC.end_in_span, short & VC.end_in_span, b_ok & b_long)
         with m.If(b_err.any() & ~halt):
             m.d.sync += b_fault.eq(b_err)
-        m.d.comb += s_taken.eq(Mux(full, b_fire & half_fin, self.out.ready))
-        with m.If(b_fire):
-            m.d.sync += s_half.eq(~half_fin)
+        m.d.comb += s_taken.eq(Mux(full, b_fire & half_fin, s_valid & self.out.ready))
+        with m.If(b_fire & ~half_fin):
+            m.d.sync += s_half.eq(1)
 
-        pos, head = one_positions(m, VC.span, VC.span_prefix, VC.prefix_bits, Lv, "b_pos")
+        # BC: the half as pass B took it: VC's span and its prefix (the codes' positions come from registers), the
+        # half's draft-zero flags, draft values and rest widths
+        half = [{key: Mux(s_half, drafts[Lv + i][key], drafts[i][key]) for key in ("draft", "rest_w")}
+                for i in range(Lv)]
+        bc = {"valid": Signal(name="bc_valid"), "span": Signal(len(VC.span), name="bc_span"),
+              "pre": Signal(len(VC.span_prefix), name="bc_pre"), "nd": Signal(range(Lv + 1), name="bc_nd")}
+        br = {"valid": Signal(name="br_valid")}
+        for st, name in ((bc, "bc"), (br, "br")):
+            st.update(dz=Signal(Lv, name=f"{name}_dz"), inb=Signal(Lv, name=f"{name}_in"),
+                      draft=[Signal(16, name=f"{name}_draft{i}") for i in range(Lv)],
+                      rw=[Signal(4, name=f"{name}_rest_w{i}") for i in range(Lv)],
+                      x=Signal(X_BITS, name=f"{name}_x"), n=Signal(range(Lv + 1), name=f"{name}_n"),
+                      sb_end=Signal(name=f"{name}_sb_end"), last=Signal(name=f"{name}_last"),
+                      cend=Signal(name=f"{name}_cend"))
+
+        def carry(dst, src):
+            """The half's lane data from one pass B stage to the next."""
+            return ([dst[k].eq(src[k]) for k in ("dz", "inb", "x", "n", "sb_end", "last", "cend")]
+                    + [dst["draft"][i].eq(src["draft"][i]) for i in range(Lv)]
+                    + [dst["rw"][i].eq(src["rw"][i]) for i in range(Lv)])
+
+        r_go = Signal(name="r_go")
+        m.d.comb += bc_free.eq(~bc["valid"] | r_go)
+        with m.If(b_fire):
+            hn = Mux(s_half, s_n - Lv, Mux(s_n < Lv, s_n, Lv))
+            m.d.sync += [bc["valid"].eq(1), bc["span"].eq(VC.span), bc["pre"].eq(VC.span_prefix), bc["nd"].eq(b_nd),
+                         bc["dz"].eq(Mux(s_half, s_dz[Lv:], s_dz[:Lv])), bc["inb"].eq(thermometer(hn, Lv)),
+                         bc["x"].eq(s_x), bc["n"].eq(hn), bc["sb_end"].eq(half_fin & s_sb_end),
+                         bc["last"].eq(half_fin & s_last), bc["cend"].eq(b_cend)]
+            m.d.sync += [bc["draft"][i].eq(half[i]["draft"]) for i in range(Lv)]
+            m.d.sync += [bc["rw"][i].eq(half[i]["rest_w"]) for i in range(Lv)]
+        with m.Elif(r_go):
+            m.d.sync += bc["valid"].eq(0)
+
+        # BC -> BR: the ranks of the half's codes (the positions of the ones number 0 .. nd in the span)
+        pos, head = one_positions(m, bc["span"], bc["pre"], VC.prefix_bits, Lv, "r_pos")
         ranks = []
         for j in range(Lv):
-            rk = Signal(len(pos[0]), name=f"b_rank{j}")
+            rk = Signal(len(pos[0]), name=f"r_rank{j}")
             diff = pos[j + 1] - pos[j] - 1
             m.d.comb += rk.eq(Mux(head, pos[1], diff) if j == 0 else diff)
             ranks.append(rk)
-        code_bad = Cat(*[(j < b_nd) & (ranks[j] > p.verif_q) for j in range(Lv)]).any()
-        half = [{key: Mux(s_half, drafts[Lv + i][key], drafts[i][key]) for key in ("draft", "rest_w")}
-                for i in range(Lv)]
-        br_valid, br_bad = Signal(name="br_valid"), Signal(name="br_code_err")
+        code_bad = Cat(*[(j < bc["nd"]) & (ranks[j] > p.verif_q) for j in range(Lv)]).any()
+        br_bad = Signal(name="br_code_err")
         br_q = [Signal(4, name=f"br_q{j}") for j in range(Lv)]
-        br_dz, br_in = Signal(Lv, name="br_dz"), Signal(Lv, name="br_in")
-        br_draft = [Signal(16, name=f"br_draft{i}") for i in range(Lv)]
-        br_rw = [Signal(4, name=f"br_rest_w{i}") for i in range(Lv)]
-        br_x, br_n = Signal(X_BITS, name="br_x"), Signal(range(Lv + 1), name="br_n")
-        br_sb_end, br_last, br_cend = Signal(name="br_sb_end"), Signal(name="br_last"), Signal(name="br_cend")
+        br_dz, br_in, br_draft, br_rw = br["dz"], br["inb"], br["draft"], br["rw"]
+        br_valid = br["valid"]
         df_free = Signal(name="df_free")
         d_go = Signal(name="d_go")
-        m.d.comb += [d_go.eq(br_valid & ~br_bad & df_free & ~halt), br_free.eq(~br_valid | d_go)]
-        with m.If(b_fire):
-            hn = Mux(s_half, s_n - Lv, Mux(s_n < Lv, s_n, Lv))
-            m.d.sync += [br_valid.eq(1), br_bad.eq(code_bad), br_dz.eq(Mux(s_half, s_dz[Lv:], s_dz[:Lv])),
-                         br_in.eq(thermometer(hn, Lv)), br_x.eq(s_x), br_n.eq(hn),
-                         br_sb_end.eq(half_fin & s_sb_end), br_last.eq(half_fin & s_last), br_cend.eq(b_cend)]
+        m.d.comb += [d_go.eq(br_valid & ~br_bad & df_free & ~halt), r_go.eq(bc["valid"] & ~halt & (~br_valid | d_go))]
+        with m.If(r_go):
+            m.d.sync += [br_valid.eq(1), br_bad.eq(code_bad)] + carry(br, bc)
             m.d.sync += [br_q[j].eq(ranks[j][:4]) for j in range(Lv)]
-            m.d.sync += [br_draft[i].eq(half[i]["draft"]) for i in range(Lv)]
-            m.d.sync += [br_rw[i].eq(half[i]["rest_w"]) for i in range(Lv)]
         with m.Elif(d_go):
             m.d.sync += br_valid.eq(0)
 
@@ -339,8 +385,9 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         m.d.comb += df_free.eq(~df_valid | f_fire)
         with m.If(d_go):
             m.d.sync += [df_valid.eq(1), df_take.eq(offs[Lv]), df_esc.eq(Cat(*[ln["esc"] for ln in d_lane])),
-                         df_pair.eq(Cat(*[ln["pair"] for ln in d_lane])), df_dz.eq(br_dz), df_x.eq(br_x),
-                         df_n.eq(br_n), df_sb_end.eq(br_sb_end), df_last.eq(br_last), df_cend.eq(br_cend)]
+                         df_pair.eq(Cat(*[ln["pair"] for ln in d_lane])), df_dz.eq(br_dz), df_x.eq(br["x"]),
+                         df_n.eq(br["n"]), df_sb_end.eq(br["sb_end"]), df_last.eq(br["last"]),
+                         df_cend.eq(br["cend"])]
             m.d.sync += [df_off[i].eq(offs[i]) for i in range(Lv)] + [df_base[i].eq(d_lane[i]["base"]) for i in range(Lv)]
             m.d.sync += [df_draft[i].eq(br_draft[i]) for i in range(Lv)] + [df_rw[i].eq(br_rw[i]) for i in range(Lv)]
         with m.Elif(f_fire):
@@ -350,6 +397,8 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         # T low mantissa bits of any other; exponent X - delta, delta = the escape's bits or S[b_q + t]
         tab = Array(p.verif_tab[e] for e in range(K_MAX))
         full_vals, negs = [], []
+        gt = Signal(K_MAX + 1, name="f_gt")             # gt[e]: S[e] > X (e = 15: none)
+        m.d.comb += gt.eq(Cat(*[p.verif_tab[e] > df_x for e in range(K_MAX)], Const(0, 1)))
         for i in range(Lv):
             f = shift_right(m, RS.win, df_off[i], REST_LANE_BITS, f"f_field{i}") if i else RS.win[:REST_LANE_BITS]
             esc, pair, dzi = df_esc[i], df_pair[i], df_dz[i]
@@ -362,7 +411,11 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
             v = Signal(16, name=f"f_value{i}")
             m.d.comb += v.eq(Mux(dzi, Cat(body[:7], (df_x - delta)[:8], body[7]), df_draft[i] | low))
             full_vals.append(Mux(i < df_n, v, 0))
-            negs.append(dzi & (delta > df_x))
+            # X - delta < 0 off the reader's loop: which book entries exceed X comes from registers (gt), the
+            # suffix bit picks one of the lane's two candidates
+            b0 = df_base[i]
+            n_t = Mux(t, gt.bit_select((b0 + 1)[:4], 1), gt.bit_select(b0, 1))
+            negs.append(dzi & Mux(esc, f[:8] > df_x, n_t))
         f_neg = Cat(*negs).any()
         f_ready = Signal(name="f_ready")
         m.d.comb += f_ready.eq(df_valid & ~halt & (RS.avail >= df_take) & (~df_cend | RS.skip_ok | RS.skip_err))
@@ -393,13 +446,14 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
                 m.d.comb += start_ok.eq(1)
                 m.d.sync += [busy.eq(1), pre_init.eq(1)]
         # an error waits until the stages after the one that found it are empty (their beats go out first)
-        after_b = ~br_valid & ~df_valid
+        after_b = ~bc["valid"] & ~br_valid & ~df_valid
+        s_empty = ~ent[0]["valid"] & ~ent[1]["valid"]
         with m.If(busy & ~halt):
-            m.d.comb += [raise_err[Err.OVERRUN].eq(Mux(~s_valid & after_b, i_fault[0], 0) | Mux(after_b, b_fault[1], 0)
+            m.d.comb += [raise_err[Err.OVERRUN].eq(Mux(s_empty & after_b, i_fault[0], 0) | Mux(after_b, b_fault[1], 0)
                                                    | f_err[1]),
-                         raise_err[Err.TOO_LONG].eq(Mux(~s_valid & after_b, i_fault[1], 0) | Mux(after_b, b_fault[2], 0)
+                         raise_err[Err.TOO_LONG].eq(Mux(s_empty & after_b, i_fault[1], 0) | Mux(after_b, b_fault[2], 0)
                                                     | f_err[2]),
-                         raise_err[Err.KEEP].eq(Mux(~s_valid & after_b, i_fault[2], 0)),
+                         raise_err[Err.KEEP].eq(Mux(s_empty & after_b, i_fault[2], 0)),
                          raise_err[Err.CODE].eq(Mux(after_b, b_fault[0], 0) | (br_valid & br_bad & ~df_valid)
                                                 | f_err[0])]
         with m.If(init & p.bad_books):
@@ -409,7 +463,8 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         m.d.sync += fault.eq(Mux(halt, 0, raise_err))
         with m.If(halt):
             m.d.sync += [err.eq(err | fault), busy.eq(0), pre_init.eq(0), init.eq(0), running.eq(0),
-                         s_valid.eq(0), i_fault.eq(0), b_fault.eq(0), br_valid.eq(0), df_valid.eq(0)]
+                         ent[0]["valid"].eq(0), ent[1]["valid"].eq(0), s_wp.eq(0), s_rp.eq(0), s_half.eq(0),
+                         i_fault.eq(0), b_fault.eq(0), bc["valid"].eq(0), br_valid.eq(0), df_valid.eq(0)]
         with m.Elif(start_err.any()):
             m.d.sync += err.eq(err | start_err)
         with m.Elif(clear & ~busy):

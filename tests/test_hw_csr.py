@@ -106,7 +106,8 @@ async def _program(ctx, dut, writes):
 @pytest.mark.parametrize("name,kind,lanes,full_lanes", [("decoder_c1v2_l4", "decoder_c1v2", 4, 4),
                                                         ("decoder_c2v2_l8", "decoder_c2", 8, 4),
                                                         ("encoder_kv_c1_l2", "encoder_kv_c1", 2, 2),
-                                                        ("decoder_c1v3_l8", "decoder_c1v3", 8, 8)])
+                                                        ("decoder_c1v3_l8", "decoder_c1v3", 8, 8),
+                                                        ("decoder_c2v3_l8", "decoder_c2v3", 8, 4)])
 def test_identity_registers(name, kind, lanes, full_lanes):
     dut = CsrTop(name)
     got = {}

@@ -58,8 +58,10 @@ def decoder_configs() -> dict[str, dict]:
 
 
 def decoder_c2_configs() -> dict[str, dict]:
-    """DecoderC2v2(lanes=L, word=IW) (docs/HARDWARE.md 2c): decoder_c2v2_l8 / decoder_c2v2_l16."""
-    return _named("decoder_c2")
+    """The C2 decoders with their own register file: DecoderC2v2(lanes=L, word=IW) (docs/HARDWARE.md 2c)
+    decoder_c2v2_l8 / decoder_c2v2_l16 and the v3 prototype decoder_c2v3_l8 (framed in its layout); not a
+    cluster's per-instance core."""
+    return {n: p for n, p in _named("decoder_c2").items() if "cluster_part" not in p}
 
 
 def make_decoder_c2(params):

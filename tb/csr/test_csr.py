@@ -179,7 +179,7 @@ class CsrModel:
 
 def _random_items(ctx, rng, n):
     """``n`` random small tensors of the configuration's scheme (C1 or C2 decoder), each in a random mode."""
-    c2 = str(ctx.params.get("block", "")).endswith("c2")
+    c2 = str(ctx.params.get("block", "")).startswith("decoder_c2")
     items = []
     for _ in range(n):
         cfg = D.random_c2_config(rng) if c2 else D.random_config(rng)

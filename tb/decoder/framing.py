@@ -42,16 +42,17 @@ def framed(enc: EncodedTensor, layout: str = FORMAT_2) -> EncodedTensor:
     if layout != ESCAPE_IN_FIELD:
         raise ValueError(f"unknown plane layout {layout!r}; known: {', '.join(LAYOUTS)}")
     from cassandra_rtl.golden import escfield
-    from cassandra_rtl.golden.codec import _decode_c1_spec
+    from cassandra_rtl.golden.codec import _decode_c1_spec, _decode_c2_spec
     from cassandra_rtl.golden.config import PRUNED
 
-    if enc.config.scheme != "c1":
-        raise ValueError("only Cassandra-1 tensors are framed in the escape-in-field layout (decoder v3)")
-    kept = _decode_c1_spec(enc)[2] != PRUNED          # the tensor's own keep mask (magnitude or salience)
-    # the tensor's own books; a pruning config whose tensor prunes nothing (a short last superblock keeps all)
-    # has a speculation book without P, which encode_tensor refuses as a given book: it rebuilds the same one
-    own = not enc.config.prunes or PRUNED in enc.spec_book.symbols
-    books = (enc.spec_book, enc.verif_book) if own else None
+    if enc.config.scheme == "c2":                     # the tensor's own keep mask and verification book
+        kept, books = _decode_c2_spec(enc)[1], (None, enc.verif_book)
+    else:
+        kept = _decode_c1_spec(enc)[2] != PRUNED      # the tensor's own keep mask (magnitude or salience)
+        # the tensor's own books; a pruning config whose tensor prunes nothing (a short last superblock keeps
+        # all) has a speculation book without P, which encode_tensor refuses as a given book: it rebuilds it
+        own = not enc.config.prunes or PRUNED in enc.spec_book.symbols
+        books = (enc.spec_book, enc.verif_book) if own else None
     std, v3 = escfield.encode(decode_full(enc), enc.config, salience=kept.astype(np.float64), books=books)
     if std.planes != enc.planes or (std.spec_book, std.verif_book) != (enc.spec_book, enc.verif_book):
         raise ValueError("the tensor does not re-encode to its own planes and books; it cannot be framed in "

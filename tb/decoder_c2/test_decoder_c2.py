@@ -138,10 +138,11 @@ def _spec_mx_used_bits(enc, s: int) -> int:
     return (n if c.prunes else 0) + 8 * (-(-n // 32)) + k * (c.mantissa_bits + 2)
 
 
-def _mutations(enc, full, port_words, rng):
-    """(name, expected error bit, planes, program) for one pruning tensor: minimal corruptions
-    (``port_words``: {port: word bits}; the C2 v2 decoders have narrower verification ports)."""
-    pw = F.plane_words(enc, full, port_words)
+def _mutations(enc, full, port_words, rng, layout=F.FORMAT_2):
+    """(name, expected error bit, planes, program) for one pruning tensor in the decoder's plane ``layout``:
+    minimal corruptions (``port_words``: {port: word bits}; the C2 v2 decoders have narrower verification
+    ports)."""
+    pw = F.plane_words(F.framed(enc, layout), full, port_words)
     IW, VW = port_words["spec_mx"], port_words["verif_codes"]
     prog = F.program(enc, full)
     out = []
@@ -175,19 +176,31 @@ def _mutations(enc, full, port_words, rng):
             ch[wi] = (ch[wi][0] | (1 << bi), ch[wi][1])
             out.append(("padding_bit_mx", F.ERR_TOO_LONG, p, None))
             break
-    # KEEP: one more bit set in a superblock's keep bitmap (first word holds bitmap bits 0..min(n_s, IW))
+    # KEEP: one more bit set in a superblock's keep bitmap (its chunk's first word holds bitmap bits
+    # 0..min(n_s, IW); in the escape-in-field layout the keep bits of the superblock's last MX block, after its
+    # X byte, so that no later header of the superblock is misread first)
     p = copy()
     s = int(rng.integers(0, len(p["spec_mx"])))
     n = min(enc.config.group_size, enc.numel - s * enc.config.group_size, IW)
-    d, last = p["spec_mx"][s][0]
-    free = [b for b in range(n) if not d >> b & 1]
+    at = 0
+    if layout != F.FORMAT_2:
+        n_s = min(enc.config.group_size, enc.numel - s * enc.config.group_size)
+        kept = F.c2_lanes(enc)["kept"][s * enc.config.group_size:][:n_s]
+        blocks = [kept[b:b + 32] for b in range(0, len(kept), 32)]
+        at = sum(8 + len(k) + int(k.sum()) * (enc.config.mantissa_bits + 2) for k in blocks[:-1]) + 8
+        n = len(blocks[-1])
+    words = p["spec_mx"][s]
+    free = [at + b for b in range(n) if not words[(at + b) // IW][0] >> ((at + b) % IW) & 1]
     if free:
-        p["spec_mx"][s][0] = (d | 1 << int(rng.choice(free)), last)
+        bit = int(rng.choice(free))
+        d, last = words[bit // IW]
+        words[bit // IW] = (d | 1 << (bit % IW), last)
         out.append(("keep_bitmap", F.ERR_KEEP, p, None))
     if full:
-        # CODE: a zero run longer than K at the start of a verif.codes chunk
+        # CODE: a zero run longer than K at the start of a verif.codes chunk (in the escape-in-field layout a
+        # chunk of two words or more: a one-word chunk of zeros holds no code at all, which reads as OVERRUN)
         p = copy()
-        cands = [i for i, ch in enumerate(p["verif_codes"]) if ch[0][0]]
+        cands = [i for i, ch in enumerate(p["verif_codes"]) if ch[0][0] and (layout == F.FORMAT_2 or len(ch) > 1)]
         if cands and enc.verif_book.K + 1 < VW:
             ch = p["verif_codes"][int(rng.choice(cands))]
             ch[0] = (0, ch[0][1])
@@ -223,11 +236,11 @@ async def malformed_streams(dut, ctx):
     for full in (False, True):
         for G, k in ((64, 40), (256, 100)):          # G = 256: the bitmap is read in HEAD cycles
             enc = D.encode(D.weights_like(rng, G * 3), D.c2cfg(G, 3, k, **V1))
-            for name, bit, planes, prog in _mutations(enc, full, h.port_words, rng):
+            for name, bit, planes, prog in _mutations(enc, full, h.port_words, rng, h.layout):
                 cases.append((f"{name}/G{G}/{'full' if full else 'draft'}", bit, enc, full, planes, prog))
     # OVERRUN inside the bitmap: a G = 256 spec.mx chunk cut after its first word (128 of 256 bitmap bits)
     enc = D.encode(D.weights_like(rng, 512), D.c2cfg(256, 3, 100, **V1))
-    pw = F.plane_words(enc, False, IW)
+    pw = F.plane_words(F.framed(enc, h.layout), False, IW)
     if IW < 256:
         pw["spec_mx"][0] = [(pw["spec_mx"][0][0][0], 1)]
         cases.append(("overrun_in_bitmap", F.ERR_OVERRUN, enc, False, pw, None))
