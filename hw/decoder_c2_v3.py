@@ -54,6 +54,12 @@ HEADER_BITS = X_BITS + MX_BLOCK          # a block's X and its keep bits (when t
 REST_LANE_BITS = ESCAPE_PAYLOAD_BITS + 8  # widest verif.rest field: an escape's 8 raw bits, then (s << 7) | f
 
 
+def datapath(shape, name: str) -> Signal:
+    """A datapath register: no reset, read only where a flag with a reset says it holds data (silicon powers up
+    with any value: tests/test_hw_power_up.py)."""
+    return Signal(shape, name=name, reset_less=True)
+
+
 def interface(lanes, word, verif_word) -> dict:
     """The checked parameters of a C2 v3 decoder: L a power of two 4..16 (a beat lies in one MX block),
     spec_mx words a power of two of at least 64 bits (default max(64, 8 L): at L = 8 a beat's fields and its share
@@ -122,12 +128,12 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         pre_init, init, running = Signal(name="pre_init"), Signal(name="init"), Signal(name="i_running")
         after = Signal(32, name="i_after")              # values of the tensor after the block in H
         h_valid = Signal(name="h_valid")                # H holds the block being decoded
-        h_x = Signal(X_BITS, name="h_x")
-        h_keep = Signal(MX_BLOCK, name="h_keep")        # its keep bits (all ones up to its size without pruning)
+        h_x = datapath(X_BITS, "h_x")
+        h_keep = datapath(MX_BLOCK, "h_keep")        # its keep bits (all ones up to its size without pruning)
         h_beat = Signal(range(MX_BLOCK // L), name="h_beat")          # the next beat's index in the block
         h_last_beat = Signal(range(MX_BLOCK // L), name="h_last_beat")
         h_tail = Signal(range(L + 1), name="h_tail")    # values of the block's last beat
-        h_pops = [Signal(range(L + 1), name=f"h_pop{b}") for b in range(MX_BLOCK // L)]  # kept values per beat
+        h_pops = [datapath(range(L + 1), f"h_pop{b}") for b in range(MX_BLOCK // L)]  # kept values per beat
         sbb = Signal(range(256 // MX_BLOCK), name="i_sbb")    # the block's index in its superblock
         csb = Signal(range(64), name="i_csb")           # its superblock's index in the chunk
         kacc = Signal(range(256 + 1), name="i_kacc")    # kept values of the superblock before this beat
@@ -153,7 +159,7 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         # the block's header was loaded) and its field bits from a table of j (m + 2)
         pop = Signal(range(L + 1), name="i_pop")
         m.d.comb += pop.eq(Array(h_pops)[h_beat])
-        fb_tab = [Signal(range(MXF * L + 1), name=f"fb_tab{j}") for j in range(L + 1)]
+        fb_tab = [datapath(range(MXF * L + 1), f"fb_tab{j}") for j in range(L + 1)]
         m.d.sync += [fb_tab[j].eq(j * (mm + 2)) for j in range(L + 1)]
         fbits = Signal(range(MXF * L + 1), name="i_fbits")      # the beat's field bits
         m.d.comb += fbits.eq(Mux(hstep, 0, Array(fb_tab)[pop]))
@@ -230,12 +236,12 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         # (lane i's field, its kept flag, and whether it is draft-zero: a full-mode code of its own)
         # S has two entries, the beat that out / pass B reads (rp) and the next (wp): stage I writes the free one, so
         # whether it may fire is a register, no path from out.ready or pass B into the spec.mx reader's commit
-        ent = [{"valid": Signal(name=f"s{e}_valid"), "fld": [Signal(MXF, name=f"s{e}_field{i}") for i in range(L)],
-                "kept": Signal(L, name=f"s{e}_kept"), "x": Signal(X_BITS, name=f"s{e}_x"),
-                "dz": Signal(L, name=f"s{e}_dz"), "nd0": Signal(range(Lv + 1), name=f"s{e}_nd0"),
-                "nd1": Signal(range(Lv + 1), name=f"s{e}_nd1"),             # codes of each half
-                "n": Signal(range(L + 1), name=f"s{e}_n"), "sb_end": Signal(name=f"s{e}_sb_end"),
-                "last": Signal(name=f"s{e}_last"), "cend": Signal(name=f"s{e}_cend")} for e in range(2)]
+        ent = [{"valid": Signal(name=f"s{e}_valid"), "fld": [datapath(MXF, f"s{e}_field{i}") for i in range(L)],
+                "kept": datapath(L, f"s{e}_kept"), "x": datapath(X_BITS, f"s{e}_x"),
+                "dz": datapath(L, f"s{e}_dz"), "nd0": datapath(range(Lv + 1), f"s{e}_nd0"),
+                "nd1": datapath(range(Lv + 1), f"s{e}_nd1"),             # codes of each half
+                "n": datapath(range(L + 1), f"s{e}_n"), "sb_end": datapath(1, f"s{e}_sb_end"),
+                "last": datapath(1, f"s{e}_last"), "cend": datapath(1, f"s{e}_cend")} for e in range(2)]
         s_wp, s_rp = Signal(name="s_wp"), Signal(name="s_rp")
         s_half = Signal(name="s_half")                  # full mode: the half pass B reads next
         head = {}
@@ -307,16 +313,16 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         # half's draft-zero flags, draft values and rest widths
         half = [{key: Mux(s_half, drafts[Lv + i][key], drafts[i][key]) for key in ("draft", "rest_w")}
                 for i in range(Lv)]
-        bc = {"valid": Signal(name="bc_valid"), "span": Signal(len(VC.span), name="bc_span"),
-              "pre": Signal(len(VC.span_prefix), name="bc_pre"), "nd": Signal(range(Lv + 1), name="bc_nd")}
+        bc = {"valid": Signal(name="bc_valid"), "span": datapath(len(VC.span), "bc_span"),
+              "pre": datapath(len(VC.span_prefix), "bc_pre"), "nd": datapath(range(Lv + 1), "bc_nd")}
         br = {"valid": Signal(name="br_valid")}
         for st, name in ((bc, "bc"), (br, "br")):
-            st.update(dz=Signal(Lv, name=f"{name}_dz"), inb=Signal(Lv, name=f"{name}_in"),
-                      draft=[Signal(16, name=f"{name}_draft{i}") for i in range(Lv)],
-                      rw=[Signal(4, name=f"{name}_rest_w{i}") for i in range(Lv)],
-                      x=Signal(X_BITS, name=f"{name}_x"), n=Signal(range(Lv + 1), name=f"{name}_n"),
-                      sb_end=Signal(name=f"{name}_sb_end"), last=Signal(name=f"{name}_last"),
-                      cend=Signal(name=f"{name}_cend"))
+            st.update(dz=datapath(Lv, f"{name}_dz"), inb=datapath(Lv, f"{name}_in"),
+                      draft=[datapath(16, f"{name}_draft{i}") for i in range(Lv)],
+                      rw=[datapath(4, f"{name}_rest_w{i}") for i in range(Lv)],
+                      x=datapath(X_BITS, f"{name}_x"), n=datapath(range(Lv + 1), f"{name}_n"),
+                      sb_end=datapath(1, f"{name}_sb_end"), last=datapath(1, f"{name}_last"),
+                      cend=datapath(1, f"{name}_cend"))
 
         def carry(dst, src):
             """The half's lane data from one pass B stage to the next."""
@@ -347,7 +353,7 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
             ranks.append(rk)
         code_bad = Cat(*[(j < bc["nd"]) & (ranks[j] > p.verif_q) for j in range(Lv)]).any()
         br_bad = Signal(name="br_code_err")
-        br_q = [Signal(4, name=f"br_q{j}") for j in range(Lv)]
+        br_q = [datapath(4, f"br_q{j}") for j in range(Lv)]
         br_dz, br_in, br_draft, br_rw = br["dz"], br["inb"], br["draft"], br["rw"]
         br_valid = br["valid"]
         df_free = Signal(name="df_free")
@@ -373,14 +379,14 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
             d_lane.append({"esc": esc, "pair": pair, "base": Array(p.verif_base[e] for e in range(K_MAX))[q]})
         offs = prefix_sums(m, widths, bits_for(REST_LANE_BITS * Lv), "d_off")
         df_valid = Signal(name="df_valid")
-        df_off = [Signal(range(REST_LANE_BITS * Lv), name=f"df_off{i}") for i in range(Lv)]
-        df_take = Signal(range(REST_LANE_BITS * Lv + 1), name="df_take")
-        df_esc, df_pair, df_dz = Signal(Lv, name="df_esc"), Signal(Lv, name="df_pair"), Signal(Lv, name="df_dz")
-        df_base = [Signal(4, name=f"df_base{i}") for i in range(Lv)]
-        df_draft = [Signal(16, name=f"df_draft{i}") for i in range(Lv)]
-        df_rw = [Signal(4, name=f"df_rest_w{i}") for i in range(Lv)]
-        df_x, df_n = Signal(X_BITS, name="df_x"), Signal(range(Lv + 1), name="df_n")
-        df_sb_end, df_last, df_cend = Signal(name="df_sb_end"), Signal(name="df_last"), Signal(name="df_cend")
+        df_off = [datapath(range(REST_LANE_BITS * Lv), f"df_off{i}") for i in range(Lv)]
+        df_take = datapath(range(REST_LANE_BITS * Lv + 1), "df_take")
+        df_esc, df_pair, df_dz = datapath(Lv, "df_esc"), datapath(Lv, "df_pair"), datapath(Lv, "df_dz")
+        df_base = [datapath(4, f"df_base{i}") for i in range(Lv)]
+        df_draft = [datapath(16, f"df_draft{i}") for i in range(Lv)]
+        df_rw = [datapath(4, f"df_rest_w{i}") for i in range(Lv)]
+        df_x, df_n = datapath(X_BITS, "df_x"), datapath(range(Lv + 1), "df_n")
+        df_sb_end, df_last, df_cend = datapath(1, "df_sb_end"), datapath(1, "df_last"), datapath(1, "df_cend")
         f_fire = Signal(name="f_fire")
         m.d.comb += df_free.eq(~df_valid | f_fire)
         with m.If(d_go):
