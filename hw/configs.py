@@ -118,7 +118,7 @@ def _c2v3_factories():
     a cycle."""
     from .decoder_c2_v3 import DecoderC2v3, DecoderC2v3Core
     from .tensor_regs import TensorRegisters
-    common = dict(variant="v3", lanes=8, word=64, verif_word=64, verif_lanes=4, values_per_cycle=8,
+    common = dict(variant="v3", lanes=8, word=64, verif_word=32, verif_lanes=4, values_per_cycle=8,
                   values_per_cycle_full=4, latency_cycles=3, layout="escape-in-field")
     # block "decoder_c2v3": its own BLOCK.KIND (the layout differs); tb/bulk frames it as C2 by its name
     _register("decoder_c2v3_l8", lambda: DecoderC2v3(lanes=8), block="decoder_c2v3", **common,

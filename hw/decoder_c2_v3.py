@@ -9,11 +9,11 @@ counters alone, so the reader's loop never goes through the window.
 
     spec_mx -> BitReader (window 9 L + 40) --win--+--> fields: lane i = (m+2)-bit field number rank_i --> S
                                                   '--> header at the beat's field bits (X, keep bits) --> H
-    H (X, keep bits, kept count per beat) + counters -> the beat's kept flags, rank_i, field bits (a table of
-        j (m + 2)), take (loop: reader avail >= take -> commit -> read point; depth: two small selects, the
-        header add, the reader's compare and pointer add)
+    H (X, keep bits, kept count per beat) + counters -> the beat's kept flags, rank_i, field bits (kept count
+        x (m + 2)), take (loop: reader avail >= take -> commit -> read point; depth: a select, a 4 x 4 multiply,
+        the header add, the reader's compare and pointer add)
     S -> draft arithmetic (FORMAT section 4, hw/decoder_c2_v2.py ``draft_lane``) -> out (draft mode)
-    S, half h -> codes of its draft-zero lanes (CodeReader VC, one take) -> ranks --> BR
+    S, half h -> codes of its draft-zero lanes (CodeReader VC) --> BC (span and prefix) -> ranks --> BR
               BR -> each lane's code, escape / pair flag, rest width and offset --> DF
               DF -> verif.rest window (BitReader RS) -> fields, S[b_q + t] or the escaped delta, X - delta,
                     low mantissa bits -> out (full mode: L / 2 values a beat, a beat a cycle)
@@ -21,16 +21,17 @@ counters alone, so the reader's loop never goes through the window.
 Stage I takes one step a cycle: a *beat* (L values of the block in H; the block's last beat also loads the
 next block's header unless the block ends its chunk), or at a chunk's first block a *header step* (the
 block's X and keep bits only: one cycle per chunk in draft mode, hidden in full mode; the next chunk's words
-start on a word boundary). S also holds each lane's draft-zero flag and the codes of each half, counted from
-the fields in stage I, so pass B's take needs no arithmetic on S. A verif.codes word of 64 bits makes the
-code reader's span (two words from the read point, >= 65 bits) hold any L / 2 = 4 codes of <= 16 bits: a
-half takes its codes in one step.
+start on a word boundary). S (two entries, so that stage I fires from registers) also holds each lane's
+draft-zero flag and the codes of each half, counted from the fields in stage I, so pass B's take needs no
+arithmetic on S. Pass B takes a half's codes in one step when the code reader's span (two 32-bit words from
+the read point, >= 33 bits) holds them, else in parts (at least one code each: a code is <= 16 bits); BR
+collects the parts' ranks and goes on with the last.
 
 Errors: an error a stage finds waits until the stages after it are empty (their beats go out), then is
 raised a cycle later with the pipeline halted and the readers flushed; the beat that failed is not emitted.
 Ports, registers and error bits are the C2 decoder's (docs/datasheets/decoder_c2.md); the tensor's registers
-come from a cluster's ``TensorRegisters("c2")`` (hw/tensor_regs.py). Not yet in the prototype: the cocotb
-benches and formal properties.
+come from a cluster's ``TensorRegisters("c2")`` (hw/tensor_regs.py). Not yet in the prototype: formal
+properties.
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def interface(lanes, word, verif_word) -> dict:
     word = max(64, 8 * lanes) if word is None else word
     if not isinstance(word, int) or word < 64 or word > 1024 or word & (word - 1):
         raise ConfigError(f"C2 decoder v3 spec_mx word must be a power of two in 64..1024 bits, got {word!r}")
-    verif_word = 64 if verif_word is None else verif_word
+    verif_word = 32 if verif_word is None else verif_word
     return dict(lanes=lanes, word=word, verif_word=verif_word)
 
 
@@ -80,9 +81,10 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
     Parameters
         lanes        L, values per beat (4, 8 or 16)
         word         bits per spec_mx word (default max(64, 8 L))
-        verif_word   bits per word of verif_codes / verif_rest (default 64; not read by the prototype)
-        slots        word slots of the spec.mx reader (default: its view + 1, so a word can arrive while the
-                     view is full)
+        verif_word   bits per word of verif_codes / verif_rest (default 32: full mode reads ~6 rest bits and
+                     ~2 code bits per value at L / 2 values a cycle on SmolLM2)
+        slots        word slots of the spec.mx reader (default: its view + 1, 4 at L = 8: a power of two, whose
+                     slot pointer wraps for free; 3 is no smaller and loses 2 % of draft cycles at m = 7, keep 1.0)
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_word: int | None = None,
@@ -159,10 +161,8 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         # the block's header was loaded) and its field bits from a table of j (m + 2)
         pop = Signal(range(L + 1), name="i_pop")
         m.d.comb += pop.eq(Array(h_pops)[h_beat])
-        fb_tab = [datapath(range(MXF * L + 1), f"fb_tab{j}") for j in range(L + 1)]
-        m.d.sync += [fb_tab[j].eq(j * (mm + 2)) for j in range(L + 1)]
         fbits = Signal(range(MXF * L + 1), name="i_fbits")      # the beat's field bits
-        m.d.comb += fbits.eq(Mux(hstep, 0, Array(fb_tab)[pop]))
+        m.d.comb += fbits.eq(Mux(hstep, 0, pop * (mm + 2)))
         load = Signal(name="i_load")                    # the step reads the next block's header
         m.d.comb += load.eq(hstep | (b_fin & ~c_fin))
         nb_next = Signal(range(MX_BLOCK + 1), name="i_nb_next")  # values of the next block: min(32, after)
@@ -283,8 +283,8 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
             drafts.append(lane)
 
         # ------------------------------------------------------------------ full mode, pass B: half a beat
-        # B: the half's codes from VC (its draft-zero lanes, at most Lv: a whole span of two words holds them)
-        # -> ranks --> BR;  BR: each lane's code, escape / pair flags, rest-field widths and offsets --> DF;
+        # B: the half's codes from VC (its draft-zero lanes, at most Lv) --> BC -> ranks --> BR;
+        # BR: each lane's code, escape / pair flags, rest-field widths and offsets --> DF;
         # DF: the rest reader's window -> fields, lookups, exact values --> out (Lv values a beat).
         half_fin = Signal(name="b_half_fin")            # the half is the beat's last
         m.d.comb += half_fin.eq(s_half | (s_n <= Lv))
@@ -296,25 +296,40 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         bc_free = Signal(name="bc_free")
         b_live = Signal(name="b_live")
         m.d.comb += b_live.eq(s_valid & full & ~b_fault.any() & ~halt)
+        # The half's codes in one take when the span holds them, else in parts: what a whole span holds (at least
+        # one code: 33 bits or more from the read point), the rest next time (b_first: codes already taken)
+        b_first = Signal(range(Lv + 1), name="b_first")
+        b_need = Signal(range(Lv + 1), name="b_need")
+        m.d.comb += b_need.eq(b_nd - b_first)
+        b_c = Signal(range(Lv + 1), name="b_c")         # codes taken now
+        m.d.comb += b_c.eq(Mux(VC.ones < b_need, VC.ones, b_need))
+        b_complete = Signal(name="b_complete")
+        m.d.comb += b_complete.eq(b_c == b_need)
+        b_skip = Signal(name="b_skip")
+        m.d.comb += b_skip.eq(b_complete & b_cend)
         b_ok = Signal(name="b_ok")
-        m.d.comb += b_ok.eq(b_live & bc_free & (VC.ones >= b_nd) & (~b_cend | VC.skip_ok | VC.skip_err))
-        b_long = b_cend & VC.skip_err
+        m.d.comb += b_ok.eq(b_live & bc_free & (b_complete | (VC.whole & (b_c != 0)))
+                            & (~b_skip | VC.skip_ok | VC.skip_err))
+        b_long = b_skip & VC.skip_err
         b_fire = Signal(name="b_fire")
-        m.d.comb += [b_fire.eq(b_ok & ~b_long), VC.take.eq(b_nd), VC.skip.eq(b_cend), VC.commit.eq(b_fire)]
-        short = b_live & (VC.ones < b_nd) & VC.whole    # a whole span holds fewer codes than the half needs
+        m.d.comb += [b_fire.eq(b_ok & ~b_long), VC.take.eq(b_c), VC.skip.eq(b_skip), VC.commit.eq(b_fire)]
+        short = b_live & (b_c == 0) & ~b_complete & VC.whole     # a whole span and no code of the half in it
         b_err = Cat(short & ~VC.end_in_span, short & VC.end_in_span, b_ok & b_long)
         with m.If(b_err.any() & ~halt):
             m.d.sync += b_fault.eq(b_err)
-        m.d.comb += s_taken.eq(Mux(full, b_fire & half_fin, s_valid & self.out.ready))
-        with m.If(b_fire & ~half_fin):
-            m.d.sync += s_half.eq(1)
+        m.d.comb += s_taken.eq(Mux(full, b_fire & b_complete & half_fin, s_valid & self.out.ready))
+        with m.If(b_fire):
+            m.d.sync += b_first.eq(Mux(b_complete, 0, b_first + b_c))
+            with m.If(b_complete & ~half_fin):
+                m.d.sync += s_half.eq(1)
 
         # BC: the half as pass B took it: VC's span and its prefix (the codes' positions come from registers), the
         # half's draft-zero flags, draft values and rest widths
         half = [{key: Mux(s_half, drafts[Lv + i][key], drafts[i][key]) for key in ("draft", "rest_w")}
                 for i in range(Lv)]
         bc = {"valid": Signal(name="bc_valid"), "span": datapath(len(VC.span), "bc_span"),
-              "pre": datapath(len(VC.span_prefix), "bc_pre"), "nd": datapath(range(Lv + 1), "bc_nd")}
+              "pre": datapath(len(VC.span_prefix), "bc_pre"), "c": datapath(range(Lv + 1), "bc_c"),
+              "first": datapath(range(Lv + 1), "bc_first"), "complete": datapath(1, "bc_complete")}
         br = {"valid": Signal(name="br_valid")}
         for st, name in ((bc, "bc"), (br, "br")):
             st.update(dz=datapath(Lv, f"{name}_dz"), inb=datapath(Lv, f"{name}_in"),
@@ -334,7 +349,8 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         m.d.comb += bc_free.eq(~bc["valid"] | r_go)
         with m.If(b_fire):
             hn = Mux(s_half, s_n - Lv, Mux(s_n < Lv, s_n, Lv))
-            m.d.sync += [bc["valid"].eq(1), bc["span"].eq(VC.span), bc["pre"].eq(VC.span_prefix), bc["nd"].eq(b_nd),
+            m.d.sync += [bc["valid"].eq(1), bc["span"].eq(VC.span), bc["pre"].eq(VC.span_prefix), bc["c"].eq(b_c),
+                         bc["first"].eq(b_first), bc["complete"].eq(b_complete),
                          bc["dz"].eq(Mux(s_half, s_dz[Lv:], s_dz[:Lv])), bc["inb"].eq(thermometer(hn, Lv)),
                          bc["x"].eq(s_x), bc["n"].eq(hn), bc["sb_end"].eq(half_fin & s_sb_end),
                          bc["last"].eq(half_fin & s_last), bc["cend"].eq(b_cend)]
@@ -351,7 +367,7 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
             diff = pos[j + 1] - pos[j] - 1
             m.d.comb += rk.eq(Mux(head, pos[1], diff) if j == 0 else diff)
             ranks.append(rk)
-        code_bad = Cat(*[(j < bc["nd"]) & (ranks[j] > p.verif_q) for j in range(Lv)]).any()
+        code_bad = Cat(*[(j < bc["c"]) & (ranks[j] > p.verif_q) for j in range(Lv)]).any()
         br_bad = Signal(name="br_code_err")
         br_q = [datapath(4, f"br_q{j}") for j in range(Lv)]
         br_dz, br_in, br_draft, br_rw = br["dz"], br["inb"], br["draft"], br["rw"]
@@ -359,9 +375,14 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         df_free = Signal(name="df_free")
         d_go = Signal(name="d_go")
         m.d.comb += [d_go.eq(br_valid & ~br_bad & df_free & ~halt), r_go.eq(bc["valid"] & ~halt & (~br_valid | d_go))]
+        # a part's codes go to the half's code slots first .. first + c - 1; BR is valid with the last part
         with m.If(r_go):
-            m.d.sync += [br_valid.eq(1), br_bad.eq(code_bad)] + carry(br, bc)
-            m.d.sync += [br_q[j].eq(ranks[j][:4]) for j in range(Lv)]
+            m.d.sync += [br_valid.eq(bc["complete"]), br_bad.eq(code_bad | ((bc["first"] != 0) & br_bad))]
+            m.d.sync += carry(br, bc)
+            for k in range(Lv):
+                j = (k - bc["first"])[:bits_for(Lv)]
+                with m.If((bc["first"] <= k) & (k < bc["first"] + bc["c"])):
+                    m.d.sync += br_q[k].eq(Array(r[:4] for r in ranks)[j] if Lv > 1 else ranks[0][:4])
         with m.Elif(d_go):
             m.d.sync += br_valid.eq(0)
 
