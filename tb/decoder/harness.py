@@ -7,7 +7,7 @@ from collections import deque
 
 import numpy as np
 
-from cassandra_rtl.tb.common.stream import PROFILES, Sink, Source
+from cassandra_rtl.tb.common.stream import MAX_OFF_RUN, PROFILES, Sink, Source
 from cassandra_rtl.tb.decoder import framing as F
 
 
@@ -252,7 +252,10 @@ class DecoderHarness:
     async def drain(self, what="decode"):
         """Run until every queued tensor came out completely and the decoder is idle again."""
         await self.engine.run_until(lambda: not self.tensors and self.inputs_idle(), self.budget(), what)
-        await self.engine.run_until(lambda: not self.status.busy(), 64, f"{what}: busy after last beat")
+        # busy drops a cycle after the last beat; a status polled over a paced bus (the AXI4-Lite bench) sees it
+        # after a poll's address and data phases, each of which a bursty pacer may hold for MAX_OFF_RUN cycles
+        await self.engine.run_until(lambda: not self.status.busy(), 64 + 2 * MAX_OFF_RUN,
+                                    f"{what}: busy after last beat")
         if self.error_seen:
             raise AssertionError(f"{what}: error output rose (error_code=0x{self.status.error_code():02x})")
 
