@@ -44,7 +44,7 @@ from .decoder import DecoderC1, Err
 from .decoder_c1_v2 import popcounts
 from .decoder_c2 import prefix_sums
 from .shifter import shift_right
-from .tensor_regs import TENSOR_PARAMS, ClusterCore, TensorRegisters
+from .tensor_regs import TENSOR_PARAMS, ClusterCore, TensorRegisters, wrap_cluster_core
 
 GMAX = max(ALLOWED_GROUP_SIZES)
 FIELD_BITS = 16          # widest field: an escaped pruned value's [e][(s << 7) | f]
@@ -455,15 +455,9 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
             m.d.comb += raise_err[Err.CONFIG].eq(1)
         with m.If(f_fire & emit & df_last):
             m.d.sync += busy.eq(0)
-        m.d.sync += fault.eq(Mux(halt, 0, raise_err))
-        with m.If(halt):
-            m.d.sync += [err.eq(err | fault), busy.eq(0), pre_init.eq(0), init.eq(0), running.eq(0),
-                         pd_valid.eq(0), rk_valid.eq(0), r_turn_b.eq(0), df_valid.eq(0), b_pend.eq(0),
-                         p_fault.eq(0), b_fault.eq(0)]
-        with m.Elif(start_err.any()):
-            m.d.sync += err.eq(err | start_err)
-        with m.Elif(clear & ~busy):
-            m.d.sync += err.eq(0)
+        self._sticky_errors(m, err, fault, raise_err, halt, start_err, clear, busy,
+                            [pre_init.eq(0), init.eq(0), running.eq(0), pd_valid.eq(0), rk_valid.eq(0),
+                             r_turn_b.eq(0), df_valid.eq(0), b_pend.eq(0), p_fault.eq(0), b_fault.eq(0)])
         return m
 
 
@@ -479,14 +473,6 @@ class DecoderC1v3(DecoderC1):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.regs = regs = TensorRegisters()
-        m.submodules.core = core = DecoderC1v3Core(*self._core_args)
-        for port in ("spec_codes", "spec_signman", "verif_codes", "verif_rest"):
-            wiring.connect(m, wiring.flipped(getattr(self, port)), getattr(core, port))
-        wiring.connect(m, core.out, wiring.flipped(self.out))
-        m.d.comb += [core.params.eq(regs.params), regs.accept.eq(~core.busy),
-                     regs.cfg.payload.eq(self.cfg.payload), core.cfg.payload.eq(self.cfg.payload),
-                     regs.cfg.valid.eq(self.cfg.valid), core.cfg.valid.eq(self.cfg.valid),
-                     self.cfg.ready.eq(core.cfg.ready),
-                     self.busy.eq(core.busy), self.error.eq(core.error), self.error_code.eq(core.error_code)]
+        wrap_cluster_core(m, self, TensorRegisters(), DecoderC1v3Core(*self._core_args),
+                          ("spec_codes", "spec_signman", "verif_codes", "verif_rest"))
         return m

@@ -48,7 +48,7 @@ from .decoder_c2 import prefix_sums
 from .decoder import DecoderC1, Err
 from .decoder_c2_v2 import MXF, X_BITS, c2v2_signature, draft_consts, draft_lane
 from .shifter import shift_right
-from .tensor_regs import TENSOR_PARAMS, ClusterCore, TensorRegisters
+from .tensor_regs import TENSOR_PARAMS, ClusterCore, TensorRegisters, wrap_cluster_core
 from .zero_counter import prefix_counts
 
 HEADER_BITS = X_BITS + MX_BLOCK          # a block's X and its keep bits (when the config prunes)
@@ -487,15 +487,10 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
             m.d.comb += raise_err[Err.CONFIG].eq(1)
         with m.If(self.out.valid & self.out.ready & self.out.payload.last):
             m.d.sync += busy.eq(0)
-        m.d.sync += fault.eq(Mux(halt, 0, raise_err))
-        with m.If(halt):
-            m.d.sync += [err.eq(err | fault), busy.eq(0), pre_init.eq(0), init.eq(0), running.eq(0),
-                         ent[0]["valid"].eq(0), ent[1]["valid"].eq(0), s_wp.eq(0), s_rp.eq(0), s_half.eq(0),
-                         i_fault.eq(0), b_fault.eq(0), bc["valid"].eq(0), br_valid.eq(0), df_valid.eq(0)]
-        with m.Elif(start_err.any()):
-            m.d.sync += err.eq(err | start_err)
-        with m.Elif(clear & ~busy):
-            m.d.sync += err.eq(0)
+        self._sticky_errors(m, err, fault, raise_err, halt, start_err, clear, busy,
+                            [pre_init.eq(0), init.eq(0), running.eq(0), ent[0]["valid"].eq(0), ent[1]["valid"].eq(0),
+                             s_wp.eq(0), s_rp.eq(0), s_half.eq(0), i_fault.eq(0), b_fault.eq(0), bc["valid"].eq(0),
+                             br_valid.eq(0), df_valid.eq(0)])
         return m
 
 
@@ -514,14 +509,6 @@ class DecoderC2v3(DecoderC1):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.regs = regs = TensorRegisters("c2")
-        m.submodules.core = core = DecoderC2v3Core(*self._core_args)
-        for port in ("spec_mx", "verif_codes", "verif_rest"):
-            wiring.connect(m, wiring.flipped(getattr(self, port)), getattr(core, port))
-        wiring.connect(m, core.out, wiring.flipped(self.out))
-        m.d.comb += [core.params.eq(regs.params), regs.accept.eq(~core.busy),
-                     regs.cfg.payload.eq(self.cfg.payload), core.cfg.payload.eq(self.cfg.payload),
-                     regs.cfg.valid.eq(self.cfg.valid), core.cfg.valid.eq(self.cfg.valid),
-                     self.cfg.ready.eq(core.cfg.ready),
-                     self.busy.eq(core.busy), self.error.eq(core.error), self.error_code.eq(core.error_code)]
+        wrap_cluster_core(m, self, TensorRegisters("c2"), DecoderC2v3Core(*self._core_args),
+                          ("spec_mx", "verif_codes", "verif_rest"))
         return m

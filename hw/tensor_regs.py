@@ -17,7 +17,7 @@ waits two cycles from START before it reads them.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
@@ -145,3 +145,30 @@ class ClusterCore:
                 with m.Case(gv):
                     m.d.comb += last_k.eq(rounded >> exact_log2(gv))
         return last_k, (left == 0) & ~go
+
+    @staticmethod
+    def _sticky_errors(m, err, fault, raise_err, halt, start_err, clear, busy, stop):
+        """The sticky error register: a datapath error (``raise_err``) is registered in ``fault`` and applied a
+        cycle later with the pipeline halted (``halt``: ``err |= fault``, busy and the ``stop`` statements: the
+        stages' valid flags); START's own errors are set at once; CLEAR_ERROR clears while idle."""
+        m.d.sync += fault.eq(Mux(halt, 0, raise_err))
+        with m.If(halt):
+            m.d.sync += [err.eq(err | fault), busy.eq(0)] + stop
+        with m.Elif(start_err.any()):
+            m.d.sync += err.eq(err | start_err)
+        with m.Elif(clear & ~busy):
+            m.d.sync += err.eq(0)
+
+
+def wrap_cluster_core(m, top, regs, core, ports):
+    """``top`` (a decoder with its own register file) as a cluster of one: ``regs`` (a ``TensorRegisters``) and
+    ``core`` (its ``ClusterCore``) share ``top.cfg``; the plane ``ports``, ``out`` and the status go through."""
+    m.submodules.regs, m.submodules.core = regs, core
+    for port in ports:
+        wiring.connect(m, wiring.flipped(getattr(top, port)), getattr(core, port))
+    wiring.connect(m, core.out, wiring.flipped(top.out))
+    m.d.comb += [core.params.eq(regs.params), regs.accept.eq(~core.busy),
+                 regs.cfg.payload.eq(top.cfg.payload), core.cfg.payload.eq(top.cfg.payload),
+                 regs.cfg.valid.eq(top.cfg.valid), core.cfg.valid.eq(top.cfg.valid), top.cfg.ready.eq(core.cfg.ready),
+                 top.busy.eq(core.busy), top.error.eq(core.error), top.error_code.eq(core.error_code)]
+

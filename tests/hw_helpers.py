@@ -125,3 +125,32 @@ def with_chunk(v3, plane: str, c: int, edit):
     planes = dict(v3.planes, **{plane: data[:off[c]] + new + data[off[c + 1]:]})
     offsets = dict(v3.offsets, **{plane: np.array(off[: c + 1] + [o + delta for o in off[c + 1:]], dtype=np.int64)})
     return dataclasses.replace(v3, planes=planes, offsets=offsets)
+
+
+def bulk_harness(config: str):
+    """The bulk Verilator harness of ``config`` (a module fixture's body); skips without Verilator."""
+    import pytest
+
+    from cassandra_rtl.tb import bulk
+    if not bulk.available():
+        pytest.skip("Verilator not available")
+    return bulk.build_harness(config)
+
+
+def escfield_check(pairs, mode: str, config: str, **kw):
+    """(format 2.0 tensor, escape-in-field twin) pairs through ``config``'s exported RTL in the bulk harness: every
+    value equals the layout's golden decode, itself equal to the format 2.0 twin's golden decode. Returns the
+    harness's BulkStats."""
+    from cassandra_rtl.golden import escfield
+    from cassandra_rtl.tb import bulk
+
+    st = bulk.BulkStats()
+    got = bulk.decode_many_with_rtl([v3 for _, v3 in pairs], mode, config=config, stats=st, jobs=1, **kw)
+    for (std, v3), g in zip(pairs, got):
+        ref = escfield.decode(v3, mode == "full").reshape(-1)
+        assert np.array_equal(ref, (decode_full(std) if mode == "full" else decode_draft(std)).reshape(-1))
+        bad = np.flatnonzero(g.reshape(-1) != ref)
+        assert len(bad) == 0, f"{len(bad)} mismatches of {std.numel} ({std.config}), first at {bad[:5]}"
+    assert st.values == sum(std.numel for std, _ in pairs)
+    return st
+

@@ -19,7 +19,7 @@ from cassandra_rtl.golden.codec import decode_draft, decode_full
 from cassandra_rtl.golden.config import CodecConfig
 from cassandra_rtl.tb import bulk
 from cassandra_rtl.tb.decoder import data as D
-from hw_helpers import with_chunk
+from hw_helpers import bulk_harness, escfield_check, with_chunk
 
 pytestmark = pytest.mark.sim
 
@@ -28,23 +28,11 @@ CONFIG = "decoder_c1v3_l8"
 
 @pytest.fixture(scope="module")
 def harness():
-    if not bulk.available():
-        pytest.skip("Verilator not available")
-    return bulk.build_harness(CONFIG)
+    return bulk_harness(CONFIG)
 
 
 def check(pairs, mode, **kw):
-    """Decode the escape-in-field tensors with the RTL; compare with the layout's golden decode (itself equal to
-    the golden decode of the format 2.0 twins)."""
-    st = bulk.BulkStats()
-    got = bulk.decode_many_with_rtl([v3 for _, v3 in pairs], mode, config=CONFIG, stats=st, jobs=1, **kw)
-    for (std, v3), g in zip(pairs, got):
-        ref = escfield.decode(v3, mode == "full")         # the golden decode of the layout the RTL reads ...
-        assert np.array_equal(ref, decode_full(std) if mode == "full" else decode_draft(std))   # ... == format 2.0's
-        bad = np.flatnonzero(g.reshape(-1) != ref.reshape(-1))
-        assert len(bad) == 0, f"{len(bad)} mismatches of {std.numel} ({std.config}), first at {bad[:5]}"
-    assert st.values == sum(std.numel for std, _ in pairs)
-    return st
+    return escfield_check(pairs, mode, CONFIG, **kw)
 
 
 @pytest.mark.parametrize("mode", ["draft", "full"])

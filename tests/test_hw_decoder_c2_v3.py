@@ -20,9 +20,8 @@ from cassandra_rtl.golden.codec import decode_draft, decode_full
 from cassandra_rtl.golden.config import CodecConfig
 from cassandra_rtl.hw.decoder_c2_v3 import DecoderC2v3
 from cassandra_rtl.hw.simutil import DecodeJob, Stalls, run_decoder
-from cassandra_rtl.tb import bulk
 from cassandra_rtl.tb.decoder import data as D
-from hw_helpers import check_recovers, with_chunk
+from hw_helpers import bulk_harness, check_recovers, escfield_check, with_chunk
 
 pytestmark = pytest.mark.sim
 
@@ -65,22 +64,7 @@ def test_random_configs_with_stalls(lanes, seed, full):
 
 @pytest.fixture(scope="module")
 def harness():
-    if not bulk.available():
-        pytest.skip("Verilator not available")
-    return bulk.build_harness(CONFIG)
-
-
-def bulk_check(pairs, mode, **kw):
-    """The tensors through the exported RTL in the bulk Verilator harness (tb/bulk); every value equal to the
-    layout's golden decode and to format 2.0's."""
-    st = bulk.BulkStats()
-    got = bulk.decode_many_with_rtl([v3 for _, v3 in pairs], mode, config=CONFIG, stats=st, jobs=1, **kw)
-    for (std, v3), g in zip(pairs, got):
-        ref = escfield.decode(v3, mode == "full").reshape(-1)
-        assert np.array_equal(ref, (decode_full if mode == "full" else decode_draft)(std).reshape(-1))
-        bad = np.flatnonzero(g.reshape(-1) != ref)
-        assert len(bad) == 0, f"{len(bad)} mismatches of {std.numel} ({std.config}), first at {bad[:5]}"
-    return st
+    return bulk_harness(CONFIG)
 
 
 @pytest.mark.parametrize("mode", ["draft", "full"])
@@ -94,7 +78,7 @@ def test_every_bf16_pattern(harness, mode):
         assert len(v3.planes["verif.codes"]) < len(std.planes["verif.codes"])
         assert (len(v3.planes["verif.codes"]) + len(v3.planes["verif.rest"])
                 == len(std.planes["verif.codes"]) + len(std.planes["verif.rest"]))
-    bulk_check(pairs, mode, idle=0.2, backpressure=0.2, seed=5)
+    escfield_check(pairs, mode, CONFIG, idle=0.2, backpressure=0.2, seed=5)
 
 
 @pytest.mark.slow
@@ -105,7 +89,7 @@ def test_smollm2_sample(harness, mode):
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
     cfg = c2(group_size=128, mantissa_bits=3, keep_ratio=0.5, chunk_superblocks=8, pair_codes=True)
-    st = bulk_check([escfield.encode(x, cfg) for x in rows], mode)
+    st = escfield_check([escfield.encode(x, cfg) for x in rows], mode, CONFIG)
     nominal = 8 if mode == "draft" else 4
     print(f"SmolLM2 sample, {mode}: {st.values:,} values, {st.values_per_cycle:.3f} values/cycle "
           f"({st.values_per_cycle / nominal:.3f} of nominal)")
