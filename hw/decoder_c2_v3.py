@@ -63,14 +63,14 @@ def datapath(shape, name: str) -> Signal:
 
 def interface(lanes, word, verif_word) -> dict:
     """The checked parameters of a C2 v3 decoder: L a power of two 4..16 (a beat lies in one MX block),
-    spec_mx words a power of two of at least 64 bits (default max(64, 8 L): at L = 8 a beat's fields and its share
+    spec_mx words a power of two of at least 32 bits (default max(64, 8 L): at L = 8 a beat's fields and its share
     of a block header, 8 (m + 2) keep + 10 bits, fit the word at m <= 4, at m = 5 / 6 / 7 up to keep 0.96 / 0.84 /
     0.75; without pruning the header is 2 bits a beat)."""
     if lanes not in (4, 8, 16):
         raise ConfigError(f"C2 decoder v3 lanes must be 4, 8 or 16, got {lanes!r}")
     word = max(64, 8 * lanes) if word is None else word
-    if not isinstance(word, int) or word < 64 or word > 1024 or word & (word - 1):
-        raise ConfigError(f"C2 decoder v3 spec_mx word must be a power of two in 64..1024 bits, got {word!r}")
+    if not isinstance(word, int) or word < 32 or word > 1024 or word & (word - 1):
+        raise ConfigError(f"C2 decoder v3 spec_mx word must be a power of two in 32..1024 bits, got {word!r}")
     verif_word = 32 if verif_word is None else verif_word
     return dict(lanes=lanes, word=word, verif_word=verif_word)
 

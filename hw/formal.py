@@ -117,8 +117,14 @@ def _c2v2_small():
 
 
 # Decoder configurations of the default run. Any NAMED_CONFIGS decoder works too (``--config``).
+def _c2v3_small():
+    from .decoder_c2_v3 import DecoderC2v3
+    return DecoderC2v3(lanes=4, word=32)     # 32-bit words on every plane: no 64-bit term for the SMT solvers
+
+
 FORMAL_DECODERS: dict[str, Callable] = {
     "decoder_c2v2_l4_w64": _c2v2_small,  # the smallest v2 C2 decoder (hw/decoder_c2_v2.py: word >= 9L - 1, >= 64)
+    "decoder_c2v3_l4_w32": _c2v3_small,  # the C2 decoder v3 prototype at L = 4, 32-bit words
 }
 # The v2 decoders (the v1 blocks decoder_c1_l4 / decoder_c2_l4_w32 are retired: CHANGELOG.md).
 DEFAULT_DECODERS = ("decoder_c1v2_l4", "decoder_c2v2_l4_w64")
