@@ -131,7 +131,7 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         after = Signal(32, name="i_after")              # values of the tensor after the block in H
         h_valid = Signal(name="h_valid")                # H holds the block being decoded
         h_x = datapath(X_BITS, "h_x")
-        h_keep = datapath(MX_BLOCK, "h_keep")        # its keep bits (all ones up to its size without pruning)
+        h_keep = datapath(MX_BLOCK, "h_keep")           # its keep bits (all ones up to its size without pruning)
         h_beat = Signal(range(MX_BLOCK // L), name="h_beat")          # the next beat's index in the block
         h_last_beat = Signal(range(MX_BLOCK // L), name="h_last_beat")
         h_tail = Signal(range(L + 1), name="h_tail")    # values of the block's last beat
@@ -157,8 +157,8 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         m.d.comb += n.eq(Mux(b_fin, h_tail, L))
         kb = Signal(L, name="i_kept")                   # the beat's kept flags (zero past the block's end)
         m.d.comb += kb.eq(h_keep.word_select(h_beat, L))
-        # the loop's take comes from registers through two small selects: the beat's kept count (counted when
-        # the block's header was loaded) and its field bits from a table of j (m + 2)
+        # the loop's take comes from registers through a select and a 4 x 4 multiply: the beat's kept count
+        # (counted when the block's header was loaded) times m + 2
         pop = Signal(range(L + 1), name="i_pop")
         m.d.comb += pop.eq(Array(h_pops)[h_beat])
         fbits = Signal(range(MXF * L + 1), name="i_fbits")      # the beat's field bits
@@ -182,8 +182,8 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         k_wait = sb_end & t_last & ~last_k_ready
         keep_bad = sb_end & (kept_now != Mux(t_last, last_k, p.k))
 
-        # An error stage I finds waits in i_fault until the beat in S has gone out (it is emitted, the step
-        # that failed is not), then is raised.
+        # An error stage I finds waits in i_fault until the beats before it have gone out (S and pass B are
+        # empty; the step that failed is not emitted), then is raised.
         i_fault = Signal(3, name="i_fault")             # OVERRUN, TOO_LONG, KEEP
         s_valid, s_free = Signal(name="s_valid"), Signal(name="s_free")
         live = Signal(name="i_live")
@@ -489,8 +489,8 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
             m.d.sync += busy.eq(0)
         self._sticky_errors(m, err, fault, raise_err, halt, start_err, clear, busy,
                             [pre_init.eq(0), init.eq(0), running.eq(0), ent[0]["valid"].eq(0), ent[1]["valid"].eq(0),
-                             s_wp.eq(0), s_rp.eq(0), s_half.eq(0), i_fault.eq(0), b_fault.eq(0), bc["valid"].eq(0),
-                             br_valid.eq(0), df_valid.eq(0)])
+                             s_wp.eq(0), s_rp.eq(0), s_half.eq(0), b_first.eq(0), i_fault.eq(0), b_fault.eq(0),
+                             bc["valid"].eq(0), br_valid.eq(0), df_valid.eq(0)])
         return m
 
 

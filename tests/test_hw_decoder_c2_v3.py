@@ -210,3 +210,15 @@ def test_error_drains_and_recovers_after_clear_error():
     bad_full = with_chunk(pair(D.weights_like(rng, 32 * 6), cfg, True)[0], "verif.rest", 1, lambda b: b + bytes(8))
     good, ref = pair(D.weights_like(rng, 32 * 3 + 5), cfg, True)
     check_recovers(DecoderC2v3(8), DecodeJob(bad_full, True), good, pre_wait=100, ref=ref)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_recovery_after_an_error_in_the_middle_of_a_half(seed):
+    """L = 16 (8 codes a half, often taken in parts from 32-bit words): a verif.codes chunk cut short stops pass B
+    wherever it is, also between the parts of a half; after CLEAR_ERROR the next tensor decodes exactly."""
+    rng = np.random.default_rng(30 + seed)
+    cfg = c2(group_size=64, mantissa_bits=3, keep_ratio=0.3, chunk_superblocks=2, pair_codes=True)
+    bad, _ = pair(D.weights_like(rng, 64 * 6), cfg, True)
+    bad = with_chunk(bad, "verif.codes", 1, lambda b: b[:len(b) // 2])
+    good, ref = pair(D.weights_like(rng, 64 * 3 + 5), cfg, True)
+    check_recovers(DecoderC2v3(16), DecodeJob(bad, True), good, pre_wait=100, ref=ref)
