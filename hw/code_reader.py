@@ -68,6 +68,18 @@ def one_positions(m, span, span_prefix, prefix_bits: int, count: int, name: str)
     return pos, pre[0] == 1
 
 
+def code_ranks(m, pos, head, count: int, name: str) -> list:
+    """The ranks (zero runs) of the ``count`` codes that end at the ones ``pos[1 ..]`` (``one_positions``; with
+    ``head`` the first code starts at bit 0, else after the one ``pos[0]``)."""
+    ranks = []
+    for j in range(count):
+        rk = Signal(len(pos[0]), name=f"{name}{j}")
+        diff = pos[j + 1] - pos[j] - 1
+        m.d.comb += rk.eq(Mux(head, pos[1], diff) if j == 0 else diff)
+        ranks.append(rk)
+    return ranks
+
+
 class CodeReader(wiring.Component):
     """Code plane words in; the next codes out as a count of ones and a span aligned at the read point.
 

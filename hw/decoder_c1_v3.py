@@ -39,7 +39,7 @@ from amaranth.utils import bits_for
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, K_MAX
 from .bitreader import BitReader, thermometer, view_slots
-from .code_reader import CodeReader, one_positions, popcount
+from .code_reader import CodeReader, code_ranks, one_positions, popcount
 from .decoder import DecoderC1, Err
 from .decoder_c1_v2 import popcounts
 from .decoder_c2 import prefix_sums
@@ -213,12 +213,7 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
         bj_fin, bj_cend, bj_last = Signal(name="bj_fin"), Signal(name="bj_cend"), Signal(name="bj_last")
 
         # ------------------------------------------------------------------ D: decode the codes of a pass
-        ranks = []
-        for j in range(L):
-            rk = Signal(range(W), name=f"d_rank{j}")
-            diff = rk_pos[j + 1] - rk_pos[j] - 1
-            m.d.comb += rk.eq(Mux(rk_head, rk_pos[1], diff) if j == 0 else diff)
-            ranks.append(rk)
+        ranks = code_ranks(m, rk_pos, rk_head, L, "d_rank")
         book_q = Mux(rk_b, verif_q, spec_q)
         d_code_err = Const(0, 1)
         for j in range(L):

@@ -43,7 +43,7 @@ from amaranth.utils import bits_for, exact_log2
 from ..errors import ConfigError
 from ..golden.config import BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, K_MAX, MX_BLOCK
 from .bitreader import BitReader, thermometer, view_slots
-from .code_reader import CodeReader, one_positions, popcount
+from .code_reader import CodeReader, code_ranks, one_positions, popcount
 from .decoder_c2 import prefix_sums
 from .decoder import DecoderC1, Err
 from .decoder_c2_v2 import MXF, X_BITS, c2v2_signature, draft_consts, draft_lane
@@ -61,6 +61,18 @@ def datapath(shape, name: str) -> Signal:
     return Signal(shape, name=name, reset_less=True)
 
 
+class _C2v3Interface:
+    """The C2 decoder interface attributes both C2 v3 components set (checked by ``interface``)."""
+
+    def _set_interface(self, lanes, word, verif_word) -> dict:
+        """Sets lanes, word widths, full-mode lanes and port widths; returns the C2 decoder's port signature."""
+        a = interface(lanes, word, verif_word)
+        self.lanes, self.word, self.verif_word = a["lanes"], a["word"], a["verif_word"]
+        self.verif_lanes = max(1, lanes // 2)
+        self.port_words = {"spec_mx": self.word, "verif_codes": self.verif_word, "verif_rest": self.verif_word}
+        return c2v2_signature(lanes, self.word, self.verif_word)
+
+
 def interface(lanes, word, verif_word) -> dict:
     """The checked parameters of a C2 v3 decoder: L a power of two 4..16 (a beat lies in one MX block),
     spec_mx words a power of two of at least 32 bits (default max(64, 8 L): at L = 8 a beat's fields and its share
@@ -75,7 +87,7 @@ def interface(lanes, word, verif_word) -> dict:
     return dict(lanes=lanes, word=word, verif_word=verif_word)
 
 
-class DecoderC2v3Core(ClusterCore, DecoderC1):
+class DecoderC2v3Core(_C2v3Interface, ClusterCore, DecoderC1):
     """Cassandra-2 decoder v3 prototype core: ``lanes`` draft values a cycle from the block-interleaved spec.mx.
 
     Parameters
@@ -89,14 +101,10 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_word: int | None = None,
                  slots: int | None = None):
-        a = interface(lanes, word, verif_word)
-        self.lanes, self.word, self.verif_word = a["lanes"], a["word"], a["verif_word"]
-        self.verif_lanes = max(1, lanes // 2)
+        signature = self._set_interface(lanes, word, verif_word)
         self.window = MXF * lanes + HEADER_BITS
         self.slots = view_slots(self.word, self.window) + 1 if slots is None else slots
-        self.port_words = {"spec_mx": self.word, "verif_codes": self.verif_word, "verif_rest": self.verif_word}
-        wiring.Component.__init__(self, {**c2v2_signature(lanes, self.word, self.verif_word),
-                                         "params": In(TENSOR_PARAMS)})
+        wiring.Component.__init__(self, {**signature, "params": In(TENSOR_PARAMS)})
 
     def elaborate(self, platform):
         m = Module()
@@ -324,14 +332,15 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
                 m.d.sync += s_half.eq(1)
 
         # BC: the half as pass B took it: VC's span and its prefix (the codes' positions come from registers), the
-        # half's draft-zero flags, draft values and rest widths
+        # half's draft-zero flags, draft values and rest widths, which BR and DF carry on
         half = [{key: Mux(s_half, drafts[Lv + i][key], drafts[i][key]) for key in ("draft", "rest_w")}
                 for i in range(Lv)]
         bc = {"valid": Signal(name="bc_valid"), "span": datapath(len(VC.span), "bc_span"),
               "pre": datapath(len(VC.span_prefix), "bc_pre"), "c": datapath(range(Lv + 1), "bc_c"),
               "first": datapath(range(Lv + 1), "bc_first"), "complete": datapath(1, "bc_complete")}
         br = {"valid": Signal(name="br_valid")}
-        for st, name in ((bc, "bc"), (br, "br")):
+        df = {"valid": Signal(name="df_valid")}
+        for st, name in ((bc, "bc"), (br, "br"), (df, "df")):
             st.update(dz=datapath(Lv, f"{name}_dz"), inb=datapath(Lv, f"{name}_in"),
                       draft=[datapath(16, f"{name}_draft{i}") for i in range(Lv)],
                       rw=[datapath(4, f"{name}_rest_w{i}") for i in range(Lv)],
@@ -361,16 +370,11 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
 
         # BC -> BR: the ranks of the half's codes (the positions of the ones number 0 .. nd in the span)
         pos, head = one_positions(m, bc["span"], bc["pre"], VC.prefix_bits, Lv, "r_pos")
-        ranks = []
-        for j in range(Lv):
-            rk = Signal(len(pos[0]), name=f"r_rank{j}")
-            diff = pos[j + 1] - pos[j] - 1
-            m.d.comb += rk.eq(Mux(head, pos[1], diff) if j == 0 else diff)
-            ranks.append(rk)
+        ranks = code_ranks(m, pos, head, Lv, "r_rank")
         code_bad = Cat(*[(j < bc["c"]) & (ranks[j] > p.verif_q) for j in range(Lv)]).any()
         br_bad = Signal(name="br_code_err")
         br_q = [datapath(4, f"br_q{j}") for j in range(Lv)]
-        br_dz, br_in, br_draft, br_rw = br["dz"], br["inb"], br["draft"], br["rw"]
+        br_dz, br_in, br_rw = br["dz"], br["inb"], br["rw"]
         br_valid = br["valid"]
         df_free = Signal(name="df_free")
         d_go = Signal(name="d_go")
@@ -399,24 +403,19 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
             widths.append(w)
             d_lane.append({"esc": esc, "pair": pair, "base": Array(p.verif_base[e] for e in range(K_MAX))[q]})
         offs = prefix_sums(m, widths, bits_for(REST_LANE_BITS * Lv), "d_off")
-        df_valid = Signal(name="df_valid")
+        df_valid = df["valid"]
         df_off = [datapath(range(REST_LANE_BITS * Lv), f"df_off{i}") for i in range(Lv)]
         df_take = datapath(range(REST_LANE_BITS * Lv + 1), "df_take")
-        df_esc, df_pair, df_dz = datapath(Lv, "df_esc"), datapath(Lv, "df_pair"), datapath(Lv, "df_dz")
+        df_esc, df_pair = datapath(Lv, "df_esc"), datapath(Lv, "df_pair")
         df_base = [datapath(4, f"df_base{i}") for i in range(Lv)]
-        df_draft = [datapath(16, f"df_draft{i}") for i in range(Lv)]
-        df_rw = [datapath(4, f"df_rest_w{i}") for i in range(Lv)]
-        df_x, df_n = datapath(X_BITS, "df_x"), datapath(range(Lv + 1), "df_n")
-        df_sb_end, df_last, df_cend = datapath(1, "df_sb_end"), datapath(1, "df_last"), datapath(1, "df_cend")
+        df_dz, df_draft, df_rw, df_x, df_n = df["dz"], df["draft"], df["rw"], df["x"], df["n"]
+        df_sb_end, df_last, df_cend = df["sb_end"], df["last"], df["cend"]
         f_fire = Signal(name="f_fire")
         m.d.comb += df_free.eq(~df_valid | f_fire)
         with m.If(d_go):
             m.d.sync += [df_valid.eq(1), df_take.eq(offs[Lv]), df_esc.eq(Cat(*[ln["esc"] for ln in d_lane])),
-                         df_pair.eq(Cat(*[ln["pair"] for ln in d_lane])), df_dz.eq(br_dz), df_x.eq(br["x"]),
-                         df_n.eq(br["n"]), df_sb_end.eq(br["sb_end"]), df_last.eq(br["last"]),
-                         df_cend.eq(br["cend"])]
+                         df_pair.eq(Cat(*[ln["pair"] for ln in d_lane]))] + carry(df, br)
             m.d.sync += [df_off[i].eq(offs[i]) for i in range(Lv)] + [df_base[i].eq(d_lane[i]["base"]) for i in range(Lv)]
-            m.d.sync += [df_draft[i].eq(br_draft[i]) for i in range(Lv)] + [df_rw[i].eq(br_rw[i]) for i in range(Lv)]
         with m.Elif(f_fire):
             m.d.sync += df_valid.eq(0)
 
@@ -494,18 +493,14 @@ class DecoderC2v3Core(ClusterCore, DecoderC1):
         return m
 
 
-class DecoderC2v3(DecoderC1):
+class DecoderC2v3(_C2v3Interface, DecoderC1):
     """C2 decoder v3 with its own tensor registers: ``TensorRegisters("c2")`` and one ``DecoderC2v3Core``
     behind the C2 decoder interface. Parameters as ``DecoderC2v3Core``."""
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_word: int | None = None,
                  slots: int | None = None):
-        a = interface(lanes, word, verif_word)
         self._core_args = (lanes, word, verif_word, slots)
-        self.lanes, self.word, self.verif_word = a["lanes"], a["word"], a["verif_word"]
-        self.verif_lanes = max(1, lanes // 2)
-        self.port_words = {"spec_mx": self.word, "verif_codes": self.verif_word, "verif_rest": self.verif_word}
-        wiring.Component.__init__(self, c2v2_signature(lanes, self.word, self.verif_word))
+        wiring.Component.__init__(self, self._set_interface(lanes, word, verif_word))
 
     def elaborate(self, platform):
         m = Module()

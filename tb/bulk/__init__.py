@@ -231,7 +231,7 @@ def _run_job(exe: Path, encs, full, params, idle=0.0, backpressure=0.0, seed=1,
     with tempfile.TemporaryDirectory(prefix="cass-bulk-", dir=tmp_dir or BULK_ROOT) as tmp:
         job, out = Path(tmp) / "job.bin", Path(tmp) / "out.u16"
         write_job(job, encs, full, params["lanes"], params["word"],
-                  "c2" if str(params.get("block", "")).startswith("decoder_c2") else "c1", params.get("verif_word"),
+                  F.decoder_scheme(params), params.get("verif_word"),
                   params.get("code_word"))
         cmd = [str(exe), str(job), str(out), "--idle", str(idle), "--backpressure", str(backpressure),
                "--seed", str(seed)]

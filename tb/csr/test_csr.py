@@ -13,6 +13,7 @@ from cassandra_rtl.hw.csr import (ID_VALUE, IRQ_DONE, IRQ_ERROR, KINDS, MAP_VERS
 from cassandra_rtl.hw.decoder import CTRL_CLEAR_ERROR, CTRL_START, Err, Reg
 from cassandra_rtl.tb.common.bench import tb_test
 from cassandra_rtl.tb.decoder import data as D
+from cassandra_rtl.tb.decoder import framing as F
 from cassandra_rtl.tb.decoder.harness import DecoderHarness
 from cassandra_rtl.tb.decoder.scenarios import rng_of, scale
 
@@ -179,7 +180,7 @@ class CsrModel:
 
 def _random_items(ctx, rng, n):
     """``n`` random small tensors of the configuration's scheme (C1 or C2 decoder), each in a random mode."""
-    c2 = str(ctx.params.get("block", "")).startswith("decoder_c2")
+    c2 = F.decoder_scheme(ctx.params) == "c2"
     items = []
     for _ in range(n):
         cfg = D.random_c2_config(rng) if c2 else D.random_config(rng)

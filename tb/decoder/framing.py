@@ -60,6 +60,12 @@ def framed(enc: EncodedTensor, layout: str = FORMAT_2) -> EncodedTensor:
     return v3
 
 
+def decoder_scheme(params: dict) -> str:
+    """The scheme a decoder configuration reads (hw/configs.py CONFIG_INFO "block"): the C2 decoder family
+    (decoder_c2, decoder_c2v3) reads Cassandra-2 tensors, every other decoder Cassandra-1."""
+    return "c2" if str(params.get("block", "")).startswith("decoder_c2") else "c1"
+
+
 def escape_code_bits(K: int, layout: str = FORMAT_2) -> int:
     """Bits an escape takes in a code plane of a book without pairs (Q = K): K zeros, a one and, in format
     2.0, the 8-bit payload."""

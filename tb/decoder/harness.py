@@ -50,7 +50,7 @@ class DecoderHarness:
         self.dut, self.ctx = dut, ctx
         self.L, self.IW = int(p["lanes"]), int(p["word"])
         self.cb = bits_for(self.L)
-        self.scheme = "c2" if str(p.get("block", "")).startswith("decoder_c2") else "c1"
+        self.scheme = F.decoder_scheme(p)
         self.layout = p.get("layout", F.FORMAT_2)        # the planes' layout (tensors are framed in it)
         ports = list(F.ports(self.scheme).values())
         rng = ctx.rng
