@@ -342,9 +342,12 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
         b_drained = ~(rk_valid & rk_b & rk_done) & ~(df_valid & df_b & df_done)
         d_err = Signal(3, name="d_err")
         m.d.comb += d_err.eq(Cat(d_go & d_code_err, 0, 0) | Mux(b_drained, b_fault, 0))
-        # the window is not captured while a decided pass B has not loaded (nor in the cycle it is decided: VC
-        # commits then, the window it would capture is stale anyway), so the enable waits for no go
-        with m.If(~(b_decide | b_pend)):
+        # the window is not captured while a decided pass B has not loaded, so the enable is a register: in the
+        # cycle pass B is decided VC has not moved since the last capture (it only took words in: the span keeps
+        # its first word, its second can only arrive, the ones before the read point are the same), so the span
+        # captured then still numbers the decided codes' ones as the one they were decided from; it is not fresh
+        # (VC commits in that cycle)
+        with m.If(~b_pend):
             m.d.sync += [vb_span.eq(VC.span), vb_pre.eq(VC.span_prefix),
                          vb_ones.eq(Mux(VC.ones > L, L, VC.ones)), vb_whole.eq(VC.whole), vb_end.eq(VC.end_in_span)]
         # fresh: captured in the last cycle (VC does not commit in a capturing cycle)
