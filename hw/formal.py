@@ -136,8 +136,15 @@ DEFAULT_DECODERS = ("decoder_c1v2_l4", "decoder_c2v2_l4_w64")
 # spec_mx.ready stays low for 9 cycles after busy rises; decoder_c2v2_l8 fails N = 14 too, not measured).
 # decoder_c2v2_l4_w64: 13 with its defaults (no DRAFT stage, no output register: N = 13 passes, 12 fails);
 # each of a FETCH register, a DRAFT stage or an output register adds one cycle. decoder_c1v3_l8: 6 (N = 6 passes,
-# 5 fails: START, INIT, then P, R, D, F).
-FORMAL_LIVENESS_N = {"decoder_c1v2_l4": 8, "decoder_c2v2_l4_w64": 13, "decoder_c1v3_l8": 6}
+# 5 fails: START, INIT, then P, R, D, F). decoder_c2v3_l4_w32: 5 (5 passes, 4 fails, with its chunk gap of 1).
+FORMAL_LIVENESS_N = {"decoder_c1v2_l4": 8, "decoder_c2v2_l4_w64": 13, "decoder_c1v3_l8": 6, "decoder_c2v3_l4_w32": 5}
+# Idle cycles a decoder takes after each chunk's last beat in the liveness run (draft mode, words valid every
+# cycle): decoder_c2_v3 reads a chunk's first MX block header in a step of its own (docs/datasheets/decoder_c1_v3.md).
+# From-reset protocol BMC depth where the default 10 is out of reach: decoder_c2v3_l4_w32's 64-bit code-reader
+# span leaves it to z3, whose step 9 ran > 10 min after steps 0..8 in 40 s; its stream check (a programmed tensor)
+# takes over from step 6 and reaches the output beats.
+FORMAL_PROTOCOL_DEPTH = {"decoder_c2v3_l4_w32": 9}
+FORMAL_LIVENESS_GAP = {"decoder_c2v3_l4_w32": 1, "decoder_c2v3_l8": 1}
 
 
 LIVENESS_N_OVERRIDE: dict[str, int] = {}      # --liveness-n
@@ -152,7 +159,9 @@ def stream_depth(name: str) -> int:
     dut = build_decoder(name)
     dut._MustUse__used = True            # built only to read its ports (no UnusedElaboratable warning)
     prog = fp.stream_program(fp.decoder_scheme(dut))
-    return len(prog) - 1 + liveness_n(name) + 3
+    # at least three steps past the from-reset run's, so the mutants' errors are reached within the checked steps
+    # (decoder_c2v3_l4_w32: first beat at step 6, from-reset depth 9 -> 12)
+    return max(len(prog) - 1 + liveness_n(name) + 3, FORMAL_PROTOCOL_DEPTH.get(name, 10) + 3)
 
 
 def _stream_harness(name: str, mutant: str | None = None, covers=()):
@@ -248,7 +257,7 @@ def properties(quick: bool, configs=DEFAULT_DECODERS, depth_scale: float = 1.0, 
     for cfg in configs:
         # every input free: each BMC step is much harder than the last (v1 decoder_c1_l4 with z3 at load ~14:
         # step 8 after 11 min), so 10 is the default depth; reachability is shown by the mutants failing
-        d_proto = 4 if quick else max(4, int(10 * depth_scale))
+        d_proto = 4 if quick else max(4, int(FORMAL_PROTOCOL_DEPTH.get(cfg, 10) * depth_scale))
         d_live = 22          # 6 register writes + 3 + ceil(40 / 4) beats = 19 cycles, with slack
         props.append(Prop(f"{cfg}_protocol", lambda c=cfg: fp.DecoderProtocol(build_decoder(c)), "bmc", d_proto,
                           f"{cfg}: handshake, value accounting, error protocol, START/CLEAR (inputs free)",
@@ -269,7 +278,7 @@ def properties(quick: bool, configs=DEFAULT_DECODERS, depth_scale: float = 1.0, 
         # this environment is one of the from-reset run's, which checks those steps), and a cover run at
         # the same depth shows the first beat, a beat held under backpressure and a last beat are reached
         d_stream = stream_depth(cfg)
-        skip = min(max(4, int(10 * depth_scale)), d_stream - 3)
+        skip = min(d_proto if not quick else max(4, int(10 * depth_scale)), d_stream - 3)
         stream = f"{cfg}_protocol_stream"
         props.append(Prop(f"{stream}_cover", lambda c=cfg: _stream_harness(c, covers=fp.COVERS_BEAT), "cover",
                           d_stream, f"{cfg} stream check reaches, within its depth: an output beat, a beat held "
@@ -288,15 +297,23 @@ def properties(quick: bool, configs=DEFAULT_DECODERS, depth_scale: float = 1.0, 
             props.append(Prop(f"{cfg}_protocol_cover", lambda c=cfg: fp.DecoderProtocol(build_decoder(c)), "cover", 20,
                               f"{cfg}: reachable: a last beat, a beat pending with error, error-CLEAR-new tensor",
                               timeout=1800))
-        n = liveness_n(cfg)
-        props.append(Prop(f"{cfg}_liveness", lambda c=cfg, n=n: fp.DecoderLiveness(build_decoder(c), first=n), "bmc",
+        n, gap = liveness_n(cfg), FORMAL_LIVENESS_GAP.get(cfg, 0)
+        props.append(Prop(f"{cfg}_liveness", lambda c=cfg, n=n, g=gap: fp.DecoderLiveness(build_decoder(c), first=n,
+                                                                                           chunk_gap=g), "bmc",
                           d_live + n - 3, f"{cfg}: legal 1..40-value tensor at full rate: no error, all words "
-                          f"consumed, n values, first beat <= {n} cycles after START, then one per cycle",
-                          timeout=2400))
+                          f"consumed, n values, first beat <= {n} cycles after START, then one per cycle"
+                          + (f" but {gap} after a chunk's last beat" if gap else ""), timeout=2400))
         props.append(Prop(f"{cfg}_liveness_mutant_bound",
-                          lambda c=cfg, n=n: fp.DecoderLiveness(build_decoder(c), first=n, mutant="bound"),
+                          lambda c=cfg, n=n, g=gap: fp.DecoderLiveness(build_decoder(c), first=n, mutant="bound",
+                                                                       chunk_gap=g),
                           "bmc", 10 + n - 3, f"{cfg}: the bound {n - 1} instead of {n} must fail ({n} is exact)",
                           expect="FAIL"))
+        if gap:
+            props.append(Prop(f"{cfg}_liveness_mutant_gap",
+                              lambda c=cfg, n=n, g=gap: fp.DecoderLiveness(build_decoder(c), first=n, mutant="gap",
+                                                                           chunk_gap=g),
+                              "bmc", d_live + n - 3, f"{cfg}: {gap - 1} instead of {gap} idle cycles after a chunk "
+                              f"must fail ({gap} is exact)", expect="FAIL", timeout=2400))
     # The AXI4-Lite register block (hw/csr.py): BMC from reset, 24 cycles = several transactions with stalls
     # (k-induction is UNKNOWN: the harness's copies of the write in flight are not tied to the block's
     # registers in an arbitrary start state); a cover run shows that forwarded and refused block writes, an ID

@@ -470,14 +470,19 @@ class DecoderLiveness(wiring.Component):
       ``sb_end`` / ``last``); when ``last`` is delivered every word of every plane has been accepted;
     * the values: mantissa 0 (m = 0); C1 also exponent = sym;
     * liveness bound: the first beat at most ``first`` cycles after the cycle that wrote START, then a
-      beat in every cycle until ``last`` (gap 0) -- the bound N of the issue is ``first``.
-    ``mutant="bound"`` asserts ``first - 1``: must fail, so the bound is exact.
+      beat in every cycle until ``last``, except at most ``chunk_gap`` idle cycles after each beat that ends a
+      chunk (CHUNK keeps its reset value: a chunk is one superblock, its end the beat with ``sb_end``; a decoder
+      that reads a chunk's first header in a step of its own, decoder_c2_v3's draft mode, needs 1).
+    ``mutant="bound"`` asserts ``first - 1``, ``mutant="gap"`` ``chunk_gap - 1``: each must fail, so the bounds
+    are exact.
     """
 
-    def __init__(self, dut: wiring.Component, first: int = 3, mutant: str | None = None):
-        if mutant not in (None, "bound"):
-            raise ConfigError(f"liveness mutant must be 'bound', got {mutant!r}")
-        self.dut, self.first, self.mutant = dut, first, mutant
+    def __init__(self, dut: wiring.Component, first: int = 3, mutant: str | None = None, chunk_gap: int = 0):
+        if mutant not in (None, "bound", "gap"):
+            raise ConfigError(f"liveness mutant must be 'bound' or 'gap', got {mutant!r}")
+        if not isinstance(chunk_gap, int) or chunk_gap < 0 or (mutant == "gap" and chunk_gap == 0):
+            raise ConfigError(f"liveness chunk_gap must be an int >= 0 (>= 1 for the gap mutant), got {chunk_gap!r}")
+        self.dut, self.first, self.mutant, self.chunk_gap = dut, first, mutant, chunk_gap
         self.scheme = decoder_scheme(dut)
         self.L = _lanes(dut)
         planes = ("spec_codes", "spec_signman") if self.scheme == "c1" else ("spec_mx",)
@@ -574,10 +579,18 @@ class DecoderLiveness(wiring.Component):
             with m.If(out.valid & out.payload.last):
                 m.d.sync += started.eq(0)
         bound = self.first - 1 if self.mutant == "bound" else self.first
+        gap = self.chunk_gap - 1 if self.mutant == "gap" else self.chunk_gap
+        chunk_open = Signal(name="chunk_open")    # the last beat ended a chunk
+        idle = Signal(8, name="chunk_idle")       # idle cycles since it
+        with m.If(out.valid):
+            m.d.sync += [chunk_open.eq(out.payload.sb_end), idle.eq(0)]
+        with m.Else():
+            m.d.sync += idle.eq(idle + 1)
         # wait = cycles since the START write cycle - 1: the beat must be valid by wait = bound - 1
         m.d.comb += [
             Assert(~started | got_beat | out.valid | (wait < bound - 1), f"first beat within {bound} cycles of START"),
-            Assert(~started | ~got_beat | out.valid, "then a beat every cycle until last"),
+            Assert(~started | ~got_beat | out.valid | (chunk_open & (idle < gap)),
+                   "then a beat every cycle until last" + (f" (at most {gap} idle after a chunk)" if gap else "")),
         ]
         m.d.comb += Cover(out.valid & out.payload.last & (self.n == LIVENESS_MAX_NUMEL), "cover: a 40-value tensor")
         return m
