@@ -3,6 +3,8 @@
 Writes OUT/hardware.md and OUT/hardware_v2.png from the flows' own reports (nothing is re-run here):
   * build/synth/report.json                 generic library (make synth)
   * build/synth-<library>/report.json       real libraries, e.g. SKY130 + OpenSTA (make synth LIBERTY=...)
+  * build/synth-cg/report.json              generic library with clock gating (make synth CLOCK_GATING=1): the
+                                             gated column of the v2 -> v3 table
   * build/fpga/report.json                  ECP5 place and route (make fpga)
   * build/formal/report.json                SymbiYosys proofs (make formal)
   * synth/v1_retired.json                    the retired v1 decoders' rows of those flows (the "old" column of
@@ -33,6 +35,16 @@ SUCCESSORS = {
     "decoder_c2_l8": "decoder_c2v2_l8", "decoder_c2_l16": "decoder_c2v2_l16",
     "encoder_kv_c1_l8": "encoder_kv_c1_l2", "encoder_kv_c2_l8": "encoder_kv_c2_l2",
 }
+
+# v2 block -> the decoder v3 of the same scheme and rate, with its cluster parts (per-instance core, shared
+# registers) and the gated area target per draft value/cycle (docs/datasheets/decoder_c1_v3.md)
+V3_SUCCESSORS = {
+    "decoder_c1v2_l8_v4": {"v3": "decoder_c1v3_l8", "core": "decoder_c1v3_l8_core", "regs": "tensor_regs",
+                           "target_ge": 3500},
+    "decoder_c2v2_l8": {"v3": "decoder_c2v3_l8", "core": "decoder_c2v3_l8_core", "regs": "tensor_regs_c2",
+                        "target_ge": 2500},
+}
+CLUSTER = 4          # decoders sharing one TensorRegisters in the v2 -> v3 table (the NPU tile's cluster: 3 or 4)
 
 
 def _load(path) -> dict | None:
@@ -130,6 +142,55 @@ def old_vs_new(generic: dict, real: dict | None, fpga: dict | None, v1_generic: 
     return lines
 
 
+def v2_vs_v3(generic: dict, gated: dict | None, real: dict | None, fpga: dict | None) -> list[str]:
+    """Per v3 decoder against the v2 block it replaces: area per draft value/cycle in the generic and gated flows
+    (alone, and per instance of a ``CLUSTER``-decoder cluster: core + shared registers / ``CLUSTER``), clock
+    relative to the PE in each flow, ECP5 LUT4."""
+    def ok(rep, name):
+        b = ((rep or {}).get("blocks") or {}).get(name) or {}
+        return b if b.get("status") == "ok" else None
+
+    def fx(rep, name):
+        b, pe = ok(rep, name), ok(rep, "pe_bf16_fp32")
+        if not (b and pe):
+            return None
+        if "lut4" in b:
+            f, fpe = b.get("fmax_mhz"), pe.get("fmax_mhz")
+        else:
+            f, fpe = (b.get("timing") or {}).get("est_fmax_mhz"), (pe.get("timing") or {}).get("est_fmax_mhz")
+        return f / fpe if f and fpe else None
+
+    def per_value(rep, name):
+        b = ok(rep, name)
+        return b["area_ge"] / _vpc(b) if b and _vpc(b) else None
+
+    def cluster(rep, core, regs):
+        c, r = ok(rep, core), ok(rep, regs)
+        if not (c and r and _vpc(c)):
+            return None
+        return (c["area_ge"] + r["area_ge"] / CLUSTER) / _vpc(c)
+
+    def pair(a, b, fmt):
+        return f"{fmt(a) if a is not None else '—'} -> {fmt(b) if b is not None else '—'}"
+
+    k = lambda v: f"{v / 1000:.2f} k"              # noqa: E731
+    x = lambda v: f"{v:.2f}"                       # noqa: E731
+    lines = ["| v2 block -> v3 | generic GE / draft value/cycle | gated | gated, per instance of a "
+             f"{CLUSTER}-decoder cluster | gated target | generic clock x PE | sky130 clock x PE | ECP5 LUT4 | "
+             "ECP5 clock x PE |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for old, v in V3_SUCCESSORS.items():
+        new = v["v3"]
+        if not (ok(generic, old) or ok(generic, new)):
+            continue
+        inst = cluster(gated, v["core"], v["regs"])
+        lut = pair((ok(fpga, old) or {}).get("lut4"), (ok(fpga, new) or {}).get("lut4"), lambda a: f"{a:,.0f}")
+        lines.append(f"| {old} -> {new} | {pair(per_value(generic, old), per_value(generic, new), k)} | "
+                     f"{pair(per_value(gated, old), per_value(gated, new), k)} | {k(inst) if inst else '—'} | "
+                     f"{k(v['target_ge'])} | {pair(fx(generic, old), fx(generic, new), x)} | "
+                     f"{pair(fx(real, old), fx(real, new), x)} | {lut} | {pair(fx(fpga, old), fx(fpga, new), x)} |")
+    return lines
+
+
 def formal_lines(rep: dict | None) -> list[str]:
     if not rep:
         return ["Formal: **not run** (build/formal/report.json not found; `make formal`)."]
@@ -140,6 +201,18 @@ def formal_lines(rep: dict | None) -> list[str]:
         lines.append(f"| {p.get('property')} | {p.get('mode')} | {p.get('depth', '—')} | {p.get('solver', '—')} | "
                      f"{p.get('result')} | {p.get('expect', '—')} | {p.get('seconds', 0):.0f} |")
     return lines
+
+
+def block_version(name: str, block: dict) -> str:
+    """v1 / v2 / v3 from the registry metadata (``variant``), else the name (v2 blocks: ``..v2_..``, the KV
+    encoders' L = 2 configurations)."""
+    v = (block.get("meta") or {}).get("variant")
+    if v in ("v1", "v2", "v3"):
+        return v
+    for tag in ("v3", "v2"):
+        if f"{tag}_" in name:
+            return tag
+    return "v2" if name.endswith("_l2") else "v1"
 
 
 def plot(generic: dict, out: Path, v1_generic: dict | None = None) -> str | None:
@@ -153,16 +226,15 @@ def plot(generic: dict, out: Path, v1_generic: dict | None = None) -> str | None
         return None
     fig, ax = plt.subplots(figsize=(7.5, 5.0))
     seen = {}
-    for label, rep, colour in (("v1", v1_generic, "#999999"), ("v2", generic, "#c44e52")):
+    colours = {"v1": "#999999", "v2": "#c44e52", "v3": "#4c72b0"}
+    for rep in (v1_generic, generic):
         if not rep:
             continue
         for n, b in rep["blocks"].items():
             if b.get("status") != "ok" or b.get("kind") not in ("decoder", "encoder") or n in seen:
                 continue
-            v2 = "v2" in n or n.endswith("_l2")
-            if (label == "v1") == v2:
-                continue
             seen[n] = True
+            colour = colours[block_version(n, b)]
             f = (b.get("timing") or {}).get("est_fmax_mhz")
             vpc = _vpc(b)
             if not (f and vpc):
@@ -171,11 +243,10 @@ def plot(generic: dict, out: Path, v1_generic: dict | None = None) -> str | None
             ax.scatter([x], [y], color=colour, marker="o" if b["kind"] == "decoder" else "s", s=30)
             ax.annotate(n, (x, y), fontsize=6.5, xytext=(3, 3), textcoords="offset points")
     ax.axvline(1.3, color="orange", ls="--", lw=1, label="target: 1.3x the PE clock")
-    ax.axhline(4000, color="#4c72b0", ls=":", lw=1, label="C1 decoder target: 4.0 k GE per value/cycle")
     ax.set_yscale("log")
     ax.set_xlabel("clock / PE clock (generic flow)")
     ax.set_ylabel("GE per value/cycle (log)")
-    ax.set_title("Decoders (o) and KV encoders (s): v1 grey, v2 red", fontsize=10)
+    ax.set_title("Decoders (o) and KV encoders (s): v1 grey, v2 red, v3 blue", fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fname = "hardware_v2.png"
@@ -186,6 +257,7 @@ def plot(generic: dict, out: Path, v1_generic: dict | None = None) -> str | None
 
 def render(out: Path, synth: str = "build/synth/report.json", real: str | None = None, fpga: str = "build/fpga/report.json",
            formal: str = "build/formal/report.json", v1_synth: str | None = None, level: int = 2,
+           gated: str = "build/synth-cg/report.json",
            command: str = "python eval/report_hardware.py --out docs/report", v1_retired=V1_RETIRED) -> str | None:
     """The hardware markdown (headings at ``level``) and its plot in ``out``; None without a synthesis report."""
     from cassandra_rtl.synth import compare, overhead
@@ -201,6 +273,9 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
     real_path = real or max(reals, key=lambda f: Path(f).stat().st_mtime, default=None)
     real_rep = _load(real_path) if real_path else None
     fpga_rep, formal_rep = _load(fpga), _load(formal)
+    gated_rep = _load(gated)
+    if gated_rep and not (gated_rep.get("flow") or {}).get("clock_gating"):
+        gated_rep = None
     v1_flows = _v1_flows(v1_retired)
     v1 = (_load(v1_synth) if v1_synth else None) or v1_flows.get("generic")
     out.mkdir(parents=True, exist_ok=True)
@@ -210,7 +285,8 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
     fig = plot(generic, out, v1)
     h = "#" * level
     w = ["Generated by `python eval/report_hardware.py --out docs/report` (`make report-hw`) from the flows' reports: "
-         + ", ".join(f"`{pth}`" for pth in [synth, real_path, fpga, formal] if pth and Path(pth).exists()) + ". "
+         + ", ".join(f"`{pth}`" for pth in [synth, real_path, gated if gated_rep else None, fpga, formal]
+                     if pth and Path(pth).exists()) + ". "
          "Pre-layout figures; compare ratios to the PE, not absolute numbers across flows (docs/SYNTHESIS.md).", "",
          f"{h} Every block, every flow (area and clock relative to the PE of the same flow)", "", table,
          f"{h} v1 -> v2", ""]
@@ -218,10 +294,19 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
         w += [f"v1 rows (retired blocks): `{Path(v1_retired).relative_to(ROOT) if Path(v1_retired).is_relative_to(ROOT) else v1_retired}` "
               f"({(_load(v1_retired) or {}).get('note', '')}).", ""]
     w += old_vs_new(generic, real_rep, fpga_rep, v1, v1_flows)
+    v3 = v2_vs_v3(generic, gated_rep, real_rep, fpga_rep)
+    if len(v3) > 2:
+        w += ["", f"{h} v2 -> v3", "",
+              "Decoder v3 (docs/datasheets/decoder_c1_v3.md) reads the escape-in-field layout; a cluster shares one "
+              "set of tensor registers among its decoders. Gated: the generic flow with clock gating "
+              + (f"(`{gated}`)" if gated_rep else "(**not run**: `make synth CLOCK_GATING=1`)") + ".", ""] + v3
     if fig:
         w += ["", f"![area per value/cycle vs clock]({fig})", "", f"*Command* `{command}` · *data* the flows' reports above."]
     ov = overhead.render_markdown(generic)
     w += ["", ov[1].replace("## ", h + " ", 1)] + ov[2:]
+    if gated_rep and "overhead" in gated_rep:
+        w += ["", f"Same model with clock gating (`{gated}`, its own PE and blocks):"] + \
+             overhead.render_markdown(gated_rep)[3:]
     if real_rep and "overhead" in real_rep:
         w += ["", f"Same model on `{real_rep['flow'].get('library')}` (its own PE and blocks):"] + \
              overhead.render_markdown(real_rep)[3:]
@@ -236,6 +321,7 @@ def main(argv=None) -> int:
     ap.add_argument("--synth", default="build/synth/report.json")
     ap.add_argument("--real", default=None, help="real-library report (default: the first build/synth-*/report.json)")
     ap.add_argument("--v1-synth", default=None, help="a generic report holding the v1 blocks, if --synth lacks them")
+    ap.add_argument("--gated", default="build/synth-cg/report.json", help="the clock-gated generic report (v2 -> v3)")
     ap.add_argument("--fpga", default="build/fpga/report.json")
     ap.add_argument("--formal", default="build/formal/report.json")
     ap.add_argument("--v1-retired", default=str(V1_RETIRED), help="the retired v1 blocks' rows per flow (old column)")
@@ -252,7 +338,7 @@ def main(argv=None) -> int:
         print(f"report_hardware: error: {a.synth} is a clock-gated run; the report compares the reference flows "
               "(make synth without CLOCK_GATING)", file=sys.stderr)
         return 2
-    body = render(out, a.synth, a.real, a.fpga, a.formal, a.v1_synth, v1_retired=a.v1_retired)
+    body = render(out, a.synth, a.real, a.fpga, a.formal, a.v1_synth, v1_retired=a.v1_retired, gated=a.gated)
     if body is None:
         print(f"report_hardware: error: {a.synth} not found (run `make synth`)", file=sys.stderr)
         return 2

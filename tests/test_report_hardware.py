@@ -60,3 +60,44 @@ def test_v1_rows_come_from_the_frozen_file(tmp_path):
 def test_missing_synth_report_is_an_error(tmp_path, capsys):
     assert rh.main(["--out", str(tmp_path), "--synth", str(tmp_path / "absent.json")]) == 2
     assert "make synth" in capsys.readouterr().err
+
+
+def test_v2_to_v3_rows_price_the_cluster_instance(tmp_path):
+    """v2 -> v3: GE per draft value/cycle in the generic and gated flows, the cluster instance as core + shared
+    registers / CLUSTER, clocks against each flow's own PE, ECP5 LUT4; a gated report written without clock gating
+    is not read as one."""
+    generic = {"flow": {"library": "cassandra_generic"}, "blocks": {
+        "pe_bf16_fp32": _block("pe", 3000.0, 400.0),
+        "decoder_c1v2_l8_v4": _block("decoder", 48000.0, 600.0, 8),
+        "decoder_c1v3_l8": _block("decoder", 40000.0, 520.0, 8)}}
+    gated = {"flow": {"library": "cassandra_generic", "clock_gating": True}, "blocks": {
+        "pe_bf16_fp32": _block("pe", 3000.0, 400.0),
+        "decoder_c1v2_l8_v4": _block("decoder", 44000.0, 600.0, 8),
+        "decoder_c1v3_l8": _block("decoder", 36000.0, 520.0, 8),
+        "decoder_c1v3_l8_core": _block("decoder", 32000.0, 520.0, 8),
+        "tensor_regs": {"status": "ok", "kind": "tensor_regs", "area_ge": 4800.0, "timing": {"est_fmax_mhz": 900.0}}}}
+    fpga = {"blocks": {"pe_bf16_fp32": {"status": "ok", "lut4": 900, "fmax_mhz": 25.0},
+                       "decoder_c1v2_l8_v4": {"status": "ok", "lut4": 14000, "fmax_mhz": 30.0},
+                       "decoder_c1v3_l8": {"status": "ok", "lut4": 12000, "fmax_mhz": 35.0}}}
+    from cassandra_rtl.synth import overhead
+    generic.update(overhead.overhead(generic))
+    rows = rh.v2_vs_v3(generic, gated, None, fpga)
+    assert len(rows) == 3           # header, rule, C1 (no C2 block in these reports)
+    # 48,000 / 8 = 6.00 k -> 5.00 k; gated 5.50 k -> 4.50 k; instance (32,000 + 4,800 / 4) / 8 = 4.15 k;
+    # clock 600 / 400 = 1.50 -> 1.30; ECP5 30 / 25 = 1.20 -> 1.40
+    assert rows[2] == ("| decoder_c1v2_l8_v4 -> decoder_c1v3_l8 | 6.00 k -> 5.00 k | 5.50 k -> 4.50 k | 4.15 k | "
+                       "3.50 k | 1.50 -> 1.30 | — -> — | 14,000 -> 12,000 | 1.20 -> 1.40 |")
+    for name, rep in (("g.json", generic), ("cg.json", gated), ("ungated.json", {**gated, "flow": {}})):
+        (tmp_path / name).write_text(json.dumps(rep))
+    body = rh.render(tmp_path / "rep", str(tmp_path / "g.json"), str(tmp_path / "none.json"), str(tmp_path / "none.json"),
+                     str(tmp_path / "none.json"), gated=str(tmp_path / "cg.json"))
+    assert "## v2 -> v3" in body and "| 4.15 k |" in body
+    body = rh.render(tmp_path / "rep", str(tmp_path / "g.json"), str(tmp_path / "none.json"), str(tmp_path / "none.json"),
+                     str(tmp_path / "none.json"), gated=str(tmp_path / "ungated.json"))
+    assert "**not run**: `make synth CLOCK_GATING=1`" in body and "6.00 k -> 5.00 k | — -> — | —" in body
+
+
+def test_block_version_from_meta_or_name():
+    assert rh.block_version("decoder_c1v3_l8", {"meta": {"variant": "v3"}}) == "v3"
+    assert [rh.block_version(n, {}) for n in ("decoder_c2v3_l8_core", "decoder_c1v2_l4", "encoder_kv_c1_l2",
+                                               "decoder_c1_l8")] == ["v3", "v2", "v2", "v1"]
