@@ -26,8 +26,6 @@ Stages (every arrow into a stage is a register):
 
 Draft mode: pass A every cycle (L values a cycle). Full mode: R runs A k, B k, A k+1, ...; D and F follow a
 cycle apart (L / 2 values a cycle); H holds pass A's draft values for pass B.
-
-Not yet in the prototype (decoder v2 has it): the cocotb benches (they frame format 2.0 containers).
 """
 from __future__ import annotations
 

@@ -30,8 +30,8 @@ collects the parts' ranks and goes on with the last.
 Errors: an error a stage finds waits until the stages after it are empty (their beats go out), then is
 raised a cycle later with the pipeline halted and the readers flushed; the beat that failed is not emitted.
 Ports, registers and error bits are the C2 decoder's (docs/datasheets/decoder_c2.md); the tensor's registers
-come from a cluster's ``TensorRegisters("c2")`` (hw/tensor_regs.py). Not yet in the prototype: formal
-properties.
+come from a cluster's ``TensorRegisters("c2")`` (hw/tensor_regs.py). Formal properties: hw/formal.py
+``decoder_c2v3_l4_w32`` (L = 4, 32-bit words; liveness with one idle cycle after a chunk's last beat).
 """
 from __future__ import annotations
 

@@ -32,6 +32,8 @@ QUICK = [
     ("decoder", "decoder_c1v3_l8", "icarus", ICARUS_DECODER, {"TB_SCALE": "3"}),
     ("encoder", "encoder_kv_c1_l2", "icarus", None, {"TB_SCALE": "2"}),
     ("decoder_c2", "decoder_c2v2_l8", "icarus", ICARUS_DECODER_C2, {}),
+    # the C2 v3 prototype in its layout: specials, every book size with escapes, error injection
+    ("decoder_c2", "decoder_c2v3_l8", "icarus", ["bf16_specials", "escapes_and_books", "malformed_streams"], {}),
     ("encoder", "encoder_kv_c2_l2", "icarus", None, {"TB_SCALE": "2"}),
     ("csr", "decoder_c1v2_l4", "icarus", None, {}),
     ("csr", "decoder_c1v3_l8", "icarus", None, {}),
