@@ -26,9 +26,9 @@ def tools(tmp_path_factory):
     return paths, ok64
 
 
-def _run(tools, tmp_path, name, quick=True):
+def _run(tools, tmp_path, name, quick=True, configs=formal.DEFAULT_DECODERS):
     paths, ok64 = tools
-    props = {p.name: p for p in formal.properties(quick=quick)}
+    props = {p.name: p for p in formal.properties(quick=quick, configs=configs)}
     r = formal.run_property(props[name], tmp_path, paths, ("yices",), ok64, progress=False)
     if r["result"] == "UNTRUSTED":
         pytest.skip("model has 64-bit terms, yices fails its 64-bit self-test and z3 is missing "
@@ -54,6 +54,23 @@ def test_decoder_liveness(tools, tmp_path, name):
     assert r["ok"], r
 
 
+COVER_MSGS = ("cover: an output beat", "cover: a beat held under backpressure", "cover: a tensor's last beat")
+C2V3 = "decoder_c2v3_l4_w32"      # the C2 decoder v3 at L = 4 with 32-bit words (64-bit span: z3 decides)
+
+
+@pytest.mark.parametrize("name", [f"{C2V3}_liveness_mutant_bound", f"{C2V3}_protocol_stream_cover",
+                                  pytest.param(f"{C2V3}_liveness", marks=pytest.mark.slow),
+                                  pytest.param(f"{C2V3}_liveness_mutant_gap", marks=pytest.mark.slow)])
+def test_c2v3_liveness_and_stream(tools, tmp_path, name):
+    """decoder_c2_v3: its measured START -> first beat bound (N - 1 FAILs), the stream check's depth reaching a
+    beat, a held beat and a last beat; under -m slow the liveness run with one idle cycle after a chunk's last
+    beat PASSes and the same with none FAILs (draft mode's header step)."""
+    r = _run(tools, tmp_path, name, quick=False, configs=(C2V3,))
+    assert r["ok"], r
+    if name.endswith("_cover"):
+        assert all(any(msg in d for d in r.get("reached", {})) for msg in COVER_MSGS), r
+
+
 @pytest.mark.parametrize("name", ["csr_axil_protocol", "csr_axil_protocol_cover", "csr_axil_protocol_mutant_bhold",
                                   "csr_axil_protocol_mutant_forward", "csr_axil_protocol_mutant_early",
                                   "csr_axil_protocol_mutant_stuck", "csr_axil_protocol_mutant_dma_lost"])
@@ -61,9 +78,6 @@ def test_csr_protocol(tools, tmp_path, name):
     """The AXI4-Lite register block's protocol (BMC 24, a few seconds), its cover run and its five mutants."""
     r = _run(tools, tmp_path, name)
     assert r["ok"], r
-
-
-COVER_MSGS = ("cover: an output beat", "cover: a beat held under backpressure", "cover: a tensor's last beat")
 
 
 @pytest.mark.slow      # 45-90 s each; the protocol and liveness harnesses of the same blocks stay in make test
