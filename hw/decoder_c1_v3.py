@@ -48,6 +48,14 @@ GMAX = max(ALLOWED_GROUP_SIZES)
 FIELD_BITS = 16          # widest field: an escaped pruned value's [e][(s << 7) | f]
 
 
+def sum_equals(x, y, z):
+    """``x + y == z`` modulo 2^len(z), without a carry chain: the sum bits x ^ y ^ z must equal the carries
+    (x & y) | ((x ^ y) & ~z) moved up one bit (the carry into bit i + 1 when the sum is z)."""
+    n = len(z)
+    carries = ((x & y) | ((x ^ y) & ~z)) << 1
+    return ((x ^ y ^ z) ^ carries)[:n] == 0
+
+
 def interface(lanes, code_word, word, verif_word) -> dict:
     """The C1 decoder interface parameters of a v3 decoder, checked: lanes 4 or 8, 32-bit or wider code words on
     both code planes (a code reader's span of two words holds a 16-bit code anywhere), verif_rest as wide."""
@@ -262,8 +270,14 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
         n_pruned = a_pidx[L]
         # pass A's pruned count straight from its ranks (pass B's count waits for it in the same cycle)
         p_grp = p.p_pruned                              # codes of group q_p are pruned values (not escapes)
+        # rank_i == q_p tested on the positions without a carry chain (rank = pos[i + 1] - pos[i] - 1, 4 bits):
+        # pos[i + 1] == pos[i] + (q_p + 1) mod 16 (sum_equals); lane 0 at a span's head: pos[1] == q_p
+        q_p1 = Signal(4, name="d_q_p1")                 # registered: q_p holds still while a tensor runs
+        m.d.sync += q_p1.eq(q_p + 1)
+        is_p = [Mux(rk_head, rk_pos[1][:4] == q_p, sum_equals(rk_pos[0][:4], q_p1, rk_pos[1][:4]))]
+        is_p += [sum_equals(rk_pos[i][:4], q_p1, rk_pos[i + 1][:4]) for i in range(1, L)]
         a_pruned = Signal(L, name="d_a_pruned")
-        m.d.comb += a_pruned.eq(Cat(*[(ranks[i][:4] == q_p) & (i < rk_n) for i in range(L)]) & p_grp.replicate(L))
+        m.d.comb += a_pruned.eq(Cat(*[is_p[i] & (i < rk_n) for i in range(L)]) & p_grp.replicate(L))
         a_np = Signal(range(L + 1), name="d_a_np")
         m.d.comb += a_np.eq(popcount(m, a_pruned, "d_a_np"))
         f_fire = Signal()

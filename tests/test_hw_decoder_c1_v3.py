@@ -219,3 +219,30 @@ def test_superblock_and_chunk_boundaries_without_bubbles(full):
     assert [c for c, _, _ in res.meta[0]] == [8] * (12 * 4)          # 4 full beats a superblock
     beats = res.trace[res.trace.index("B"):res.trace.rindex("B") + 1]
     assert beats == ("B." * (len(res.meta[0]) - 1) + "B" if full else "B" * len(res.meta[0])), beats
+
+
+def test_sum_equals_is_modular_addition():
+    """decoder_c1_v3.sum_equals (pass B's pruned-code test without a carry chain) == (x + y) mod 16 == z, for
+    every 4-bit x, y, z in Amaranth's simulator."""
+    from amaranth.hdl import Module, Signal
+    from amaranth.sim import Simulator
+
+    from cassandra_rtl.hw.decoder_c1_v3 import sum_equals
+    x, y, z, o = Signal(4), Signal(4), Signal(4), Signal()
+    m = Module()
+    m.d.comb += o.eq(sum_equals(x, y, z))
+    wrong = []
+
+    async def bench(ctx):
+        for a in range(16):
+            for b in range(16):
+                for c in range(16):
+                    ctx.set(x, a)
+                    ctx.set(y, b)
+                    ctx.set(z, c)
+                    if ctx.get(o) != ((a + b) % 16 == c):
+                        wrong.append((a, b, c))
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert not wrong, wrong[:5]
