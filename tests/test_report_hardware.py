@@ -101,3 +101,20 @@ def test_block_version_from_meta_or_name():
     assert rh.block_version("decoder_c1v3_l8", {"meta": {"variant": "v3"}}) == "v3"
     assert [rh.block_version(n, {}) for n in ("decoder_c2v3_l8_core", "decoder_c1v2_l4", "encoder_kv_c1_l2",
                                                "decoder_c1_l8")] == ["v3", "v2", "v2", "v1"]
+
+
+def test_several_formal_reports_each_get_a_table(tmp_path):
+    generic = {"flow": {"library": "cassandra_generic"}, "blocks": {"pe_bf16_fp32": _block("pe", 3000.0, 400.0)}}
+    from cassandra_rtl.synth import overhead
+    generic.update(overhead.overhead(generic))
+    (tmp_path / "g.json").write_text(json.dumps(generic))
+    (tmp_path / "f1.json").write_text(json.dumps({"meta": {"date": "d1", "command": "cmd one"}, "properties": [
+        {"property": "p_one", "mode": "bmc", "depth": 9, "solver": "z3", "result": "PASS", "expect": "PASS",
+         "seconds": 12.0}]}))
+    out = tmp_path / "rep"
+    assert rh.main(["--out", str(out), "--synth", str(tmp_path / "g.json"), "--fpga", str(tmp_path / "none.json"),
+                    "--real", str(tmp_path / "none.json"), "--v1-retired", str(tmp_path / "none.json"),
+                    "--formal", str(tmp_path / "missing.json"), "--formal", str(tmp_path / "f1.json")]) == 0
+    md = (out / "hardware.md").read_text()
+    assert f"Formal: **not run** ({tmp_path / 'missing.json'} not found" in md
+    assert f"From {tmp_path / 'f1.json'} (d1; `cmd one`)" in md and "| p_one | bmc | 9 | z3 | PASS | PASS | 12 |" in md
