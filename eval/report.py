@@ -55,6 +55,8 @@ def parse_args(argv=None):
     ap.add_argument("--budget-small-gib", type=float, default=0.5, help="memory budget for the bundled model")
     ap.add_argument("--budget-8b-gib", type=float, default=24.0, help="memory budget for the 8B-class config")
     ap.add_argument("--synth-report", default="build/synth/report.json")
+    ap.add_argument("--formal", action="append", default=None, metavar="REPORT",
+                    help="formal report(s) for section 5 (repeatable; default build/formal/report.json)")
     ap.add_argument("--cosim-json", action="append", default=[], help="saved `cassandra-rtl cosim --json` output")
     ap.add_argument("--cosim-values", type=int, default=None, help="run cosim on this many values (if available)")
     ap.add_argument("--no-cosim", action="store_true", help="never run `cassandra-rtl cosim`, only read results")
@@ -481,7 +483,7 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
     if figs["hardware"]:
         w(f"![hardware]({figs['hardware']})\n")
         w(f"*Command* `{R['command']}` · *model* RTL blocks · *config* {hw_cfg}.\n")
-    hw_md = hardware_section(synth_path, Path(a.out), R['command'])
+    hw_md = hardware_section(synth_path, Path(a.out), R['command'], a.formal)
     w(hw_md if hw_md else f"Synthesis: **not run** (`{os.path.relpath(synth_path, ROOT)}` not found; run `make synth`).\n")
     good = [c for c in R["cosim"] if "error" not in c]
     if good:
@@ -535,14 +537,14 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
     return "\n".join(L)
 
 
-def hardware_section(synth_path: Path, out: Path, command: str) -> str | None:
+def hardware_section(synth_path: Path, out: Path, command: str, formal=None) -> str | None:
     """Section 5's synthesis part: every flow's blocks relative to its PE, v1 -> v2, the overhead per
     device, the proofs (eval/report_hardware.py, also `make report-hw`)."""
     import report_hardware
 
     v1 = ROOT / "build" / "synth-generic-v1" / "report.json"     # the v1 blocks, if synthesised there
     return report_hardware.render(out, str(synth_path), level=3, v1_synth=str(v1) if v1.exists() else None,
-                                  command=command)
+                                  command=command, formal=formal or ["build/formal/report.json"])
 
 
 def splice_hardware(a) -> int:
@@ -552,13 +554,15 @@ def splice_hardware(a) -> int:
     md_path = Path(a.out) / "report.md"
     text = md_path.read_text() if md_path.exists() else ""
     start, cos = text.find("## 5. Hardware\n"), text.find("Co-simulation", text.find("## 5. Hardware\n") + 1)
-    body = hardware_section(Path(a.synth_report), Path(a.out), f"python eval/report.py --out {a.out} --sections hardware")
+    formal = "".join(f" --formal {f}" for f in a.formal or [])
+    body = hardware_section(Path(a.synth_report), Path(a.out), f"python eval/report.py --out {a.out} --sections hardware"
+                            + formal, a.formal)
     if start < 0 or cos < 0 or body is None:
         print(f"report: error: --sections hardware needs {md_path} with a section 5 and "
               f"{a.synth_report} (run `make synth`)", file=sys.stderr)
         return 2
     stamp = f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
-    new = (f"## 5. Hardware\n\n*Re-rendered {stamp} by* `python eval/report.py --out {a.out} --sections hardware` "
+    new = (f"## 5. Hardware\n\n*Re-rendered {stamp} by* `python eval/report.py --out {a.out} --sections hardware{formal}` "
            "*from the flows' current reports; the co-simulation table below is from the last full run.*\n\n" + body + "\n")
     md_path.write_text(text[:start] + new + text[cos:])
     print(f"rewrote section 5 of {md_path}")
