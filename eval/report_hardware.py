@@ -193,7 +193,8 @@ def v2_vs_v3(generic: dict, gated: dict | None, real: dict | None, fpga: dict | 
 
 def formal_lines(rep: dict | None, path: str = "build/formal/report.json") -> list[str]:
     if not rep:
-        return [f"Formal: **not run** ({path} not found; `make formal`)."]
+        return [f"Formal: **not run** here ({path} not found; `make formal` writes it, docs/VERIFICATION.md "
+                "\"Measured\" has the last full run)."]
     lines = [f"From {path} ({rep.get('meta', {}).get('date', '?')}; "
              f"`{rep.get('meta', {}).get('command', 'make formal')}`):", "",
              "| property | mode | depth | solver | result | expected | s |", "|---|---|---:|---|---|---|---:|"]

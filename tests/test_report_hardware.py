@@ -116,5 +116,5 @@ def test_several_formal_reports_each_get_a_table(tmp_path):
                     "--real", str(tmp_path / "none.json"), "--v1-retired", str(tmp_path / "none.json"),
                     "--formal", str(tmp_path / "missing.json"), "--formal", str(tmp_path / "f1.json")]) == 0
     md = (out / "hardware.md").read_text()
-    assert f"Formal: **not run** ({tmp_path / 'missing.json'} not found" in md
+    assert f"Formal: **not run** here ({tmp_path / 'missing.json'} not found" in md
     assert f"From {tmp_path / 'f1.json'} (d1; `cmd one`)" in md and "| p_one | bmc | 9 | z3 | PASS | PASS | 12 |" in md
