@@ -357,7 +357,7 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
         # the window is not captured while a decided pass B has not loaded, so the enable is a register: in the
         # cycle pass B is decided VC has not moved since the last capture (it only took words in: the span keeps
         # its first word, its second can only arrive, the ones before the read point are the same), so the span
-        # captured then still numbers the decided codes' ones as the one they were decided from; it is not fresh
+        # captured then numbers the decided codes' ones as the span they were decided from does; it is not fresh
         # (VC commits in that cycle)
         with m.If(~b_pend):
             m.d.sync += [vb_span.eq(VC.span), vb_pre.eq(VC.span_prefix),
