@@ -94,25 +94,29 @@ def _vpc(b: dict, full: bool = False) -> float | None:
     return (m.get("values_per_cycle_full") or v) if full else v
 
 
+def _flow_row(rep: dict | None, name: str) -> dict | None:
+    """A block's row of one flow's report: area (GE, or LUT4 on the FPGA), Fmax, Fmax over the PE's, values/cycle."""
+    if not rep:
+        return None
+    b = rep["blocks"].get(name) or {}
+    if b.get("status") != "ok":
+        return None
+    pe = rep["blocks"].get("pe_bf16_fp32") or {}
+    if "lut4" in b:
+        f, fpe = b.get("fmax_mhz"), pe.get("fmax_mhz")
+        return {"area": b["lut4"], "f": f, "fx": f / fpe if f and fpe else None, "vpc": None}
+    f = (b.get("timing") or {}).get("est_fmax_mhz")
+    fpe = (pe.get("timing") or {}).get("est_fmax_mhz")
+    return {"area": b["area_ge"], "f": f, "fx": f / fpe if f and fpe else None, "vpc": _vpc(b)}
+
+
 def old_vs_new(generic: dict, real: dict | None, fpga: dict | None, v1_generic: dict | None = None,
                v1_flows: dict | None = None) -> list[str]:
     """Per replaced block: GE per value/cycle and clock relative to the PE, v1 vs v2, per flow. The v1
     side comes from ``v1_generic`` (generic flow), else from ``v1_flows`` (synth/v1_retired.json: the retired
     blocks' rows per flow), else from the flow's own report."""
     v1_flows = v1_flows or {}
-    def row(rep, name, key="ge"):
-        if not rep:
-            return None
-        b = rep["blocks"].get(name) or {}
-        if b.get("status") != "ok":
-            return None
-        pe = rep["blocks"].get("pe_bf16_fp32") or {}
-        if "lut4" in b:
-            f, fpe = b.get("fmax_mhz"), pe.get("fmax_mhz")
-            return {"area": b["lut4"], "f": f, "fx": f / fpe if f and fpe else None, "vpc": None}
-        f = (b.get("timing") or {}).get("est_fmax_mhz")
-        fpe = (pe.get("timing") or {}).get("est_fmax_mhz")
-        return {"area": b["area_ge"], "f": f, "fx": f / fpe if f and fpe else None, "vpc": _vpc(b)}
+    row = _flow_row
 
     lines = ["| v1 block -> v2 | generic GE / (value/cycle) | generic clock x PE | "
              "sky130 clock x PE | ECP5 LUT4 | ECP5 clock x PE |", "|---|---:|---:|---:|---:|---:|"]
@@ -151,14 +155,7 @@ def v2_vs_v3(generic: dict, gated: dict | None, real: dict | None, fpga: dict | 
         return b if b.get("status") == "ok" else None
 
     def fx(rep, name):
-        b, pe = ok(rep, name), ok(rep, "pe_bf16_fp32")
-        if not (b and pe):
-            return None
-        if "lut4" in b:
-            f, fpe = b.get("fmax_mhz"), pe.get("fmax_mhz")
-        else:
-            f, fpe = (b.get("timing") or {}).get("est_fmax_mhz"), (pe.get("timing") or {}).get("est_fmax_mhz")
-        return f / fpe if f and fpe else None
+        return (_flow_row(rep, name) or {}).get("fx")
 
     def per_value(rep, name):
         b = ok(rep, name)
