@@ -28,8 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import bitpack
-from .codec import (EncodedTensor, _fields, _read_plane, c2_draft_fields, c2_draft_values, check_bits, encode_tensor,
-                    fixed_superblock_bits, has_index, keep_mask, per_chunk, plane_offsets, superblock_sizes)
+from .codec import (INDEXED, EncodedTensor, _fields, _read_plane, _use_native, c2_draft_fields, c2_draft_values,
+                    check_bits, encode_tensor, fixed_offsets, fixed_superblock_bits, has_index, keep_mask, per_chunk,
+                    plane_offsets, superblock_sizes)
 from .config import ESCAPE_PAYLOAD_BITS, MX_BLOCK, PRUNED, CodecConfig
 from ..errors import FormatError
 
@@ -86,10 +87,14 @@ def field_offsets(v3: EncodedTensor, field_plane: str) -> np.ndarray:
     return bitpack.exclusive_cumsum((bits + 7) >> 3)
 
 
-def encode(bits, cfg: CodecConfig, salience=None, books=None) -> tuple[EncodedTensor, EscFieldTensor]:
+def encode(bits, cfg: CodecConfig, salience=None, books=None, impl: str = "auto"
+           ) -> tuple[EncodedTensor, EscFieldTensor]:
     """The format 2.0 encoding of ``bits`` (books, keep mask, reference values) and the same tensor in the
     escape-in-field layout (what decoder v3 reads). ``books``: fixed (spec_book, verif_book), as for
-    ``encode_tensor``."""
+    ``encode_tensor``. ``impl`` as for ``encode_tensor`` (the compiled codec writes both layouts)."""
+    if _use_native(impl, cfg, books or ()):
+        from . import native
+        return tuple(native.encode_layouts(bits, cfg, salience, books))
     enc = encode_tensor(bits, cfg, salience, books=books, impl="numpy")
     flat = check_bits(bits).reshape(-1)
     N = len(flat)
@@ -152,15 +157,17 @@ def encode(bits, cfg: CodecConfig, salience=None, books=None) -> tuple[EncodedTe
 
 # ------------------------------------------------------------------------------------------ decoding
 def _chunk_offsets(v3: EncodedTensor, plane: str) -> np.ndarray:
-    """A plane's chunk offsets as a reader finds them: a code plane's (and a paired field plane's) from the
-    index, an unpaired field plane's from ``field_offsets``."""
-    if plane in FIELD_OF and not has_index(plane, v3.config, v3.spec_book, v3.verif_book):
-        off = field_offsets(v3, plane)
-        if off[-1] != len(v3.planes[plane]):
-            raise FormatError(f"{plane}: {len(v3.planes[plane])} bytes, its code plane and the config imply "
-                              f"{int(off[-1])}")
-        return off
-    return plane_offsets(v3, plane)
+    """A plane's chunk offsets as a reader finds them (never the in-memory offsets of a plane the format
+    does not index): an indexed plane's from its index, an unpaired field plane's from ``field_offsets``,
+    a fixed-size plane's (C2 spec.mx) from the config."""
+    cfg = v3.config
+    if has_index(plane, cfg, v3.spec_book, v3.verif_book) or plane in INDEXED[cfg.scheme]:
+        return plane_offsets(v3, plane)
+    off = field_offsets(v3, plane) if plane in FIELD_OF else fixed_offsets(plane, v3.numel, cfg)
+    if off[-1] != len(v3.planes[plane]):
+        what = "its code plane and the config imply" if plane in FIELD_OF else "shape and config imply"
+        raise FormatError(f"{plane}: {len(v3.planes[plane])} bytes, {what} {int(off[-1])}")
+    return off
 
 
 def _groups(v3: EncodedTensor, plane: str, counts: np.ndarray, book) -> np.ndarray:
@@ -195,10 +202,13 @@ def _prefix_bits(book, groups: np.ndarray) -> np.ndarray:
     return np.where(groups == book.Q, ESCAPE_PAYLOAD_BITS, book.pair_bits()[np.minimum(groups, book.Q)])
 
 
-def decode(v3: EncodedTensor, full: bool) -> np.ndarray:
+def decode(v3: EncodedTensor, full: bool, impl: str = "auto") -> np.ndarray:
     """The golden decode of a tensor in the escape-in-field layout (C1 or C2): the draft values, or with
     ``full`` the original bf16 bits (uint16, the tensor's shape). Unpaired field planes are located without
-    an index."""
+    an index. ``impl`` as for ``codec.decode_full`` (a malformed tensor gets numpy's FormatError either way)."""
+    if _use_native(impl, v3.config, (v3.spec_book, v3.verif_book)):
+        from . import native
+        return (native.decode_full if full else native.decode_draft)(v3)
     cfg, N = v3.config, v3.numel
     if cfg.scheme == "c2":
         return _decode_c2(v3, full)
@@ -234,7 +244,7 @@ def _decode_c2_blocks(v3: EncodedTensor):
     cfg, N = v3.config, v3.numel
     m, prunes = cfg.mantissa_bits, cfg.prunes
     n, k = superblock_sizes(N, cfg)
-    off = plane_offsets(v3, "spec.mx")
+    off = _chunk_offsets(v3, "spec.mx")
     words = bitpack.words_of(v3.planes["spec.mx"])
     nblk = -(-N // MX_BLOCK)
     per_chunk_blk = cfg.chunk_values // MX_BLOCK

@@ -106,17 +106,17 @@ def _build() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(so))
     lib.c1_prepare.argtypes = [_p, _i64, _i64, _i64, _int, _p, _p, _p]
     lib.c1_prepare.restype = None
-    lib.c1_pack.argtypes = [_p, _p, _i64, _i64, _int, _i64, _p, _int, _p, _int, _p, _p, _p, _p, _p, _p]
+    lib.c1_pack.argtypes = [_p, _p, _i64, _i64, _int, _i64, _p, _int, _p, _int, _p, _p, _p, _p, _p, _p, _int]
     lib.c1_pack.restype = None
     lib.c2_prepare.argtypes = [_p, _i64, _i64, _i64, _int, _int, _p, _p, _p]
     lib.c2_prepare.restype = None
-    lib.c2_pack.argtypes = [_p, _p, _p, _i64, _i64, _int, _i64, _int, _p, _int, _p, _p, _p, _p, _p]
+    lib.c2_pack.argtypes = [_p, _p, _p, _i64, _i64, _int, _i64, _int, _p, _int, _p, _p, _p, _p, _p, _int]
     lib.c2_pack.restype = None
     lib.c1_decode.argtypes = [_i64, _i64, _int, _i64, _i64, _int, _p, _i64, _p, _p, _i64, _p, _p, _i64, _p,
-                              _p, _i64, _p, _p, _int, _p, _int, _i64, _p]
+                              _p, _i64, _p, _p, _int, _p, _int, _i64, _p, _int]
     lib.c1_decode.restype = _int
     lib.c2_decode.argtypes = [_i64, _i64, _int, _i64, _i64, _int, _p, _i64, _p, _p, _i64, _p, _p, _i64, _p,
-                              _p, _int, _i64, _p]
+                              _p, _int, _i64, _p, _int]
     lib.c2_decode.restype = _int
     return lib
 
@@ -203,13 +203,26 @@ def _fixed_offsets(name: str, numel: int, cfg: CodecConfig) -> np.ndarray:
 
 def encode_tensor(bits, cfg: CodecConfig, salience=None, books=None) -> _np.EncodedTensor:
     """Same contract and result as the numpy ``codec.encode_tensor``."""
+    return _encode(bits, cfg, salience, books)[0]
+
+
+def encode_layouts(bits, cfg: CodecConfig, salience=None, books=None):
+    """``(format 2.0 tensor, format 3.0 tensor)`` of the same values, books and keep mask: the result of the
+    numpy ``escfield.encode``, with one selection and book build for both."""
+    return _encode(bits, cfg, salience, books, layouts=(2, 3))
+
+
+def _encode(bits, cfg: CodecConfig, salience=None, books=None, layouts=(2,)) -> list:
+    from .escfield import EscFieldTensor
     arr = _np.check_bits(bits)
     flat = np.ascontiguousarray(arr.reshape(-1))
     N, G, m, k, A = len(flat), cfg.group_size, cfg.mantissa_bits, cfg.keep_count, cfg.chunk_superblocks
-    if N == 0:
-        return _np.encode_tensor(bits, cfg, salience, books, impl="numpy")
-    if books is not None and cfg.scheme == "c1" and cfg.prunes and (books[0] is None or PRUNED not in books[0].symbols):
-        return _np.encode_tensor(bits, cfg, salience, books, impl="numpy")   # raises its ConfigError
+    if N == 0 or (books is not None and cfg.scheme == "c1" and cfg.prunes
+                  and (books[0] is None or PRUNED not in books[0].symbols)):    # numpy raises its ConfigError
+        if layouts == (2,):
+            return [_np.encode_tensor(bits, cfg, salience, books, impl="numpy")]
+        from .escfield import encode as encode_numpy
+        return list(encode_numpy(bits, cfg, salience, books, impl="numpy"))
     lib = load()
     nsb = _np.superblock_count(N, G)
     nch = (nsb + A - 1) // A
@@ -224,40 +237,46 @@ def encode_tensor(bits, cfg: CodecConfig, salience=None, books=None) -> _np.Enco
             verif_book = build_codebook(hv, pairs=cfg.pair_codes)
         else:
             spec_book, verif_book = books
-        bound = 3 * N + nch + 16
-        codes, vcodes = np.empty(bound, np.uint8), np.empty(bound, np.uint8)
-        signman, rest = np.empty(2 * N + nch + 16, np.uint8), np.empty(2 * N + nch + 16, np.uint8)
-        off = np.empty((4, nch + 1), np.int64)
-        lens = np.zeros(4, np.int64)
         (se, _, sQ), (ve, _, vQ) = _tables(spec_book), _tables(verif_book)   # held: ctypes gets bare addresses
-        lib.c1_pack(_ptr(flat), _ptr(kept), N, G, m, A, _ptr(se), sQ, _ptr(ve), vQ,
-                    _ptr(codes), _ptr(signman), _ptr(vcodes), _ptr(rest), _ptr(off), _ptr(lens))
+
+        def pack(l3):
+            bound = 3 * N + nch + 16
+            bufs = (np.empty(bound, np.uint8), np.empty(3 * N + nch + 16, np.uint8), np.empty(bound, np.uint8),
+                    np.empty(3 * N + nch + 16, np.uint8))             # codes, signman, vcodes, rest
+            off, lens = np.empty((4, nch + 1), np.int64), np.zeros(4, np.int64)
+            lib.c1_pack(_ptr(flat), _ptr(kept), N, G, m, A, _ptr(se), sQ, _ptr(ve), vQ, *map(_ptr, bufs),
+                        _ptr(off), _ptr(lens), l3)
+            return bufs, off, lens
         names = ("spec.codes", "spec.signman", "verif.codes", "verif.rest")
-        bufs = (codes, signman, vcodes, rest)
     else:
         spec_book = None
         hd = np.zeros(PRUNED + 1, np.int64)
         X = np.empty((N + MX_BLOCK - 1) // MX_BLOCK, np.uint8)
         lib.c2_prepare(_ptr(flat), N, G, k, m, int(given), _ptr(kept), _ptr(X), _ptr(hd))
         verif_book = build_codebook(hd, pairs=cfg.pair_codes) if books is None else books[1]
-        mx = np.empty(_np.fixed_plane_nbytes("spec.mx", N, cfg) + 16, np.uint8)
-        vcodes = np.empty(3 * N + nch + 16, np.uint8)
-        rest = np.empty(2 * N + nch + 16, np.uint8)
-        off = np.empty((3, nch + 1), np.int64)
-        lens = np.zeros(3, np.int64)
         ve, _, vQ = _tables(verif_book)
-        lib.c2_pack(_ptr(flat), _ptr(kept), _ptr(X), N, G, m, A, int(cfg.prunes), _ptr(ve), vQ,
-                    _ptr(mx), _ptr(vcodes), _ptr(rest), _ptr(off), _ptr(lens))
+
+        def pack(l3):
+            bufs = (np.empty(_np.fixed_plane_nbytes("spec.mx", N, cfg) + 16, np.uint8),
+                    np.empty(3 * N + nch + 16, np.uint8), np.empty(3 * N + nch + 16, np.uint8))
+            off, lens = np.empty((3, nch + 1), np.int64), np.zeros(3, np.int64)
+            lib.c2_pack(_ptr(flat), _ptr(kept), _ptr(X), N, G, m, A, int(cfg.prunes), _ptr(ve), vQ,
+                        *map(_ptr, bufs), _ptr(off), _ptr(lens), l3)
+            return bufs, off, lens
         names = ("spec.mx", "verif.codes", "verif.rest")
-        bufs = (mx, vcodes, rest)
-    planes, offsets = {}, {}
-    for i, (name, buf) in enumerate(zip(names, bufs)):
-        planes[name] = buf[: lens[i]].tobytes()
-        if name in _np.INDEXED[cfg.scheme] or _np.has_index(name, cfg, spec_book, verif_book):
-            offsets[name] = off[i].copy()
-        elif lens[i] != _np.fixed_plane_nbytes(name, N, cfg):
-            raise AssertionError(f"compiled codec: {name} size differs from the format")
-    return _np.EncodedTensor(tuple(arr.shape), cfg, spec_book, verif_book, planes, offsets)
+    out = []
+    for layout in layouts:
+        bufs, off, lens = pack(int(layout == 3))
+        planes, offsets = {}, {}
+        for i, (name, buf) in enumerate(zip(names, bufs)):
+            planes[name] = buf[: lens[i]].tobytes()
+            if layout == 3 or name in _np.INDEXED[cfg.scheme] or _np.has_index(name, cfg, spec_book, verif_book):
+                offsets[name] = off[i].copy()          # a 3.0 tensor holds every plane's chunk offsets
+            elif lens[i] != _np.fixed_plane_nbytes(name, N, cfg):
+                raise AssertionError(f"compiled codec: {name} size differs from the format")
+        cls = EscFieldTensor if layout == 3 else _np.EncodedTensor
+        out.append(cls(tuple(arr.shape), cfg, spec_book, verif_book, planes, offsets))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ decode
@@ -266,16 +285,20 @@ class _Fallback(Exception):
     """The compiled path does not take this input: the numpy decoder decides."""
 
 
-def _plane(enc, name):
+def _plane(enc, name, l3: bool = False):
     """(buffer, length, chunk offsets or None) of a plane; offsets None = C1 verif.codes of a tensor
-    that prunes nothing (the plane must then be empty)."""
+    that prunes nothing (the plane must then be empty), or a format 3.0 field plane without an index (the
+    C decoder finds its chunks one after the other)."""
     data = enc.planes.get(name)
     if data is None:
         raise _Fallback
     n = len(data)
     buf = np.zeros(n + _slack(enc.config), np.uint8)        # the C readers load 8 bytes unchecked
     buf[:n] = np.frombuffer(data, np.uint8)
-    if enc.has_index(name):
+    indexed = _np.has_index(name, enc.config, enc.spec_book, enc.verif_book)
+    if l3 and not indexed and name in ("spec.signman", "verif.rest") and enc.config.scheme == "c1":
+        return buf, n, None
+    if indexed:
         off = enc.offsets.get(name)
         if off is None or len(off) != enc.nchunks + 1:
             raise _Fallback
@@ -297,6 +320,8 @@ def _slack(cfg: CodecConfig) -> int:
 
 
 def _decode(enc: _np.EncodedTensor, full: bool) -> np.ndarray:
+    from .escfield import EscFieldTensor
+    l3 = isinstance(enc, EscFieldTensor)
     cfg, N = enc.config, enc.numel
     G, m, k, A = cfg.group_size, cfg.mantissa_bits, cfg.keep_count, cfg.chunk_superblocks
     lib = load()
@@ -306,16 +331,16 @@ def _decode(enc: _np.EncodedTensor, full: bool) -> np.ndarray:
         if enc.spec_book is None:
             raise _Fallback
         _, st, sQ = _tables(enc.spec_book)
-        codes, codes_len, co = _plane(enc, "spec.codes")
-        signman, sm_len, so = _plane(enc, "spec.signman")
+        codes, codes_len, co = _plane(enc, "spec.codes", l3)
+        signman, sm_len, so = _plane(enc, "spec.signman", l3)
         vcodes = rest = vo = ro = None
         vc_len = rest_len = 0
         if full:
-            vcodes, vc_len, vo = _plane(enc, "verif.codes")
-            rest, rest_len, ro = _plane(enc, "verif.rest")
+            vcodes, vc_len, vo = _plane(enc, "verif.codes", l3)
+            rest, rest_len, ro = _plane(enc, "verif.rest", l3)
         rc = lib.c1_decode(N, G, m, k, A, int(full), _ptr(codes), codes_len, _ptr(co), _ptr(signman), sm_len,
                            _ptr(so), _ptr(vcodes), vc_len, _ptr(vo), _ptr(rest), rest_len, _ptr(ro),
-                           _ptr(st), sQ, _ptr(vt), vQ, _slack(cfg), _ptr(out))
+                           _ptr(st), sQ, _ptr(vt), vQ, _slack(cfg), _ptr(out), int(l3))
     else:
         mx, mx_len, mo = _plane(enc, "spec.mx")
         vcodes = rest = vo = ro = None
@@ -324,7 +349,7 @@ def _decode(enc: _np.EncodedTensor, full: bool) -> np.ndarray:
             vcodes, vc_len, vo = _plane(enc, "verif.codes")
             rest, rest_len, ro = _plane(enc, "verif.rest")
         rc = lib.c2_decode(N, G, m, k, A, int(full), _ptr(mx), mx_len, _ptr(mo), _ptr(vcodes), vc_len, _ptr(vo),
-                           _ptr(rest), rest_len, _ptr(ro), _ptr(vt), vQ, _slack(cfg), _ptr(out))
+                           _ptr(rest), rest_len, _ptr(ro), _ptr(vt), vQ, _slack(cfg), _ptr(out), int(l3))
     if rc != 0:
         raise _Fallback
     return out.reshape(enc.shape)
@@ -344,4 +369,7 @@ def _decode_or_numpy(enc, full):
             return _decode(enc, full)
         except _Fallback:
             pass
+    from .escfield import EscFieldTensor, decode as decode3
+    if isinstance(enc, EscFieldTensor):
+        return decode3(enc, full, impl="numpy")
     return (_np.decode_full if full else _np.decode_draft)(enc, impl="numpy")

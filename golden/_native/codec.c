@@ -1,4 +1,5 @@
-/* Compiled twin of the golden codec (golden/codec.py, docs/FORMAT.md): format 2.0, one pass per chunk.
+/* Compiled twin of the golden codec (golden/codec.py, golden/escfield.py, docs/FORMAT.md): formats 2.0 and
+ * 3.0, one pass per chunk.
  *
  * Format 2.0 (v1.0 is its case A = 1, no pairs): every plane is a sequence of byte-aligned chunks of A
  * superblocks whose fields lie back to back; codebooks have groups of one or two symbols (code of group q:
@@ -9,6 +10,12 @@
  *   encoder, per symbol 0..256: q | pair << 8 | t << 9   (q = Q: not in the book, escape)
  *   decoder, per group q < Q:   S[b_q] | S[b_q + pair] << 9 | pair << 18
  * Every plane's chunk offsets (nchunks + 1 byte offsets, stored index or computed) come in as arrays.
+ *
+ * Format 3.0 (argument l3 = 1; golden/escfield.py, FORMAT.md section 3.4): an escape is Q zeros and a one in
+ * the code plane, its 8 raw bits the first bits of the value's companion field; C2's spec.mx holds per MX
+ * block [X][the block's keep bits, if the config prunes][its kept values' fields]. A C1 field plane whose
+ * book has no pair has no index in either format; in 3.0 its chunk sizes depend on the escapes, so the
+ * decoders take its offsets as NULL and find each chunk where the one before it ends (sequential reading).
  *
  * The numpy code in codec.py is the normative implementation; this file must produce the same bytes and
  * the same decoded arrays (tests/test_golden_native.py checks it). It is built on first use by
@@ -29,6 +36,7 @@
 #define PRUNED 256
 #define MX_BLOCK 32
 #define ESC_BITS 8
+#define DEC_ESC3 (1 << 19)      /* get_codes' entry for a format 3.0 escape (payload in the companion field) */
 
 /* ------------------------------------------------------------------------------------------ bit I/O */
 
@@ -75,12 +83,24 @@ static inline void flush_chunk(wr_t *w) {                     /* zero-pad to the
     w->cnt = 0;
 }
 
+#define ENC_PAIR_(ce) (((ce) >> 8) & 1)
+#define ENC_T_(ce) (((ce) >> 9) & 1)
+
 /* Unary group code of a symbol (encoder table entry ce = q | pair << 8 | t << 9): group q -> 1 << q
- * (q+1 bits); escape (q = Q) -> Q zeros, 1, the 8 raw bits. The suffix bit goes to the companion field. */
-static inline void put_code(wr_t *w, int32_t ce, int Q, int sym) {
-    int q = ce & 0xFF, esc = q >= Q;
-    uint64_t v = esc ? ((1ull << Q) | ((uint64_t)(sym & 0xFF) << (Q + 1))) : (1ull << q);
-    put(w, v, esc ? Q + 1 + ESC_BITS : q + 1);
+ * (q+1 bits); escape (q = Q) -> Q zeros, 1 and, in format 2.0 (l3 = 0), the 8 raw bits. The suffix bit
+ * (and in 3.0 an escape's raw bits) go to the companion field. */
+static inline void put_code(wr_t *w, int32_t ce, int Q, int sym, int l3) {
+    int q = ce & 0xFF, esc = q >= Q && !l3;
+    uint64_t v = esc ? ((1ull << Q) | ((uint64_t)(sym & 0xFF) << (Q + 1))) : (1ull << (q < Q ? q : Q));
+    put(w, v, esc ? Q + 1 + ESC_BITS : (q < Q ? q : Q) + 1);
+}
+
+/* A companion field: the value's body after its prefix, the suffix bit t of a pair group (pair = 1) or, in
+ * format 3.0, an escaped symbol's 8 raw bits (esc3 = 1). Returns the field; *w += the prefix width. */
+static inline uint32_t with_prefix(uint32_t body, int32_t ce, int esc3, int sym, int *w) {
+    int pw = ENC_PAIR_(ce) + ESC_BITS * esc3;
+    *w += pw;
+    return (body << pw) | (esc3 ? (uint32_t)(sym & 0xFF) : (uint32_t)ENC_T_(ce));
 }
 
 #define ENC_Q(ce) ((ce) & 0xFF)
@@ -131,7 +151,8 @@ static void build_pair_table(const int32_t *table, int K, uint64_t *t64) {   /* 
 }
 
 static int64_t get_codes(const uint8_t *p, int64_t start, int64_t end, int64_t count,
-                         const int32_t *table, int K, const uint64_t *lut, const uint64_t *t64, int32_t *out) {
+                         const int32_t *table, int K, const uint64_t *lut, const uint64_t *t64, int32_t *out,
+                         int l3) {
     int64_t pos = start;
     uint64_t buf = peek(p, pos);
     int avail = 64 - (int)(pos & 7);
@@ -158,6 +179,9 @@ static int64_t get_codes(const uint8_t *p, int64_t start, int64_t end, int64_t c
         if (r < K) {
             out[i] = table[r];
             n = r + 1;
+        } else if (r == K && l3) {
+            out[i] = DEC_ESC3;                 /* the raw bits are in the companion field */
+            n = K + 1;
         } else if (r == K) {
             int32_t raw = (int32_t)((buf >> (K + 1)) & 0xFF);
             out[i] = raw | (raw << 9);
@@ -183,6 +207,7 @@ static inline int chunk_ok(const uint8_t *p, int64_t start_byte, int64_t end_byt
 }
 
 static int offsets_ok(const int64_t *off, int64_t nch, int64_t len) {
+    if (!off) return 1;                        /* computed while reading (format 3.0 field planes) */
     if (off[0] != 0 || off[nch] != len) return 0;
     for (int64_t c = 0; c < nch; c++)
         if (off[c + 1] < off[c]) return 0;
@@ -196,6 +221,24 @@ static int has_pairs(const int32_t *dec, int Q) {
 }
 
 static inline int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Start bit of chunk c of a plane: from its offsets, or (off = NULL) where the chunk before it ended,
+ * *seq bytes in (-1 if that lies past the plane: the caller refuses the input). */
+static inline int64_t chunk_start(const int64_t *off, int64_t c, int64_t seq, int64_t len) {
+    if (off) return off[c] * 8;
+    return seq <= len ? seq * 8 : -1;
+}
+
+/* End of chunk c that used the bits up to `pos`: checks its length and padding; *seq = the next chunk's
+ * start byte for a plane read without offsets. 1 if the chunk is well formed. */
+static inline int chunk_end(const uint8_t *p, const int64_t *off, int64_t c, int64_t pos, int64_t *seq,
+                            int64_t len) {
+    int64_t start = off ? off[c] : *seq, used = pos - start * 8;
+    int64_t end = off ? off[c + 1] : start + ((used + 7) >> 3);
+    if (!off && end > len) return 0;
+    *seq = end;
+    return chunk_ok(p, start, end, used);
+}
 
 /* ----------------------------------------------------------------------------------------- selection */
 
@@ -274,7 +317,7 @@ void c1_prepare(const uint16_t *bits, int64_t N, int64_t G, int64_t k, int given
 void c1_pack(const uint16_t *bits, const uint8_t *kept, int64_t N, int64_t G, int m, int64_t A,
              const int32_t *spec_enc, int spec_Q, const int32_t *verif_enc, int verif_Q,
              uint8_t *codes, uint8_t *signman, uint8_t *vcodes, uint8_t *rest,
-             int64_t *off, int64_t *out_len) {
+             int64_t *off, int64_t *out_len, int l3) {
     wr_t wc = {codes, 0, 0, 0}, ws = {signman, 0, 0, 0}, wv = {vcodes, 0, 0, 0}, wr = {rest, 0, 0, 0};
     const int lowmask = (1 << (7 - m)) - 1;
     int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A, st = nch + 1;
@@ -291,20 +334,22 @@ void c1_pack(const uint16_t *bits, const uint8_t *kept, int64_t N, int64_t G, in
         for (int i = 0; i < n; i++) {
             int b = bits[s0 + i], sign = b >> 15, e = (b >> 7) & 0xFF, f = b & 0x7F, kp = kept[s0 + i];
             int km = -kp;
-            int ce = spec_enc[e], cv = verif_enc[e];       /* suffix bits: spec (kept), verif (pruned) */
-            int ps = ENC_PAIR(ce), pv = ENC_PAIR(cv);
+            int ce = spec_enc[e], cv = verif_enc[e];       /* prefixes: spec (kept), verif (pruned) */
+            int xs = l3 & (ENC_Q(ce) >= spec_Q), xv = l3 & (ENC_Q(cv) >= verif_Q);   /* 3.0 escapes */
             sym[i] = (e & km) | (PRUNED & ~km);
-            sm[nk] = (((sign << m) | (f >> (7 - m))) << ps) | ENC_T(ce);
-            smw[nk] = 1 + m + ps;
+            smw[nk] = 1 + m;
+            sm[nk] = (int)with_prefix((uint32_t)((sign << m) | (f >> (7 - m))), ce, xs, e, &smw[nk]);
             nk += kp;
             pe[np_] = e;
             np_ += !kp;
-            rv[i] = ((f & lowmask) & km) | (((((sign << 7) | f) << pv) | ENC_T(cv)) & ~km);
-            rw[i] = ((7 - m) & km) | ((8 + pv) & ~km);
+            int wp = 8;
+            int vp = (int)with_prefix((uint32_t)((sign << 7) | f), cv, xv, e, &wp);
+            rv[i] = ((f & lowmask) & km) | (vp & ~km);
+            rw[i] = ((7 - m) & km) | (wp & ~km);
         }
-        for (int i = 0; i < n; i++) put_code(&wc, spec_enc[sym[i]], spec_Q, sym[i]);
+        for (int i = 0; i < n; i++) put_code(&wc, spec_enc[sym[i]], spec_Q, sym[i], l3);
         for (int i = 0; i < nk; i++) put(&ws, (uint64_t)sm[i], smw[i]);
-        for (int i = 0; i < np_; i++) put_code(&wv, verif_enc[pe[i]], verif_Q, pe[i]);
+        for (int i = 0; i < np_; i++) put_code(&wv, verif_enc[pe[i]], verif_Q, pe[i], l3);
         for (int i = 0; i < n; i++) put(&wr, (uint64_t)rv[i], rw[i]);
         if ((s + 1) % A == 0 || s + 1 == nsb) {
             flush_chunk(&wc); flush_chunk(&ws); flush_chunk(&wv); flush_chunk(&wr);
@@ -315,6 +360,16 @@ void c1_pack(const uint16_t *bits, const uint8_t *kept, int64_t N, int64_t G, in
 }
 
 /* ---------------------------------------------------------------------------------------- C2 encode */
+
+static void put_flags(wr_t *w, const uint8_t *flags, int64_t n) {   /* n flags, 16 per put */
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        uint64_t v = 0;
+        for (int j = 0; j < 16; j++) v |= (uint64_t)flags[i + j] << j;
+        put(w, v, 16);
+    }
+    for (; i < n; i++) put(w, flags[i], 1);
+}
 
 void c2_prepare(const uint16_t *bits, int64_t N, int64_t G, int64_t k, int m, int given, uint8_t *kept,
                 uint8_t *X, int64_t *hist_delta) {
@@ -337,7 +392,7 @@ void c2_prepare(const uint16_t *bits, int64_t N, int64_t G, int64_t k, int m, in
 /* off = 3 arrays of nchunks + 1 byte offsets (mx, vcodes, rest) */
 void c2_pack(const uint16_t *bits, const uint8_t *kept, const uint8_t *X, int64_t N, int64_t G, int m, int64_t A,
              int prunes, const int32_t *verif_enc, int verif_Q, uint8_t *mx, uint8_t *vcodes, uint8_t *rest,
-             int64_t *off, int64_t *out_len) {
+             int64_t *off, int64_t *out_len, int l3) {
     wr_t wm = {mx, 0, 0, 0}, wv = {vcodes, 0, 0, 0}, wr = {rest, 0, 0, 0};
     int fv[256], ds[256], rv[256], rw[256];
     int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A, st = nch + 1;
@@ -348,16 +403,9 @@ void c2_pack(const uint16_t *bits, const uint8_t *kept, const uint8_t *X, int64_
             int64_t c = s / A;
             off[c] = wm.byte; off[st + c] = wv.byte; off[2 * st + c] = wr.byte;
         }
-        if (prunes) {                                              /* keep bitmap, 16 flags per put */
-            int64_t i = s0;
-            for (; i + 16 <= s0 + n; i += 16) {
-                uint64_t v = 0;
-                for (int j = 0; j < 16; j++) v |= (uint64_t)kept[i + j] << j;
-                put(&wm, v, 16);
-            }
-            for (; i < s0 + n; i++) put(&wm, kept[i], 1);
-        }
-        for (int64_t b0 = s0; b0 < s0 + n; b0 += MX_BLOCK) put(&wm, X[b0 / MX_BLOCK], 8);
+        if (prunes && !l3) put_flags(&wm, kept + s0, n);          /* 2.0: the superblock's keep bitmap, */
+        if (!l3)                                                  /* its blocks' X, then the fields */
+            for (int64_t b0 = s0; b0 < s0 + n; b0 += MX_BLOCK) put(&wm, X[b0 / MX_BLOCK], 8);
         /* fields first (kept elements and draft-zero deltas compacted, by mask arithmetic), then one
          * plane at a time with one live bit writer per loop */
         int nk = 0, nd = 0;
@@ -367,17 +415,30 @@ void c2_pack(const uint16_t *bits, const uint8_t *kept, const uint8_t *X, int64_
             int c = m - (imax(x, 1) - imax(e, 1));
             int elem = c2_elem(e, f, x, m);
             int kp = kept[s0 + i], dz = !kp | (elem == 0), dm = -dz;
-            int cv = verif_enc[x - e], pv = ENC_PAIR(cv);
+            int cv = verif_enc[x - e], xv = l3 & (ENC_Q(cv) >= verif_Q);
             fv[nk] = (sign << (m + 1)) | elem;
             nk += kp;
             ds[nd] = x - e;
             nd += dz;
             int cc = c & ~(c >> 31);                                    /* max(c, 0) */
-            rv[i] = (((((sign << 7) | f) << pv) | ENC_T(cv)) & dm) | ((f & ((1 << (7 - cc)) - 1)) & ~dm);
-            rw[i] = ((8 + pv) & dm) | ((7 - cc) & ~dm);
+            int wp = 8;
+            int vp = (int)with_prefix((uint32_t)((sign << 7) | f), cv, xv, x - e, &wp);
+            rv[i] = (vp & dm) | ((f & ((1 << (7 - cc)) - 1)) & ~dm);
+            rw[i] = (wp & dm) | ((7 - cc) & ~dm);
         }
-        for (int i = 0; i < nk; i++) put(&wm, (uint64_t)fv[i], m + 2);
-        for (int i = 0; i < nd; i++) put_code(&wv, verif_enc[ds[i]], verif_Q, ds[i]);
+        if (l3) {                                  /* 3.0: per MX block [X][keep bits][kept fields] */
+            int j = 0;
+            for (int64_t b0 = 0; b0 < n; b0 += MX_BLOCK) {
+                int64_t nb = imin64(MX_BLOCK, n - b0);
+                put(&wm, X[(s0 + b0) / MX_BLOCK], 8);
+                if (prunes) put_flags(&wm, kept + s0 + b0, nb);
+                for (int64_t i = b0; i < b0 + nb; i++)
+                    if (kept[s0 + i]) put(&wm, (uint64_t)fv[j++], m + 2);
+            }
+        } else {
+            for (int i = 0; i < nk; i++) put(&wm, (uint64_t)fv[i], m + 2);
+        }
+        for (int i = 0; i < nd; i++) put_code(&wv, verif_enc[ds[i]], verif_Q, ds[i], l3);
         for (int i = 0; i < (int)n; i++) put(&wr, (uint64_t)rv[i], rw[i]);
         if ((s + 1) % A == 0 || s + 1 == nsb) {
             flush_chunk(&wm); flush_chunk(&wv); flush_chunk(&wr);
@@ -389,16 +450,19 @@ void c2_pack(const uint16_t *bits, const uint8_t *kept, const uint8_t *X, int64_
 
 /* ---------------------------------------------------------------------------------------- C1 decode */
 
-/* One body, instantiated for HS / HV = the spec / verification book has a pair group (0, 0: the v1 loops). */
+/* One body, instantiated for HS / HV = the spec / verification book has a pair group (0, 0: the v1 loops)
+ * and E3 = format 3.0 (escapes' raw bits in the companion fields; field planes without a pair group have
+ * NULL offsets and are read sequentially). */
 static inline __attribute__((always_inline)) int c1_decode_body(
-        int64_t N, int64_t G, int m, int64_t k, int64_t A, int full, const int HS, const int HV,
+        int64_t N, int64_t G, int m, int64_t k, int64_t A, int full, const int HS, const int HV, const int E3,
         const uint8_t *codes, int64_t codes_len, const int64_t *codes_off,
         const uint8_t *signman, int64_t signman_len, const int64_t *signman_off,
         const uint8_t *vcodes, int64_t vcodes_len, const int64_t *vcodes_off,
         const uint8_t *rest, int64_t rest_len, const int64_t *rest_off,
         const int32_t *spec_dec, int spec_Q, const int32_t *verif_dec, int verif_Q, uint16_t *out) {
-    (void)codes_len; (void)signman_len; (void)vcodes_len; (void)rest_len;     /* checked by the caller */
+    (void)codes_len; (void)vcodes_len;                                           /* checked by the caller */
     int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A;
+    int64_t sseq = 0, rseq = 0;                         /* next chunk's byte, planes read without offsets */
     int32_t sym[256 + 8], pe[257 + 8];                  /* + 8: get_codes' byte steps store 8 entries */
     code_lut_t lut;
     uint64_t spec_t64[64], verif_t64[64];
@@ -410,12 +474,13 @@ static inline __attribute__((always_inline)) int c1_decode_body(
     for (int64_t c = 0; c < nch; c++) {
         int64_t s_hi = imin64(nsb, (c + 1) * A);
         int64_t cpos = codes_off[c] * 8, cend = codes_off[c + 1] * 8;
-        int64_t spos = signman_off[c] * 8;
+        int64_t spos = chunk_start(signman_off, c, sseq, signman_len);
         int64_t vpos = vcodes_off ? vcodes_off[c] * 8 : 0, vend = vcodes_off ? vcodes_off[c + 1] * 8 : 0;
-        int64_t rpos = full ? rest_off[c] * 8 : 0;
+        int64_t rpos = full ? chunk_start(rest_off, c, rseq, rest_len) : 0;
+        if (spos < 0 || rpos < 0) return 1;
         for (int64_t s = c * A; s < s_hi; s++) {
             int64_t s0 = s * G, n = imin64(G, N - s0), ks = kept_in(k, n, G);
-            int64_t u = get_codes(codes, cpos, cend, n, spec_dec, spec_Q, lut, spec_t64, sym);
+            int64_t u = get_codes(codes, cpos, cend, n, spec_dec, spec_Q, lut, spec_t64, sym, E3);
             if (u < 0) return 2;
             cpos += u;
             int64_t nk = 0;
@@ -423,7 +488,7 @@ static inline __attribute__((always_inline)) int c1_decode_body(
             if (nk != ks) return 3;
             int64_t np_ = n - ks;
             if (full && np_) {
-                u = get_codes(vcodes, vpos, vend, np_, verif_dec, verif_Q, lut, verif_t64, pe);
+                u = get_codes(vcodes, vpos, vend, np_, verif_dec, verif_Q, lut, verif_t64, pe, E3);
                 if (u < 0) return 5;
                 vpos += u;
             }
@@ -433,18 +498,21 @@ static inline __attribute__((always_inline)) int c1_decode_body(
              * Measured fastest: one loop for the draft and the rest fields without pairs; with pairs, the
              * draft (spec.signman) first, then the verification fields (two shorter loops). */
             uint8_t kf[256];
-            const int merged = full && !HS && !HV;
+            const int merged = full && !HS && !HV && !E3;
             int64_t j = 0;
             for (int64_t i = 0; i < n; i++) {
                 int32_t d = sym[i];
                 int kp = (d & 0x1FF) != PRUNED;
                 uint32_t km = 0u - (uint32_t)kp;                    /* mask arithmetic: kp is data-dependent */
                 int ps = HS ? DEC_PAIR(d) : 0;
-                int ws = (int)((uint32_t)(1 + m + ps) & km);
+                int xs = E3 ? (d & DEC_ESC3) != 0 : 0;             /* 3.0 escape: raw bits lead the field */
+                int pw = ps + ESC_BITS * xs;
+                int ws = (int)((uint32_t)(1 + m + pw) & km);
                 uint32_t fs = (uint32_t)peek(signman, spos) & WMASK[ws];
                 spos += ws;
                 int t = HS ? (int)(fs & (uint32_t)ps) : 0;
-                uint32_t vk = smtab[fs >> ps] | ((DEC_SYM(d, t) & 0xFF) << 7);
+                uint32_t e = E3 && xs ? (fs & 0xFF) : (DEC_SYM(d, t) & 0xFF);
+                uint32_t vk = smtab[(fs >> pw) & ((2u << m) - 1)] | (e << 7);
                 if (merged) {
                     int32_t dv = pe[j];
                     int w = (int)(((uint32_t)(7 - m) & km) | (8u & ~km));
@@ -465,25 +533,29 @@ static inline __attribute__((always_inline)) int c1_decode_body(
                 uint32_t km = 0u - (uint32_t)kp;
                 int32_t dv = pe[j];
                 int pv = HV ? (DEC_PAIR(dv) & !kp) : 0;
-                int w = (int)(((uint32_t)(7 - m) & km) | ((uint32_t)(8 + pv) & ~km));
+                int xv = E3 ? ((dv & DEC_ESC3) != 0) & !kp : 0;
+                int pw = pv + ESC_BITS * xv;
+                int w = (int)(((uint32_t)(7 - m) & km) | ((uint32_t)(8 + pw) & ~km));
                 uint32_t r = (uint32_t)peek(rest, rpos) & ((1u << w) - 1);
                 rpos += w;
                 int tv = HV ? (int)(r & (uint32_t)pv) : 0;
-                uint32_t rp = r >> pv;
-                uint32_t vp = ((rp >> 7) << 15) | (DEC_SYM(dv, tv) << 7) | (rp & 0x7F);
+                uint32_t rp = r >> pw;
+                uint32_t ev = E3 && xv ? (r & 0xFF) : DEC_SYM(dv, tv);
+                uint32_t vp = ((rp >> 7) << 15) | (ev << 7) | (rp & 0x7F);
                 j += !kp;
                 out[s0 + i] = (uint16_t)(((out[s0 + i] | r) & km) | (vp & ~km));
             }
         }
         if (!chunk_ok(codes, codes_off[c], codes_off[c + 1], cpos - codes_off[c] * 8)) return 2;
-        if (!chunk_ok(signman, signman_off[c], signman_off[c + 1], spos - signman_off[c] * 8))
-            return 4;
+        if (!chunk_end(signman, signman_off, c, spos, &sseq, signman_len)) return 4;
         if (full) {
             if (vcodes_off && !chunk_ok(vcodes, vcodes_off[c], vcodes_off[c + 1], vpos - vcodes_off[c] * 8))
                 return 5;
-            if (!chunk_ok(rest, rest_off[c], rest_off[c + 1], rpos - rest_off[c] * 8)) return 6;
+            if (!chunk_end(rest, rest_off, c, rpos, &rseq, rest_len)) return 6;
         }
     }
+    if (!signman_off && sseq != signman_len) return 4;              /* bytes after the last chunk */
+    if (full && !rest_off && rseq != rest_len) return 6;
     return 0;
 }
 
@@ -496,25 +568,30 @@ int c1_decode(int64_t N, int64_t G, int m, int64_t k, int64_t A, int full,
               const uint8_t *vcodes, int64_t vcodes_len, const int64_t *vcodes_off,
               const uint8_t *rest, int64_t rest_len, const int64_t *rest_off,
               const int32_t *spec_dec, int spec_Q, const int32_t *verif_dec, int verif_Q, int64_t slack,
-              uint16_t *out) {
+              uint16_t *out, int l3) {
     int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A;
     if (A < 1 || slack < MIN_SLACK(A, G)) return 1;
+    if (!l3 && (!signman_off || (full && !rest_off))) return 1;
     if (!offsets_ok(codes_off, nch, codes_len) || !offsets_ok(signman_off, nch, signman_len)) return 1;
     if (full && (vcodes_off ? !offsets_ok(vcodes_off, nch, vcodes_len) : vcodes_len != 0)) return 1;
     if (full && !offsets_ok(rest_off, nch, rest_len)) return 1;
     if (!full) vcodes_off = NULL;
-#define C1_BODY(HS, HV) c1_decode_body(N, G, m, k, A, full, HS, HV, codes, codes_len, codes_off, signman, signman_len, \
+#define C1_BODY(HS, HV) (l3 ? C1_BODY3(HS, HV, 1) : C1_BODY3(HS, HV, 0))
+#define C1_BODY3(HS, HV, E3) c1_decode_body(N, G, m, k, A, full, HS, HV, E3, codes, codes_len, codes_off, signman, signman_len, \
         signman_off, vcodes, vcodes_len, vcodes_off, rest, rest_len, rest_off, spec_dec, spec_Q, verif_dec, verif_Q, out)
     int hs = has_pairs(spec_dec, spec_Q), hv = full && has_pairs(verif_dec, verif_Q);
     if (hs) return hv ? C1_BODY(1, 1) : C1_BODY(1, 0);
     return hv ? C1_BODY(0, 1) : C1_BODY(0, 0);
 #undef C1_BODY
+#undef C1_BODY3
 }
 
 /* ---------------------------------------------------------------------------------------- C2 decode */
 
+/* HP: the verification book has a pair group; E3: format 3.0 (spec.mx per MX block, escapes' raw bits in
+ * verif.rest). */
 static inline __attribute__((always_inline)) int c2_decode_body(
-        int64_t N, int64_t G, int m, int64_t k, int64_t A, int full, const int HP,
+        int64_t N, int64_t G, int m, int64_t k, int64_t A, int full, const int HP, const int E3,
         const uint8_t *mx, int64_t mx_len, const int64_t *mx_off,
         const uint8_t *vcodes, int64_t vcodes_len, const int64_t *vcodes_off,
         const uint8_t *rest, int64_t rest_len, const int64_t *rest_off,
@@ -527,6 +604,7 @@ static inline __attribute__((always_inline)) int c2_decode_body(
     uint8_t t_w[256];
     int t_xeff = -1;                            /* the tables below hold this xeff's entries */
     int Xs[256 / MX_BLOCK];
+    int64_t fst[256 / MX_BLOCK];                    /* 3.0: bit where each MX block's fields start */
     const uint32_t fmask = (1u << (m + 2)) - 1, emask = (1u << (m + 1)) - 1, mmask = (1u << m) - 1;
     uint8_t dzf[256], rw[256];                      /* per value: draft-zero, verif.rest width (no suffix) */
     int32_t delta[256 + 8];                         /* + 8: get_codes' byte steps store 8 entries */
@@ -545,7 +623,24 @@ static inline __attribute__((always_inline)) int c2_decode_body(
         for (int64_t s = c * A; s < s_hi; s++) {
             int64_t s0 = s * G, n = imin64(G, N - s0), ks = kept_in(k, n, G);
             int64_t nmx = (n + MX_BLOCK - 1) / MX_BLOCK;
-            if (prunes) {                        /* keep bitmap: n bits from the superblock's first bit */
+            int64_t pend = 0;                        /* 3.0: the bit after the superblock's last block */
+            if (E3) {                                /* per block [X][keep bits][fields]: headers first */
+                int64_t nk = 0;
+                for (int64_t b = 0; b < nmx; b++) {
+                    int64_t nb = imin64(MX_BLOCK, n - b * MX_BLOCK);
+                    uint64_t w = peek(mx, pos);
+                    Xs[b] = (int)(w & 0xFF);
+                    uint32_t kb = prunes ? (uint32_t)(w >> 8) & WMASK[nb] : WMASK[nb];
+                    for (int64_t j = 0; j < nb; j++) kept[b * MX_BLOCK + j] = (uint8_t)((kb >> j) & 1);
+                    int c = __builtin_popcount(kb);
+                    nk += c;
+                    fst[b] = pos + 8 + (prunes ? nb : 0);
+                    pos = fst[b] + (int64_t)c * (m + 2);
+                }
+                if (nk != ks) return 3;
+                pend = pos;
+                pos = fst[0];
+            } else if (prunes) {                 /* keep bitmap: n bits from the superblock's first bit */
                 int64_t nk = 0;
                 for (int64_t i = 0; i < n; i += 32) {
                     uint64_t w = peek(mx, pos + i);
@@ -560,8 +655,10 @@ static inline __attribute__((always_inline)) int c2_decode_body(
             } else {
                 memset(kept, 1, (size_t)n);
             }
-            for (int64_t b = 0; b < nmx; b++) Xs[b] = (int)(peek(mx, pos + 8 * b) & 0xFF);
-            pos += 8 * nmx;
+            if (!E3) {
+                for (int64_t b = 0; b < nmx; b++) Xs[b] = (int)(peek(mx, pos + 8 * b) & 0xFF);
+                pos += 8 * nmx;
+            }
             if (full) {
                 /* Full decode: the draft of each value through a per-X table (element -> draft bits, rest
                  * width), the draft-zero values' verif.codes (get_codes: a byte of short codes per step),
@@ -586,6 +683,7 @@ static inline __attribute__((always_inline)) int c2_decode_body(
                         t_xeff = xeff;
                     }
                     int64_t i1 = (b + 1) * MX_BLOCK < n ? (b + 1) * MX_BLOCK : n;
+                    if (E3) pos = fst[b];
                     for (int64_t i = b * MX_BLOCK; i < i1; i++) {
                         uint32_t km = 0u - (uint32_t)kept[i];
                         uint32_t f = (uint32_t)peek(mx, pos) & fmask & km;
@@ -597,7 +695,8 @@ static inline __attribute__((always_inline)) int c2_decode_body(
                         ndz += el == 0;
                     }
                 }
-                int64_t u = get_codes(vcodes, cpos, cend, ndz, verif_dec, verif_Q, lut, t64, delta);
+                if (E3) pos = pend;
+                int64_t u = get_codes(vcodes, cpos, cend, ndz, verif_dec, verif_Q, lut, t64, delta, E3);
                 if (u < 0) return 5;
                 cpos += u;
                 delta[ndz] = 0;                      /* read (masked off) by values after the last draft-zero one */
@@ -608,12 +707,14 @@ static inline __attribute__((always_inline)) int c2_decode_body(
                     int32_t dd = delta[j];
                     j += dz;
                     int pv = HP ? (DEC_PAIR(dd) & dz) : 0;
-                    int w = rw[i] + pv;                                     /* + the suffix bit of a pair group */
+                    int xv = E3 ? ((dd & DEC_ESC3) != 0) & dz : 0;         /* 3.0 escape: raw delta first */
+                    int pw = pv + ESC_BITS * xv;
+                    int w = rw[i] + pw;                       /* + the suffix bit of a pair group / raw bits */
                     uint32_t rr = (uint32_t)peek(rest, rpos) & ((1u << w) - 1);
                     rpos += w;
                     int tv = HP ? (int)(rr & (uint32_t)pv) : 0;
-                    int e = x - (int)DEC_SYM(dd, tv);
-                    rr >>= pv;
+                    int e = x - (int)(E3 && xv ? (rr & 0xFF) : DEC_SYM(dd, tv));
+                    rr >>= pw;
                     bad |= dz & (e < 0);
                     uint32_t vdz = ((rr >> 7) << 15) | ((uint32_t)(e & 0xFF) << 7) | (rr & 0x7F);
                     out[s0 + i] = (uint16_t)((vdz & dzm) | ((out[s0 + i] | rr) & ~dzm));
@@ -623,6 +724,7 @@ static inline __attribute__((always_inline)) int c2_decode_body(
             /* draft of every value without value-dependent branches (kept / zero / normal / subnormal are
              * all data-dependent at keep < 1): candidates are formed and selected */
             for (int64_t i = 0; i < n; i++) {
+                if (E3 && (i & (MX_BLOCK - 1)) == 0) pos = fst[i / MX_BLOCK];
                 int x = Xs[i / MX_BLOCK], xeff = imax(x, 1), kp = kept[i];
                 uint32_t km = 0u - (uint32_t)kp;                        /* mask arithmetic, not branches */
                 uint32_t f = (uint32_t)peek(mx, pos) & fmask & km;
@@ -637,6 +739,7 @@ static inline __attribute__((always_inline)) int c2_decode_body(
                 uint32_t nzm = 0u - (uint32_t)(el != 0), nm = 0u - (uint32_t)(E >= 1);
                 out[s0 + i] = (uint16_t)((((vn & nm) | (vs & ~nm)) & nzm) | ((sign << 15) & ~nzm));
             }
+            if (E3) pos = pend;
         }
         if (!chunk_ok(mx, mx_off[c], mx_off[c + 1], pos - mx_off[c] * 8)) return 2;
         if (full) {
@@ -653,13 +756,15 @@ int c2_decode(int64_t N, int64_t G, int m, int64_t k, int64_t A, int full,
               const uint8_t *mx, int64_t mx_len, const int64_t *mx_off,
               const uint8_t *vcodes, int64_t vcodes_len, const int64_t *vcodes_off,
               const uint8_t *rest, int64_t rest_len, const int64_t *rest_off,
-              const int32_t *verif_dec, int verif_Q, int64_t slack, uint16_t *out) {
+              const int32_t *verif_dec, int verif_Q, int64_t slack, uint16_t *out, int l3) {
     int64_t nsb = (N + G - 1) / G, nch = (nsb + A - 1) / A;
-    if (A < 1 || slack < MIN_SLACK(A, G) || !offsets_ok(mx_off, nch, mx_len)) return 1;
-    if (full && (!offsets_ok(vcodes_off, nch, vcodes_len) || !offsets_ok(rest_off, nch, rest_len))) return 1;
-    if (full && has_pairs(verif_dec, verif_Q))
-        return c2_decode_body(N, G, m, k, A, full, 1, mx, mx_len, mx_off, vcodes, vcodes_len, vcodes_off,
-                              rest, rest_len, rest_off, verif_dec, verif_Q, out);
-    return c2_decode_body(N, G, m, k, A, full, 0, mx, mx_len, mx_off, vcodes, vcodes_len, vcodes_off,
-                          rest, rest_len, rest_off, verif_dec, verif_Q, out);
+    if (A < 1 || slack < MIN_SLACK(A, G) || !mx_off || !offsets_ok(mx_off, nch, mx_len)) return 1;
+    if (full && (!vcodes_off || !rest_off || !offsets_ok(vcodes_off, nch, vcodes_len)
+                 || !offsets_ok(rest_off, nch, rest_len))) return 1;
+#define C2_BODY(HP, E3) c2_decode_body(N, G, m, k, A, full, HP, E3, mx, mx_len, mx_off, vcodes, vcodes_len, \
+        vcodes_off, rest, rest_len, rest_off, verif_dec, verif_Q, out)
+    int hp = full && has_pairs(verif_dec, verif_Q);
+    if (l3) return hp ? C2_BODY(1, 1) : C2_BODY(0, 1);
+    return hp ? C2_BODY(1, 0) : C2_BODY(0, 0);
+#undef C2_BODY
 }
