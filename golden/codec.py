@@ -7,6 +7,7 @@ KV-cache path (kv.py) and the container (container.py) reuse these functions unc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -33,6 +34,7 @@ class EncodedTensor:
     masks (``spec_book.pairs``, ``verif_book.pairs``, ``.Q``), ``plane_offsets(enc, plane)`` (chunk byte
     offsets of any plane, length ``nchunks + 1``) and ``plane_chunks(enc, plane)`` (the chunks' bytes)."""
 
+    format_major: ClassVar[int] = 2       # the plane layout: format 2.0 (3: golden/escfield.EscFieldTensor)
     shape: tuple[int, ...]
     config: CodecConfig
     spec_book: Codebook | None            # C1 only: exponents of kept values + the pruned mark
@@ -503,12 +505,16 @@ def _plane(enc, name):
         raise FormatError(f"plane {name} missing") from None
 
 
-def _plane_offsets(enc: EncodedTensor, name: str) -> np.ndarray:
+def _plane_offsets(enc: EncodedTensor, name: str, stored: bool = True) -> np.ndarray:
     """Chunk byte offsets (length nchunks + 1) of plane ``name``: stored (indexed planes) or computed from
-    the config (fixed planes, whose length and zero padding are checked here)."""
+    the config (fixed planes, whose length and zero padding are checked here; format 3.0's unpaired C1 field
+    planes from their code planes' escapes). A format 3.0 tensor from an encoder holds every plane's offsets,
+    the stream's chunks as written: with ``stored`` they are used (what a harness frames, even under a
+    deliberately wrong config); the golden decoders pass ``stored=False`` and find the chunks as a reader does."""
     cfg, nch = enc.config, enc.nchunks
     data = _plane(enc, name)
-    if enc.has_index(name):
+    kept_offsets = stored and enc.format_major == 3 and name in enc.offsets
+    if enc.has_index(name) or kept_offsets:
         off = enc.offsets.get(name)
         if off is None:
             raise FormatError(f"{name}: index missing")
@@ -517,6 +523,12 @@ def _plane_offsets(enc: EncodedTensor, name: str) -> np.ndarray:
             raise FormatError(f"{name}: index does not cover the plane")
         if off[0] != 0 or np.any(np.diff(off) < 0):
             raise FormatError(f"{name}: chunk offsets do not increase from 0 to the plane length")
+        return off
+    if enc.format_major == 3 and cfg.scheme == "c1" and name in ("spec.signman", "verif.rest"):
+        from .escfield import field_offsets     # 3.0: the code plane's escapes size an unpaired field plane
+        off = field_offsets(enc, name)
+        if off[-1] != len(data):
+            raise FormatError(f"{name}: {len(data)} bytes, its code plane and the config imply {int(off[-1])}")
         return off
     if name in INDEXED[cfg.scheme]:               # C1 verif.codes when nothing is pruned: empty, no index
         if len(data):
@@ -658,7 +670,11 @@ def _native_ok(enc: EncodedTensor, impl: str) -> bool:
 
 
 def decode_draft(enc: EncodedTensor, impl: str = "auto") -> np.ndarray:
-    """The draft's view: uint16 bf16 bits, pruned values 0, cut mantissa bits 0 (reads speculation only)."""
+    """The draft's view: uint16 bf16 bits, pruned values 0, cut mantissa bits 0 (reads speculation only).
+    Either layout: a format 3.0 tensor goes to golden/escfield.py."""
+    if enc.format_major == 3:
+        from .escfield import decode
+        return decode(enc, False, impl)
     if _native_ok(enc, impl):
         from . import native
         return native.decode_draft(enc)
@@ -670,7 +686,10 @@ def decode_draft(enc: EncodedTensor, impl: str = "auto") -> np.ndarray:
 
 
 def decode_full(enc: EncodedTensor, impl: str = "auto") -> np.ndarray:
-    """Speculation + verification -> the original bf16 bits, exactly."""
+    """Speculation + verification -> the original bf16 bits, exactly (either layout, as ``decode_draft``)."""
+    if enc.format_major == 3:
+        from .escfield import decode
+        return decode(enc, True, impl)
     if _native_ok(enc, impl):
         from . import native
         return native.decode_full(enc)
@@ -746,7 +765,7 @@ def slice_chunks(enc: EncodedTensor, start: int, stop: int) -> EncodedTensor:
         planes[name] = data[off[start]: off[stop]]
         if name in enc.offsets:
             offsets[name] = np.asarray(off[start: stop + 1]) - off[start]
-    return EncodedTensor((max(numel, 0),), enc.config, enc.spec_book, enc.verif_book, planes, offsets)
+    return type(enc)((max(numel, 0),), enc.config, enc.spec_book, enc.verif_book, planes, offsets)
 
 
 def slice_superblocks(enc: EncodedTensor, start: int, stop: int) -> EncodedTensor:

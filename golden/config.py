@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass
 
 from ..errors import ConfigError
 
-FORMAT_VERSION = (2, 0)          # (major, minor) the container writes
-READABLE_MAJORS = (1, 2)          # 1.x is read as chunk_superblocks = 1, pairs = 0 (FORMAT.md §8); others rejected
+FORMAT_VERSION = (3, 0)          # (major, minor) the container writes
+READABLE_MAJORS = (1, 2, 3)       # 2.x in the 2.0 layout, 1.x as its case A = 1, pairs = 0 (FORMAT.md §8); others rejected
 BF16_EXPONENT_BITS = 8
 BF16_MANTISSA_BITS = 7
 BF16_SIGN_SHIFT = 15

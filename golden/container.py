@@ -1,7 +1,8 @@
 """The .cass container (docs/FORMAT.md §8): header JSON, speculation section, verification section.
 
-Writes version 2.0 (per tensor: ``config.chunk_superblocks`` and the books' pair masks ``pairs``); reads
-2.x and 1.x (a 1.x tensor is the 2.0 case of one superblock per chunk and no pair groups).
+Writes version 3.0 (per tensor: ``config.chunk_superblocks`` and the books' pair masks ``pairs``; the planes in
+the format 3.0 layout, golden/escfield.py); reads 3.x, 2.x (tensors in the 2.0 layout, which every golden
+decoder reads too) and 1.x (a 1.x tensor is the 2.0 case of one superblock per chunk and no pair groups).
 
 A draft loader calls ``read_container(path, verification=False)`` and never reads the verification
 section. Every corruption (magic, version, CRC, truncation, bad offsets, bad configs, inconsistent
@@ -20,8 +21,9 @@ import numpy as np
 from ..errors import ConfigError, FormatError
 from .codebook import Codebook
 from .codec import (INDEXED, PLANES, EncodedTensor, chunk_count, fixed_plane_nbytes, has_index, index_from_bytes,
-                    index_to_bytes)
+                    index_to_bytes, plane_offsets)
 from .config import FORMAT_VERSION, PRUNED, READABLE_MAJORS, CodecConfig
+from .escfield import EscFieldTensor, to_format3
 from .io import atomic_output
 
 MAGIC = b"CASS"
@@ -42,8 +44,9 @@ def _section_of(plane: str) -> str:
 
 
 def write_container(path, tensors, meta: dict | None = None) -> dict:
-    """Write ``tensors`` (iterable of (name, EncodedTensor) or a dict) to ``path``; returns the header.
-    The file appears complete or not at all (written to a temporary file in the same folder, then renamed)."""
+    """Write ``tensors`` (iterable of (name, EncodedTensor) or a dict, in either layout: a 2.0 tensor is
+    converted, ``escfield.to_format3``) to ``path`` in format 3.0; returns the header. The file appears
+    complete or not at all (written to a temporary file in the same folder, then renamed)."""
     items = list(tensors.items()) if isinstance(tensors, dict) else list(tensors)
     bufs = {s: bytearray() for s in SECTIONS}
     entries = []
@@ -52,6 +55,7 @@ def write_container(path, tensors, meta: dict | None = None) -> dict:
         if name in names:
             raise ConfigError(f"duplicate tensor name {name!r}")
         names.add(name)
+        enc = to_format3(enc)
         scheme = enc.config.scheme
         planes, indexes = {}, {}
         for plane in PLANES[scheme][0] + PLANES[scheme][1]:
@@ -150,6 +154,8 @@ def _slice(sections: dict, ref, what: str) -> bytes:
     return data[off: off + length]
 
 
+# Format 3.0: the C1 field planes without an index take their chunk sizes from their code planes' escapes.
+SIZED_BY_CODES = {"c1": ("spec.signman", "verif.rest"), "c2": ()}
 MAX_VALUES = 1 << 40   # far above any real tensor; keeps a corrupt shape from allocating absurd arrays
 
 
@@ -232,10 +238,20 @@ def _tensor(entry, sections: dict, major: int = FORMAT_VERSION[0]) -> tuple[str,
         else:
             if plane in index_ref:
                 raise FormatError(f"{name}: {plane} has an index but its chunk offsets are computed")
+            if major >= 3 and plane in SIZED_BY_CODES[cfg.scheme]:
+                continue                            # 3.0: sized by its code plane's escapes (checked below)
             expect = fixed_plane_nbytes(plane, numel, cfg) if plane not in INDEXED[cfg.scheme] else 0
             if len(planes[plane]) != expect:
                 raise FormatError(f"{name}/{plane}: {len(planes[plane])} bytes, shape and config imply {expect}")
-    return name, EncodedTensor(shape, cfg, spec_book, verif_book, planes, offsets)
+    cls = EscFieldTensor if major >= 3 else EncodedTensor
+    enc = cls(shape, cfg, spec_book, verif_book, planes, offsets)
+    for plane in SIZED_BY_CODES[cfg.scheme]:
+        if major >= 3 and plane in planes and plane not in offsets:
+            try:
+                plane_offsets(enc, plane)
+            except FormatError as exc:
+                raise FormatError(f"{name}/{exc}") from None
+    return name, enc
 
 
 def read_container(path, verification: bool = True) -> Container:

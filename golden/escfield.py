@@ -1,7 +1,8 @@
-"""Escape payloads in the companion field: the plane layout read by decoder v3 (hw/decoder_c1_v3.py),
-proposed as a format revision (docs/datasheets/decoder_c1_v3.md, docs/FORMAT.md section 9.1).
+"""Format 3.0 (docs/FORMAT.md): the plane layout the containers hold and decoder v3 reads
+(hw/decoder_c1_v3.py, hw/decoder_c2_v3.py). Its numpy reference, beside golden/codec.py's format 2.0 layout,
+which decoder v2 and the KV encoders use; ``to_format3`` / ``to_format2`` convert between them.
 
-Everything is format 2.0 (FORMAT.md) except where an escaped symbol's 8 raw bits live:
+Everything is the 2.0 layout except where an escaped symbol's 8 raw bits live, and C2's spec.mx order:
 
 * the code plane holds the escape as ``Q`` zeros and a one (``Q + 1`` bits), like any other group code,
   so every code of a chunk ends at a one and a decoder finds all code boundaries from the ones alone;
@@ -10,27 +11,28 @@ Everything is format 2.0 (FORMAT.md) except where an escaped symbol's 8 raw bits
   pruned value's ``verif.rest`` field ``[e][(s << 7) | f]``. C2: a draft-zero value's ``verif.rest`` field
   is ``[delta (8 bits)][(s << 7) | f]``.
 
-C2's ``spec.mx`` holds format 2.0's bits in another order: MX block by block, ``[X (8 bits)][the block's keep
+C2's ``spec.mx`` holds the 2.0 layout's bits in another order: MX block by block, ``[X (8 bits)][the block's keep
 bits, if the config prunes][the block's kept values' (m+2)-bit fields]``, so a decoder reads each block's
 header with the fields before it instead of holding a superblock's keep bitmap (up to 256 bits) ahead of them.
 
-The pruned mark ``P`` is never escaped (format 2.0), so every escape has a companion field to hold its
-payload. The stream has exactly as many bytes as format 2.0's, indexes included (spec.mx chunk by chunk): an escape moves one byte
-between the two planes of a pair within a chunk, and a field plane whose book has no pair needs no index,
-as in format 2.0: its chunk sizes follow from the config plus one byte per escape of the chunk's code plane
+The pruned mark ``P`` is never escaped, so every escape has a companion field to hold its payload. The
+stream has exactly as many bytes as the 2.0 layout's, indexes included (spec.mx chunk by chunk): an escape
+moves one byte between the two planes of a pair within a chunk, and a field plane whose book has no pair
+needs no index: its chunk sizes follow from the config plus one byte per escape of the chunk's code plane
 (``field_offsets``: the escapes are the codes of group ``Q``, counted from the indexed code plane). Where a
-book has pairs, its field plane is indexed, as in format 2.0.
+book has pairs, its field plane is indexed, as in 2.0.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from . import bitpack
-from .codec import (INDEXED, EncodedTensor, _fields, _read_plane, _use_native, c2_draft_fields, c2_draft_values,
-                    check_bits, encode_tensor, fixed_offsets, fixed_superblock_bits, has_index, keep_mask, per_chunk,
-                    plane_offsets, superblock_sizes)
+from .codec import (EncodedTensor, _fields, _plane_offsets, _read_plane, _use_native, c2_draft_fields,
+                    c2_draft_values, check_bits, decode_full, encode_tensor, fixed_superblock_bits, keep_mask,
+                    per_chunk, superblock_sizes)
 from .config import ESCAPE_PAYLOAD_BITS, MX_BLOCK, PRUNED, CodecConfig
 from ..errors import FormatError
 
@@ -40,17 +42,11 @@ FIELD_OF = {"spec.signman": "spec.codes", "verif.rest": "verif.codes"}     # fie
 
 @dataclass
 class EscFieldTensor(EncodedTensor):
-    """A tensor in the escape-in-field layout. ``offsets`` holds every plane's chunk offsets, so
-    ``plane_offsets`` / ``plane_chunks`` and the RTL framing read it like a format 2.0 tensor; its stored
-    size counts an index only where format 2.0 has one (``index_bytes``). The golden format 2.0 decoders do
-    not read it: decode the format 2.0 tensor ``encode`` returns beside it."""
+    """A tensor in format 3.0. Indexed as in format 2.0 (the same planes carry an index); an unpaired field
+    plane's chunk offsets follow from its code plane (``codec.plane_offsets`` calls ``field_offsets``). The
+    format 2.0 decoders of golden/codec.py send it here (``format_major``)."""
 
-    def has_index(self, plane: str) -> bool:
-        return True
-
-    def index_bytes(self, plane: str) -> int:
-        stored = has_index(plane, self.config, self.spec_book, self.verif_book)
-        return super().index_bytes(plane) if stored else 0
+    format_major: ClassVar[int] = 3
 
 
 def escapes_per_chunk(v3: EncodedTensor, code_plane: str) -> np.ndarray:
@@ -66,7 +62,7 @@ def escapes_per_chunk(v3: EncodedTensor, code_plane: str) -> np.ndarray:
 def _code_runs(v3: EncodedTensor, code_plane: str):
     """Every code of a code plane, in order, from its bytes and chunk offsets: (stream position of the one that
     ends it, its zero run = its group, its chunk, the chunks' start bits)."""
-    off = plane_offsets(v3, code_plane)
+    off = reader_offsets(v3, code_plane)
     bits = np.unpackbits(np.frombuffer(bytes(v3.planes[code_plane]), dtype=np.uint8), bitorder="little")
     ones = np.flatnonzero(bits)
     start = 8 * off[:-1]
@@ -75,6 +71,12 @@ def _code_runs(v3: EncodedTensor, code_plane: str):
     first[1:] = chunk[1:] != chunk[:-1]
     prev = np.where(first, start[chunk], np.concatenate(([0], ones[:-1] + 1)))
     return ones, ones - prev, chunk, start
+
+
+def reader_offsets(v3: EncodedTensor, plane: str) -> np.ndarray:
+    """A plane's chunk offsets as a reader finds them: from its index, or computed (from the config and, for
+    an unpaired C1 field plane, ``field_offsets``), never from offsets an encoder's tensor holds beside."""
+    return _plane_offsets(v3, plane, stored=False)
 
 
 def field_offsets(v3: EncodedTensor, field_plane: str) -> np.ndarray:
@@ -156,20 +158,6 @@ def encode(bits, cfg: CodecConfig, salience=None, books=None, impl: str = "auto"
 
 
 # ------------------------------------------------------------------------------------------ decoding
-def _chunk_offsets(v3: EncodedTensor, plane: str) -> np.ndarray:
-    """A plane's chunk offsets as a reader finds them (never the in-memory offsets of a plane the format
-    does not index): an indexed plane's from its index, an unpaired field plane's from ``field_offsets``,
-    a fixed-size plane's (C2 spec.mx) from the config."""
-    cfg = v3.config
-    if has_index(plane, cfg, v3.spec_book, v3.verif_book) or plane in INDEXED[cfg.scheme]:
-        return plane_offsets(v3, plane)
-    off = field_offsets(v3, plane) if plane in FIELD_OF else fixed_offsets(plane, v3.numel, cfg)
-    if off[-1] != len(v3.planes[plane]):
-        what = "its code plane and the config imply" if plane in FIELD_OF else "shape and config imply"
-        raise FormatError(f"{plane}: {len(v3.planes[plane])} bytes, {what} {int(off[-1])}")
-    return off
-
-
 def _groups(v3: EncodedTensor, plane: str, counts: np.ndarray, book) -> np.ndarray:
     """The group ``q`` of every code of a code plane, in order (``Q``: an escape). Every code ends at a one:
     the codes are the ones, their groups the zero runs before them; a chunk holds exactly its ``counts``
@@ -184,12 +172,14 @@ def _groups(v3: EncodedTensor, plane: str, counts: np.ndarray, book) -> np.ndarr
         raise FormatError(f"{plane}: a zero run of {int(runs.max())} is longer than Q = {book.Q}")
     used = np.zeros(v3.nchunks, dtype=np.int64)
     used[chunk] = ones + 1 - start[chunk]
-    bitpack.check_chunk_lengths(plane_offsets(v3, plane), used, plane)
+    bitpack.check_chunk_lengths(reader_offsets(v3, plane), used, plane)
     return runs
 
 
 def _fields_of(v3: EncodedTensor, plane: str, seg: np.ndarray, widths: np.ndarray) -> np.ndarray:
-    return _read_plane(v3, plane, seg, widths, off=_chunk_offsets(v3, plane))
+    """A field plane's fields, its chunks located as a reader finds them (never from stored offsets the format
+    does not index)."""
+    return _read_plane(v3, plane, seg, widths, off=reader_offsets(v3, plane))
 
 
 def _symbols(book, groups: np.ndarray, prefix: np.ndarray) -> np.ndarray:
@@ -244,7 +234,7 @@ def _decode_c2_blocks(v3: EncodedTensor):
     cfg, N = v3.config, v3.numel
     m, prunes = cfg.mantissa_bits, cfg.prunes
     n, k = superblock_sizes(N, cfg)
-    off = _chunk_offsets(v3, "spec.mx")
+    off = reader_offsets(v3, "spec.mx")
     words = bitpack.words_of(v3.planes["spec.mx"])
     nblk = -(-N // MX_BLOCK)
     per_chunk_blk = cfg.chunk_values // MX_BLOCK
@@ -276,12 +266,12 @@ def _decode_c2_blocks(v3: EncodedTensor):
     f = bitpack.read_fields(words, fstart[blk[kept]] + rank[kept] * (m + 2), m + 2).astype(np.int64)
     Xv = X[blk]
     draft, nz, c = c2_draft_values(kept, Xv, f, m)
-    return draft, nz, Xv, c, idx // cfg.chunk_values
+    return draft, nz, Xv, c, idx // cfg.chunk_values, kept
 
 
 def _decode_c2(v3: EncodedTensor, full: bool) -> np.ndarray:
     """Cassandra-2: spec.mx block by block; a draft-zero value's exponent is X - delta."""
-    draft, top, Xv, c, ch = _decode_c2_blocks(v3)
+    draft, top, Xv, c, ch, _ = _decode_c2_blocks(v3)
     if not full:
         return draft.astype(np.uint16).reshape(v3.shape)
 
@@ -310,3 +300,58 @@ def _decode_verif(v3: EncodedTensor, draft: np.ndarray, top: np.ndarray, ch: np.
     out = np.where(top, draft | body, 0)
     out[low] = ((body[low] >> 7) << 15) | (e << 7) | (body[low] & 0x7F)
     return out.astype(np.uint16).reshape(v3.shape)
+
+
+# ------------------------------------------------------------------------------------ between the layouts
+def keep_mask_of(enc: EncodedTensor) -> np.ndarray:
+    """The tensor's own keep mask (magnitude or caller salience), read from its speculation planes, in
+    either layout."""
+    from .codec import _decode_c1_spec, _decode_c2_spec
+    if enc.format_major == 3:
+        if enc.config.scheme == "c2":
+            return _decode_c2_blocks(enc)[5]
+        n, _ = superblock_sizes(enc.numel, enc.config)
+        groups = _groups(enc, "spec.codes", per_chunk(n, enc.config), enc.spec_book)
+        if PRUNED not in enc.spec_book.symbols:
+            return np.ones(enc.numel, dtype=bool)
+        return groups != enc.spec_book.group_table()[PRUNED]
+    if enc.config.scheme == "c2":
+        return _decode_c2_spec(enc)[1]
+    return _decode_c1_spec(enc)[2] != PRUNED
+
+
+def _reencode(enc: EncodedTensor) -> tuple[EncodedTensor, EscFieldTensor]:
+    """Both layouts of ``enc``'s values with its own books and keep mask. A pruning config whose tensor
+    prunes nothing (a short last superblock keeps all) has a speculation book without P, which an encoder
+    refuses as a given book: it is rebuilt, and must come out the same."""
+    cfg = enc.config
+    full = decode_full(enc)
+    salience = None if cfg.kind == "kv" else keep_mask_of(enc).astype(np.float64)   # KV prunes by magnitude
+    own = cfg.scheme == "c2" or not cfg.prunes or PRUNED in enc.spec_book.symbols
+    books = (enc.spec_book, enc.verif_book) if own else None
+    std, v3 = encode(full, cfg, salience=salience, books=books)
+    if (std.spec_book, std.verif_book) != (enc.spec_book, enc.verif_book):
+        raise FormatError("the tensor does not re-encode with its own books")
+    return std, v3
+
+
+def to_format3(enc: EncodedTensor) -> EscFieldTensor:
+    """The format 3.0 tensor of a format 2.0 one (the same values, books and keep mask; the same bytes per
+    chunk of every plane pair). A 3.0 tensor is returned as it is."""
+    if enc.format_major == 3:
+        return enc
+    std, v3 = _reencode(enc)
+    if std.planes != enc.planes:
+        raise FormatError("the tensor does not re-encode to its own planes; it cannot be converted to format 3.0")
+    return v3
+
+
+def to_format2(enc: EncodedTensor) -> EncodedTensor:
+    """The format 2.0 tensor of a format 3.0 one (what decoder v2 and format 2.0 readers take). A 2.0 tensor
+    is returned as it is."""
+    if enc.format_major != 3:
+        return enc
+    std, v3 = _reencode(enc)
+    if v3.planes != enc.planes:
+        raise FormatError("the tensor does not re-encode to its own planes; it cannot be converted to format 2.0")
+    return std

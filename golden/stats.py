@@ -5,8 +5,9 @@ import heapq
 
 import numpy as np
 
-from .codec import PLANES, EncodedTensor, _decode_c1_spec, _decode_c2_spec, decode_full, slice_chunks
-from .config import PRUNED
+from .codec import PLANES, EncodedTensor, _decode_c2_spec, decode_full, slice_chunks
+from .config import ESCAPE_PAYLOAD_BITS, PRUNED
+from .escfield import _decode_c2_blocks, keep_mask_of
 
 
 def entropy_bits(counts: np.ndarray) -> float:
@@ -40,19 +41,22 @@ def unary_rank_bits(counts: np.ndarray) -> float:
     return float((c * np.arange(1, len(c) + 1)).sum() / c.sum()) if c.sum() else 0.0
 
 
-def suffix_bits(enc: EncodedTensor, bits: np.ndarray) -> int:
-    """Suffix bits of pair groups (FORMAT.md §3.1) the companion planes carry: the part of the exponent code
-    that lives outside the code planes (0 without pairs)."""
-    if not ((enc.spec_book is not None and enc.spec_book.pairs) or enc.verif_book.pairs):
-        return 0
+def prefix_bits(enc: EncodedTensor, bits: np.ndarray) -> tuple[int, int]:
+    """The parts of the exponent code the companion planes carry (FORMAT.md §3.1): the suffix bits of pair
+    groups, and in format 3.0 the escapes' 8 raw bits (the 2.0 layout keeps those in the code planes)."""
     e = ((np.asarray(bits).reshape(-1) >> 7) & 0xFF).astype(np.int64)
     vb = enc.verif_book
     if enc.config.scheme == "c1":
-        _, kept, sym, *_ = _decode_c1_spec(enc)
         sb = enc.spec_book
-        return int(sb.pair_bits()[sb.group_table()[sym[kept]]].sum() + vb.pair_bits()[vb.group_table()[e[~kept]]].sum())
-    _, _, nz, Xv, *_ = _decode_c2_spec(enc)
-    return int(vb.pair_bits()[vb.group_table()[np.minimum(Xv - e, PRUNED)[~nz]]].sum())
+        kept = keep_mask_of(enc)
+        groups = [sb.group_table()[e[kept]], vb.group_table()[e[~kept]]]
+        books = (sb, vb)
+    else:
+        nz, Xv = (_decode_c2_blocks(enc)[1:3] if enc.format_major == 3 else _decode_c2_spec(enc)[2:4])
+        groups, books = [vb.group_table()[np.minimum(Xv - e, PRUNED)[~nz]]], (vb,)
+    suffix = sum(int(b.pair_bits()[g].sum()) for b, g in zip(books, groups))
+    escapes = sum(int((g == b.Q).sum()) for b, g in zip(books, groups))
+    return suffix, (ESCAPE_PAYLOAD_BITS * escapes if enc.format_major == 3 else 0)
 
 
 PART_VALUES = 1 << 20   # values decoded at a time: the statistics' memory does not grow with the tensor
@@ -76,10 +80,11 @@ def tensor_stats(enc: EncodedTensor, original_bits: np.ndarray | None = None) ->
     scheme = enc.config.scheme
     spec_planes, verif_planes = PLANES[scheme]
     planes = {p: 8 * (len(enc.planes[p]) + enc.index_bytes(p)) / n for p in spec_planes + verif_planes}
-    e_counts, suffix = np.zeros(256, dtype=np.int64), 0
+    e_counts, suffix, payload = np.zeros(256, dtype=np.int64), 0, 0
     for part, bits in _decoded_parts(enc, original_bits):
         e_counts += np.bincount(((np.asarray(bits).reshape(-1) >> 7) & 0xFF).astype(np.int64), minlength=256)
-        suffix += suffix_bits(part, bits)
+        s, p = prefix_bits(part, bits)
+        suffix, payload = suffix + s, payload + p
     code_planes = [p for p in ("spec.codes", "verif.codes") if p in enc.planes]
     return {
         "values": enc.numel,
@@ -94,7 +99,7 @@ def tensor_stats(enc: EncodedTensor, original_bits: np.ndarray | None = None) ->
         "exponent_entropy_bits": entropy_bits(e_counts),
         "exponent_huffman_bits": huffman_bits(e_counts),
         "exponent_unary_rank_bits": unary_rank_bits(e_counts),
-        "exponent_code_bits": sum(8 * len(enc.planes[p]) for p in code_planes) / n,
+        "exponent_code_bits": (sum(8 * len(enc.planes[p]) for p in code_planes) + payload) / n,   # + 3.0's escape bits
         "exponent_suffix_bits": suffix / n,     # pair groups: code bits in the companion planes
         "escapes_possible_K": {"spec": enc.spec_book.K if enc.spec_book else None, "verif": enc.verif_book.K},
         "chunk_superblocks": enc.chunk_superblocks,

@@ -94,14 +94,14 @@ def _c1v3_factories():
     from .tensor_regs import TensorRegisters
     _register("decoder_c1v3_l8", lambda: DecoderC1v3(lanes=8), block="decoder_c1v3", variant="v3", lanes=8, word=64,
               code_word=32, verif_word=32, verif_lanes=8, values_per_cycle=8, values_per_cycle_full=4, latency_cycles=4,
-              layout="escape-in-field",
+              layout="format 3.0",
               description="Cassandra-1 decoder v3 prototype (one parser for both modes, escape payloads in the "
                           "companion field), 8 bf16 values/cycle in draft mode, 4 in full mode, 64-bit spec_signman "
                           "words, 32-bit code and verif_rest words")
     # a decoder cluster shares one TensorRegisters among its cores: synthesised apart, per instance = core + regs / N
     _register("decoder_c1v3_l8_core", lambda: DecoderC1v3Core(lanes=8), block="decoder_c1v3_core", variant="v3",
               lanes=8, word=64, code_word=32, verif_word=32, verif_lanes=8, values_per_cycle=8,
-              values_per_cycle_full=4, latency_cycles=4, layout="escape-in-field", cluster_part="instance",
+              values_per_cycle_full=4, latency_cycles=4, layout="format 3.0", cluster_part="instance",
               description="Decoder v3 core: the per-instance part of a decoder cluster (NUMEL, CTRL, errors, "
                           "datapath), the tensor's registers on its params input")
     _register("tensor_regs", lambda: TensorRegisters(), block="tensor_regs", kind="tensor_regs",
@@ -119,7 +119,7 @@ def _c2v3_factories():
     from .decoder_c2_v3 import DecoderC2v3, DecoderC2v3Core
     from .tensor_regs import TensorRegisters
     common = dict(variant="v3", lanes=8, word=64, verif_word=32, verif_lanes=4, values_per_cycle=8,
-                  values_per_cycle_full=4, latency_cycles=3, layout="escape-in-field")
+                  values_per_cycle_full=4, latency_cycles=3, layout="format 3.0")
     # block "decoder_c2v3": its own BLOCK.KIND (the layout differs); tb/bulk frames it as C2 by its name
     _register("decoder_c2v3_l8", lambda: DecoderC2v3(lanes=8), block="decoder_c2v3", **common,
               description="Cassandra-2 decoder v3 prototype (block-interleaved spec.mx read by one reader with header "

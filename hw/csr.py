@@ -49,6 +49,9 @@ class Csr:
 
 
 ID_VALUE = 0x43415353              # "CASS"
+# VERSION[15:0]: the format of the planes a block reads or writes (hw/configs.py CONFIG_INFO "layout"):
+# decoder v3 format 3.0, decoder v2 and the KV encoders the 2.0 layout (FORMAT.md §3.4)
+LAYOUT_FORMAT = {"format 2.0": (2, 0), "format 3.0": FORMAT_VERSION}
 KINDS = {"decoder_c1v2": 1, "decoder_c2": 2, "encoder_kv_c1": 3, "encoder_kv_c2": 4, "decoder_c1v3": 5,
          "decoder_c2v3": 6}   # BLOCK[7:0]
 KIND_NAMES = {"decoder_c1v2": "C1 decoder", "decoder_c2": "C2 decoder", "encoder_kv_c1": "C1 KV encoder",
@@ -61,7 +64,8 @@ REGISTER_MAP = [   # (offset, name, access, meaning): ports.md's summary of hw/r
      "the block's error is set answers SLVERR (ignored); reads return 0"),
     (f"{Csr.ID:#05x}", "ID", "R", f"{ID_VALUE:#010x} (\"CASS\")"),
     (f"{Csr.VERSION:#05x}", "VERSION", "R",
-     "[15:8] format major, [7:0] format minor (golden.config.FORMAT_VERSION), [23:16] register map version"),
+     "[15:8] format major, [7:0] format minor of the planes the block reads or writes (3.0: decoder v3; 2.0: "
+     "decoder v2 and the KV encoders), [23:16] register map version"),
     (f"{Csr.BLOCK:#05x}", "BLOCK", "R",
      "[7:0] kind (" + ", ".join(f"{v} {KIND_NAMES[k]}" for k, v in KINDS.items()) + "), [15:8] lanes, "
      "[23:16] full-mode lanes"),
@@ -103,6 +107,7 @@ class AxiLiteCsr(wiring.Component):
         kind          BLOCK[7:0] (see ``KINDS``)
         lanes         BLOCK[15:8], values per beat
         full_lanes    BLOCK[23:16], values per beat in full mode (decoders; the encoders: lanes)
+        format_version  VERSION[15:0], (major, minor) of the planes the block reads or writes
         program_port  add ``cfg_dma``, a second register-write stream ({addr, data}, the block's own ``cfg``
                       format) for a DMA channel that streams each tensor's register program from memory: its
                       writes are merged into ``cfg`` and, like the block's, held while the block is busy, so
@@ -110,13 +115,16 @@ class AxiLiteCsr(wiring.Component):
                       busy). A CPU write goes first; an offered write is never switched (stream rule).
     """
 
-    def __init__(self, kind: int, lanes: int, full_lanes: int, program_port: bool = False):
-        for label, v in (("kind", kind), ("lanes", lanes), ("full_lanes", full_lanes)):
+    def __init__(self, kind: int, lanes: int, full_lanes: int, program_port: bool = False,
+                 format_version: tuple[int, int] = (2, 0)):
+        for label, v in (("kind", kind), ("lanes", lanes), ("full_lanes", full_lanes), *zip(
+                ("format major", "format minor"), format_version)):
             if not isinstance(v, int) or not 0 <= v < 256:
                 raise ConfigError(f"{label} must be an integer 0..255 (one byte of BLOCK), got {v!r}")
         if not isinstance(program_port, bool):
             raise ConfigError(f"program_port must be True or False, got {program_port!r}")
         self.kind, self.lanes, self.full_lanes, self.program_port = kind, lanes, full_lanes, program_port
+        self.format_version = tuple(format_version)
         ports = {**axil_signature(), "cfg": Out(stream.Signature(cfg_layout)),
                  "busy": In(1), "error_code": In(ERROR_BITS)}
         if program_port:
@@ -214,7 +222,7 @@ class AxiLiteCsr(wiring.Component):
                      self.s_axil_rdata.eq(rdata), self.s_axil_rresp.eq(rresp)]
         with m.If(self.s_axil_arvalid & self.s_axil_arready):
             m.d.sync += [ar_full.eq(1), ar.eq(self.s_axil_araddr)]
-        major, minor = FORMAT_VERSION
+        major, minor = self.format_version
         local = {
             Csr.ID: Const(ID_VALUE, 32),
             Csr.VERSION: Const(minor | (major << 8) | (MAP_VERSION << 16), 32),
@@ -255,7 +263,8 @@ class CsrTop(wiring.Component):
         self.name, self.info = name, info
         self.block = NAMED_CONFIGS[name]()
         lanes = info["lanes"]
-        self.csr = AxiLiteCsr(KINDS[info["block"]], lanes, info.get("verif_lanes", lanes), program_port)
+        self.csr = AxiLiteCsr(KINDS[info["block"]], lanes, info.get("verif_lanes", lanes), program_port,
+                              LAYOUT_FORMAT[info.get("layout", "format 2.0")])
         members = {k: v for k, v in self.block.signature.members.items() if k not in CONTROL_PORTS}
         if program_port:
             members["cfg_dma"] = self.csr.signature.members["cfg_dma"]
@@ -303,7 +312,7 @@ def c_header() -> str:
     lines += [define(f"CASS_CSR_{n}", f"0x{getattr(Csr, n):03X}u") for n in
               ("ID", "VERSION", "BLOCK", "STATUS", "ERROR_CODE", "IRQ_STATUS", "IRQ_ENABLE")]
     lines += ["", define("CASS_ID_VALUE", f"0x{ID_VALUE:08X}u", '"CASS"'),
-              define("CASS_FORMAT_MAJOR", f"{major}u", "VERSION[15:8]"),
+              define("CASS_FORMAT_MAJOR", f"{major}u", "VERSION[15:8] of decoder v3 (containers); v2 / KV: 2"),
               define("CASS_FORMAT_MINOR", f"{minor}u", "VERSION[7:0]"),
               define("CASS_MAP_VERSION", f"{MAP_VERSION}u", "VERSION[23:16]"), ""]
     lines += [define(f"CASS_KIND_{k.upper()}", f"{v}u", "BLOCK[7:0]") for k, v in KINDS.items()]

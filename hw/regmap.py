@@ -13,7 +13,7 @@ compares the two, and a changed offset, width, access or reset value on either s
   checks or saturates as a whole (MBITS, KEEP, GROUP, ...); CTRL's bits are ``CTRL_START`` / ``CTRL_CLEAR_ERROR``;
   every block-register field is write-only (``sw = w``);
 * the register block's own registers by simulating ``AxiLiteCsr`` over AXI4-Lite: each one's value after
-  reset is the description's reset (BLOCK's fields decoded at the description's positions), read-only ones
+  reset is the description's reset (BLOCK's and VERSION's format fields decoded at the description's positions), read-only ones
   answer SLVERR to a write and keep their value, the writable bits of IRQ_ENABLE read back as exactly its
   fields, IRQ_STATUS's DONE / ERROR are raised by the block's busy / error at the described bits and cleared
   by writing one, STATUS / ERROR_CODE show busy and every error bit where the description puts them, block
@@ -145,8 +145,10 @@ def bus_mismatches(root) -> list[str]:
     STATUS_BITS = {"BUSY": STATUS_BUSY.bit_length() - 1, "ERROR": STATUS_ERROR.bit_length() - 1,
                    "WRITE_PENDING": STATUS_WRITE_PENDING.bit_length() - 1}
     IRQ_BITS = {"DONE": IRQ_DONE.bit_length() - 1, "ERROR": IRQ_ERROR.bit_length() - 1}
-    kind, lanes, full_lanes = 3, 5, 7
-    dut = AxiLiteCsr(kind, lanes, full_lanes, program_port=True)
+    kind, lanes, full_lanes, fmt = 3, 5, 7, (9, 4)          # distinct values: positions are checked
+    dut = AxiLiteCsr(kind, lanes, full_lanes, program_port=True, format_version=fmt)
+    constants = {"BLOCK": {"KIND": kind, "LANES": lanes, "FULL_LANES": full_lanes},
+                 "VERSION": {"FORMAT_MAJOR": fmt[0], "FORMAT_MINOR": fmt[1]}}
     local = [(n, a, r) for n, a, r in registers(root) if a >= BLOCK_SPAN]
     by_name = {n: (a, r) for n, a, r in local}
     problems = []
@@ -160,11 +162,13 @@ def bus_mismatches(root) -> list[str]:
             data, resp = await axil_read(ctx, dut, addr)
             if resp != RESP_OKAY:
                 problems.append(f"{name}: read answers {resp}")
-            if name == "BLOCK":
+            if name in constants:                # the block's constants, and any field with a reset value
                 f = _fields(reg)
-                got = {k: (data >> f[k].low) & ((1 << f[k].width) - 1) for k in ("KIND", "LANES", "FULL_LANES")}
-                if got != {"KIND": kind, "LANES": lanes, "FULL_LANES": full_lanes}:
-                    problems.append(f"BLOCK: {data:#x} decodes to {got} at the description's positions")
+                got = {k: (data >> f[k].low) & ((1 << f[k].width) - 1) for k in f}
+                want = {k: constants[name].get(k, f[k].get_property("reset")) for k in f}
+                if got != want:
+                    problems.append(f"{name}: {data:#x} decodes to {got} at the description's positions, "
+                                    f"expected {want}")
             elif data != _reset(reg):
                 problems.append(f"{name}: reads {data:#x} after reset, the description's reset is {_reset(reg):#x}")
             sw = {f.get_property("sw").name for f in reg.fields()}

@@ -102,7 +102,7 @@ def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1", clus
     flat = D.smollm2_linear_bits()
     cfg = CodecConfig(scheme=scheme, group_size=128, mantissa_bits=3, keep_ratio=0.75)
     config = config or WHOLE_MODEL_CONFIGS[scheme]
-    esc_field = CONFIG_INFO[config].get("layout") == "escape-in-field"
+    esc_field = CONFIG_INFO[config].get("layout") == "format 3.0"
     if esc_field and cluster:
         from cassandra_rtl.errors import ConfigError
         raise ConfigError(f"{config} (escape-in-field layout) runs in this process only, not on a cluster")

@@ -68,9 +68,10 @@ class BitWriter:
         for i in range(width):
             self.bits.append((value >> i) & 1)
 
-    def write_code(self, book: list[int], symbol: int, pairs: int = 0) -> tuple[int, int]:
-        """§3.1: symbol in group q -> q zeros then a one; not in the book -> Q zeros, a one, 8 raw bits LSB
-        first. Returns (suffix bit t, its width 0/1) for the value's companion field."""
+    def write_code(self, book: list[int], symbol: int, pairs: int = 0, major: int = 3) -> tuple[int, int]:
+        """§3.1: symbol in group q -> q zeros then a one; not in the book -> Q zeros, a one and (format 2.0)
+        8 raw bits LSB first. Returns the prefix of the value's companion field: (suffix bit t, width 0/1), or
+        in format 3.0 for an escape (the raw symbol, 8)."""
         groups = book_groups(book, pairs)
         for q, grp in enumerate(groups):
             if symbol in grp:
@@ -83,6 +84,8 @@ class BitWriter:
         for _ in range(len(groups)):
             self.bits.append(0)
         self.bits.append(1)
+        if major >= 3:
+            return symbol, 8
         self.write(symbol, 8)
         return 0, 0
 
@@ -96,12 +99,14 @@ class BitWriter:
 
 
 class BitReader:
-    """Reads one chunk; ``finish`` enforces §5 (exact length, zero padding)."""
+    """Reads one chunk; ``finish`` enforces §5 (exact length, zero padding). ``open_end``: the chunk is the
+    start of ``chunk`` and ends where its fields do (a plane read chunk after chunk, without offsets)."""
 
-    def __init__(self, chunk: bytes, what: str = "chunk"):
+    def __init__(self, chunk: bytes, what: str = "chunk", open_end: bool = False):
         self.data = bytes(chunk)
         self.pos = 0
         self.what = what
+        self.open_end = open_end
 
     def bit(self) -> int:
         if self.pos >= 8 * len(self.data):
@@ -116,9 +121,10 @@ class BitReader:
             v |= self.bit() << i
         return v
 
-    def read_code(self, book: list[int], pairs: int = 0):
+    def read_code(self, book: list[int], pairs: int = 0, major: int = 3):
         """§3.1: count zeros up to the one. Returns the group's symbol list (a pair needs its suffix bit from
-        the companion field) or, for an escape, [raw symbol]."""
+        the companion field) or, for an escape, [raw symbol] (format 2.0) or None (3.0: the raw symbol leads
+        the companion field)."""
         groups = book_groups(book, pairs)
         Q = len(groups)
         zeros = 0
@@ -127,10 +133,12 @@ class BitReader:
             if zeros > Q:
                 raise RefFormatError(f"{self.what}: impossible code (more than Q={Q} zeros)")
         if zeros == Q:
-            return [self.read(8)]
+            return None if major >= 3 else [self.read(8)]
         return list(groups[zeros])
 
     def finish(self) -> None:
+        if self.open_end:                               # the chunk is the bytes its fields touch
+            self.data = self.data[: (self.pos + 7) // 8]
         if (self.pos + 7) // 8 != len(self.data):
             raise RefFormatError(f"{self.what}: chunk is {len(self.data)} bytes, its fields use {self.pos} bits")
         while self.pos < 8 * len(self.data):
@@ -289,9 +297,10 @@ def chunk_ranges(N: int, G: int, A: int) -> list[list[tuple[int, int]]]:
 
 
 def encode(values, scheme: str, G: int, m: int, k: int, salience=None, books=None, A: int = 1,
-           pair_codes: bool = False, pairs=(0, 0)) -> RefEncoded:
-    """Encode a flat list of bf16 patterns per §1-§5. ``books=(spec, verif)`` fixes the codebooks, with
-    ``pairs=(spec mask, verif mask)``; else the golden books, with pair groups if ``pair_codes``."""
+           pair_codes: bool = False, pairs=(0, 0), major: int = 3) -> RefEncoded:
+    """Encode a flat list of bf16 patterns per §1-§5 in format ``major`` (3.0, or the 2.0 layout).
+    ``books=(spec, verif)`` fixes the codebooks, with ``pairs=(spec mask, verif mask)``; else the golden
+    books, with pair groups if ``pair_codes``."""
     vals = [int(v) for v in values]
     N = len(vals)
     assert G in ALLOWED_G and 0 <= m <= 7 and 1 <= k <= G and A in CHUNK_A and A * G <= 1024
@@ -314,18 +323,18 @@ def encode(values, scheme: str, G: int, m: int, k: int, salience=None, books=Non
             idx = [i for start, n in chunk for i in range(start, start + n)]
             suffix = {}
             for i in idx:
-                suffix[i] = w.write_code(spec_book, sym[i], sp)
+                suffix[i] = w.write_code(spec_book, sym[i], sp, major)
             planes["spec.codes"].append(w.chunk())
             for i in idx:
                 if kept[i]:
                     t, tw = suffix[i]
-                    w.write(t, tw)                        # the suffix bit comes first (§3.1)
+                    w.write(t, tw)                # the suffix bit (3.0: or an escape's raw bits) comes first
                     s, _, f = fields(vals[i])
                     w.write((s << m) | (f >> (7 - m)), 1 + m)
             planes["spec.signman"].append(w.chunk())
             for i in idx:
                 if not kept[i]:
-                    suffix[i] = w.write_code(verif_book, fields(vals[i])[1], vp)
+                    suffix[i] = w.write_code(verif_book, fields(vals[i])[1], vp, major)
             planes["verif.codes"].append(w.chunk())
             for i in idx:
                 s, _, f = fields(vals[i])
@@ -358,7 +367,17 @@ def encode(values, scheme: str, G: int, m: int, k: int, salience=None, books=Non
         for name in ("spec.mx", "verif.codes", "verif.rest"):
             planes[name] = []
         for chunk in chunks:
-            for start, n in chunk:                        # [bitmap][X][fields] of each superblock, back to back
+            for start, n in chunk if major >= 3 else ():  # 3.0: [X][keep bits][fields] of each MX block
+                for b in range(start, start + n, MX_BLOCK):
+                    blk = range(b, min(b + MX_BLOCK, start + n))
+                    w.write(X[b], 8)
+                    if k < G:
+                        for i in blk:
+                            w.write(1 if kept[i] else 0, 1)
+                    for i in blk:
+                        if kept[i]:
+                            w.write((fields(vals[i])[0] << (m + 1)) | elem[i], m + 2)
+            for start, n in chunk if major < 3 else ():   # 2.0: [bitmap][X][fields] of each superblock
                 idx = range(start, start + n)
                 if k < G:
                     for i in idx:
@@ -373,7 +392,7 @@ def encode(values, scheme: str, G: int, m: int, k: int, salience=None, books=Non
             suffix = {}
             for i in idx:
                 if dz[i]:
-                    suffix[i] = w.write_code(verif_book, X[i] - fields(vals[i])[1], vp)
+                    suffix[i] = w.write_code(verif_book, X[i] - fields(vals[i])[1], vp, major)
             planes["verif.codes"].append(w.chunk())
             for i in idx:
                 s, _, f = fields(vals[i])
@@ -453,19 +472,50 @@ def chunk_offsets(plane: str, scheme: str, N: int, G: int, m: int, k: int, store
 
 # ---------------------------------------------------------------------------------------------- decode
 
-def _pick(group: list[int], reader: "BitReader") -> int:
-    """A pair group's symbol from the suffix bit, the first bit of the companion field (§3.1)."""
+def _pick(group: list[int] | None, reader: "BitReader") -> int:
+    """A pair group's symbol from the suffix bit, the first bit of the companion field (§3.1); a format 3.0
+    escape's (None) from the 8 raw bits that lead the field."""
+    if group is None:
+        return reader.read(8)
     return group[reader.read(1)] if len(group) == 2 else group[0]
 
 
+class SequentialChunks:
+    """A format 3.0 C1 field plane without an index (§6): chunk c starts at the byte after chunk c - 1's
+    fields; ``done`` checks that the chunks cover the plane."""
+
+    def __init__(self, data: bytes, name: str):
+        self.data, self.name, self.start, self.c, self.cur = data, name, 0, -1, None
+
+    def __getitem__(self, c: int) -> BitReader:
+        if c != self.c:
+            assert c == self.c + 1, "chunks in order"
+            if self.cur is not None:
+                self.start += len(self.cur.data)
+            self.c, self.cur = c, BitReader(self.data[self.start:], f"{self.name}[{c}]", open_end=True)
+        return self.cur
+
+    def done(self) -> None:
+        end = self.start + (len(self.cur.data) if self.cur is not None else 0)
+        if end != len(self.data):
+            raise RefFormatError(f"{self.name}: plane is {len(self.data)} bytes, its chunks use {end}")
+
+
 def decode(planes: dict, offsets: dict, N: int, scheme: str, G: int, m: int, k: int, spec_book, verif_book,
-           full: bool = True, A: int = 1, spec_pairs: int = 0, verif_pairs: int = 0) -> tuple[list[int], list[bool]]:
-    """Per-chunk decoder of §3.2 / §4. Returns (values, kept flags): the draft if ``full`` is False
-    (speculation planes only), else the original bits. ``offsets`` holds the indexed planes' offsets."""
+           full: bool = True, A: int = 1, spec_pairs: int = 0, verif_pairs: int = 0,
+           major: int = 3) -> tuple[list[int], list[bool]]:
+    """Per-chunk decoder of §3.2 / §4 (format ``major``: 3.0, or the 2.0 layout). Returns (values, kept
+    flags): the draft if ``full`` is False (speculation planes only), else the original bits. ``offsets``
+    holds the indexed planes' offsets."""
     out = [0] * N
     kept_all = [False] * N
+    sequential = []
 
     def chunks(name):
+        if major >= 3 and scheme == "c1" and name in ("spec.signman", "verif.rest") and \
+                name not in indexed_planes(scheme, G, k, spec_pairs, verif_pairs):
+            sequential.append(SequentialChunks(planes[name], name))
+            return sequential[-1]
         off = chunk_offsets(name, scheme, N, G, m, k, offsets.get(name), A, spec_pairs, verif_pairs)
         data = planes[name]
         if off[-1] != len(data):
@@ -480,7 +530,7 @@ def decode(planes: dict, offsets: dict, N: int, scheme: str, G: int, m: int, k: 
         for c, chunk in enumerate(cks):
             start = chunk[0][0]
             n = sum(ns for _, ns in chunk)
-            grp = [cr[c].read_code(spec_book, spec_pairs) for _ in range(n)]
+            grp = [cr[c].read_code(spec_book, spec_pairs, major) for _ in range(n)]
             cr[c].finish()
             kept = [g != [P] for g in grp]               # P is a singleton group
             for s0, ns in chunk:
@@ -497,7 +547,7 @@ def decode(planes: dict, offsets: dict, N: int, scheme: str, G: int, m: int, k: 
                     draft.append(0)
             sr[c].finish()
             if full:
-                pg = [vr[c].read_code(verif_book, verif_pairs) for j in range(n) if not kept[j]]
+                pg = [vr[c].read_code(verif_book, verif_pairs, major) for j in range(n) if not kept[j]]
                 vr[c].finish()
                 pg.reverse()
                 vals = []
@@ -524,21 +574,30 @@ def decode(planes: dict, offsets: dict, N: int, scheme: str, G: int, m: int, k: 
             n = sum(ns for _, ns in chunk)
             kept, X, draft, cbits, dz = [], [], [], [], []
             for s0, ns in chunk:
-                if k < G:
-                    kp = [bool(mr[c].read(1)) for _ in range(ns)]
-                    if sum(kp) != kept_in(k, ns, G):
-                        raise RefFormatError(f"superblock {s0 // G}: bitmap keeps {sum(kp)}")
+                flds = {}
+                if major >= 3:                      # per MX block: [X][keep bits][the kept values' fields]
+                    kp, Xsb = [], []
+                    for b in range(0, ns, MX_BLOCK):
+                        nb = min(MX_BLOCK, ns - b)
+                        xb = mr[c].read(8)
+                        kb = [bool(mr[c].read(1)) for _ in range(nb)] if k < G else [True] * nb
+                        flds.update({b + j: mr[c].read(m + 2) for j in range(nb) if kb[j]})
+                        kp += kb
+                        Xsb += [xb] * nb
                 else:
-                    kp = [True] * ns
-                Xs = [mr[c].read(8) for _ in range(0, ns, MX_BLOCK)]
-                Xsb = [Xs[j // MX_BLOCK] for j in range(ns)]
+                    kp = [bool(mr[c].read(1)) for _ in range(ns)] if k < G else [True] * ns
+                if sum(kp) != kept_in(k, ns, G):
+                    raise RefFormatError(f"superblock {s0 // G}: bitmap keeps {sum(kp)}")
+                if major < 3:
+                    Xs = [mr[c].read(8) for _ in range(0, ns, MX_BLOCK)]
+                    Xsb = [Xs[j // MX_BLOCK] for j in range(ns)]
                 for j in range(ns):
                     if not kp[j]:
                         draft.append(0)
                         cbits.append(None)
                         dz.append(True)
                         continue
-                    fld = mr[c].read(m + 2)
+                    fld = flds[j] if major >= 3 else mr[c].read(m + 2)
                     sgn, elem = fld >> (m + 1), fld & ((1 << (m + 1)) - 1)
                     xe = max(Xsb[j], 1)
                     if elem == 0:
@@ -558,7 +617,7 @@ def decode(planes: dict, offsets: dict, N: int, scheme: str, G: int, m: int, k: 
                 X += Xsb
             mr[c].finish()
             if full:
-                dg = [vr[c].read_code(verif_book, verif_pairs) for j in range(n) if dz[j]]
+                dg = [vr[c].read_code(verif_book, verif_pairs, major) for j in range(n) if dz[j]]
                 vr[c].finish()
                 dg.reverse()
                 vals = []
@@ -578,6 +637,8 @@ def decode(planes: dict, offsets: dict, N: int, scheme: str, G: int, m: int, k: 
             kept_all[start: start + n] = kept
     else:
         raise ValueError(scheme)
+    for plane in sequential:
+        plane.done()
     return out, kept_all
 
 

@@ -269,7 +269,7 @@ def _corrupt(path: Path, how: str) -> Path:
     elif how == "truncated":
         raw = raw[: len(raw) - 5]
     elif how == "version":
-        struct.pack_into("<H", raw, 4, 3)      # major 3: no reader (1.x and 2.x are read)
+        struct.pack_into("<H", raw, 4, 4)      # major 4: no reader (1.x, 2.x and 3.x are read)
     elif how == "magic":
         raw[:4] = b"NOPE"
     elif how == "header":

@@ -15,7 +15,9 @@ import reference_format as R
 from cassandra_rtl.errors import ConfigError, FormatError
 from cassandra_rtl.golden.codec import decode_draft, decode_full, encode_tensor
 from cassandra_rtl.golden.config import CodecConfig
+from cassandra_rtl.golden import container
 from cassandra_rtl.golden.container import read_container, write_container
+from cassandra_rtl.golden.escfield import EscFieldTensor, to_format2, to_format3
 from cassandra_rtl.golden.kv import calibrate_kv_codebooks, encode_kv, kv_config
 
 CONFIGS = {
@@ -56,10 +58,10 @@ def test_layout_per_section_8(written):
     path, tensors, originals, _ = written
     c = R.read_container(path)                  # asserts magic and the header / section CRCs
     raw, h = c["raw"], c["header"]
-    assert (c["major"], c["minor"]) == (2, 0)
+    assert (c["major"], c["minor"]) == (3, 0)
     assert struct.unpack_from("<I", raw, 8)[0] == c["header_len"]
     assert struct.unpack_from("<I", raw, 12)[0] == zlib.crc32(raw[16:16 + c["header_len"]])
-    assert h["format"] == "cassandra" and h["version"] == [2, 0]
+    assert h["format"] == "cassandra" and h["version"] == [3, 0]
     assert h["meta"] == {"producer": "tests", "note": "ünïcode"}
     S, V = h["sections"]["speculation"], h["sections"]["verification"]
     assert S["offset"] % 64 == 0 and S["offset"] == -(-(16 + c["header_len"]) // 64) * 64
@@ -67,7 +69,7 @@ def test_layout_per_section_8(written):
     assert V["offset"] == S["offset"] + S["length"] and V["offset"] + V["length"] == len(raw)
     assert [t["name"] for t in h["tensors"]] == list(tensors)
     for entry in h["tensors"]:
-        enc = tensors[entry["name"]]
+        enc = to_format3(tensors[entry["name"]])          # the file holds format 3.0's planes
         cfg = enc.config
         assert entry["shape"] == list(originals[entry["name"]].shape)
         assert entry["dtype"] == "bf16"
@@ -121,7 +123,8 @@ def test_read_back(written):
     assert list(c.tensors) == list(tensors)
     assert c.meta == {"producer": "tests", "note": "ünïcode"}
     for name, enc in c.tensors.items():
-        assert enc.config == tensors[name].config
+        assert isinstance(enc, EscFieldTensor) and enc.config == tensors[name].config
+        assert enc.planes == to_format3(tensors[name]).planes and to_format2(enc).planes == tensors[name].planes
         np.testing.assert_array_equal(decode_full(enc), originals[name])
         np.testing.assert_array_equal(decode_draft(enc), decode_draft(tensors[name]))
 
@@ -153,7 +156,7 @@ def test_any_minor_version_is_accepted(written, minor):
         np.testing.assert_array_equal(decode_full(enc), originals[name])
 
 
-@pytest.mark.parametrize("major", [0, 3, 0xFFFF])
+@pytest.mark.parametrize("major", [0, 4, 0xFFFF])
 def test_other_major_versions_are_rejected(written, major):
     path = written[0]
     raw = bytearray(path.read_bytes())
@@ -411,3 +414,28 @@ def test_version_2_entry_needs_chunk_superblocks_and_pairs(written):
         bad.write_bytes(R.rewrite_header(c["raw"], h))
         with pytest.raises(FormatError, match=msg):
             read_container(bad)
+
+
+# ------------------------------------------------------------------------------------ reading version 2.0
+
+def test_reads_a_version_2_container(tmp_path, monkeypatch, written):
+    """A 2.x container holds the 2.0 layout (the writer of 2.0 is this one without the conversion to 3.0):
+    read as format 2.0 tensors, which every golden decoder and decoder v2 take, and converted on writing."""
+    _, tensors, originals, _ = written
+    path = tmp_path / "v2.cass"
+    with monkeypatch.context() as mp:
+        mp.setattr(container, "FORMAT_VERSION", (2, 0))
+        mp.setattr(container, "to_format3", lambda enc: enc)
+        write_container(path, tensors)
+    assert R.read_container(path)["major"] == 2
+    c = read_container(path)
+    for name, enc in c.tensors.items():
+        assert type(enc).format_major == 2 and enc.planes == tensors[name].planes
+        np.testing.assert_array_equal(decode_full(enc), originals[name])
+        np.testing.assert_array_equal(decode_draft(read_container(path, verification=False).tensors[name]),
+                                      decode_draft(tensors[name]))
+    again = tmp_path / "v3.cass"
+    write_container(again, c.tensors)                       # 2.0 in, 3.0 out
+    assert R.read_container(again)["major"] == 3
+    for name, enc in read_container(again).tensors.items():
+        assert enc.planes == to_format3(tensors[name]).planes

@@ -175,7 +175,7 @@ def test_wrong_magic(tmp_path, magic):
     assert status == "error" and "magic" in msg
 
 
-@pytest.mark.parametrize("major", [0, 1, 3, 0x100, 0xFFFF])
+@pytest.mark.parametrize("major", [0, 1, 4, 0x100, 0xFFFF])
 def test_wrong_major_version(tmp_path, major):
     data = bytearray(RAW)
     struct.pack_into("<H", data, 4, major)
@@ -367,7 +367,7 @@ def test_c1_verification_book_with_pruned_mark_is_rejected(tmp_path):
 
 
 def test_header_json_major_version_is_checked(tmp_path):
-    for v in ([1, 0], [3, 0], [2], "2.0"):
+    for v in ([1, 0], [2, 0], [3], "3.0"):
         status, _ = attempt(tmp_path / "f.cass", edited(_set("version", v)))
         assert status == "error", v
 

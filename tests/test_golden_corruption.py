@@ -51,7 +51,7 @@ def encoded(request):
         spec = list(enc.spec_book.symbols) if enc.spec_book is not None else None
         sp = enc.spec_book.pairs if enc.spec_book is not None else 0
         ref = R.encode(bits.tolist(), scheme, G, M, K, books=(spec, list(enc.verif_book.symbols)), A=A,
-                       pairs=(sp, enc.verif_book.pairs))
+                       pairs=(sp, enc.verif_book.pairs), major=2)
         out[scheme] = (bits, enc, ref)
     return out
 
@@ -80,7 +80,7 @@ def ref_rejects(enc, full=True):
         R.decode(enc.planes, offs, enc.numel, cfg.scheme, cfg.group_size, cfg.mantissa_bits, cfg.keep_count,
                  spec, list(enc.verif_book.symbols), full=full, A=cfg.chunk_superblocks,
                  spec_pairs=enc.spec_book.pairs if enc.spec_book is not None else 0,
-                 verif_pairs=enc.verif_book.pairs)
+                 verif_pairs=enc.verif_book.pairs, major=2)
 
 
 def golden_rejects(bad, name, original):
@@ -185,7 +185,7 @@ def test_c2_delta_larger_than_shared_exponent(encoded):
                 if s == 2 and first:
                     assert X[i] < 255
                     delta, first = 255, False
-                w.write_code(book, delta, enc.verif_book.pairs)
+                w.write_code(book, delta, enc.verif_book.pairs, major=2)
         ch = w.chunk()
         if s != 2:
             assert ch == chunks[s]                       # the writer reproduces the untouched chunks
@@ -235,7 +235,7 @@ def test_suffix_bit_flip_changes_the_value_not_silently_the_format(encoded):
     offs = {p: list(bad.offsets[p]) for p in bad.offsets}
     want, _ = R.decode(bad.planes, offs, bad.numel, "c1", G, M, K, list(enc.spec_book.symbols),
                        list(enc.verif_book.symbols), full=False, A=cfg.chunk_superblocks,
-                       spec_pairs=enc.spec_book.pairs, verif_pairs=enc.verif_book.pairs)
+                       spec_pairs=enc.spec_book.pairs, verif_pairs=enc.verif_book.pairs, major=2)
     got = decode_draft(bad).reshape(-1).tolist()
     assert got == want and got != decode_draft(enc).reshape(-1).tolist()
 

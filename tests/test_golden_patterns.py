@@ -1,11 +1,13 @@
-"""Every bf16 pattern (all 65,536) round-trips in both schemes and several configs, and the draft of every
-pattern is the one FORMAT.md §2.1 specifies (golden vs the reference formula, vectorised)."""
+"""Every bf16 pattern (all 65,536) round-trips in both schemes and several configs, in format 3.0 and the 2.0
+layout, and the draft of every pattern is the one FORMAT.md §2.1 specifies (golden vs the reference formula,
+vectorised)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 import reference_format as R
+from cassandra_rtl.golden import escfield
 from cassandra_rtl.golden.codec import decode_draft, decode_full, encode_tensor
 from cassandra_rtl.golden.config import CodecConfig
 
@@ -82,20 +84,22 @@ def test_all_patterns_roundtrip_and_draft(layout_name, scheme, G, m, keep):
     bits = layout(layout_name)
     k = _keep(keep, G)
     cfg = CodecConfig(scheme=scheme, group_size=G, mantissa_bits=m, keep_count=k)
-    enc = encode_tensor(bits, cfg)
-    full = decode_full(enc)
-    assert full.dtype == np.uint16 and full.shape == bits.shape
-    np.testing.assert_array_equal(full, bits)
-
+    std, v3 = escfield.encode(bits, cfg)
+    assert std.planes == encode_tensor(bits, cfg).planes
     kept = R.keep_flags_np(bits, G, k)
     if scheme == "c1":
         expect = R.draft_c1_np(bits, m, kept)
     else:
         expect = R.draft_c2_np(bits, m, R.block_max_exponent(bits, G), kept)
-    draft = decode_draft(enc)
-    bad = np.flatnonzero(draft != expect)
-    assert len(bad) == 0, (f"{len(bad)} drafts differ from §2.1; first at {bad[0]}: bits {int(bits[bad[0]]):#06x} "
-                           f"draft {int(draft[bad[0]]):#06x} expected {int(expect[bad[0]]):#06x}")
+    for enc in (v3, std):
+        full = decode_full(enc)
+        assert full.dtype == np.uint16 and full.shape == bits.shape
+        np.testing.assert_array_equal(full, bits)
+        draft = decode_draft(enc)
+        bad = np.flatnonzero(draft != expect)
+        assert len(bad) == 0, (f"format {enc.format_major}.0: {len(bad)} drafts differ from §2.1; first at {bad[0]}: "
+                               f"bits {int(bits[bad[0]]):#06x} draft {int(draft[bad[0]]):#06x} "
+                               f"expected {int(expect[bad[0]]):#06x}")
 
 
 @pytest.mark.parametrize("scheme", ["c1", "c2"])

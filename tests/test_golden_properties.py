@@ -67,7 +67,7 @@ def _kept_from_stream(enc, n):
     spec = list(enc.spec_book.symbols) if enc.spec_book is not None else None
     draft, kept = R.decode(enc.planes, offs, n, cfg.scheme, cfg.group_size, cfg.mantissa_bits, cfg.keep_count,
                            spec, list(enc.verif_book.symbols), full=False, A=cfg.chunk_superblocks,
-                           spec_pairs=sp, verif_pairs=vp)
+                           spec_pairs=sp, verif_pairs=vp, major=2)
     return np.array(draft, dtype=np.uint16), np.array(kept, dtype=bool)
 
 
@@ -156,7 +156,8 @@ def test_kv_fixed_books_escape_unseen_exponents(case):
     enc = encode_kv(new, cfg, books)
     np.testing.assert_array_equal(decode_kv_full(enc), new)
     flat = [int(v) for v in new.reshape(-1)]
-    ref = R.encode(flat, cfg.scheme, cfg.group_size, cfg.mantissa_bits, cfg.keep_count, books=(spec, verif))
+    ref = R.encode(flat, cfg.scheme, cfg.group_size, cfg.mantissa_bits, cfg.keep_count, books=(spec, verif),
+                   major=2)
     for name in ref.planes:
         assert enc.planes[name] == ref.planes[name], name
     kept = R.keep_flags(flat, cfg.group_size, cfg.keep_count)

@@ -1,5 +1,6 @@
 """The golden codec against the independent scalar reference (tests/reference_format.py) on small inputs:
-encode byte for byte (planes, chunk offsets, index bytes, codebooks), decode value for value."""
+encode byte for byte (planes, chunk offsets, index bytes, codebooks), decode value for value, in format 3.0
+(golden/escfield.py) and in the 2.0 layout (golden/codec.py)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -9,6 +10,7 @@ import pytest
 
 import reference_format as R
 from cassandra_rtl.errors import ConfigError
+from cassandra_rtl.golden import escfield
 from cassandra_rtl.golden.codebook import Codebook
 from cassandra_rtl.golden.codec import (decode_draft, decode_full, encode_tensor, index_to_bytes, keep_mask,
                                         plane_chunks, plane_offsets)
@@ -37,14 +39,15 @@ def check_against_reference(bits, cfg, salience=None, books=None, compare_books=
     assert auto.planes == enc.planes and _books(auto) == _books(enc) and _pairs(auto) == _pairs(enc)
     if books is None and compare_books:
         try:
-            ref_auto = R.encode(flat, cfg.scheme, G, m, k, salience=salience, A=A, pair_codes=cfg.pair_codes)
+            ref_auto = R.encode(flat, cfg.scheme, G, m, k, salience=salience, A=A, pair_codes=cfg.pair_codes,
+                                major=2)
         except R.Unspecified:
             pass
         else:
             assert _books(enc) == (ref_auto.spec_book, ref_auto.verif_book), "codebooks differ from §3.1"
             assert _pairs(enc) == (ref_auto.spec_pairs, ref_auto.verif_pairs), "pair masks differ from §3.1"
     sp, vp = _pairs(enc)
-    ref = R.encode(flat, cfg.scheme, G, m, k, salience=salience, books=_books(enc), A=A, pairs=(sp, vp))
+    ref = R.encode(flat, cfg.scheme, G, m, k, salience=salience, books=_books(enc), A=A, pairs=(sp, vp), major=2)
     assert sorted(enc.planes) == sorted(ref.planes)
     for name in ref.planes:
         assert enc.planes[name] == ref.planes[name], f"plane {name} differs from the reference"
@@ -58,7 +61,7 @@ def check_against_reference(bits, cfg, salience=None, books=None, compare_books=
         assert index_to_bytes(np.asarray(enc.offsets[name])) == R.index_bytes(ref.offsets[name])
     offs = {name: ref.offsets[name] for name in indexed}
     spec_book, verif_book = _books(enc)
-    kw = dict(A=A, spec_pairs=sp, verif_pairs=vp)
+    kw = dict(A=A, spec_pairs=sp, verif_pairs=vp, major=2)
     full, kept = R.decode(enc.planes, offs, N, cfg.scheme, G, m, k, spec_book, verif_book, full=True, **kw)
     draft, kept2 = R.decode(enc.planes, offs, N, cfg.scheme, G, m, k, spec_book, verif_book, full=False, **kw)
     assert full == flat
@@ -70,7 +73,33 @@ def check_against_reference(bits, cfg, salience=None, books=None, compare_books=
     for i, v in enumerate(flat):
         want = R.draft_c1(v, m, kept[i]) if cfg.scheme == "c1" else R.draft_c2(v, m, int(X[i]), kept[i])
         assert draft[i] == want, f"value {i}: draft {draft[i]:#06x}, §2.1 says {want:#06x}"
+    check_format3(flat, bits, cfg, salience, gbooks if gbooks is not None else (enc.spec_book, enc.verif_book),
+                  draft, ref.kept)
     return enc, ref
+
+
+def check_format3(flat, bits, cfg, salience, books, draft, kept):
+    """Format 3.0: golden (numpy and the dispatch) == reference, byte for byte and value for value."""
+    N, G, m, k, A = len(flat), cfg.group_size, cfg.mantissa_bits, cfg.keep_count, cfg.chunk_superblocks
+    own = cfg.scheme == "c2" or not cfg.prunes or R.P in books[0].symbols      # a book encoders take as given
+    _, v3 = escfield.encode(bits, cfg, salience, books if own else None, impl="numpy")
+    assert escfield.encode(bits, cfg, salience, books if own else None)[1].planes == v3.planes
+    sp, vp = _pairs(v3)
+    ref = R.encode(flat, cfg.scheme, G, m, k, salience=salience, books=_books(v3), A=A, pairs=(sp, vp), major=3)
+    assert sorted(v3.planes) == sorted(ref.planes)
+    for name in ref.planes:
+        assert v3.planes[name] == ref.planes[name], f"format 3.0: plane {name} differs from the reference"
+        assert list(plane_offsets(v3, name)) == ref.offsets[name], f"format 3.0: chunk offsets of {name}"
+    indexed = R.indexed_planes(cfg.scheme, G, k, sp, vp)
+    assert set(v3.indexed_planes) == set(indexed)
+    offs = {name: ref.offsets[name] for name in indexed}
+    kw = dict(A=A, spec_pairs=sp, verif_pairs=vp, major=3)
+    full, kept3 = R.decode(v3.planes, offs, N, cfg.scheme, G, m, k, *_books(v3), full=True, **kw)
+    assert full == flat and kept3 == kept
+    assert R.decode(v3.planes, offs, N, cfg.scheme, G, m, k, *_books(v3), full=False, **kw)[0] == draft
+    for impl in ("numpy", "auto"):
+        assert decode_full(v3, impl=impl).reshape(-1).tolist() == flat
+        assert decode_draft(v3, impl=impl).reshape(-1).tolist() == draft
 
 
 @pytest.mark.parametrize("scheme", ["c1", "c2"])

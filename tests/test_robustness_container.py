@@ -307,14 +307,23 @@ def test_c2_draft_zeros_claiming_more_verification_codes_than_the_plane_holds(ba
     sec, off, n = _plane_span(header, tname, "spec.mx")
     data = bytearray(sections[sec])
     N, G, k = int(np.prod(t["shape"])), t["config"]["group_size"], t["config"]["keep_count"]
-    # every kept value's element field -> 0 (draft zero), so each needs a verification code the plane lacks
+    # every kept value's element field -> 0 (draft zero), so each needs a verification code the plane lacks;
+    # format 3.0's spec.mx: per MX block [X (8)][keep bits, if k < G][the kept values' (m+2)-bit fields]
     m = t["config"]["mantissa_bits"]
+
+    def bit(pos):
+        return (data[pos // 8] >> (pos % 8)) & 1
     for s, (_, ns) in enumerate(R.superblocks(N, G)):
-        base_bit = 8 * off + _sb_bit(t, s) + (ns if k < G else 0) + 8 * -(-ns // 32)
-        for j in range(R.kept_in(k, ns, G)):
-            for b in range(m + 1):                       # element bits (the sign bit stays)
-                pos = base_bit + j * (m + 2) + b
-                data[pos // 8] &= ~(1 << (pos % 8)) & 0xFF
+        pos = 8 * off + _sb_bit(t, s)
+        for b0 in range(0, ns, 32):
+            nb = min(32, ns - b0)
+            nk = sum(bit(pos + 8 + j) for j in range(nb)) if k < G else nb
+            pos += 8 + (nb if k < G else 0)
+            for j in range(nk):
+                for b in range(m + 1):                   # element bits (the sign bit stays)
+                    q = pos + j * (m + 2) + b
+                    data[q // 8] &= ~(1 << (q % 8)) & 0xFF
+            pos += nk * (m + 2)
     p = tmp_path / "m.cass"
     p.write_bytes(_assemble(header, {**sections, sec: bytes(data)}))
     c = read_container(p)

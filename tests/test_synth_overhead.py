@@ -206,7 +206,7 @@ def test_headline_skips_prototypes_of_another_layout_and_cluster_parts():
     """A cheaper decoder that reads another plane layout (a prototype) or is a cluster part without its registers is
     listed but not the headline unless named."""
     rep = _fake_report()
-    for name, meta in (("decoder_c1v3_l16", {"layout": "escape-in-field"}),
+    for name, meta in (("decoder_c1v3_l16", {"layout": "format 3.0"}),
                        ("decoder_c1v3_l16_core", {"cluster_part": "instance"})):
         rep["blocks"][name] = {"status": "ok", "kind": "decoder", "area_ge": 2_000.0,
                                "meta": {"block": "decoder_c1v3", "values_per_cycle": 16, **meta},

@@ -65,22 +65,22 @@ def test_framed_layouts():
     bits = D.uniform_bits(rng, 3 * 128 + 17)           # uniform patterns: escapes in both code planes
     enc = D.encode(bits, CodecConfig(group_size=128, mantissa_bits=3, keep_ratio=0.5))
     assert F.framed(enc) is enc and F.framed(enc, F.FORMAT_2) is enc
-    v3 = F.framed(enc, F.ESCAPE_IN_FIELD)
+    v3 = F.framed(enc, F.FORMAT_3)
     assert isinstance(v3, escfield.EscFieldTensor) and v3.numel == enc.numel
     _, ref = escfield.encode(bits, enc.config, books=(enc.spec_book, enc.verif_book))
     assert v3.planes == ref.planes
     for code, field in (("spec.codes", "spec.signman"), ("verif.codes", "verif.rest")):
         assert len(v3.planes[code]) < len(enc.planes[code])
         assert len(v3.planes[code]) + len(v3.planes[field]) == len(enc.planes[code]) + len(enc.planes[field])
-    assert F.escape_code_bits(5) == 14 and F.escape_code_bits(5, F.ESCAPE_IN_FIELD) == 6
+    assert F.escape_code_bits(5) == 14 and F.escape_code_bits(5, F.FORMAT_3) == 6
     with pytest.raises(ValueError, match="unknown plane layout"):
-        F.framed(enc, "format 3.0")
+        F.framed(enc, "format 4.0")
     # a pruning config whose tensor prunes nothing (one short superblock keeps all): its book has no P
     few = D.encode(bits[:5], CodecConfig(group_size=128, mantissa_bits=3, keep_count=127))
     assert few.config.prunes and PRUNED not in few.spec_book.symbols
-    assert np.array_equal(escfield.decode(F.framed(few, F.ESCAPE_IN_FIELD), True).reshape(-1), bits[:5])
+    assert np.array_equal(escfield.decode(F.framed(few, F.FORMAT_3), True).reshape(-1), bits[:5])
     sal = rng.random(len(bits))
-    salient = F.framed(encode_tensor(bits, enc.config, salience=sal), F.ESCAPE_IN_FIELD)
+    salient = F.framed(encode_tensor(bits, enc.config, salience=sal), F.FORMAT_3)
     assert salient.planes == escfield.encode(bits, enc.config, salience=sal)[1].planes
     assert salient.planes != v3.planes
 

@@ -87,7 +87,9 @@ def load_tensors(path: str, mode: str) -> list[tuple[str, object]]:
         raise CliError(f"{path}: expected a .cass container or a .npy of raw uint16 bf16 bits")
     from ..golden.container import read_container
 
-    c = read_container(p, verification=mode == "full")
+    # both sections even in draft mode: the harnesses hand a decoder of the 2.0 layout each tensor converted
+    # from format 3.0, which re-encodes its values (tb/decoder/framing.py ``framed``)
+    c = read_container(p)
     return list(c.tensors.items())
 
 

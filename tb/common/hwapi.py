@@ -144,9 +144,9 @@ def bench_frames(params: dict) -> bool:
 
 
 def reads_containers(params: dict) -> bool:
-    """The configuration reads format 2.0 planes as containers hold them (the cocotb benches and ``cosim``
-    frame those); decoder_c1v3_l8 reads the escape-in-field layout (golden/escfield.py): the cocotb decoder
-    and AXI4-Lite benches re-frame its tensors (``bench_frames``), `cosim` does not."""
+    """The configuration is one ``cosim`` runs: decoder v2, which reads the 2.0 layout (``cosim`` converts the
+    containers' format 3.0 tensors, tb/decoder/framing.py ``framed``); decoder v3 runs in the cocotb decoder
+    and AXI4-Lite benches (``bench_frames``) and the whole-model harness (cassandra_rtl.tb.run)."""
     return params.get("layout", "format 2.0") == "format 2.0"
 
 

@@ -25,39 +25,26 @@ PORTS_C2 = {"spec.mx": "spec_mx", "verif.codes": "verif_codes", "verif.rest": "v
 SCHEME_PORTS = {"c1": PORTS, "c2": PORTS_C2}
 
 
-# Plane layouts a decoder reads (hw/configs.py CONFIG_INFO "layout"): format 2.0 as containers hold it, or the
-# escape-in-field layout of decoder v3 (golden/escfield.py), which differs only in where an escape's 8 raw
-# bits sit (the code plane holds Q + 1 bits of the escape, the companion field its payload).
+# Plane layouts a decoder reads (hw/configs.py CONFIG_INFO "layout"): decoder v2 reads the format 2.0 layout,
+# decoder v3 format 3.0 (golden/escfield.py: an escape's 8 raw bits in the companion field, C2's spec.mx by MX
+# block). Containers hold format 3.0; ``framed`` converts.
 FORMAT_2 = "format 2.0"
-ESCAPE_IN_FIELD = "escape-in-field"
-LAYOUTS = (FORMAT_2, ESCAPE_IN_FIELD)
+FORMAT_3 = "format 3.0"
+LAYOUTS = (FORMAT_2, FORMAT_3)
 
 
 def framed(enc: EncodedTensor, layout: str = FORMAT_2) -> EncodedTensor:
-    """The tensor whose planes go onto the ports of a decoder reading ``layout``: ``enc`` itself for format
-    2.0; for the escape-in-field layout, the same values, books and keep mask re-encoded by
-    golden/escfield.py (the expected values stay ``enc``'s golden decode)."""
-    if layout == FORMAT_2:
-        return enc
-    if layout != ESCAPE_IN_FIELD:
+    """The tensor whose planes go onto the ports of a decoder reading ``layout``: ``enc`` itself when it is
+    in that layout, else the same values, books and keep mask in the other (golden/escfield.py
+    ``to_format2`` / ``to_format3``; the expected values stay ``enc``'s golden decode)."""
+    if layout not in LAYOUTS:
         raise ValueError(f"unknown plane layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    from cassandra_rtl.errors import FormatError
     from cassandra_rtl.golden import escfield
-    from cassandra_rtl.golden.codec import _decode_c1_spec, _decode_c2_spec
-    from cassandra_rtl.golden.config import PRUNED
-
-    if enc.config.scheme == "c2":                     # the tensor's own keep mask and verification book
-        kept, books = _decode_c2_spec(enc)[1], (None, enc.verif_book)
-    else:
-        kept = _decode_c1_spec(enc)[2] != PRUNED      # the tensor's own keep mask (magnitude or salience)
-        # the tensor's own books; a pruning config whose tensor prunes nothing (a short last superblock keeps
-        # all) has a speculation book without P, which encode_tensor refuses as a given book: it rebuilds it
-        own = not enc.config.prunes or PRUNED in enc.spec_book.symbols
-        books = (enc.spec_book, enc.verif_book) if own else None
-    std, v3 = escfield.encode(decode_full(enc), enc.config, salience=kept.astype(np.float64), books=books)
-    if std.planes != enc.planes or (std.spec_book, std.verif_book) != (enc.spec_book, enc.verif_book):
-        raise ValueError("the tensor does not re-encode to its own planes and books; it cannot be framed in "
-                         "the escape-in-field layout")
-    return v3
+    try:
+        return escfield.to_format3(enc) if layout == FORMAT_3 else escfield.to_format2(enc)
+    except FormatError as exc:
+        raise ValueError(f"{exc}; it cannot be framed in the {layout} layout") from None
 
 
 def decoder_scheme(params: dict) -> str:
