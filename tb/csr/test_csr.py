@@ -150,8 +150,8 @@ class CsrModel:
     STATUS, ERROR_CODE and IRQ_STATUS stay 0 here (no event, no START); busy / error gating and the interrupt
     bits are checked by the directed tests below."""
 
-    def __init__(self, kind: int, lanes: int, full_lanes: int):
-        major, minor = FORMAT_VERSION
+    def __init__(self, kind: int, lanes: int, full_lanes: int, fmt: tuple[int, int] = (2, 0)):
+        major, minor = fmt              # the plane format the block reads: 3.0 (decoder v3) or the 2.0 layout
         self.const = {Csr.ID: ID_VALUE, Csr.VERSION: minor | (major << 8) | (MAP_VERSION << 16),
                       Csr.BLOCK: kind | (lanes << 8) | (full_lanes << 16), Csr.STATUS: 0, Csr.ERROR_CODE: 0,
                       Csr.IRQ_STATUS: 0}
@@ -205,7 +205,8 @@ async def register_map_random_traffic(dut, ctx):
     p = ctx.params
     rng = ctx.rng
     lanes = int(p["lanes"])
-    model = CsrModel(KINDS[p["block"]], lanes, int(p.get("verif_lanes", lanes)))
+    model = CsrModel(KINDS[p["block"]], lanes, int(p.get("verif_lanes", lanes)),
+                     FORMAT_VERSION if p.get("layout") == "format 3.0" else (2, 0))
     m = AxiLiteMaster(dut, ctx, ctx.pacer(rng.choice(["full", "random", "bursty"])), poll=False)
     eng = ctx.engine([m])
     sb = ctx.scoreboard("csr", width=36)
