@@ -8,7 +8,7 @@
     python bench/golden_bench.py --accounting --chunk-superblocks 8 --pairs    # the same for format 2.0 features
     python bench/golden_bench.py --totals [--tensors layers:0,10,20,29 | all | synthetic]
                                   # total bits/value, C1 and C2 x keep 1.0/0.5/0.3, v1 policy vs 2.0 policy
-    python bench/golden_bench.py --layouts [--scheme c2] [--tensors ...]   # format 2.0 vs the escape-in-field layout
+    python bench/golden_bench.py --layouts [--scheme c2] [--tensors ...]   # format 2.0 vs format 3.0
 
 ``--tensors`` (accounting and totals): ``all`` (the 210 linear weights, default), ``layers:0,10,20,29`` (the
 layers bench/peers.py uses) or ``synthetic`` (bench/peers.py's held-out-style tensors). Accounting and totals
@@ -237,7 +237,7 @@ def totals(args) -> dict:
 
 def layouts(args) -> dict:
     """Total and speculation bits/value (``--scheme``, default C1) at keep 1.0 / 0.5 / 0.3, format 2.0 (the
-    golden policy) against the escape-in-field layout (golden/escfield.py; decoder v3 reads C1's): an escape's
+    golden policy) against format 3.0 (golden/escfield.py; decoder v3 reads C1's): an escape's
     8 raw bits moved from its code to its companion field (C2: and spec.mx block by block). Checked per tensor: the format 2.0 round trip, every chunk of each (code, field)
     plane pair keeps its bytes, and a field plane without an index is sized from its code plane
     (``escfield.field_offsets`` == the encoder's offsets); C2: spec.mx keeps every chunk's bytes and the layout's
@@ -280,8 +280,8 @@ def layouts(args) -> dict:
                         sys.exit(f"{name} (keep {keep}): {f}'s chunk sizes do not follow from its code plane")
                     acc["sized field planes"] += 1
         out[f"keep {keep}"] = {"format 2.0 total": 8 * acc["v2"] / values, "format 2.0 speculation": 8 * acc["v2 spec"] / values,
-                               "escape-in-field total": 8 * acc["esc"] / values,
-                               "escape-in-field speculation": 8 * acc["esc spec"] / values,
+                               "format 3.0 total": 8 * acc["esc"] / values,
+                               "format 3.0 speculation": 8 * acc["esc spec"] / values,
                                "field planes sized from their code planes": acc["sized field planes"],
                                "field planes": acc["field planes"]}
     cmd = "python bench/golden_bench.py --layouts" + (f" --scheme {args.scheme}" if args.scheme != "c1" else "") + (
@@ -292,12 +292,12 @@ def layouts(args) -> dict:
 
 
 def layouts_table(r: dict) -> str:
-    lines = ["| keep | format 2.0 total | escape-in-field total | difference | format 2.0 spec | escape-in-field spec | "
+    lines = ["| keep | format 2.0 total | format 3.0 total | difference | format 2.0 spec | format 3.0 spec | "
              "field planes sized from their code planes |", "|---|---:|---:|---:|---:|---:|---:|"]
     for k, v in r["bits_per_value"].items():
-        d = v["escape-in-field total"] - v["format 2.0 total"]
-        lines.append(f"| {k.split()[1]} | {v['format 2.0 total']:.3f} | {v['escape-in-field total']:.3f} | {d:+.4f} | "
-                     f"{v['format 2.0 speculation']:.3f} | {v['escape-in-field speculation']:.3f} | "
+        d = v["format 3.0 total"] - v["format 2.0 total"]
+        lines.append(f"| {k.split()[1]} | {v['format 2.0 total']:.3f} | {v['format 3.0 total']:.3f} | {d:+.4f} | "
+                     f"{v['format 2.0 speculation']:.3f} | {v['format 3.0 speculation']:.3f} | "
                      f"{v['field planes sized from their code planes']} of {v['field planes']} |")
     return "\n".join(lines)
 
@@ -340,7 +340,7 @@ def main() -> None:
                     help="pair groups in the golden books (format 2.0; default: the format's policy, on)")
     ap.add_argument("--totals", action="store_true", help="total bits/value, v1.0 vs the 2.0 policy")
     ap.add_argument("--layouts", action="store_true",
-                    help="bits/value, format 2.0 vs the escape-in-field layout (decoder v3's)")
+                    help="bits/value, format 2.0 vs format 3.0 (decoder v3's)")
     ap.add_argument("--tensors", type=tensor_set, default="all", help="all | layers:0,10,20,29 | synthetic")
     ap.add_argument("--impl", default="both", choices=["native", "numpy", "both"])
     ap.add_argument("--json", action="store_true")

@@ -297,7 +297,7 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
     v3 = v2_vs_v3(generic, gated_rep, real_rep, fpga_rep)
     if len(v3) > 2:
         w += ["", f"{h} v2 -> v3", "",
-              "Decoder v3 (docs/datasheets/decoder_c1_v3.md) reads the escape-in-field layout; a cluster shares one "
+              "Decoder v3 (docs/datasheets/decoder_c1_v3.md) reads format 3.0; a cluster shares one "
               "set of tensor registers among its decoders. Gated: the generic flow with clock gating "
               + (f"(`{gated}`)" if gated_rep else "(**not run**: `make synth CLOCK_GATING=1`)") + ".", ""] + v3
     if fig:

@@ -92,7 +92,7 @@ def field_offsets(v3: EncodedTensor, field_plane: str) -> np.ndarray:
 def encode(bits, cfg: CodecConfig, salience=None, books=None, impl: str = "auto"
            ) -> tuple[EncodedTensor, EscFieldTensor]:
     """The format 2.0 encoding of ``bits`` (books, keep mask, reference values) and the same tensor in the
-    escape-in-field layout (what decoder v3 reads). ``books``: fixed (spec_book, verif_book), as for
+    format 3.0 layout (what decoder v3 reads). ``books``: fixed (spec_book, verif_book), as for
     ``encode_tensor``. ``impl`` as for ``encode_tensor`` (the compiled codec writes both layouts)."""
     if _use_native(impl, cfg, books or ()):
         from . import native
@@ -193,7 +193,7 @@ def _prefix_bits(book, groups: np.ndarray) -> np.ndarray:
 
 
 def decode(v3: EncodedTensor, full: bool, impl: str = "auto") -> np.ndarray:
-    """The golden decode of a tensor in the escape-in-field layout (C1 or C2): the draft values, or with
+    """The golden decode of a tensor in format 3.0 (C1 or C2): the draft values, or with
     ``full`` the original bf16 bits (uint16, the tensor's shape). Unpaired field planes are located without
     an index. ``impl`` as for ``codec.decode_full`` (a malformed tensor gets numpy's FormatError either way)."""
     if _use_native(impl, v3.config, (v3.spec_book, v3.verif_book)):

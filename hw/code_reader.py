@@ -1,6 +1,6 @@
 """Code reader: a rank-unary code plane whose read point is counted in codes, not bits.
 
-Every rank-unary code ends at a one (FORMAT.md section 7; escapes too in the escape-in-field layout,
+Every rank-unary code ends at a one (FORMAT.md section 7; escapes too in format 3.0,
 golden/escfield.py), so the codes a beat takes are a number of ones, and where the read point lands
 follows from the ones' positions. The reader keeps the ones per word beside every stored word (a popcount
 when the word is written), so its loop closes on small counters:

@@ -1,7 +1,7 @@
 """Cassandra-1 decoder v3 (prototype): one position stage, one set of field extractors and book lookups for
 both modes; full mode runs them twice per beat (docs/datasheets/decoder_c1_v3.md).
 
-It reads the escape-in-field layout (golden/escfield.py): every code is ``q`` zeros and a one, the raw
+It reads format 3.0 (golden/escfield.py): every code is ``q`` zeros and a one, the raw
 symbol of an escape sits at the front of its value's companion field. Ports, registers and error bits are
 those of the C1 decoder interface (hw/decoder.py, docs/datasheets/decoder_c1.md). ``DecoderC1v3Core`` reads
 the tensor's registers from a cluster's ``TensorRegisters`` (hw/tensor_regs.py); ``DecoderC1v3`` is one of

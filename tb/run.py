@@ -87,7 +87,7 @@ def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1", clus
                 config: str | None = None) -> dict:
     """SmolLM2's linear weights (106 M values) encoded by the golden codec, decoded by the RTL (bulk):
     scheme c1 through decoder_c1v2_l8_v4, c2 through decoder_c2v2_l8 (WHOLE_MODEL_CONFIGS), or ``config``. A
-    configuration that reads the escape-in-field layout (decoder_c1v3_l8) gets each tensor in that layout
+    configuration that reads format 3.0 (decoder_c1v3_l8) gets each tensor in that layout
     (golden/escfield.py) and is compared with the golden decode of its format 2.0 twin."""
     import numpy as np
 
@@ -105,7 +105,7 @@ def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1", clus
     esc_field = CONFIG_INFO[config].get("layout") == "format 3.0"
     if esc_field and cluster:
         from cassandra_rtl.errors import ConfigError
-        raise ConfigError(f"{config} (escape-in-field layout) runs in this process only, not on a cluster")
+        raise ConfigError(f"{config} (format 3.0) runs in this process only, not on a cluster")
     # tensors of the real model when the GGUF is at hand; otherwise 1 M-value slices of /tmp/lin.npy
     step = 1 << 20
     out = {"scheme": scheme, "config": config, "values": 0, "mismatches": 0, "modes": {}}

@@ -138,7 +138,7 @@ def bulk_harness(config: str):
 
 
 def escfield_check(pairs, mode: str, config: str, **kw):
-    """(format 2.0 tensor, escape-in-field twin) pairs through ``config``'s exported RTL in the bulk harness: every
+    """(format 2.0 tensor, format 3.0 twin) pairs through ``config``'s exported RTL in the bulk harness: every
     value equals the layout's golden decode, itself equal to the format 2.0 twin's golden decode. Returns the
     harness's BulkStats."""
     from cassandra_rtl.golden import escfield

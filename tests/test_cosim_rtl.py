@@ -28,7 +28,7 @@ QUICK = [
     ("zero_counter", "zero_counter_w64_l8", "verilator", None, {}),   # cocotb on Verilator in make test (the decoders: -m slow)
     ("zero_counter", "tb_w64_l8_comb", "icarus", None, {}),
     ("decoder", "decoder_c1v2_l4", "icarus", ICARUS_DECODER, {"TB_SCALE": "3"}),
-    # the v3 prototype, its tensors framed in the escape-in-field layout (~20 s)
+    # the v3 prototype, its tensors framed in format 3.0 (~20 s)
     ("decoder", "decoder_c1v3_l8", "icarus", ICARUS_DECODER, {"TB_SCALE": "3"}),
     ("encoder", "encoder_kv_c1_l2", "icarus", None, {"TB_SCALE": "2"}),
     ("decoder_c2", "decoder_c2v2_l8", "icarus", ICARUS_DECODER_C2, {}),

@@ -1,4 +1,4 @@
-"""The escape-in-field layout (golden/escfield.py, read by decoder v3) against format 2.0: the same bytes,
+"""The format 3.0 layout (golden/escfield.py, read by decoder v3) against format 2.0: the same bytes,
 indexes included, chunk by chunk; a field plane whose book has no pair is sized from its code plane's escapes
 (no index), checked against the encoder's offsets and the escapes counted from the values."""
 from __future__ import annotations

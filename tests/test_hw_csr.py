@@ -426,7 +426,7 @@ def test_cpu_write_racing_a_dma_start_is_refused_at_once():
 
 
 def test_decoder_v3_through_the_bus():
-    """Decoder v3 behind the register block: two tensors in the escape-in-field layout programmed over the bus
+    """Decoder v3 behind the register block: two tensors in format 3.0 programmed over the bus
     (draft, then full), DONE after each, both equal to the golden decode of their format 2.0 twins under 30 %
     input idles and output backpressure."""
     from cassandra_rtl.golden import escfield

@@ -1,4 +1,4 @@
-"""Decoder v3 prototype (hw/decoder_c1_v3.py) against the golden codec: the escape-in-field layout
+"""Decoder v3 prototype (hw/decoder_c1_v3.py) against the golden codec: format 3.0
 (golden/escfield.py) of each tensor goes through the exported RTL in the bulk Verilator harness (tb/bulk) and
 must equal the golden format 2.0 decode of the same tensor, value for value, in draft and full mode.
 
@@ -155,7 +155,7 @@ def test_a_superblock_that_keeps_other_than_keep_values_is_refused(harness, mode
 @pytest.mark.slow
 @pytest.mark.model
 def test_whole_smollm2_through_rtl(harness):
-    """SmolLM2's 106 M linear weights in the escape-in-field layout, draft and full: every value equal to the golden
+    """SmolLM2's 106 M linear weights in format 3.0, draft and full: every value equal to the golden
     decode of the format 2.0 twin (tb.run.whole_model)."""
     from cassandra_rtl.tb.run import whole_model
 

@@ -71,13 +71,13 @@ def _random_c1(rng):
 
 
 def _random_c1v3(rng):
-    """(format 2.0 tensor for the reference, its escape-in-field twin for decoder v3)"""
+    """(format 2.0 tensor for the reference, its format 3.0 twin for decoder v3)"""
     return [escfield.encode(D.random_tensor(rng, D.random_numel(rng, (cfg := D.random_config(rng)).group_size, 30)),
                             cfg) for _ in range(10)]
 
 
 def _random_c2v3(rng):
-    """(format 2.0 tensor for the reference, its escape-in-field twin for the C2 decoder v3)"""
+    """(format 2.0 tensor for the reference, its format 3.0 twin for the C2 decoder v3)"""
     return [escfield.encode(D.random_c2_tensor(rng, D.random_numel(rng, (cfg := D.random_c2_config(rng)).group_size,
                                                                     30)), cfg) for _ in range(10)]
 

@@ -60,7 +60,7 @@ CLUSTER_V3 = npu.TileParams(data_bytes=8, instances=2, decoder="decoder_c1v3_l8_
 
 @pytest.mark.slow
 def test_v3_cluster_with_shared_tensor_registers():
-    """The tile with the v3 cluster: the tensors in memory in the cores' escape-in-field layout, the books and
+    """The tile with the v3 cluster: the tensors in memory in the cores' format 3.0 layout, the books and
     tensor registers written once into the shared register file, NUMEL per core; every pass kind bit-exact,
     as on the v2 cluster (`-m slow`: its Verilator build takes about two minutes)."""
     if not npu.available():

@@ -54,7 +54,7 @@ def test_bulk_framing_matches_per_chunk_framing(word_bits):
 
 
 def test_framed_layouts():
-    """Format 2.0 frames the tensor itself; the escape-in-field layout re-encodes the same values and books
+    """Format 2.0 frames the tensor itself; format 3.0 re-encodes the same values and books
     (golden/escfield.py): code planes shrink by 8 bits an escape, each (code, field) pair keeps its bytes; an
     unknown layout is refused; a keep mask chosen by salience is kept."""
     from cassandra_rtl.golden import escfield

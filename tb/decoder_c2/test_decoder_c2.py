@@ -177,7 +177,7 @@ def _mutations(enc, full, port_words, rng, layout=F.FORMAT_2):
             out.append(("padding_bit_mx", F.ERR_TOO_LONG, p, None))
             break
     # KEEP: one more bit set in a superblock's keep bitmap (its chunk's first word holds bitmap bits
-    # 0..min(n_s, IW); in the escape-in-field layout the keep bits of the superblock's last MX block, after its
+    # 0..min(n_s, IW); in format 3.0 the keep bits of the superblock's last MX block, after its
     # X byte, so that no later header of the superblock is misread first)
     p = copy()
     s = int(rng.integers(0, len(p["spec_mx"])))
@@ -197,7 +197,7 @@ def _mutations(enc, full, port_words, rng, layout=F.FORMAT_2):
         words[bit // IW] = (d | 1 << (bit % IW), last)
         out.append(("keep_bitmap", F.ERR_KEEP, p, None))
     if full:
-        # CODE: a zero run longer than K at the start of a verif.codes chunk (in the escape-in-field layout a
+        # CODE: a zero run longer than K at the start of a verif.codes chunk (in format 3.0 a
         # chunk of two words or more: a one-word chunk of zeros holds no code at all, which reads as OVERRUN)
         p = copy()
         cands = [i for i, ch in enumerate(p["verif_codes"]) if ch[0][0] and (layout == F.FORMAT_2 or len(ch) > 1)]
