@@ -367,6 +367,19 @@ def test_c_decoders_refuse_planes_without_their_slack(weight_bits, monkeypatch):
         monkeypatch.undo()
 
 
+def random_case(rng, make_bits, it: int):
+    """(bits, config, books or None) of a random 2.0-era configuration: scheme by ``it``, G, A, k, m, pairs, and
+    golden or hand-made pair books; ``make_bits(n)`` draws the values."""
+    scheme = ("c1", "c2")[it % 2]
+    G = int(rng.choice([32, 64, 128, 256]))
+    A = int(rng.choice([a for a in (1, 2, 4, 8, 16, 32) if a * G <= MAX_CHUNK_VALUES]))
+    k = int(rng.integers(1, G + 1)) if rng.random() < 0.7 else G
+    bits = make_bits(int(rng.integers(1, 3 * A * G + 10)))
+    cfg = CodecConfig(scheme=scheme, group_size=G, mantissa_bits=int(rng.integers(8)), keep_count=k,
+                      chunk_superblocks=A, pair_codes=bool(rng.integers(2)))
+    return bits, cfg, (_pair_books(bits, scheme) if rng.random() < 0.5 else None)
+
+
 def _outcome(fn, enc):
     try:
         return "ok", fn(enc)
@@ -382,14 +395,8 @@ def test_random_configs_and_corruptions(weight_bits, seed):
     the C decoder itself never returns output for a stream numpy rejects."""
     rng = np.random.default_rng(seed)
     for it in range(30):
-        scheme = ("c1", "c2")[it % 2]
-        G = int(rng.choice([32, 64, 128, 256]))
-        A = int(rng.choice([a for a in (1, 2, 4, 8, 16, 32) if a * G <= MAX_CHUNK_VALUES]))
-        k = int(rng.integers(1, G + 1)) if rng.random() < 0.7 else G
-        bits = weight_bits(int(rng.integers(1, 3 * A * G + 10)), seed=100 * seed + it, special=float(rng.random() * 0.3))
-        cfg = CodecConfig(scheme=scheme, group_size=G, mantissa_bits=int(rng.integers(8)), keep_count=k,
-                          chunk_superblocks=A, pair_codes=bool(rng.integers(2)))
-        books = _pair_books(bits, scheme) if rng.random() < 0.5 else None
+        bits, cfg, books = random_case(rng, lambda n: weight_bits(n, seed=100 * seed + it,
+                                                                    special=float(rng.random() * 0.3)), it)
         enc = check(bits, cfg, books=books)
         for planes, offsets in _corruptions(enc, rng, 40):
             bad = EncodedTensor(enc.shape, enc.config, enc.spec_book, enc.verif_book, planes, offsets)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from cassandra_rtl.golden import escfield, native
-from cassandra_rtl.golden.config import MAX_CHUNK_VALUES, CodecConfig
-from test_golden_native import _corruptions, _outcome, _pair_books, same_encoding
+from cassandra_rtl.golden.config import CodecConfig
+from test_golden_native import _corruptions, _outcome, _pair_books, random_case, same_encoding
 
 pytestmark = pytest.mark.skipif(native.load() is None, reason=f"compiled codec unavailable: "
                                 f"{native.unavailable_reason()}")
@@ -102,14 +102,8 @@ def test_malformed_streams_end_as_numpy_does(scheme, A, pairs):
 def test_random_configs_and_corruptions(seed):
     rng = np.random.default_rng(seed)
     for it in range(24):
-        scheme = ("c1", "c2")[it % 2]
-        G = int(rng.choice([32, 64, 128, 256]))
-        A = int(rng.choice([a for a in (1, 2, 4, 8, 16, 32) if a * G <= MAX_CHUNK_VALUES]))
-        k = int(rng.integers(1, G + 1)) if rng.random() < 0.7 else G
-        bits = heavy_tailed(int(rng.integers(1, 3 * A * G + 10)), 100 * seed + it)
-        cfg = CodecConfig(scheme=scheme, group_size=G, mantissa_bits=int(rng.integers(8)), keep_count=k,
-                          chunk_superblocks=A, pair_codes=bool(rng.integers(2)))
-        enc = check3(bits, cfg, books=_pair_books(bits, scheme) if rng.random() < 0.5 else None)
+        bits, cfg, books = random_case(rng, lambda n: heavy_tailed(n, 100 * seed + it), it)
+        enc = check3(bits, cfg, books=books)
         for planes, offsets in _corruptions(enc, rng, 30):
             bad = escfield.EscFieldTensor(enc.shape, enc.config, enc.spec_book, enc.verif_book, planes, offsets)
             for full in (True, False):

@@ -48,18 +48,7 @@ def check_against_reference(bits, cfg, salience=None, books=None, compare_books=
             assert _pairs(enc) == (ref_auto.spec_pairs, ref_auto.verif_pairs), "pair masks differ from §3.1"
     sp, vp = _pairs(enc)
     ref = R.encode(flat, cfg.scheme, G, m, k, salience=salience, books=_books(enc), A=A, pairs=(sp, vp), major=2)
-    assert sorted(enc.planes) == sorted(ref.planes)
-    for name in ref.planes:
-        assert enc.planes[name] == ref.planes[name], f"plane {name} differs from the reference"
-        assert list(plane_offsets(enc, name)) == ref.offsets[name], f"chunk offsets of {name}"
-        chunks = plane_chunks(enc, name)
-        assert [bytes(c) for c in chunks] == [ref.planes[name][a:b] for a, b in
-                                              zip(ref.offsets[name][:-1], ref.offsets[name][1:])]
-    indexed = R.indexed_planes(cfg.scheme, G, k, sp, vp)
-    assert set(enc.indexed_planes) == set(indexed)
-    for name in indexed:
-        assert index_to_bytes(np.asarray(enc.offsets[name])) == R.index_bytes(ref.offsets[name])
-    offs = {name: ref.offsets[name] for name in indexed}
+    offs = same_planes_as_reference(enc, ref, cfg, "format 2.0")
     spec_book, verif_book = _books(enc)
     kw = dict(A=A, spec_pairs=sp, verif_pairs=vp, major=2)
     full, kept = R.decode(enc.planes, offs, N, cfg.scheme, G, m, k, spec_book, verif_book, full=True, **kw)
@@ -78,6 +67,21 @@ def check_against_reference(bits, cfg, salience=None, books=None, compare_books=
     return enc, ref
 
 
+def same_planes_as_reference(enc, ref, cfg, label: str) -> dict:
+    """Planes, chunk offsets, chunks and index bytes equal the reference's; returns the indexed planes' offsets."""
+    assert sorted(enc.planes) == sorted(ref.planes)
+    for name in ref.planes:
+        assert enc.planes[name] == ref.planes[name], f"{label}: plane {name} differs from the reference"
+        assert list(plane_offsets(enc, name)) == ref.offsets[name], f"{label}: chunk offsets of {name}"
+        assert [bytes(c) for c in plane_chunks(enc, name)] == [ref.planes[name][a:b] for a, b in
+                                                               zip(ref.offsets[name][:-1], ref.offsets[name][1:])]
+    indexed = R.indexed_planes(cfg.scheme, cfg.group_size, cfg.keep_count, *_pairs(enc))
+    assert set(enc.indexed_planes) == set(indexed)
+    for name in indexed:
+        assert index_to_bytes(np.asarray(enc.offsets[name])) == R.index_bytes(ref.offsets[name])
+    return {name: ref.offsets[name] for name in indexed}
+
+
 def check_format3(flat, bits, cfg, salience, books, draft, kept):
     """Format 3.0: golden (numpy and the dispatch) == reference, byte for byte and value for value."""
     N, G, m, k, A = len(flat), cfg.group_size, cfg.mantissa_bits, cfg.keep_count, cfg.chunk_superblocks
@@ -86,13 +90,7 @@ def check_format3(flat, bits, cfg, salience, books, draft, kept):
     assert escfield.encode(bits, cfg, salience, books if own else None)[1].planes == v3.planes
     sp, vp = _pairs(v3)
     ref = R.encode(flat, cfg.scheme, G, m, k, salience=salience, books=_books(v3), A=A, pairs=(sp, vp), major=3)
-    assert sorted(v3.planes) == sorted(ref.planes)
-    for name in ref.planes:
-        assert v3.planes[name] == ref.planes[name], f"format 3.0: plane {name} differs from the reference"
-        assert list(plane_offsets(v3, name)) == ref.offsets[name], f"format 3.0: chunk offsets of {name}"
-    indexed = R.indexed_planes(cfg.scheme, G, k, sp, vp)
-    assert set(v3.indexed_planes) == set(indexed)
-    offs = {name: ref.offsets[name] for name in indexed}
+    offs = same_planes_as_reference(v3, ref, cfg, "format 3.0")
     kw = dict(A=A, spec_pairs=sp, verif_pairs=vp, major=3)
     full, kept3 = R.decode(v3.planes, offs, N, cfg.scheme, G, m, k, *_books(v3), full=True, **kw)
     assert full == flat and kept3 == kept
