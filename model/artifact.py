@@ -202,10 +202,15 @@ def tokenizer_from_json(d):
 
 
 # ------------------------------------------------------------------------------------------ writing
-def encode_checkpoint(ck, alloc: Allocation, progress=None, consume: bool = False):
+def encode_checkpoint(ck, alloc: Allocation, progress=None, consume: bool = False, format3: bool = False):
     """Yields ``(name, EncodedTensor)`` for every tensor of ``ck``: 2-D weights with ``alloc``'s config and
-    salience, 1-D exact. ``decode_full`` is checked against the checkpoint's bits here, once, at encode time.
+    salience, 1-D exact; in the 2.0 layout, or with ``format3`` in format 3.0 (what a container stores).
+    ``decode_full`` is checked against the checkpoint's bits here, once, at encode time.
     ``consume``: drop each tensor from ``ck.bits`` once it is encoded (the checkpoint is not needed again)."""
+    from cassandra_rtl.golden import escfield
+
+    def encode(bits, cfg, salience=None):
+        return escfield.encode(bits, cfg, salience)[1] if format3 else encode_tensor(bits, cfg, salience)
     alloc.check(ck)
     sal = alloc.salience_for(ck)
     names = list(ck.bits)
@@ -213,9 +218,9 @@ def encode_checkpoint(ck, alloc: Allocation, progress=None, consume: bool = Fals
     for i, name in enumerate(names):
         b = ck.bits[name]
         if b.ndim == 2:
-            enc = encode_tensor(b, alloc.cfg_for(name), salience=sal(name, b))
+            enc = encode(b, alloc.cfg_for(name), salience=sal(name, b))
         else:
-            enc = encode_tensor(b, vec)
+            enc = encode(b, vec)
         if not np.array_equal(decode_full(enc).reshape(b.shape), b):
             raise AssertionError(f"decode_full({name}) differs from the original bits")
         if consume:
@@ -245,7 +250,7 @@ def write_artifact(ck, alloc: Allocation, path, digest: str | None = None, progr
     t0 = time.perf_counter()
     meta = artifact_meta(ck, alloc, digest, producer)
     values = int(sum(b.size for b in ck.bits.values()))
-    enc = dict(encode_checkpoint(ck, alloc, progress, consume))
+    enc = dict(encode_checkpoint(ck, alloc, progress, consume, format3=True))
     write_container(path, enc, meta)
     return {"path": str(path), "bytes": Path(path).stat().st_size, "tensors": len(enc),
             "values": values, "seconds": time.perf_counter() - t0}
