@@ -86,9 +86,9 @@ WHOLE_MODEL_CONFIGS = {"c1": "decoder_c1v2_l8_v4", "c2": "decoder_c2v2_l8"}   # 
 def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1", cluster: str | None = None,
                 config: str | None = None) -> dict:
     """SmolLM2's linear weights (106 M values) encoded by the golden codec, decoded by the RTL (bulk):
-    scheme c1 through decoder_c1v2_l8_v4, c2 through decoder_c2v2_l8 (WHOLE_MODEL_CONFIGS), or ``config``. A
-    configuration that reads format 3.0 (decoder_c1v3_l8) gets each tensor in that layout
-    (golden/escfield.py) and is compared with the golden decode of its format 2.0 twin."""
+    scheme c1 through decoder_c1v2_l8_v4, c2 through decoder_c2v2_l8 (WHOLE_MODEL_CONFIGS), or ``config``, each
+    tensor encoded in the layout the decoder reads (format 3.0 for decoder v3, golden/escfield.py; the 2.0
+    layout for decoder v2) and compared with its golden decode."""
     import numpy as np
 
     from cassandra_rtl.golden import escfield
@@ -102,20 +102,13 @@ def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1", clus
     flat = D.smollm2_linear_bits()
     cfg = CodecConfig(scheme=scheme, group_size=128, mantissa_bits=3, keep_ratio=0.75)
     config = config or WHOLE_MODEL_CONFIGS[scheme]
-    esc_field = CONFIG_INFO[config].get("layout") == "format 3.0"
-    if esc_field and cluster:
-        from cassandra_rtl.errors import ConfigError
-        raise ConfigError(f"{config} (format 3.0) runs in this process only, not on a cluster")
+    format3 = CONFIG_INFO[config].get("layout") == "format 3.0"
     # tensors of the real model when the GGUF is at hand; otherwise 1 M-value slices of /tmp/lin.npy
     step = 1 << 20
     out = {"scheme": scheme, "config": config, "values": 0, "mismatches": 0, "modes": {}}
     t_enc = time.perf_counter()
-    if esc_field:
-        pairs = [escfield.encode(np.ascontiguousarray(flat[i:i + step]), cfg) for i in range(0, len(flat), step)]
-        refs, encs = [p[0] for p in pairs], [p[1] for p in pairs]
-    else:
-        encs = [encode_tensor(np.ascontiguousarray(flat[i:i + step]), cfg) for i in range(0, len(flat), step)]
-        refs = encs
+    encode = (lambda b: escfield.encode(b, cfg)[1]) if format3 else (lambda b: encode_tensor(b, cfg))
+    encs = [encode(np.ascontiguousarray(flat[i:i + step])) for i in range(0, len(flat), step)]
     out["encode_s"] = time.perf_counter() - t_enc
     for mode in modes:
         if cluster:            # on Dask (cassandra_rtl/executor.py): chunk-boundary tasks, the harness shipped
@@ -138,7 +131,7 @@ def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1", clus
         st = bulk.BulkStats()
         got = bulk.decode_many_with_rtl(encs, mode, config=config, jobs=sim_jobs, stats=st)
         mism = 0
-        for enc, g in zip(refs, got):
+        for enc, g in zip(encs, got):
             ref = decode_full(enc) if mode == "full" else decode_draft(enc)
             mism += int(np.count_nonzero(g.reshape(-1) != ref.reshape(-1)))
         out["modes"][mode] = {"values": st.values, "mismatches": mism, "wall_s": st.wall,

@@ -144,10 +144,9 @@ def bench_frames(params: dict) -> bool:
 
 
 def reads_containers(params: dict) -> bool:
-    """The configuration is one ``cosim`` runs: decoder v2, which reads the 2.0 layout (``cosim`` converts the
-    containers' format 3.0 tensors, tb/decoder/framing.py ``framed``); decoder v3 runs in the cocotb decoder
-    and AXI4-Lite benches (``bench_frames``) and the whole-model harness (cassandra_rtl.tb.run)."""
-    return params.get("layout", "format 2.0") == "format 2.0"
+    """The configuration is one ``cosim`` runs: a decoder reading format 3.0 (decoder v3, what containers hold)
+    or the 2.0 layout (decoder v2: the harnesses convert each tensor, tb/decoder/framing.py ``framed``)."""
+    return params.get("layout", "format 2.0") in ("format 2.0", "format 3.0")
 
 
 def csr_configs() -> dict[str, dict]:
