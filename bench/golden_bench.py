@@ -98,9 +98,10 @@ def throughput(args, impl: str = "auto", tensors=None) -> dict:
     c = dict(t)
     stats = []
     load = "%.2f %.2f %.2f" % os.getloadavg()
+    from cassandra_rtl.golden.escfield import encode3
     for name, bits in progress(tensors, desc=f"bench ({impl})", unit="tensor"):
         w0, c0 = time.perf_counter(), time.process_time()
-        enc = encode_tensor(bits, cfg, impl=impl)
+        enc = encode3(bits, cfg, impl=impl) if args.format3 else encode_tensor(bits, cfg, impl=impl)
         w1, c1 = time.perf_counter(), time.process_time()
         full = decode_full(enc, impl=impl)
         w2, c2 = time.perf_counter(), time.process_time()
@@ -115,7 +116,8 @@ def throughput(args, impl: str = "auto", tensors=None) -> dict:
     mb = 2 * values / 1e6
     pooled = sum(s["_exponent_counts"] for s in stats)
     result = {
-        "config": cfg.to_json(), "impl": impl, "load_average": load, "values": values, "tensors": len(tensors),
+        "config": cfg.to_json(), "impl": impl, "format": "3.0" if args.format3 else "2.0 layout",
+        "load_average": load, "values": values, "tensors": len(tensors),
         "MB_per_s_wall": {k: mb / v for k, v in t.items()},
         "MB_per_s_cpu": {k: mb / v for k, v in c.items()},
         "bits_per_value": agg["bits_per_value"],
@@ -343,6 +345,8 @@ def main() -> None:
                     help="bits/value, format 2.0 vs format 3.0 (decoder v3's)")
     ap.add_argument("--tensors", type=tensor_set, default="all", help="all | layers:0,10,20,29 | synthetic")
     ap.add_argument("--impl", default="both", choices=["native", "numpy", "both"])
+    ap.add_argument("--format3", action="store_true",
+                    help="time format 3.0 (escfield.encode3 and its decoders) instead of the 2.0 layout")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.marking:
@@ -378,7 +382,7 @@ def main() -> None:
         print(json.dumps(results if len(results) > 1 else results[0], indent=2))
         return
     r = results[0]
-    print(f"config {r['config']}  values {r['values']:,} in {r['tensors']} linear weights")
+    print(f"config {r['config']}  values {r['values']:,} in {r['tensors']} linear weights, {r['format']}")
     for r in results:
         print(f"  [{r['impl']}, load average {r['load_average']}]")
         for k in r["MB_per_s_wall"]:

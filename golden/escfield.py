@@ -157,6 +157,15 @@ def encode(bits, cfg: CodecConfig, salience=None, books=None, impl: str = "auto"
     return enc, EscFieldTensor(enc.shape, cfg, enc.spec_book, enc.verif_book, planes, offsets)
 
 
+def encode3(bits, cfg: CodecConfig, salience=None, books=None, impl: str = "auto") -> EscFieldTensor:
+    """The format 3.0 tensor of ``bits`` alone (``encode`` without its 2.0 twin; the compiled codec writes
+    one layout)."""
+    if _use_native(impl, cfg, books or ()):
+        from . import native
+        return native._encode(bits, cfg, salience, books, layouts=(3,))[0]
+    return encode(bits, cfg, salience, books, impl="numpy")[1]
+
+
 # ------------------------------------------------------------------------------------------ decoding
 def _groups(v3: EncodedTensor, plane: str, counts: np.ndarray, book) -> np.ndarray:
     """The group ``q`` of every code of a code plane, in order (``Q``: an escape). Every code ends at a one:

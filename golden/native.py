@@ -238,7 +238,8 @@ def _encode(bits, cfg: CodecConfig, salience=None, books=None, layouts=(2,)) -> 
         if layouts == (2,):
             return [_np.encode_tensor(bits, cfg, salience, books, impl="numpy")]
         from .escfield import encode as encode_numpy
-        return list(encode_numpy(bits, cfg, salience, books, impl="numpy"))
+        both = encode_numpy(bits, cfg, salience, books, impl="numpy")
+        return [both[0] if layout == 2 else both[1] for layout in layouts]
     lib = load()
     nsb = _np.superblock_count(N, G)
     nch = (nsb + A - 1) // A

@@ -210,7 +210,7 @@ def encode_checkpoint(ck, alloc: Allocation, progress=None, consume: bool = Fals
     from cassandra_rtl.golden import escfield
 
     def encode(bits, cfg, salience=None):
-        return escfield.encode(bits, cfg, salience)[1] if format3 else encode_tensor(bits, cfg, salience)
+        return escfield.encode3(bits, cfg, salience) if format3 else encode_tensor(bits, cfg, salience)
     alloc.check(ck)
     sal = alloc.salience_for(ck)
     names = list(ck.bits)

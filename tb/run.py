@@ -107,7 +107,7 @@ def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1", clus
     step = 1 << 20
     out = {"scheme": scheme, "config": config, "values": 0, "mismatches": 0, "modes": {}}
     t_enc = time.perf_counter()
-    encode = (lambda b: escfield.encode(b, cfg)[1]) if format3 else (lambda b: encode_tensor(b, cfg))
+    encode = (lambda b: escfield.encode3(b, cfg)) if format3 else (lambda b: encode_tensor(b, cfg))
     encs = [encode(np.ascontiguousarray(flat[i:i + step])) for i in range(0, len(flat), step)]
     out["encode_s"] = time.perf_counter() - t_enc
     for mode in modes:

@@ -23,6 +23,7 @@ def check3(bits, cfg, salience=None, books=None):
     same_encoding(ref_std, fast_std)
     same_encoding(ref, fast)
     assert type(fast) is escfield.EscFieldTensor
+    same_encoding(ref, escfield.encode3(bits, cfg, salience, books))          # the one-layout entry point
     full = native._decode(ref, True)
     np.testing.assert_array_equal(full, bits)
     np.testing.assert_array_equal(full, escfield.decode(ref, True, impl="numpy"))
