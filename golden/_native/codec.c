@@ -450,6 +450,67 @@ void c2_pack(const uint16_t *bits, const uint8_t *kept, const uint8_t *X, int64_
 
 /* ---------------------------------------------------------------------------------------- C1 decode */
 
+/* The value loops of one superblock (C1): its n codes' entries in sym (pe: the pruned values'), the fields at
+ * *spos / *rpos. E3: a format 3.0 superblock holding an escape (its raw bits lead the companion field); a 3.0
+ * superblock without one has the 2.0 layout's fields and takes the E3 = 0 loops. */
+static inline __attribute__((always_inline)) void c1_values(
+        int64_t n, int m, int full, const int HS, const int HV, const int E3, const int32_t *sym, const int32_t *pe,
+        const uint8_t *signman, int64_t *spos, const uint8_t *rest, int64_t *rpos, const uint32_t *smtab,
+        uint16_t *out, int64_t s0) {
+    /* value loops without a kept/pruned branch (it would mispredict at keep < 1): both candidates
+     * are formed, positions advance by flag-selected widths (+ the suffix bit of a pair group).
+     * Measured fastest: one loop for the draft and the rest fields without pairs; with pairs, the
+     * draft (spec.signman) first, then the verification fields (two shorter loops). */
+    uint8_t kf[256];
+    const int merged = full && !HS && !HV && !E3;
+    int64_t j = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t d = sym[i];
+        int kp = (d & 0x1FF) != PRUNED;
+        uint32_t km = 0u - (uint32_t)kp;                    /* mask arithmetic: kp is data-dependent */
+        int ps = HS ? DEC_PAIR(d) : 0;
+        int xs = E3 ? (d & DEC_ESC3) != 0 : 0;             /* 3.0 escape: raw bits lead the field */
+        int pw = ps + ESC_BITS * xs;
+        int ws = (int)((uint32_t)(1 + m + pw) & km);
+        uint32_t fs = (uint32_t)peek(signman, (*spos)) & WMASK[ws];
+        (*spos) += ws;
+        int t = HS ? (int)(fs & (uint32_t)ps) : 0;
+        uint32_t e = E3 && xs ? (fs & 0xFF) : (DEC_SYM(d, t) & 0xFF);
+        uint32_t vk = smtab[fs >> pw] | (e << 7);
+        if (merged) {
+            int32_t dv = pe[j];
+            int w = (int)(((uint32_t)(7 - m) & km) | (8u & ~km));
+            uint32_t r = (uint32_t)peek(rest, (*rpos)) & WMASK[w];
+            (*rpos) += w;
+            uint32_t vp = ((r >> 7) << 15) | ((uint32_t)dv << 7) | (r & 0x7F);
+            j += !kp;
+            out[s0 + i] = (uint16_t)(((vk | r) & km) | (vp & ~km));
+        } else {
+            out[s0 + i] = (uint16_t)(vk & km);
+            kf[i] = (uint8_t)kp;
+        }
+    }
+    if (!full || merged) return;
+    j = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int kp = kf[i];
+        uint32_t km = 0u - (uint32_t)kp;
+        int32_t dv = pe[j];
+        int pv = HV ? (DEC_PAIR(dv) & !kp) : 0;
+        int xv = E3 ? ((dv & DEC_ESC3) != 0) & !kp : 0;
+        int pw = pv + ESC_BITS * xv;
+        int w = (int)(((uint32_t)(7 - m) & km) | ((uint32_t)(8 + pw) & ~km));
+        uint32_t r = (uint32_t)peek(rest, (*rpos)) & ((1u << w) - 1);
+        (*rpos) += w;
+        int tv = HV ? (int)(r & (uint32_t)pv) : 0;
+        uint32_t rp = r >> pw;
+        uint32_t ev = E3 && xv ? (r & 0xFF) : DEC_SYM(dv, tv);
+        uint32_t vp = ((rp >> 7) << 15) | (ev << 7) | (rp & 0x7F);
+        j += !kp;
+        out[s0 + i] = (uint16_t)(((out[s0 + i] | r) & km) | (vp & ~km));
+    }
+}
+
 /* One body, instantiated for HS / HV = the spec / verification book has a pair group (0, 0: the v1 loops)
  * and E3 = format 3.0 (escapes' raw bits in the companion fields; field planes without a pair group have
  * NULL offsets and are read sequentially). */
@@ -493,58 +554,17 @@ static inline __attribute__((always_inline)) int c1_decode_body(
                 vpos += u;
             }
             pe[np_] = 0;
-            /* value loops without a kept/pruned branch (it would mispredict at keep < 1): both candidates
-             * are formed, positions advance by flag-selected widths (+ the suffix bit of a pair group).
-             * Measured fastest: one loop for the draft and the rest fields without pairs; with pairs, the
-             * draft (spec.signman) first, then the verification fields (two shorter loops). */
-            uint8_t kf[256];
-            const int merged = full && !HS && !HV && !E3;
-            int64_t j = 0;
-            for (int64_t i = 0; i < n; i++) {
-                int32_t d = sym[i];
-                int kp = (d & 0x1FF) != PRUNED;
-                uint32_t km = 0u - (uint32_t)kp;                    /* mask arithmetic: kp is data-dependent */
-                int ps = HS ? DEC_PAIR(d) : 0;
-                int xs = E3 ? (d & DEC_ESC3) != 0 : 0;             /* 3.0 escape: raw bits lead the field */
-                int pw = ps + ESC_BITS * xs;
-                int ws = (int)((uint32_t)(1 + m + pw) & km);
-                uint32_t fs = (uint32_t)peek(signman, spos) & WMASK[ws];
-                spos += ws;
-                int t = HS ? (int)(fs & (uint32_t)ps) : 0;
-                uint32_t e = E3 && xs ? (fs & 0xFF) : (DEC_SYM(d, t) & 0xFF);
-                uint32_t vk = smtab[(fs >> pw) & ((2u << m) - 1)] | (e << 7);
-                if (merged) {
-                    int32_t dv = pe[j];
-                    int w = (int)(((uint32_t)(7 - m) & km) | (8u & ~km));
-                    uint32_t r = (uint32_t)peek(rest, rpos) & WMASK[w];
-                    rpos += w;
-                    uint32_t vp = ((r >> 7) << 15) | ((uint32_t)dv << 7) | (r & 0x7F);
-                    j += !kp;
-                    out[s0 + i] = (uint16_t)(((vk | r) & km) | (vp & ~km));
-                } else {
-                    out[s0 + i] = (uint16_t)(vk & km);
-                    kf[i] = (uint8_t)kp;
-                }
+            int esc = 0;                 /* 3.0: the loops that handle escapes only where there is one */
+            if (E3) {
+                int32_t any = 0;
+                for (int64_t i = 0; i < n; i++) any |= sym[i];
+                for (int64_t i = 0; full && i < np_; i++) any |= pe[i];
+                esc = (any & DEC_ESC3) != 0;
             }
-            if (!full || merged) continue;
-            j = 0;
-            for (int64_t i = 0; i < n; i++) {
-                int kp = kf[i];
-                uint32_t km = 0u - (uint32_t)kp;
-                int32_t dv = pe[j];
-                int pv = HV ? (DEC_PAIR(dv) & !kp) : 0;
-                int xv = E3 ? ((dv & DEC_ESC3) != 0) & !kp : 0;
-                int pw = pv + ESC_BITS * xv;
-                int w = (int)(((uint32_t)(7 - m) & km) | ((uint32_t)(8 + pw) & ~km));
-                uint32_t r = (uint32_t)peek(rest, rpos) & ((1u << w) - 1);
-                rpos += w;
-                int tv = HV ? (int)(r & (uint32_t)pv) : 0;
-                uint32_t rp = r >> pw;
-                uint32_t ev = E3 && xv ? (r & 0xFF) : DEC_SYM(dv, tv);
-                uint32_t vp = ((rp >> 7) << 15) | (ev << 7) | (rp & 0x7F);
-                j += !kp;
-                out[s0 + i] = (uint16_t)(((out[s0 + i] | r) & km) | (vp & ~km));
-            }
+            if (esc)
+                c1_values(n, m, full, HS, HV, 1, sym, pe, signman, &spos, rest, &rpos, smtab, out, s0);
+            else
+                c1_values(n, m, full, HS, HV, 0, sym, pe, signman, &spos, rest, &rpos, smtab, out, s0);
         }
         if (!chunk_ok(codes, codes_off[c], codes_off[c + 1], cpos - codes_off[c] * 8)) return 2;
         if (!chunk_end(signman, signman_off, c, spos, &sseq, signman_len)) return 4;
@@ -587,6 +607,35 @@ int c1_decode(int64_t N, int64_t G, int m, int64_t k, int64_t A, int full,
 }
 
 /* ---------------------------------------------------------------------------------------- C2 decode */
+
+/* verif.rest of one C2 superblock: a draft-zero value's exact bits from its delta code (delta[], in order) and
+ * rest field, any other value's low mantissa bits; returns 1 if a delta exceeds its block's X. E3: a format 3.0
+ * superblock holding an escape (its raw delta leads the field); without one, 3.0's fields are 2.0's. */
+static inline __attribute__((always_inline)) int c2_rest(
+        int64_t n, const int HP, const int E3, const uint8_t *dzf, const uint8_t *rw, const int *Xs,
+        const int32_t *delta, const uint8_t *rest, int64_t *rpos, uint16_t *out) {
+    int64_t j = 0;
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int dz = dzf[i], x = Xs[i / MX_BLOCK];
+        uint32_t dzm = 0u - (uint32_t)dz;                       /* mask arithmetic: dz is data-dependent */
+        int32_t dd = delta[j];
+        j += dz;
+        int pv = HP ? (DEC_PAIR(dd) & dz) : 0;
+        int xv = E3 ? ((dd & DEC_ESC3) != 0) & dz : 0;         /* 3.0 escape: raw delta first */
+        int pw = pv + ESC_BITS * xv;
+        int w = rw[i] + pw;                       /* + the suffix bit of a pair group / raw bits */
+        uint32_t rr = (uint32_t)peek(rest, *rpos) & ((1u << w) - 1);
+        *rpos += w;
+        int tv = HP ? (int)(rr & (uint32_t)pv) : 0;
+        int e = x - (int)(E3 && xv ? (rr & 0xFF) : DEC_SYM(dd, tv));
+        rr >>= pw;
+        bad |= dz & (e < 0);
+        uint32_t vdz = ((rr >> 7) << 15) | ((uint32_t)(e & 0xFF) << 7) | (rr & 0x7F);
+        out[i] = (uint16_t)((vdz & dzm) | ((out[i] | rr) & ~dzm));
+    }
+    return bad;
+}
 
 /* HP: the verification book has a pair group; E3: format 3.0 (spec.mx per MX block, escapes' raw bits in
  * verif.rest). */
@@ -700,25 +749,12 @@ static inline __attribute__((always_inline)) int c2_decode_body(
                 if (u < 0) return 5;
                 cpos += u;
                 delta[ndz] = 0;                      /* read (masked off) by values after the last draft-zero one */
-                int64_t j = 0;
-                for (int64_t i = 0; i < n; i++) {
-                    int dz = dzf[i], x = Xs[i / MX_BLOCK];
-                    uint32_t dzm = 0u - (uint32_t)dz;                       /* mask arithmetic: dz is data-dependent */
-                    int32_t dd = delta[j];
-                    j += dz;
-                    int pv = HP ? (DEC_PAIR(dd) & dz) : 0;
-                    int xv = E3 ? ((dd & DEC_ESC3) != 0) & dz : 0;         /* 3.0 escape: raw delta first */
-                    int pw = pv + ESC_BITS * xv;
-                    int w = rw[i] + pw;                       /* + the suffix bit of a pair group / raw bits */
-                    uint32_t rr = (uint32_t)peek(rest, rpos) & ((1u << w) - 1);
-                    rpos += w;
-                    int tv = HP ? (int)(rr & (uint32_t)pv) : 0;
-                    int e = x - (int)(E3 && xv ? (rr & 0xFF) : DEC_SYM(dd, tv));
-                    rr >>= pw;
-                    bad |= dz & (e < 0);
-                    uint32_t vdz = ((rr >> 7) << 15) | ((uint32_t)(e & 0xFF) << 7) | (rr & 0x7F);
-                    out[s0 + i] = (uint16_t)((vdz & dzm) | ((out[s0 + i] | rr) & ~dzm));
-                }
+                int32_t any = 0;                     /* 3.0: the loop that handles escapes only where there is one */
+                for (int64_t i = 0; E3 && i < ndz; i++) any |= delta[i];
+                if (E3 && (any & DEC_ESC3))
+                    bad |= c2_rest(n, HP, 1, dzf, rw, Xs, delta, rest, &rpos, out + s0);
+                else
+                    bad |= c2_rest(n, HP, 0, dzf, rw, Xs, delta, rest, &rpos, out + s0);
                 continue;
             }
             /* draft of every value without value-dependent branches (kept / zero / normal / subnormal are
