@@ -145,8 +145,9 @@ def bench_frames(params: dict) -> bool:
 
 def reads_containers(params: dict) -> bool:
     """The configuration is one ``cosim`` runs: a decoder reading format 3.0 (decoder v3, what containers hold)
-    or the 2.0 layout (decoder v2: the harnesses convert each tensor, tb/decoder/framing.py ``framed``)."""
-    return params.get("layout", "format 2.0") in ("format 2.0", "format 3.0")
+    or the 2.0 layout (decoder v2: the harnesses convert each tensor, tb/decoder/framing.py ``framed``): every
+    configuration the benches can frame."""
+    return bench_frames(params)
 
 
 def csr_configs() -> dict[str, dict]:
