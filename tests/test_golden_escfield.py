@@ -75,7 +75,7 @@ def test_every_bf16_pattern(keep):
 def test_golden_decode_equals_format_2():
     """escfield.decode (unpaired field planes located without an index) gives format 2.0's draft and the
     original bits, on random configurations, data kinds and books with escapes."""
-    from cassandra_rtl.golden.codec import decode_draft, decode_full
+    from cassandra_rtl.golden.codec import decode_draft
 
     for bits, cfg in _cases(seed=12, n=30):
         std, v3 = escfield.encode(bits, cfg)
