@@ -52,10 +52,15 @@ def _small_container(path: Path) -> None:
     from cassandra_rtl.golden.codec import encode_tensor
     from cassandra_rtl.golden.config import CodecConfig
     from cassandra_rtl.golden.container import write_container
+    from cassandra_rtl.golden import escfield
     rng = np.random.default_rng(1)
     vals = (rng.standard_normal((8, 96)) * 0.05).astype(np.float32)
+    vals.reshape(-1)[::11] *= np.float32(2.0) ** rng.integers(-60, 60, 70)   # rare exponents: escapes in both books
     bits = (vals.view(np.uint32) >> 16).astype(np.uint16)            # truncated to bf16
-    write_container(path, {"w": encode_tensor(bits, CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.75))})
+    enc = encode_tensor(bits, CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.75))
+    v3 = escfield.to_format3(enc)        # the container holds format 3.0; decoder v2 gets the 2.0 layout back
+    assert all(escfield.escapes_per_chunk(v3, p).sum() > 0 for p in ("spec.codes", "verif.codes"))
+    write_container(path, {"w": enc})
 
 
 def _check_layout_comments_and_program_length(cass: Path, planes: Path) -> None:
