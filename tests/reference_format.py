@@ -537,7 +537,7 @@ def decode(planes: dict, offsets: dict, N: int, scheme: str, G: int, m: int, k: 
                 nk = sum(kept[s0 - start: s0 - start + ns])
                 if nk != kept_in(k, ns, G):
                     raise RefFormatError(f"superblock {s0 // G}: keeps {nk}, k_s = {kept_in(k, ns, G)}")
-            draft, sym = [], []
+            draft = []
             for j in range(n):
                 if kept[j]:
                     e = _pick(grp[j], sr[c])

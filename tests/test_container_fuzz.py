@@ -5,7 +5,6 @@ original tensors; never another exception type, never a silently wrong decode.""
 from __future__ import annotations
 
 import copy
-import json
 import resource
 import struct
 import tempfile
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 
 import reference_format as R
-from cassandra_rtl.errors import FormatError, UserError
+from cassandra_rtl.errors import UserError
 from cassandra_rtl.golden.codec import decode_draft, decode_full, encode_tensor
 from cassandra_rtl.golden.config import CodecConfig
 from cassandra_rtl.golden.container import read_container, write_container

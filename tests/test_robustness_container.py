@@ -190,23 +190,29 @@ def mutate(header, sections, rng: random.Random):
         t = rng.choice(c2)
         name = t["name"]
         sec, off, n = _plane_span(h, name, "spec.mx")
-        G = t["config"]["group_size"]
+        G, m = t["config"]["group_size"], t["config"]["mantissa_bits"]
         N = int(np.prod(t["shape"]))
-        k = t["config"]["keep_count"]
         sbs = R.superblocks(N, G)
         s = rng.randrange(len(sbs))
         base_bit = _sb_bit(t, s)
-        if base_bit + sbs[s][1] > 8 * n:             # an earlier mutation moved the layout (A, shape, ...)
+        ns = sbs[s][1]                               # the superblock's most bits, all kept:
+        if base_bit + 8 * -(-ns // 32) + ns * (m + 3) > 8 * n:     # an earlier mutation moved the layout
             return kind, h, sections
-        bits = [rng.randrange(sbs[s][1]) for _ in range(2)]
+        data = sections[sec]
+
+        def get(i):
+            return (data[off + (base_bit + i) // 8] >> ((base_bit + i) % 8)) & 1
+        keep_bits, pos = [], 0                        # format 3.0: per MX block [X][keep bits][kept fields]
+        for b0 in range(0, sbs[s][1], 32):
+            nb = min(32, sbs[s][1] - b0)
+            keep_bits += [pos + 8 + j for j in range(nb)]
+            pos += 8 + nb + sum(get(pos + 8 + j) for j in range(nb)) * (m + 2)
         out = sections
         if kind == "bitmap bit":
-            bits = bits[:1]
+            bits = [rng.choice(keep_bits)]
         else:   # swap a kept and a pruned value: the keep count still matches, the fields move
-            data = sections[sec]
-            get = lambda i: (data[off + (base_bit + i) // 8] >> ((base_bit + i) % 8)) & 1  # noqa: E731
-            ones = [i for i in range(sbs[s][1]) if get(i)]
-            zeros = [i for i in range(sbs[s][1]) if not get(i)]
+            ones = [i for i in keep_bits if get(i)]
+            zeros = [i for i in keep_bits if not get(i)]
             if not ones or not zeros:
                 return kind, h, sections
             bits = [rng.choice(ones), rng.choice(zeros)]
