@@ -83,31 +83,28 @@ static inline void flush_chunk(wr_t *w) {                     /* zero-pad to the
     w->cnt = 0;
 }
 
-#define ENC_PAIR_(ce) (((ce) >> 8) & 1)
-#define ENC_T_(ce) (((ce) >> 9) & 1)
-
-/* Unary group code of a symbol (encoder table entry ce = q | pair << 8 | t << 9): group q -> 1 << q
- * (q+1 bits); escape (q = Q) -> Q zeros, 1 and, in format 2.0 (l3 = 0), the 8 raw bits. The suffix bit
- * (and in 3.0 an escape's raw bits) go to the companion field. */
-static inline void put_code(wr_t *w, int32_t ce, int Q, int sym, int l3) {
-    int q = ce & 0xFF, esc = q >= Q && !l3;
-    uint64_t v = esc ? ((1ull << Q) | ((uint64_t)(sym & 0xFF) << (Q + 1))) : (1ull << (q < Q ? q : Q));
-    put(w, v, esc ? Q + 1 + ESC_BITS : (q < Q ? q : Q) + 1);
-}
-
-/* A companion field: the value's body after its prefix, the suffix bit t of a pair group (pair = 1) or, in
- * format 3.0, an escaped symbol's 8 raw bits (esc3 = 1). Returns the field; *w += the prefix width. */
-static inline uint32_t with_prefix(uint32_t body, int32_t ce, int esc3, int sym, int *w) {
-    int pw = ENC_PAIR_(ce) + ESC_BITS * esc3;
-    *w += pw;
-    return (body << pw) | (esc3 ? (uint32_t)(sym & 0xFF) : (uint32_t)ENC_T_(ce));
-}
-
 #define ENC_Q(ce) ((ce) & 0xFF)
 #define ENC_PAIR(ce) (((ce) >> 8) & 1)
 #define ENC_T(ce) (((ce) >> 9) & 1)
 #define DEC_PAIR(d) (((d) >> 18) & 1)
 #define DEC_SYM(d, t) ((((uint32_t)(d)) >> (9 * (t))) & 0x1FF)     /* t = 0: S[b_q]; t = 1: S[b_q + 1] */
+
+/* Unary group code of a symbol (encoder table entry ce = q | pair << 8 | t << 9): group q -> 1 << q
+ * (q+1 bits); escape (q = Q) -> Q zeros, 1 and, in format 2.0 (l3 = 0), the 8 raw bits. The suffix bit
+ * (and in 3.0 an escape's raw bits) go to the companion field. */
+static inline void put_code(wr_t *w, int32_t ce, int Q, int sym, int l3) {
+    int q = ENC_Q(ce), esc = q >= Q && !l3;                      /* q <= Q: the table's escape is Q */
+    uint64_t v = esc ? ((1ull << Q) | ((uint64_t)(sym & 0xFF) << (Q + 1))) : (1ull << q);
+    put(w, v, esc ? Q + 1 + ESC_BITS : q + 1);
+}
+
+/* A companion field: the value's body after its prefix, the suffix bit t of a pair group (pair = 1) or, in
+ * format 3.0, an escaped symbol's 8 raw bits (esc3 = 1). Returns the field; *w += the prefix width. */
+static inline uint32_t with_prefix(uint32_t body, int32_t ce, int esc3, int sym, int *w) {
+    int pw = ENC_PAIR(ce) + ESC_BITS * esc3;
+    *w += pw;
+    return (body << pw) | (esc3 ? (uint32_t)(sym & 0xFF) : (uint32_t)ENC_T(ce));
+}
 
 static const uint32_t WMASK[33] = {                                   /* WMASK[w] = 2^w - 1 */
     0x0, 0x1, 0x3, 0x7, 0xF, 0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF, 0x3FFF, 0x7FFF,
