@@ -23,6 +23,9 @@ PLANES = {
     "c2": (("spec.mx",), ("verif.codes", "verif.rest")),
 }
 INDEXED = {"c1": ("spec.codes", "verif.codes"), "c2": ("verif.codes", "verif.rest")}
+# Format 3.0: the field planes whose chunk sizes, when their book has no pair (no index), follow from the config
+# plus the escapes of their code planes (golden/escfield.py field_offsets)
+SIZED_BY_CODES = {"c1": ("spec.signman", "verif.rest"), "c2": ()}
 
 
 @dataclass
@@ -524,7 +527,7 @@ def _plane_offsets(enc: EncodedTensor, name: str, stored: bool = True) -> np.nda
         if off[0] != 0 or np.any(np.diff(off) < 0):
             raise FormatError(f"{name}: chunk offsets do not increase from 0 to the plane length")
         return off
-    if enc.format_major == 3 and cfg.scheme == "c1" and name in ("spec.signman", "verif.rest"):
+    if enc.format_major == 3 and name in SIZED_BY_CODES[cfg.scheme]:
         from .escfield import field_offsets     # 3.0: the code plane's escapes size an unpaired field plane
         off = field_offsets(enc, name)
         if off[-1] != len(data):

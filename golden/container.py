@@ -20,8 +20,8 @@ import numpy as np
 
 from ..errors import ConfigError, FormatError
 from .codebook import Codebook
-from .codec import (INDEXED, PLANES, EncodedTensor, chunk_count, fixed_plane_nbytes, has_index, index_from_bytes,
-                    index_to_bytes, plane_offsets)
+from .codec import (INDEXED, PLANES, SIZED_BY_CODES, EncodedTensor, chunk_count, fixed_plane_nbytes, has_index,
+                    index_from_bytes, index_to_bytes, plane_offsets)
 from .config import FORMAT_VERSION, PRUNED, READABLE_MAJORS, CodecConfig
 from .escfield import EscFieldTensor, to_format3
 from .io import atomic_output
@@ -154,8 +154,6 @@ def _slice(sections: dict, ref, what: str) -> bytes:
     return data[off: off + length]
 
 
-# Format 3.0: the C1 field planes without an index take their chunk sizes from their code planes' escapes.
-SIZED_BY_CODES = {"c1": ("spec.signman", "verif.rest"), "c2": ()}
 MAX_VALUES = 1 << 40   # far above any real tensor; keeps a corrupt shape from allocating absurd arrays
 
 
@@ -247,8 +245,8 @@ def _tensor(entry, sections: dict, major: int = FORMAT_VERSION[0]) -> tuple[str,
     enc = cls(shape, cfg, spec_book, verif_book, planes, offsets)
     for plane in SIZED_BY_CODES[cfg.scheme]:
         if major >= 3 and plane in planes and plane not in offsets:
-            try:
-                plane_offsets(enc, plane)
+            try:           # checked once here and kept, so slicing and framing do not size the plane again
+                offsets[plane] = plane_offsets(enc, plane)
             except FormatError as exc:
                 raise FormatError(f"{name}/{exc}") from None
     return name, enc

@@ -313,7 +313,7 @@ def _plane(enc, name, l3: bool = False):
     buf = np.zeros(n + _slack(enc.config), np.uint8)        # the C readers load 8 bytes unchecked
     buf[:n] = np.frombuffer(data, np.uint8)
     indexed = _np.has_index(name, enc.config, enc.spec_book, enc.verif_book)
-    if l3 and not indexed and name in ("spec.signman", "verif.rest") and enc.config.scheme == "c1":
+    if l3 and not indexed and name in _np.SIZED_BY_CODES[enc.config.scheme]:
         return buf, n, None
     if indexed:
         off = enc.offsets.get(name)
