@@ -7,7 +7,7 @@ import numpy as np
 
 from .codec import PLANES, EncodedTensor, _decode_c2_spec, decode_full, slice_chunks
 from .config import ESCAPE_PAYLOAD_BITS, PRUNED
-from .escfield import _decode_c2_blocks, keep_mask_of
+from .escfield import _decode_c2_blocks, escapes_per_chunk, keep_mask_of
 
 
 def entropy_bits(counts: np.ndarray) -> float:
@@ -43,20 +43,21 @@ def unary_rank_bits(counts: np.ndarray) -> float:
 
 def prefix_bits(enc: EncodedTensor, bits: np.ndarray) -> tuple[int, int]:
     """The parts of the exponent code the companion planes carry (FORMAT.md §3.1): the suffix bits of pair
-    groups, and in format 3.0 the escapes' 8 raw bits (the 2.0 layout keeps those in the code planes)."""
+    groups (0 without pairs), and in format 3.0 the escapes' 8 raw bits (the 2.0 layout keeps those in the code
+    planes), counted from the code planes."""
+    payload = 0
+    if enc.format_major == 3:
+        payload = ESCAPE_PAYLOAD_BITS * sum(int(escapes_per_chunk(enc, p).sum())
+                                            for p in ("spec.codes", "verif.codes") if p in enc.planes)
+    if not ((enc.spec_book is not None and enc.spec_book.pairs) or enc.verif_book.pairs):
+        return 0, payload
     e = ((np.asarray(bits).reshape(-1) >> 7) & 0xFF).astype(np.int64)
     vb = enc.verif_book
     if enc.config.scheme == "c1":
-        sb = enc.spec_book
-        kept = keep_mask_of(enc)
-        groups = [sb.group_table()[e[kept]], vb.group_table()[e[~kept]]]
-        books = (sb, vb)
-    else:
-        nz, Xv = (_decode_c2_blocks(enc)[1:3] if enc.format_major == 3 else _decode_c2_spec(enc)[2:4])
-        groups, books = [vb.group_table()[np.minimum(Xv - e, PRUNED)[~nz]]], (vb,)
-    suffix = sum(int(b.pair_bits()[g].sum()) for b, g in zip(books, groups))
-    escapes = sum(int((g == b.Q).sum()) for b, g in zip(books, groups))
-    return suffix, (ESCAPE_PAYLOAD_BITS * escapes if enc.format_major == 3 else 0)
+        kept, sb = keep_mask_of(enc), enc.spec_book
+        return int(sb.pair_bits()[sb.group_table()[e[kept]]].sum() + vb.pair_bits()[vb.group_table()[e[~kept]]].sum()), payload
+    nz, Xv = (_decode_c2_blocks(enc)[1:3] if enc.format_major == 3 else _decode_c2_spec(enc)[2:4])
+    return int(vb.pair_bits()[vb.group_table()[np.minimum(Xv - e, PRUNED)[~nz]]].sum()), payload
 
 
 PART_VALUES = 1 << 20   # values decoded at a time: the statistics' memory does not grow with the tensor
