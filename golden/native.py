@@ -337,8 +337,7 @@ def _slack(cfg: CodecConfig) -> int:
 
 
 def _decode(enc: _np.EncodedTensor, full: bool) -> np.ndarray:
-    from .escfield import EscFieldTensor
-    l3 = isinstance(enc, EscFieldTensor)
+    l3 = enc.format_major == 3
     cfg, N = enc.config, enc.numel
     G, m, k, A = cfg.group_size, cfg.mantissa_bits, cfg.keep_count, cfg.chunk_superblocks
     lib = load()
@@ -386,7 +385,7 @@ def _decode_or_numpy(enc, full):
             return _decode(enc, full)
         except _Fallback:
             pass
-    from .escfield import EscFieldTensor, decode as decode3
-    if isinstance(enc, EscFieldTensor):
+    if enc.format_major == 3:
+        from .escfield import decode as decode3
         return decode3(enc, full, impl="numpy")
     return (_np.decode_full if full else _np.decode_draft)(enc, impl="numpy")

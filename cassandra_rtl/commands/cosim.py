@@ -70,9 +70,10 @@ def check_config(config: str | None) -> None:
         raise ConfigError(f"--config {config} {kind}; decoder configurations: {', '.join(known)}")
 
 
-def load_tensors(path: str, mode: str) -> list[tuple[str, object]]:
-    """The tensors to co-simulate. A .npy is only validated here (header against the file size, dtype);
-    it is encoded later by ``encode_npy``, after the cheap checks."""
+def load_tensors(path: str, verification: bool) -> list[tuple[str, object]]:
+    """The tensors to co-simulate (``verification``: read a container's verification section too). A .npy is
+    only validated here (header against the file size, dtype); it is encoded later by ``encode_npy``, after the
+    cheap checks."""
     from ..golden.io import read_npy_header
 
     p = Path(path)
@@ -87,9 +88,7 @@ def load_tensors(path: str, mode: str) -> list[tuple[str, object]]:
         raise CliError(f"{path}: expected a .cass container or a .npy of raw uint16 bf16 bits")
     from ..golden.container import read_container
 
-    # both sections even in draft mode: the harnesses hand a decoder of the 2.0 layout each tensor converted
-    # from format 3.0, which re-encodes its values (tb/decoder/framing.py ``framed``)
-    c = read_container(p)
+    c = read_container(p, verification=verification)
     return list(c.tensors.items())
 
 
@@ -116,7 +115,12 @@ def run(args) -> int:
 
     # cheap checks first: configuration, input file, codec options; then the simulator; then the slow work
     check_config(args.config)
-    tensors = load_tensors(args.input, args.mode)
+    from ..hw.configs import CONFIG_INFO
+
+    # decoder v2 (the default configurations) reads the 2.0 layout: the harnesses convert each of a container's
+    # format 3.0 tensors (tb/decoder/framing.py ``framed``), which re-encodes its values from both sections
+    as_stored = args.config is not None and CONFIG_INFO[args.config].get("layout") == "format 3.0"
+    tensors = load_tensors(args.input, verification=args.mode == "full" or not as_stored)
     npy = tensors == [("npy", None)]
     if npy:
         scheme = decoder_configs()[args.config] if args.config else "c1"
