@@ -122,9 +122,15 @@ def _c2v3_small():
     return DecoderC2v3(lanes=4, word=32)     # 32-bit words on every plane: no 64-bit term for the SMT solvers
 
 
+def _c1v3_small():
+    from .decoder_c1_v3 import DecoderC1v3
+    return DecoderC1v3(lanes=4, code_word=32, word=32)     # 32-bit words on every plane, a 64-bit field window
+
+
 FORMAL_DECODERS: dict[str, Callable] = {
     "decoder_c2v2_l4_w64": _c2v2_small,  # the smallest v2 C2 decoder (hw/decoder_c2_v2.py: word >= 9L - 1, >= 64)
     "decoder_c2v3_l4_w32": _c2v3_small,  # the C2 decoder v3 prototype at L = 4, 32-bit words
+    "decoder_c1v3_l4_w32": _c1v3_small,  # the C1 decoder v3 at L = 4, 32-bit words (its L = 8 stream BMC times out)
 }
 # The v2 decoders (the v1 blocks decoder_c1_l4 / decoder_c2_l4_w32 are retired: CHANGELOG.md).
 DEFAULT_DECODERS = ("decoder_c1v2_l4", "decoder_c2v2_l4_w64")
@@ -137,7 +143,8 @@ DEFAULT_DECODERS = ("decoder_c1v2_l4", "decoder_c2v2_l4_w64")
 # decoder_c2v2_l4_w64: 13 with its defaults (no DRAFT stage, no output register: N = 13 passes, 12 fails);
 # each of a FETCH register, a DRAFT stage or an output register adds one cycle. decoder_c1v3_l8: 6 (N = 6 passes,
 # 5 fails: START, INIT, then P, R, D, F). decoder_c2v3_l4_w32: 5 (5 passes, 4 fails, with its chunk gap of 1).
-FORMAL_LIVENESS_N = {"decoder_c1v2_l4": 8, "decoder_c2v2_l4_w64": 13, "decoder_c1v3_l8": 6, "decoder_c2v3_l4_w32": 5}
+FORMAL_LIVENESS_N = {"decoder_c1v2_l4": 8, "decoder_c2v2_l4_w64": 13, "decoder_c1v3_l8": 6, "decoder_c2v3_l4_w32": 5,
+                     "decoder_c1v3_l4_w32": 6}
 # Idle cycles a decoder takes after each chunk's last beat in the liveness run (draft mode, words valid every
 # cycle): decoder_c2_v3 reads a chunk's first MX block header in a step of its own (docs/datasheets/decoder_c1_v3.md).
 # From-reset protocol BMC depth where the default 10 is out of reach: decoder_c2v3_l4_w32's 64-bit code-reader
