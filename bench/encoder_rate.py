@@ -2,7 +2,7 @@
 
 For each (L, G, m, k): random KV vectors (normal values at three scales), books calibrated on the first half
 (``golden.kv.calibrate_kv_codebooks``), no input idles, no backpressure; every plane word is checked
-against golden ``encode_tensor``. Steady state = marginal cycles per vector between an 8- and a 16-vector
+against golden ``encode_kv`` (format 3.0). Steady state = marginal cycles per vector between an 8- and a 16-vector
 run; latency = first input beat -> last output word of a single vector.
 
     python bench/encoder_rate.py --scheme c2
@@ -17,9 +17,8 @@ import argparse
 
 import numpy as np
 
-from cassandra_rtl.golden.codec import encode_tensor
 from cassandra_rtl.golden.config import CodecConfig
-from cassandra_rtl.golden.kv import calibrate_kv_codebooks
+from cassandra_rtl.golden.kv import calibrate_kv_codebooks, encode_kv
 from cassandra_rtl.hw.simutil import encoder_program, expected_plane_words, run_encoder
 
 DEFAULT = ["2,128,3,64", "2,128,3,128", "2,64,3,32", "2,64,3,64", "2,128,7,128"]
@@ -37,7 +36,7 @@ def cycles(scheme: str, L: int, G: int, m: int, k: int, n: int) -> int:
     bits = vectors(n, G)
     cfg = CodecConfig(scheme=scheme, group_size=G, mantissa_bits=m, keep_count=k, kind="kv")
     books = calibrate_kv_codebooks(vectors(8, G, seed=2), cfg)
-    enc = encode_tensor(bits, cfg, books=books)
+    enc = encode_kv(bits, cfg, books)
     dut = (EncoderKvC1 if scheme == "c1" else EncoderKvC2)(L, max_group=128)
     res = run_encoder(dut, bits, encoder_program(cfg, books))
     if res.error_code or any(res.planes[p] != w for p, w in expected_plane_words(enc, dut.word).items()):

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .codebook import Codebook, build_codebook
-from .codec import EncodedTensor, c2_draft_fields, check_bits, decode_draft, decode_full, encode_tensor, keep_mask
+from .codec import EncodedTensor, c2_draft_fields, check_bits, decode_draft, decode_full, keep_mask
 from .config import MX_BLOCK, PRUNED, CodecConfig
 
 
@@ -50,8 +50,10 @@ def calibrate_kv_codebooks(prefill_bits, cfg: CodecConfig) -> tuple[Codebook | N
 
 
 def encode_kv(bits, cfg: CodecConfig, books: tuple[Codebook | None, Codebook]) -> EncodedTensor:
-    """Encode KV vectors (one superblock each) with fixed books - what the RTL encoder emits."""
-    return encode_tensor(_check(bits, cfg), cfg, books=books)
+    """Encode KV vectors (one superblock each) with fixed books in format 3.0 (golden/escfield.py) - what
+    the RTL KV encoders emit."""
+    from .escfield import encode3
+    return encode3(_check(bits, cfg), cfg, books=books)
 
 
 def decode_kv_draft(enc: EncodedTensor) -> np.ndarray:

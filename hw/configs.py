@@ -151,14 +151,14 @@ def _encoder_factories():
     except ImportError:            # the encoder is optional while it is being developed
         return
     measured = {  # (scheme, L): (values/cycle pruning G=128, values/cycle k=G G=128, latency cycles)
-        ("c1", 2): (1.06, 1.97, 188), ("c1", 8): (1.75, 7.42, 93),
-        ("c2", 2): (0.90, 1.94, 211), ("c2", 8): (1.35, 7.11, 115),
+        ("c1", 2): (1.06, 1.97, 189), ("c1", 8): (1.75, 7.42, 94),
+        ("c2", 2): (0.93, 1.97, 205), ("c2", 8): (1.42, 7.11, 111),
     }
     for l, word in ((2, 64), (8, 64)):
         for scheme, cls, what in (("c1", EncoderKvC1, "C1"), ("c2", EncoderKvC2, "C2, MX shared exponent")):
             vpc, vpc_all, lat = measured[(scheme, l)]
             _register(f"encoder_kv_{scheme}_l{l}", lambda c=cls, l=l, w=word: c(lanes=l, word=w),
-                      block=f"encoder_kv_{scheme}", lanes=l, word=word, max_group=128,
+                      block=f"encoder_kv_{scheme}", lanes=l, word=word, max_group=128, layout="format 3.0",
                       values_per_cycle=vpc, values_per_cycle_no_pruning=vpc_all, latency_cycles=lat,
                       description=f"online KV-cache encoder ({what}), {l} bf16 values/cycle in, {word}-bit plane "
                                   "words, one vector buffer (lib.memory), sequential radix-16 select")

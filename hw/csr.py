@@ -50,7 +50,7 @@ class Csr:
 
 ID_VALUE = 0x43415353              # "CASS"
 # VERSION[15:0]: the format of the planes a block reads or writes (hw/configs.py CONFIG_INFO "layout"):
-# decoder v3 format 3.0, decoder v2 and the KV encoders the 2.0 layout (FORMAT.md §3.4)
+# decoder v3 and the KV encoders format 3.0, decoder v2 the 2.0 layout (FORMAT.md §3.4)
 LAYOUT_FORMAT = {"format 2.0": (2, 0), "format 3.0": FORMAT_VERSION}
 KINDS = {"decoder_c1v2": 1, "decoder_c2": 2, "encoder_kv_c1": 3, "encoder_kv_c2": 4, "decoder_c1v3": 5,
          "decoder_c2v3": 6}   # BLOCK[7:0]
@@ -64,8 +64,8 @@ REGISTER_MAP = [   # (offset, name, access, meaning): ports.md's summary of hw/r
      "the block's error is set answers SLVERR (ignored); reads return 0"),
     (f"{Csr.ID:#05x}", "ID", "R", f"{ID_VALUE:#010x} (\"CASS\")"),
     (f"{Csr.VERSION:#05x}", "VERSION", "R",
-     "[15:8] format major, [7:0] format minor of the planes the block reads or writes (3.0: decoder v3; 2.0: "
-     "decoder v2 and the KV encoders), [23:16] register map version"),
+     "[15:8] format major, [7:0] format minor of the planes the block reads or writes (3.0: decoder v3 and the KV "
+     "encoders; 2.0: decoder v2), [23:16] register map version"),
     (f"{Csr.BLOCK:#05x}", "BLOCK", "R",
      "[7:0] kind (" + ", ".join(f"{v} {KIND_NAMES[k]}" for k, v in KINDS.items()) + "), [15:8] lanes, "
      "[23:16] full-mode lanes"),
@@ -312,7 +312,7 @@ def c_header() -> str:
     lines += [define(f"CASS_CSR_{n}", f"0x{getattr(Csr, n):03X}u") for n in
               ("ID", "VERSION", "BLOCK", "STATUS", "ERROR_CODE", "IRQ_STATUS", "IRQ_ENABLE")]
     lines += ["", define("CASS_ID_VALUE", f"0x{ID_VALUE:08X}u", '"CASS"'),
-              define("CASS_FORMAT_MAJOR", f"{major}u", "VERSION[15:8] of decoder v3 (containers); v2 / KV: 2"),
+              define("CASS_FORMAT_MAJOR", f"{major}u", "VERSION[15:8] of decoder v3, the KV encoders, containers; v2: 2"),
               define("CASS_FORMAT_MINOR", f"{minor}u", "VERSION[7:0]"),
               define("CASS_MAP_VERSION", f"{MAP_VERSION}u", "VERSION[23:16]"), ""]
     lines += [define(f"CASS_KIND_{k.upper()}", f"{v}u", "BLOCK[7:0]") for k, v in KINDS.items()]

@@ -1,6 +1,6 @@
 """Online KV-cache encoder, Cassandra-1: one KV vector (= one superblock of G = head_dim values) at a
-time in, the four C1 planes out, bit-exactly what ``golden.codec.encode_tensor(..., kind="kv",
-books=(spec, verif))`` emits (docs/FORMAT.md sections 2, 3; docs/datasheets/kv_encoders.md).
+time in, the four C1 planes out, bit-exactly what ``golden.kv.encode_kv(bits, cfg, (spec, verif))`` emits in
+format 3.0 (docs/FORMAT.md sections 2, 3; docs/datasheets/kv_encoders.md).
 
 Sized for the KV rate (docs/datasheets/kv_encoders.md, "Rate"): the KV cache is written at the prefill rate,
 well under one value per PE cycle for a Llama-3-8B-class model, so the encoder has ONE vector buffer in a
@@ -22,8 +22,8 @@ L-lane emitter (L = 2 in the default configuration). Per vector:
           and keep flags) -> per-plane packed fields -> BitWriters. Lane i is kept iff ``key > t`` or
           (``key == t`` and fewer than ``r`` equal keys came before it). Per lane ONE CAM lookup of its
           exponent (speculation book when kept, verification book when pruned), its sign/mantissa field
-          and its rest field; per plane an L-field packer feeds a BitWriter, which closes the chunk after
-          the last beat.
+          and its rest field (an escaped exponent's 8 raw bits in front of the one its code pairs with);
+          per plane an L-field packer feeds a BitWriter, which closes the chunk after the last beat.
 
 The one buffer serialises SELECT with EMIT (a second buffer would double the largest part of the area
 for a rate the KV path does not need): a vector costs ``G/L + 3 * (G/R + 2) + 3`` cycles when pruning,
@@ -44,7 +44,7 @@ from amaranth.utils import bits_for, exact_log2
 
 from ..errors import ConfigError
 from ..golden.config import (ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS,
-                             K_MAX, MAGNITUDE_MASK, MAX_CODE_BITS, PRUNED)
+                             K_MAX, MAGNITUDE_MASK, PRUNED)
 from .bitreader import word_layout
 from .bitwriter import BitWriter
 from .decoder import (BF16_BITS, ERROR_BITS, FIELD_MAX, MAX_LANES, MAX_WORD, SYMBOL_BITS, Err, Reg, cfg_layout,
@@ -52,6 +52,7 @@ from .decoder import (BF16_BITS, ERROR_BITS, FIELD_MAX, MAX_LANES, MAX_WORD, SYM
 from .zero_counter import prefix_counts
 
 KEY_BITS = bits_for(MAGNITUDE_MASK)       # 15
+CODE_BITS = K_MAX + 1                     # longest code (format 3.0): an escape at Q = K_MAX, its raw bits elsewhere
 FRAME_ERR = 6                             # error_code bit: `last` not on the vector's final beat
 # Radix of the sequential top-k select: DIGIT_BITS key bits per histogram pass (radix 16: 15 counters).
 DIGIT_BITS = 4
@@ -172,8 +173,9 @@ class KvEncoderBase(wiring.Component):
     # ------------------------------------------------------------------------------------------ code CAM
     @staticmethod
     def _code(m, sym, table, K, name):
-        """(value, width) of the rank-unary code of ``sym``: rank r -> 1 << r (r+1 bits); not in the book
-        -> escape (1 << K) | (sym << (K+1)), K+9 bits."""
+        """(value, width, escaped) of the group code of ``sym`` in a book without pairs (FORMAT.md §3.1, §5):
+        rank r -> ``1 << r`` (r+1 bits); not in the book -> the escape ``1 << K`` (K+1 bits), whose 8 raw
+        bits the caller puts in front of the value's companion field (format 3.0)."""
         hit = [Signal(name=f"{name}_hit{i}") for i in range(K_MAX)]
         for i in range(K_MAX):
             m.d.comb += hit[i].eq((table[i] == sym) & (i < K))
@@ -183,14 +185,25 @@ class KvEncoderBase(wiring.Component):
         for i in range(K_MAX):
             acc = acc | Mux(hit[i], i, 0)             # books hold distinct symbols: at most one hit
         m.d.comb += [rank.eq(acc), found.eq(Cat(*hit).any())]
-        value = Signal(MAX_CODE_BITS, name=f"{name}_val")
-        width = Signal(range(MAX_CODE_BITS + 1), name=f"{name}_w")
-        esc_value = (Const(1, MAX_CODE_BITS) << K) | (sym[:ESCAPE_PAYLOAD_BITS] << (K + 1))
+        value = Signal(CODE_BITS, name=f"{name}_val")
+        width = Signal(range(CODE_BITS + 1), name=f"{name}_w")
+        escaped = Signal(name=f"{name}_esc")
         m.d.comb += [
-            value.eq(Mux(found, Const(1, MAX_CODE_BITS) << rank, esc_value)),
-            width.eq(Mux(found, rank + 1, K + 1 + ESCAPE_PAYLOAD_BITS)),
+            value.eq(Const(1, CODE_BITS) << Mux(found, rank, K)),
+            width.eq(Mux(found, rank, K) + 1),
+            escaped.eq(~found),
         ]
-        return value, width
+        return value, width, escaped
+
+    @staticmethod
+    def _with_prefix(m, escaped, sym, value, width, name):
+        """A companion field ``(value, width)`` with an escape's 8 raw bits in front (stream-LSB side) when
+        ``escaped``: ``sym | (value << 8)``, width + 8 (FORMAT.md §3.1 "Companion field")."""
+        v = Signal(ESCAPE_PAYLOAD_BITS + len(value), name=f"{name}_fv")
+        w = Signal(range(ESCAPE_PAYLOAD_BITS + 2 * FIELD_MAX + 1), name=f"{name}_fw")
+        m.d.comb += [v.eq(Mux(escaped, Cat(sym[:ESCAPE_PAYLOAD_BITS], value), value)),
+                     w.eq(Mux(escaped, width + ESCAPE_PAYLOAD_BITS, width))]
+        return v, w
 
     def _pack(self, m, fields, name):
         """Concatenate L (value, width) fields, lane 0 first: offsets are an exclusive prefix sum of the
@@ -253,7 +266,7 @@ class KvEncoderBase(wiring.Component):
             m.d.sync += err.eq(0)
 
     # ------------------------------------------------------------------------------ buffer, select, emit
-    def _pipeline(self, m, r, err, raise_err, clear, first_beat_errors, n_header=None, map_pass=None):
+    def _pipeline(self, m, r, err, raise_err, clear, first_beat_errors, map_pass=None):
         """The vector buffer and the shared front end / emitter sequencer of the KV encoders.
 
         * buffer: ``Memory`` of ``max_group / R`` rows x ``R`` values, one write port (lane granularity)
@@ -264,9 +277,9 @@ class KvEncoderBase(wiring.Component):
         * front end (FSM ``front``): once a vector is loaded and the emitter no longer reads the
           buffer, the radix-16 select (``t_reg`` / ``r_reg``), then ``map_pass`` (C2's keep bitmap),
           then the hand-over to the emitter;
-        * emitter sequencer: ``n_header`` header items (C2) then ``G/L`` beats go into the subclass's
-          stage 1 (``fire``) one per cycle while ``move`` (its pipeline is not stalled); it issues the
-          buffer row reads so that a row is in the read register (``row_vals``) for its beats.
+        * emitter sequencer: ``G/L`` beats go into the subclass's stage 1 (``fire``) one per cycle while
+          ``move`` (its pipeline is not stalled); it issues the buffer row reads so that a row is in the
+          read register (``row_vals``) for its beats.
         Returns a namespace with all of it."""
         L, GM, R = self.lanes, self.max_group, self.row_values
         p = SimpleNamespace()
@@ -288,7 +301,7 @@ class KvEncoderBase(wiring.Component):
         m.d.comb += p.prunes.eq(r["k"] != r["g"])
 
         p.loaded = Signal(name="buf_loaded")              # a complete vector waits for / is in the front end
-        p.emit_active = Signal(name="emit_active")        # the emitter still feeds items of its vector
+        p.emit_active = Signal(name="emit_active")        # the emitter still feeds beats of its vector
         p.erow = Signal(range(p.nrows_max + 1), name="emit_rows_read")   # rows of that vector read so far
         p.t_reg = Signal(KEY_BITS, name="t_reg")          # k-th largest key of the vector in emission
         p.r_reg = Signal(range(GM + 1), name="r_reg")     # keys equal to t kept
@@ -382,7 +395,7 @@ class KvEncoderBase(wiring.Component):
         m.d.comb += [prefix_next.eq(sel.prefix | (dig << shift)), rem_next.eq(sel.rem - above)]
 
         # ---- front end FSM: select (and map pass) of the loaded vector, then the hand-over
-        p.emit_can_start = Signal(name="emit_can_start")  # the emitter has fed its last item (driven below)
+        p.emit_can_start = Signal(name="emit_can_start")  # the emitter has fed its last beat (driven below)
         prow = Signal(range(p.nrows_max + 1), name="pass_row")
         last_prow = Signal(name="pass_last_row")
         m.d.comb += last_prow.eq(prow + 1 == p.nrows)
@@ -440,37 +453,27 @@ class KvEncoderBase(wiring.Component):
         if map_pass is not None:
             map_pass(p)
 
-        # ---- emitter sequencer: items (header, then beats) into the subclass's stage 1
-        n_hdr = Const(0, 1) if n_header is None else n_header(p)
-        p.n_hdr = n_hdr
-        p.n_items = Signal(range(p.beats + 2 * GM // 32 + 2), name="n_items")
-        m.d.comb += p.n_items.eq(n_hdr + p.nbeats)
-        p.item = Signal.like(p.n_items, name="emit_item")
-        p.move = Signal(name="emit_move")                 # stage 1 may take an item (driven by the subclass)
-        p.fire = Signal(name="emit_fire")
-        p.is_hdr = Signal(name="item_is_header")
+        # ---- emitter sequencer: the vector's beats into the subclass's stage 1
         p.beat = Signal(range(p.beats + 1), name="emit_beat")
-        p.last_item = Signal(name="emit_last_item")
-        if n_header is None:                              # no header items (C1)
-            m.d.comb += [p.is_hdr.eq(0), p.beat.eq(p.item)]
-        else:
-            m.d.comb += [p.is_hdr.eq(p.item < n_hdr), p.beat.eq(p.item - n_hdr)]
-        m.d.comb += [p.fire.eq(p.emit_active & p.move), p.last_item.eq(p.item + 1 == p.n_items),
-                     p.emit_can_start.eq(~p.emit_active | (p.fire & p.last_item))]
+        p.move = Signal(name="emit_move")                 # stage 1 may take a beat (driven by the subclass)
+        p.fire = Signal(name="emit_fire")
+        p.last_beat = Signal(name="emit_last_beat")
+        m.d.comb += [p.fire.eq(p.emit_active & p.move), p.last_beat.eq(p.beat + 1 == p.nbeats),
+                     p.emit_can_start.eq(~p.emit_active | (p.fire & p.last_beat))]
         p.row_beat = Signal(range(p.bpr), name="emit_row_beat")   # beat within its buffer row
         m.d.comb += p.row_beat.eq(p.beat & (p.bpr - 1))
         with m.If(p.fire):
-            m.d.sync += p.item.eq(p.item + 1)
-            with m.If(p.last_item):
+            m.d.sync += p.beat.eq(p.beat + 1)
+            with m.If(p.last_beat):
                 m.d.sync += p.emit_active.eq(0)
-            # last beat of a row: the next row goes into the read register with this item
-            with m.If(~p.is_hdr & (p.row_beat == p.bpr - 1) & (p.erow < p.nrows)):
+            # last beat of a row: the next row goes into the read register with this beat
+            with m.If((p.row_beat == p.bpr - 1) & (p.erow < p.nrows)):
                 m.d.comb += [rd_addr.eq(p.erow), rd_en.eq(1)]
                 m.d.sync += p.erow.eq(p.erow + 1)
-        # The hand-over may coincide with the previous vector's last item (so it comes after it here).
+        # The hand-over may coincide with the previous vector's last beat (so it comes after it here).
         with m.If(handover):
             m.d.comb += [rd_addr.eq(0), rd_en.eq(1)]
-            m.d.sync += [p.emit_active.eq(1), p.item.eq(0), p.erow.eq(1)]
+            m.d.sync += [p.emit_active.eq(1), p.beat.eq(0), p.erow.eq(1)]
         with m.If(clear):
             m.d.sync += p.lbeat.eq(0)                     # the vector cut by the error is dropped
         p.lane_vals = [Signal(BF16_BITS, name=f"row_lane{i}") for i in range(L)]
@@ -537,7 +540,7 @@ class EncoderKvC1(KvEncoderBase):
         m_reg = r["m"]
         fr = Signal(range(BF16_MANTISSA_BITS + 1))
         m.d.comb += fr.eq(BF16_MANTISSA_BITS - m_reg)
-        pv, pw = self._code(m, Const(PRUNED, SYMBOL_BITS), r["spec_tab"], r["spec_k"], "pruned")
+        pv, pw, _ = self._code(m, Const(PRUNED, SYMBOL_BITS), r["spec_tab"], r["spec_k"], "pruned")  # never escapes
         spec_f, sm_f, ver_f, rest_f = [], [], [], []
         for i, v in enumerate(vals):
             s, e, f = bf16_fields(v)
@@ -546,15 +549,17 @@ class EncoderKvC1(KvEncoderBase):
                 m.d.comb += tab[j].eq(Mux(kept[i], r["spec_tab"][j], r["verif_tab"][j]))
             kk = Signal(range(K_MAX + 1), name=f"book{i}_k")
             m.d.comb += kk.eq(Mux(kept[i], r["spec_k"], r["verif_k"]))
-            cv, cw = self._code(m, e, tab, kk, f"c{i}")
+            cv, cw, esc = self._code(m, e, tab, kk, f"c{i}")
             spec_f.append((Mux(kept[i], cv, pv), Mux(kept[i], cw, pw)))
             ver_f.append((Mux(kept[i], 0, cv), Mux(kept[i], 0, cw)))   # bits above a field's width stay 0
             smv = Signal(FIELD_MAX, name=f"smv{i}")
             m.d.comb += smv.eq(Cat(f, s) >> fr)           # (s << m) | (f >> (7 - m))
-            sm_f.append((Mux(kept[i], smv, 0), Mux(kept[i], m_reg + 1, 0)))
+            smv, smw = self._with_prefix(m, esc, e, smv, m_reg + 1, f"sm{i}")   # an escape's e leads it
+            sm_f.append((Mux(kept[i], smv, 0), Mux(kept[i], smw, 0)))
             low = Signal(BF16_MANTISSA_BITS, name=f"low{i}")
             m.d.comb += low.eq(f & ~(Const(0x7F, BF16_MANTISSA_BITS) << fr))
-            rest_f.append((Mux(kept[i], low, Cat(f, s)), Mux(kept[i], fr, FIELD_MAX)))
+            pr, prw = self._with_prefix(m, esc, e, Cat(f, s), Const(FIELD_MAX, 4), f"pr{i}")   # pruned: [e][s f]
+            rest_f.append((Mux(kept[i], low, pr), Mux(kept[i], fr, prw)))
         return {"spec_codes": spec_f, "spec_signman": sm_f, "verif_codes": ver_f, "verif_rest": rest_f}
 
     # ------------------------------------------------------------------------------------------ elaborate
@@ -578,7 +583,7 @@ class EncoderKvC1(KvEncoderBase):
             m.d.sync += s1_valid.eq(p.fire)
         with m.If(p.fire):
             m.d.sync += [*[s1_vals[i].eq(p.lane_vals[i]) for i in range(L)], s1_kept.eq(kept),
-                         s1_last.eq(p.last_item), eq_seen.eq(eq_seen + eq_before[L])]
+                         s1_last.eq(p.last_beat), eq_seen.eq(eq_seen + eq_before[L])]
         with m.If(p.handover):                           # after the fire: it may be the last one
             m.d.sync += eq_seen.eq(0)
 

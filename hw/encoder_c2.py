@@ -1,7 +1,7 @@
 """Online KV-cache encoder, Cassandra-2 (MX shared exponent): one KV vector (= one superblock of
 G = head_dim values) at a time in, the three C2 planes out (``spec.mx``, ``verif.codes``,
-``verif.rest``), bit-exactly what ``golden.codec.encode_tensor(..., CodecConfig(scheme="c2",
-kind="kv"), books=(None, verif))`` emits (docs/FORMAT.md sections 2, 4; docs/datasheets/kv_encoders.md).
+``verif.rest``), bit-exactly what ``golden.kv.encode_kv(bits, kv_config(G, "c2", ...), (None, verif))``
+emits in format 3.0 (docs/FORMAT.md sections 2, 4; docs/datasheets/kv_encoders.md).
 
 Built from the C1 encoder's pieces (``KvEncoderBase`` in hw/encoder.py: one vector buffer in a
 ``lib.memory.Memory``, loader, sequential radix-16 top-k select with ties to the lower index, emitter
@@ -13,12 +13,11 @@ sequencer, code CAM, field packer, BitWriters). Per vector:
           registers at the hand-over.
 2. SELECT the C1 encoder's sequential select (skipped when ``k = G``).
 3. MAP    (only when ``k < G``) ``G/R`` cycles: the keep flags of one buffer row (R values) per cycle
-          into the keep mask. The bitmap opens the ``spec.mx`` chunk, so the whole mask must exist
-          before the vector's first element field.
-4. EMIT   the chunk header as 32-bit items (``G/32`` bitmap pieces when pruning, then the X bytes),
-          then ``G/L`` beats: the ``(s << (m+1)) | elem`` field of every kept value into ``spec.mx``, the
-          delta code of every draft-zero value into ``verif.codes`` and every value's rest field into
-          ``verif.rest``.
+          into the keep mask (an MX block's keep bits precede its fields in ``spec.mx``).
+4. EMIT   ``G/L`` beats: the ``(s << (m+1)) | elem`` field of every kept value into ``spec.mx``, behind
+          the block header ``[X][the block's keep bits, when pruning]`` on the first beat of each MX block;
+          the delta code of every draft-zero value into ``verif.codes`` and every value's rest field into
+          ``verif.rest`` (an escaped delta's 8 raw bits in front of its value's rest field).
 """
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ from .encoder import BF16_BITS, KvEncoderBase, bf16_fields
 
 SPEC_FIELD_MAX = FIELD_MAX + 1            # sign + (m+1)-bit element at m = 7: 9 bits
 MAX_SHIFT = BF16_MANTISSA_BITS            # 7: the mantissa bits a value can lose to the block exponent
-HDR_PIECE = 32                            # bits of one chunk-header item (one MX block's bitmap, 4 X bytes)
+HEADER_MAX = BF16_EXPONENT_BITS + MX_BLOCK   # an MX block's header in spec.mx: X, then its keep bits when pruning
 
 
 def max_tree(m, values: list, name: str):
@@ -54,7 +53,8 @@ def max_tree(m, values: list, name: str):
 class EncoderKvC2(KvEncoderBase):
     """Cassandra-2 KV encoder. Parameters as ``KvEncoderBase``: lanes L (divides 32), word IW, max_group.
 
-    ``spec.mx`` needs up to ``(m+2)·L`` bits per EMIT beat (9L at m = 7); with ``IW >= 9L`` (the default
+    ``spec.mx`` takes ``(m+2)·L`` bits per EMIT beat plus an MX block's header (up to 40 bits) every ``32/L``
+    beats: at most ``10.25·L`` bits per beat on average (m = 7, pruning); with ``IW >= 10.25·L`` (the default
     64-bit words at L = 2) its writer never limits the beat rate.
     """
 
@@ -124,11 +124,12 @@ class EncoderKvC2(KvEncoderBase):
             sf = Signal(SPEC_FIELD_MAX, name=f"sf{i}")
             m.d.comb += sf.eq(elem | (sgn << (m_reg + 1)))
             spec_f.append((Mux(kept[i], sf, 0), Mux(kept[i], m_reg + 2, 0)))
-            vv, vw = self._code(m, delta, r["verif_tab"], r["verif_k"], f"vc{i}")
+            vv, vw, esc = self._code(m, delta, r["verif_tab"], r["verif_k"], f"vc{i}")
             ver_f.append((Mux(dz, vv, 0), Mux(dz, vw, 0)))         # bits above a field's width stay 0
             low = Signal(BF16_MANTISSA_BITS, name=f"low{i}")
             m.d.comb += low.eq(f & ~(Const(0x7F, BF16_MANTISSA_BITS) << cut))
-            rest_f.append((Mux(dz, Cat(f, sgn), low), Mux(dz, FIELD_MAX, cut)))
+            dzv, dzw = self._with_prefix(m, esc, delta, Cat(f, sgn), Const(FIELD_MAX, 4), f"dz{i}")  # [delta][s f]
+            rest_f.append((Mux(dz, dzv, low), Mux(dz, dzw, cut)))
         return {"spec_mx": spec_f, "verif_codes": ver_f, "verif_rest": rest_f}
 
     # ------------------------------------------------------------------------------ keep-bitmap pass
@@ -162,47 +163,29 @@ class EncoderKvC2(KvEncoderBase):
             m.d.comb += [raise_err[Err.NO_BOOK].eq(~loaded), raise_err[Err.CONFIG].eq(loaded & ~self._geometry_ok(r))]
 
         kmask = Signal(GM, name="kmask")                 # keep flag of every value of the vector
-        nbm = Signal(range(nblk + 1), name="hdr_bitmap_items")   # bitmap pieces: G/32 when pruning
-        nx = Signal(range(nblk + 1), name="hdr_x_items")          # X pieces: ceil(G/128)
-        nblocks = Signal(range(nblk + 1), name="mx_blocks")
-
-        def n_header(p):
-            m.d.comb += [nblocks.eq(r["g"] >> exact_log2(MX_BLOCK)),
-                         nbm.eq(Mux(p.prunes, nblocks, 0)), nx.eq((nblocks + 3) >> 2)]
-            return nbm + nx
-
-        p = self._pipeline(m, r, err, raise_err, clear, first_beat_errors, n_header=n_header,
+        p = self._pipeline(m, r, err, raise_err, clear, first_beat_errors,
                            map_pass=lambda pp: self._map_pass(kmask)(m, pp))
         xs = self._shared_exponents(m, p)
 
-        # ---- stage 1 (registered): a header piece, or the beat's L values, keep flags and X
-        xbits = Cat(*[Mux(j < nblocks, xs[j], 0) for j in range(nblk)])    # X bytes of the vector's blocks
-        n_xpieces = -(-len(xbits) // HDR_PIECE)
-        # Header pieces are formed in stage 2 from the item index registered in stage 1 (kmask and xs do
-        # not change during a vector's emission: the next vector's MAP pass and X hand-over come after it).
-        s1_valid, s1_last, s1_hdr = Signal(name="s1_valid"), Signal(name="s1_last"), Signal(name="s1_hdr")
-        s1_item = Signal(range(2 * nblk + 1), name="s1_hdr_item")
-        hidx = Signal(range(nblk + 1), name="hdr_index")
-        xidx = Signal(range(nblk + 1), name="hdr_x_index")
-        m.d.comb += [hidx.eq(s1_item), xidx.eq(s1_item - nbm)]
-        is_bm = Signal(name="hdr_is_bitmap")
-        m.d.comb += is_bm.eq(s1_item < nbm)
-        bm_piece = Array(kmask[HDR_PIECE * j: HDR_PIECE * (j + 1)] for j in range(nblk))[hidx]
-        x_piece = Array(xbits[HDR_PIECE * j: HDR_PIECE * (j + 1)] for j in range(n_xpieces))[xidx]
-        x_left = Signal(range(len(xbits) + 1), name="hdr_x_left")        # X bits from this piece on
-        m.d.comb += x_left.eq((nblocks << exact_log2(BF16_EXPONENT_BITS)) - (xidx << exact_log2(HDR_PIECE)))
-        hbits, hn = Signal(HDR_PIECE, name="hdr_bits"), Signal(range(HDR_PIECE + 1), name="hdr_n")
-        m.d.comb += [hbits.eq(Mux(is_bm, bm_piece, x_piece)),
-                     hn.eq(Mux(is_bm, HDR_PIECE, Mux(x_left > HDR_PIECE, HDR_PIECE, x_left)))]
+        # ---- stage 1 (registered): the beat's L values, keep flags and X; on the first beat of an MX
+        # block, its header [X][the block's keep bits] (kmask and xs do not change during a vector's
+        # emission: the next vector's MAP pass and X hand-over come after it)
+        beats_per_blk = MX_BLOCK // L
+        blk = Signal(range(nblk), name="fire_blk")
+        m.d.comb += blk.eq(p.beat >> exact_log2(beats_per_blk))
+        s1_valid, s1_last = Signal(name="s1_valid"), Signal(name="s1_last")
+        s1_opens = Signal(name="s1_opens_block")         # the beat opens an MX block: its header leads it
+        s1_hdr = Signal(HEADER_MAX, name="s1_header")    # [X (8 bits)][keep bits (32, when pruning)]
         s1_vals = [Signal(BF16_BITS, name=f"s1_val{i}") for i in range(L)]
         s1_kept = Signal(L, name="s1_kept")
         fire_x = Signal(BF16_EXPONENT_BITS, name="fire_x")
-        m.d.comb += fire_x.eq(Array(xs)[(p.beat * L) >> exact_log2(MX_BLOCK)])
+        m.d.comb += fire_x.eq(Array(xs)[blk])
         with m.If(p.move):
             m.d.sync += s1_valid.eq(p.fire)
         with m.If(p.fire):
-            m.d.sync += [s1_last.eq(p.last_item), s1_hdr.eq(p.is_hdr),
-                         s1_item.eq(p.item),
+            m.d.sync += [s1_last.eq(p.last_beat), s1_opens.eq((p.beat & (beats_per_blk - 1)) == 0),
+                         s1_hdr.eq(Cat(fire_x, Array(kmask[MX_BLOCK * j: MX_BLOCK * (j + 1)]
+                                                     for j in range(nblk))[blk])),
                          *[s1_vals[i].eq(p.lane_vals[i]) for i in range(L)],
                          s1_kept.eq(kmask.bit_select(p.beat * L, L) | Mux(p.prunes, 0, (1 << L) - 1))]
 
@@ -222,11 +205,13 @@ class EncoderKvC2(KvEncoderBase):
             aligns = self._alignments(m, s1_x, s1_vals, "beat")
         for q, f in self._lane_fields(m, r, aligns, s1_vals, s1_kept).items():
             bits_, n_, width_ = self._pack(m, f, q)
-            if q == "spec_mx":
-                width_ = max(width_, HDR_PIECE)
-                bits_, n_ = Mux(s1_hdr, hbits, bits_), Mux(s1_hdr, hn, n_)
-            else:
-                bits_, n_ = Mux(s1_hdr, 0, bits_), Mux(s1_hdr, 0, n_)
+            if q == "spec_mx":                           # the block header in front of its first beat's fields
+                hn = Signal(range(HEADER_MAX + 1), name="hdr_n")
+                m.d.comb += hn.eq(Mux(p.prunes, HEADER_MAX, BF16_EXPONENT_BITS))
+                hdr = Mux(p.prunes, s1_hdr, s1_hdr[:BF16_EXPONENT_BITS])
+                after = Mux(p.prunes, bits_ << HEADER_MAX, bits_ << BF16_EXPONENT_BITS)
+                bits_, n_ = Mux(s1_opens, hdr | after, bits_), Mux(s1_opens, hn + n_, n_)
+                width_ += HEADER_MAX
             feeds.append((q, bits_, n_, width_))
         self._emit(m, p, feeds, s1_valid, s1_last)
         self._errors(m, err, raise_err, clear)

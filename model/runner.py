@@ -42,8 +42,7 @@ class DraftOptions:
     rtl_layers: list[int] | None = None  # None = every tensor through the RTL; else these layers only
 
 
-RTL_CONFIG = "decoder_c1v2_l8"   # --rtl's KV-view decoder: v2 reads the 2.0 layout the RTL KV encoders write
-RTL_WEIGHT_CONFIG = "decoder_c1v3_l8"   # --rtl's weight decoder: v3 reads an artifact's format 3.0 as stored
+RTL_CONFIG = "decoder_c1v3_l8"   # --rtl's decoder: format 3.0, as an artifact stores it and the RTL KV encoders write
 
 
 def _bulk():
@@ -93,7 +92,7 @@ def rtl_decoder():
     the verification work's bulk co-simulation (cassandra_rtl.tb.bulk.decode_with_rtl). Raises a one-line
     ToolMissingError when that path or its simulator is unavailable."""
     bulk = _bulk()
-    return lambda name, enc: bulk.decode_with_rtl(enc, mode="draft", config=RTL_WEIGHT_CONFIG)
+    return lambda name, enc: bulk.decode_with_rtl(enc, mode="draft", config=RTL_CONFIG)
 
 
 def build(ck: Checkpoint, draft: str, o: DraftOptions, progress=None, encoded=None, target=None):

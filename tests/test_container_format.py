@@ -124,7 +124,8 @@ def test_read_back(written):
     assert c.meta == {"producer": "tests", "note": "ünïcode"}
     for name, enc in c.tensors.items():
         assert isinstance(enc, EscFieldTensor) and enc.config == tensors[name].config
-        assert enc.planes == to_format3(tensors[name]).planes and to_format2(enc).planes == tensors[name].planes
+        assert enc.planes == to_format3(tensors[name]).planes                # weights: 2.0 in; KV: 3.0 in
+        assert to_format2(enc).planes == to_format2(tensors[name]).planes
         np.testing.assert_array_equal(decode_full(enc), originals[name])
         np.testing.assert_array_equal(decode_draft(enc), decode_draft(tensors[name]))
 
@@ -419,18 +420,18 @@ def test_version_2_entry_needs_chunk_superblocks_and_pairs(written):
 # ------------------------------------------------------------------------------------ reading version 2.0
 
 def test_reads_a_version_2_container(tmp_path, monkeypatch, written):
-    """A 2.x container holds the 2.0 layout (the writer of 2.0 is this one without the conversion to 3.0):
+    """A 2.x container holds the 2.0 layout (the writer of 2.0 is this one converting to 2.0 instead of 3.0):
     read as format 2.0 tensors, which every golden decoder and decoder v2 take, and converted on writing."""
     _, tensors, originals, _ = written
     path = tmp_path / "v2.cass"
     with monkeypatch.context() as mp:
         mp.setattr(container, "FORMAT_VERSION", (2, 0))
-        mp.setattr(container, "to_format3", lambda enc: enc)
+        mp.setattr(container, "to_format3", to_format2)
         write_container(path, tensors)
     assert R.read_container(path)["major"] == 2
     c = read_container(path)
     for name, enc in c.tensors.items():
-        assert type(enc).format_major == 2 and enc.planes == tensors[name].planes
+        assert type(enc).format_major == 2 and enc.planes == to_format2(tensors[name]).planes
         np.testing.assert_array_equal(decode_full(enc), originals[name])
         np.testing.assert_array_equal(decode_draft(read_container(path, verification=False).tensors[name]),
                                       decode_draft(tensors[name]))

@@ -111,9 +111,9 @@ def harness_c2():
     return bulk.build_harness(C2_CONFIG)      # ~30 s cold (Verilator, -DHARNESS_C2)
 
 
-def _check_c2(encs, mode, **kw):
+def _check_c2(encs, mode, config=C2_CONFIG, **kw):
     st = bulk.BulkStats()
-    got = bulk.decode_many_with_rtl(encs, mode, config=C2_CONFIG, stats=st, **kw)
+    got = bulk.decode_many_with_rtl(encs, mode, config=config, stats=st, **kw)
     for enc, g in zip(encs, got):
         ref = decode_full(enc) if mode == "full" else decode_draft(enc)
         bad = np.flatnonzero(g.reshape(-1) != ref.reshape(-1))
@@ -148,17 +148,19 @@ def test_c2_random_configs_with_stalls(harness_c2):
 
 
 @pytest.mark.parametrize("head_dim,keep", [(64, 0.5), (128, 1.0), (128, 0.25)])
-def test_c2_kv_stream_through_rtl(harness_c2, smollm2_rows, head_dim, keep):
-    """The C2 KV stream (golden encode_kv with a calibrated verification book: exactly the words
-    tb/encoder checks encoder_kv_c2_* against) through decoder_c2v2_l8 in both modes: encoder -> decoder
-    closes by transitivity, without glue."""
+def test_c2_kv_stream_through_rtl(smollm2_rows, head_dim, keep):
+    """The C2 KV stream (golden encode_kv in format 3.0 with a calibrated verification book: exactly the
+    words tb/encoder checks encoder_kv_c2_* against) through decoder_c2v3_l8 in both modes, as stored:
+    encoder -> decoder closes by transitivity, without glue."""
+    if not bulk.available():
+        pytest.skip("Verilator not available")
     from cassandra_rtl.golden.kv import calibrate_kv_codebooks, encode_kv, kv_config
 
     cfg = kv_config(head_dim, "c2", 3, keep)
     vecs = smollm2_rows[1][: head_dim * 512].reshape(-1, head_dim)
     enc = encode_kv(vecs, cfg, calibrate_kv_codebooks(vecs[: len(vecs) // 2], cfg))
     for mode in ("draft", "full"):
-        _check_c2([enc], mode, idle=0.1, backpressure=0.1, seed=3)
+        _check_c2([enc], mode, config="decoder_c2v3_l8", idle=0.1, backpressure=0.1, seed=3)
 
 
 def test_c2_corrupt_stream_is_reported(harness_c2):

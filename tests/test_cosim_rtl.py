@@ -82,11 +82,9 @@ def test_cosim_full(block, config, sim):
 
 
 def test_kv_loopback_c2_draft_and_weights():
-    """Encoder -> decoder C2 loopback (tb/selftest/test_kv_loopback_c2.py, EncoderKvC2 -> DecoderC2v2 at L = 4,
-    IW = 64) on Icarus: the random test's first round (draft mode; TB_SCALE=1) for three seeds, bit-exact.
-    Its full-mode rounds (odd rounds) deadlock when directly coupled: with the v1 decoder seeds 1-2 passed at
-    TB_SCALE=6, with DecoderC2v2 the first full-mode round of every seed tried (1-10) hangs (measured
-    2026-12-01); the deadlock is the xfail test below."""
+    """Encoder -> decoder C2 loopback (tb/selftest/test_kv_loopback_c2.py, EncoderKvC2 -> DecoderC2v3 at L = 4,
+    IW = 64, format 3.0 straight through) on Icarus: the random test's first round (draft mode; TB_SCALE=1) for
+    three seeds, bit-exact. Its full-mode rounds can deadlock when directly coupled: the xfail test below."""
     if not simulator_available("icarus"):
         pytest.skip("icarus not installed")
     for seed in (1, 2, 3):
@@ -96,11 +94,11 @@ def test_kv_loopback_c2_draft_and_weights():
         assert res.total("values") > 0 and res.total("mismatches") == 0, seed
 
 
-@pytest.mark.xfail(strict=True, reason="RTL: EncoderKvC2 -> DecoderC2v2 directly coupled (HARDWARE.md 3a 'tested "
+@pytest.mark.xfail(strict=True, reason="RTL: EncoderKvC2 -> DecoderC2v3 directly coupled (HARDWARE.md 3a 'tested "
                    "without glue') deadlocks in full mode when verif.codes fills less than one word per vector "
                    "(1-bit codes) while verif.rest fills the decoder's reader: the decoder waits for a verif.codes "
-                   "word the backpressured encoder never completes. Found 29 Nov 2026 with the v1 decoder; still "
-                   "deadlocks with the v2 decoder (1 Dec 2026); see docs/VERIFICATION.md")
+                   "word the backpressured encoder never completes (decoder v2 deadlocks the same way); see "
+                   "docs/VERIFICATION.md")
 def test_kv_loopback_c2_sparse_codes_deadlock():
     if not simulator_available("icarus"):
         pytest.skip("icarus not installed")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cassandra_rtl.errors import ConfigError, FormatError
-from cassandra_rtl.golden import codec, native
+from cassandra_rtl.golden import codec, escfield, native
 from cassandra_rtl.golden.codebook import Codebook
 from cassandra_rtl.golden.codec import EncodedTensor, decode_draft, decode_full, encode_tensor
 from cassandra_rtl.golden.config import MAX_CHUNK_VALUES, PRUNED, CodecConfig
@@ -125,9 +125,12 @@ def test_kv_path_unseen_exponents_escape(weight_bits, scheme):
     prefill = weight_bits(64 * 20, seed=5, special=0.0).reshape(20, 64)
     books = calibrate_kv_codebooks(prefill, cfg)
     later = weight_bits(64 * 9, seed=6, special=0.2).reshape(9, 64)   # exponents the books never saw
-    ref = encode_kv(later, cfg, books)
-    same_encoding(ref, native.encode_tensor(later, cfg, None, books))
-    np.testing.assert_array_equal(native._decode(ref, True), later)
+    ref = encode_kv(later, cfg, books)                                  # format 3.0, what the RTL KV encoders write
+    same_encoding(ref, escfield.encode3(later, cfg, books=books, impl="numpy"))
+    std = encode_tensor(later, cfg, books=books, impl="numpy")
+    same_encoding(std, native.encode_tensor(later, cfg, None, books))
+    np.testing.assert_array_equal(native._decode(std, True), later)
+    np.testing.assert_array_equal(escfield.decode(ref, True), later)
 
 
 def test_empty_tensor_goes_to_numpy():

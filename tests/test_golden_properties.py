@@ -157,7 +157,7 @@ def test_kv_fixed_books_escape_unseen_exponents(case):
     np.testing.assert_array_equal(decode_kv_full(enc), new)
     flat = [int(v) for v in new.reshape(-1)]
     ref = R.encode(flat, cfg.scheme, cfg.group_size, cfg.mantissa_bits, cfg.keep_count, books=(spec, verif),
-                   major=2)
+                   major=3)
     for name in ref.planes:
         assert enc.planes[name] == ref.planes[name], name
     kept = R.keep_flags(flat, cfg.group_size, cfg.keep_count)

@@ -1,5 +1,6 @@
-"""Online KV encoder (hw/encoder.py) against golden ``encode_tensor(kind="kv", books=...)``, word for word,
-under random input idles and output backpressure; encoder -> decoder round trips; framing errors."""
+"""Online KV encoder (hw/encoder.py) against golden format 3.0 (``escfield.encode(..., kind="kv", books=...)``),
+word for word, under random input idles and output backpressure; encoder -> decoder v3 round trips; framing
+errors."""
 from __future__ import annotations
 
 import os
@@ -8,10 +9,11 @@ import numpy as np
 import pytest
 
 from cassandra_rtl.errors import ConfigError
+from cassandra_rtl.golden import escfield
 from cassandra_rtl.golden.codebook import Codebook
 from cassandra_rtl.golden.codec import encode_tensor
 from cassandra_rtl.golden.config import PRUNED, CodecConfig
-from cassandra_rtl.hw.decoder_c1_v2 import DecoderC1v2
+from cassandra_rtl.hw.decoder_c1_v3 import DecoderC1v3
 from cassandra_rtl.hw.encoder import FRAME_ERR, EncoderKvC1
 from cassandra_rtl.hw.decoder import Err
 from cassandra_rtl.hw.simutil import (DecodeJob, Stalls, encoder_program, expected_plane_words, run_decoder,
@@ -31,13 +33,14 @@ def kv_vectors(n: int, G: int, seed: int) -> np.ndarray:
 
 
 def encode_kv(bits, G, m, k, books=None):
+    """(config, books, the golden format 3.0 tensor) of a KV tensor, books calibrated on its first half."""
     cfg = CodecConfig(group_size=G, mantissa_bits=m, keep_count=k, kind="kv")
     if books is None:                               # calibrate on a "prefill" (here: the first vectors)
         pre = encode_tensor(bits[: max(1, len(bits) // 2)], cfg)
         books = (pre.spec_book, pre.verif_book)
         if cfg.prunes and PRUNED not in books[0].symbols:
             books = (Codebook(books[0].symbols[:14] + (PRUNED,)), books[1])
-    return cfg, books, encode_tensor(bits, cfg, books=books)
+    return cfg, books, escfield.encode(bits, cfg, books=books)[1]
 
 
 @pytest.mark.parametrize("lanes,G,m,k", [(2, 128, 3, 40),        # the default configuration's shape
@@ -72,20 +75,22 @@ def test_encoder_pipelined_emit_either_way(lanes, pipelined_emit):
 
 
 def test_encoder_decoder_round_trip():
-    """encoder -> decoder v2 (full) == input, and the draft equals the golden draft; book reprogramming."""
+    """encoder -> decoder v3 (32-bit words, full) == input, and the draft equals the golden draft; the
+    escapes (NaN / Inf exponents outside the books) travel in the companion fields."""
     G, lanes = 64, 4
     bits = kv_vectors(3, G, seed=77)
     cfg, books, enc = encode_kv(bits, G, 3, 24)
+    assert escfield.escapes_per_chunk(enc, "spec.codes").sum() + escfield.escapes_per_chunk(enc, "verif.codes").sum()
     res = run_encoder(EncoderKvC1(lanes, 32, max_group=64), bits, encoder_program(cfg, books),
                       Stalls(STALL, STALL, seed=5))
     assert res.error_code == 0
     jobs = [DecodeJob(enc, True, planes=res.planes),
             DecodeJob(enc, False, planes={p: res.planes[p] for p in ("spec_codes", "spec_signman")})]
-    dres = run_decoder(DecoderC1v2(lanes, 32), jobs, Stalls(STALL, STALL, seed=6))
+    dres = run_decoder(DecoderC1v3(lanes, code_word=32, word=32), jobs, Stalls(STALL, STALL, seed=6))
     assert dres.error_code == 0
     assert np.array_equal(dres.values[0], bits.reshape(-1))
     from cassandra_rtl.golden.codec import decode_draft
-    assert np.array_equal(dres.values[1], decode_draft(enc).reshape(-1))
+    assert np.array_equal(dres.values[1], decode_draft(encode_tensor(bits, cfg, books=books)).reshape(-1))
 
 
 def test_encoder_framing_error_is_sticky_and_drains():
@@ -131,7 +136,7 @@ def test_encoder_error_keeps_completed_vectors():
     G, lanes = 32, 4
     bits = kv_vectors(3, G, seed=14)
     cfg, books, _ = encode_kv(bits, G, 3, 16)
-    enc = encode_tensor(bits[:2], cfg, books=books)
+    enc = escfield.encode(bits[:2], cfg, books=books)[1]
     res = run_encoder(EncoderKvC1(lanes, 32, max_group=G), bits, encoder_program(cfg, books),
                       Stalls(STALL, STALL, seed=3),
                       frame_last=lambda v, b: int(b == (0 if v == 2 else G // lanes - 1)), max_cycles=3000)

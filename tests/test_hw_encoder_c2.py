@@ -1,5 +1,5 @@
-"""Online KV encoder, Cassandra-2 (hw/encoder_c2.py) against golden ``encode_tensor(scheme="c2", kind="kv",
-books=(None, verif))``, word for word, under random input idles and output backpressure; golden round trip;
+"""Online KV encoder, Cassandra-2 (hw/encoder_c2.py) against golden format 3.0 (``escfield.encode(scheme="c2",
+kind="kv", books=(None, verif))``), word for word, under random input idles and output backpressure; golden round trip;
 framing / book / config errors."""
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from cassandra_rtl.errors import ConfigError
+from cassandra_rtl.golden import escfield
 from cassandra_rtl.golden.codebook import Codebook
-from cassandra_rtl.golden.codec import decode_draft, decode_full, encode_tensor, superblock_chunks
+from cassandra_rtl.golden.codec import decode_draft, decode_full, superblock_chunks
 from cassandra_rtl.golden.config import CodecConfig
 from cassandra_rtl.golden.kv import calibrate_kv_codebooks
 from cassandra_rtl.hw.decoder import CTRL_CLEAR_ERROR, Err, Reg
@@ -43,11 +44,11 @@ def c2_config(G, m, k):
 
 
 def encode_kv(bits, G, m, k, verif=None):
-    """Golden C2 encoding with the verification book calibrated on a "prefill" (the first half)."""
+    """Golden C2 encoding (format 3.0) with the verification book calibrated on a "prefill" (the first half)."""
     cfg = c2_config(G, m, k)
     if verif is None:
         verif = calibrate_kv_codebooks(bits[: max(1, len(bits) // 2)], cfg)[1]
-    return cfg, verif, encode_tensor(bits, cfg, books=(None, verif))
+    return cfg, verif, escfield.encode(bits, cfg, books=(None, verif))[1]
 
 
 def program(cfg, verif) -> list[tuple[int, int]]:
@@ -82,9 +83,9 @@ def check_matches(lanes, G, m, k, n=3, seed=0, verif=None, bits=None, word=None,
 
 
 @pytest.mark.parametrize("lanes,G,m,k", [
-    (2, 128, 3, 40),       # the default configuration's shape (encoder_kv_c2_l2): 4 bitmap pieces + X
-    (4, 32, 3, 12),        # prunes, bitmap
-    (8, 64, 7, 64),        # k = G: no bitmap, m = 7 (spec.mx writer at 9 bits/value)
+    (2, 128, 3, 40),       # the default configuration's shape (encoder_kv_c2_l2): 4 MX blocks, keep bits
+    (4, 32, 3, 12),        # prunes: X and keep bits
+    (8, 64, 7, 64),        # k = G: X alone, m = 7 (spec.mx writer at 9 bits/value + the header)
     (8, 64, 0, 1),         # k = 1, m = 0
     (4, 64, 2, 64),        # k = G, m small: many draft-zero values
     (8, 32, 5, 31),
@@ -100,12 +101,12 @@ def test_encoder_c2_matches_golden(lanes, G, m, k):
 @pytest.mark.parametrize("lanes,pipelined_emit", [(2, True), (4, False), (8, False)])
 def test_encoder_c2_pipelined_emit_either_way(lanes, pipelined_emit):
     """The stage-3 register (default on at L >= 4) changes latency only: the words equal golden both ways,
-    with header pieces (pruning: bitmap + X) and under input idles and output backpressure."""
+    with block headers (pruning: X + keep bits) and under input idles and output backpressure."""
     check_matches(lanes, 64, 3, 20, n=3, seed=11, pipelined_emit=pipelined_emit)
 
 
 def test_encoder_c2_group_below_buffer():
-    """G = 32 on a buffer of 128: only the vector's own MX blocks go into the header."""
+    """G = 32 on a buffer of 128: one MX block (one header) per vector."""
     check_matches(8, 32, 4, 9, n=3, seed=12, max_group=128)
 
 
@@ -159,18 +160,17 @@ def test_encoder_c2_round_trip_golden():
 
 
 def test_encoder_c2_decoder_c2_round_trip():
-    """encoder -> hw DecoderC2v2 (full) == input, and its draft == the golden draft (64-bit words: the v2
-    decoder's smallest)."""
-    from cassandra_rtl.hw.decoder_c2_v2 import DecoderC2v2
+    """encoder -> hw DecoderC2v3 (32-bit words, full) == input, and its draft == the golden draft."""
+    from cassandra_rtl.hw.decoder_c2_v3 import DecoderC2v3
     from cassandra_rtl.hw.simutil import DecodeJob, run_decoder
     G, lanes = 64, 4
     bits = kv_vectors(3, G, seed=77)
     cfg, verif, enc = encode_kv(bits, G, 3, 24)
-    planes, _, err = run_c2(EncoderKvC2(lanes, 64, max_group=G), bits, program(cfg, verif),
+    planes, _, err = run_c2(EncoderKvC2(lanes, 32, max_group=G), bits, program(cfg, verif),
                             Stalls(STALL, STALL, seed=5))
     assert err == 0
     jobs = [DecodeJob(enc, True, planes=planes), DecodeJob(enc, False, planes={"spec_mx": planes["spec_mx"]})]
-    dres = run_decoder(DecoderC2v2(lanes, 64), jobs, Stalls(STALL, STALL, seed=6))
+    dres = run_decoder(DecoderC2v3(lanes, word=32), jobs, Stalls(STALL, STALL, seed=6))
     assert dres.error_code == 0
     assert np.array_equal(dres.values[0], bits.reshape(-1))
     assert np.array_equal(dres.values[1], decode_draft(enc).reshape(-1))

@@ -9,8 +9,8 @@ plane word compared with the golden KV encoder (``golden.kv.encode_kv``) framed 
 
 The harness is built once per encoder configuration into build/bulk_encoder/<config>/ (file-locked,
 rebuilt when the Verilog or harness_enc.cpp changes), as tb/bulk does for the decoders. The RTL KV
-encoders write format-1.0 framing (``chunk_superblocks`` = 1, books without pair groups): golden's KV
-policy (/work/notes/format_v2.md); anything else is refused with a ConfigError. Raises ToolMissingError
+encoders write format 3.0 with one superblock per chunk and books without pair groups: golden's KV policy
+(docs/FORMAT.md §3.1); anything else is refused with a ConfigError. Raises ToolMissingError
 when Verilator or a C++ compiler is missing, RtlError when the encoder raises its error output, hangs,
 breaks the stream protocol, or (``encode_many_with_rtl``) emits a word that differs from golden.
 """

@@ -99,14 +99,14 @@ def make_kv_loopback_c2(params):
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
 
-    DecoderC2v2 = _hw("decoder_c2_v2").DecoderC2v2
+    DecoderC2v3 = _hw("decoder_c2_v3").DecoderC2v3        # reads the format 3.0 the KV encoder writes
     EncoderKvC2 = _hw("encoder_c2").EncoderKvC2
     L, IW = int(params["lanes"]), int(params["word"])
 
     class KvLoopbackC2(wiring.Component):
         def __init__(self):
             self.enc = EncoderKvC2(lanes=L, word=IW)
-            self.dec = DecoderC2v2(lanes=L, word=IW)
+            self.dec = DecoderC2v3(lanes=L, word=IW)
             em, dm = self.enc.signature.members, self.dec.signature.members
             super().__init__({"inp": em["inp"], "enc_cfg": em["cfg"], "dec_cfg": dm["cfg"], "out": dm["out"],
                               "drop_verif": In(1), "enc_busy": Out(1), "enc_error": Out(1),
