@@ -545,9 +545,29 @@ def _smallest_per_family(names: list[str], metas: dict[str, dict]) -> set[str]:
     return {n for _, n in fam.values()}
 
 
+SAME_FLOW = ("version", "library", "nand2_um2", "abc_target_period_ps", "quick", "clock_gating")
+
+
+def previous_report(out: pathlib.Path, flow: dict, same: tuple[str, ...] = SAME_FLOW) -> dict:
+    """``out``/report.json for ``--update``: the report of a run of the same flow (its ``same`` fields equal),
+    whose other blocks the new run keeps. Raises ConfigError when there is none or it is another flow's."""
+    path = out / "report.json"
+    try:
+        prev = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--update: no readable report to update at {path} ({exc})") from None
+    differ = [k for k in same if prev.get("flow", {}).get(k) != flow.get(k)]
+    if differ:
+        raise ConfigError(f"--update: {path} is another flow's report (it differs in {', '.join(differ)})")
+    return prev
+
+
 def run_flow(opts: FlowOptions, only: list[str] | None = None,
-             blocks: dict[str, Block] | None = None, overhead_params: "OverheadParams | None" = None) -> dict:
-    """Synthesise the blocks and write report.json / report.md under opts.out. Returns the report."""
+             blocks: dict[str, Block] | None = None, overhead_params: "OverheadParams | None" = None,
+             update: bool = False) -> dict:
+    """Synthesise the blocks and write report.json / report.md under opts.out. Returns the report. ``update``
+    (with ``only``): the blocks of the report already in opts.out that this run does not synthesise are kept,
+    and the overhead figures are recomputed over all of them."""
     yosys_argv()                                    # fail early, with the install hint
     opts.out.mkdir(parents=True, exist_ok=True)
     registry_note = None
@@ -565,6 +585,14 @@ def run_flow(opts: FlowOptions, only: list[str] | None = None,
         },
         "blocks": {},
     }
+    kept: dict[str, Any] = {}
+    if update:
+        if not only:
+            raise ConfigError("--update needs --only: the blocks to synthesise again")
+        prev = previous_report(opts.out, report["flow"])
+        kept = {n: b for n, b in prev["blocks"].items() if n not in only}
+        report["flow"]["command"] = prev["flow"].get("command")
+        report["flow"]["updated_by"] = [*prev["flow"].get("updated_by", []), recorded_command(sys.argv[1:])]
     if only:
         unknown = [n for n in only if n not in blocks]
         for n in unknown:
@@ -608,7 +636,7 @@ def run_flow(opts: FlowOptions, only: list[str] | None = None,
         run_info = _synthesise_on_cluster(blocks, prepared, opts, report)
     else:
         _synthesise_on_pool(blocks, prepared, opts, report)
-    report["blocks"] = dict(sorted(report["blocks"].items()))
+    report["blocks"] = dict(sorted({**kept, **report["blocks"]}.items()))
     report.update(overhead(report, overhead_params or OverheadParams()))
     write_reports(deterministic_report(report), opts.out)
     run_info["seconds"] = round(time.monotonic() - started, 1)
@@ -843,6 +871,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="cheaper ABC script and only the smallest configuration of each block family")
     ap.add_argument("--only", action="append", metavar="NAME",
                     help="synthesise only this block (repeatable, or comma-separated)")
+    ap.add_argument("--update", action="store_true",
+                    help="with --only: keep the other blocks of the report already in --out (the same flow) and "
+                         "recompute the overhead figures over all of them")
     ap.add_argument("--list", action="store_true", help="list the registered blocks and exit")
     ap.add_argument("--jobs", "-j", type=int, default=int(os.environ.get("JOBS", "2")),
                     help="parallel Yosys runs of the local pool (default $JOBS or 2)")
@@ -920,7 +951,7 @@ def run_from_args(args) -> int:
                        jobs=args.jobs, timeout_s=args.timeout, use_cache=not args.no_cache, lib=args.liberty,
                        dont_use=dont_use, breakdown=args.breakdown, cached_only=args.cached_only,
                        clock_gating=args.clock_gating, cluster=check_cluster(getattr(args, "cluster", None)))
-    report = run_flow(opts, only=only, overhead_params=overhead_params_from_args(args))
+    report = run_flow(opts, only=only, overhead_params=overhead_params_from_args(args), update=args.update)
     missing = [n for n, b in report["blocks"].items() if b.get("status") == "missing"]
     print(f"wrote {args.out / 'report.json'} and {args.out / 'report.md'}")
     for k, v in report["npu_overhead_percent"].items():

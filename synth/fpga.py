@@ -571,8 +571,13 @@ def _pe_fmax(report_blocks: dict, opts: FpgaOptions, versions: dict, blocks: dic
     return max(fm) if fm else None
 
 
-def run_fpga(opts: FpgaOptions, only: list[str] | None = None, blocks: dict[str, Block] | None = None) -> dict:
-    """Run the selected blocks and write report.json / report.md under opts.out. Returns the report."""
+SAME_FPGA_FLOW = ("version", "device", "package", "speed_grade", "target_mhz", "seeds", "out_of_context")
+
+
+def run_fpga(opts: FpgaOptions, only: list[str] | None = None, blocks: dict[str, Block] | None = None,
+             update: bool = False) -> dict:
+    """Run the selected blocks and write report.json / report.md under opts.out. Returns the report. ``update``
+    (with ``only``): the other blocks of the report already in opts.out (the same flow and seeds) are kept."""
     if not opts.cached_only:
         check_tools()
     versions = tool_versions()
@@ -591,6 +596,14 @@ def run_fpga(opts: FpgaOptions, only: list[str] | None = None, blocks: dict[str,
         },
         "blocks": {},
     }
+    if update:
+        if not only:
+            raise ConfigError("--update needs --only: the blocks to run again")
+        prev = flow.previous_report(opts.out, report["flow"], SAME_FPGA_FLOW)
+        report["blocks"] = {n: b for n, b in prev["blocks"].items() if n not in only}
+        report["flow"]["command"] = prev["flow"].get("command")
+        report["flow"]["updated_by"] = [*prev["flow"].get("updated_by", []), flow.recorded_command(
+            sys.argv[1:], "python -m cassandra_rtl.synth.fpga")]
     selected = blocks
     if only:
         unknown = [n for n in only if n not in blocks]
@@ -767,6 +780,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cassandra_rtl.synth.fpga", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/fpga"), help="output directory")
     ap.add_argument("--only", action="append", metavar="NAME", help="only this block (repeatable, or comma-separated)")
+    ap.add_argument("--update", action="store_true",
+                    help="with --only: keep the other blocks of the report already in --out (same flow and seeds)")
     ap.add_argument("--list", action="store_true", help="list the registered blocks and exit")
     ap.add_argument("--jobs", "-j", type=int, default=1, help="blocks run in parallel (default 1)")
     from ..executor import add_cluster_argument, check_cluster
@@ -800,7 +815,7 @@ def main(argv: list[str] | None = None) -> int:
                            timeout_s=args.timeout, jobs=args.jobs, use_cache=not args.no_cache,
                            cached_only=args.cached_only, nice=args.nice, router=args.router,
                            cached_seeds_only=args.seeds is not None, cluster=check_cluster(args.cluster))
-        report = run_fpga(opts, only=only)
+        report = run_fpga(opts, only=only, update=args.update)
     except (ConfigError, ToolMissingError) as exc:
         print(f"fpga: error: {exc}", file=sys.stderr)
         return 2

