@@ -12,15 +12,15 @@ golden. ``--also-c2``: the same vectors through the C2 encoder with C2 books cal
 Prints vectors, values, mismatches, simulated cycles, values/cycle (including the register programming
 between batches) and simulation / wall seconds, per encoder configuration.
 
-Measured (2026-12-01, bundled SmolLM2-135M, default prompt, 30 tokens, 2-core machine under load;
+Measured (bundled SmolLM2-135M, default prompt, 30 tokens, format 3.0 encoders, 2-core machine under load;
 ``nice -n 10 python bench/kv_rtl.py --max-new-tokens 30 --threads 1 --also-c2 [--kv-keep-ratio 0.5]``):
 
 | KV config (G = 64, m = 3) | encoder | steps | vectors | values | mismatches | values/cycle (per step / one batch per book) | sim s |
 |---|---|---:|---:|---:|---:|---|---:|
-| keep 64 (bundled allocation) | encoder_kv_c1_l2 | 12 | 12,420 | 794,880 | 0 | 1.77 / 1.92 | 0.15 |
-| same vectors, C2 books | encoder_kv_c2_l2 | 12 | 12,420 | 794,880 | 0 | 1.74 / 1.87 | 0.18 |
-| keep 32 (uniform, --kv-keep-ratio 0.5) | encoder_kv_c1_l2 | 11 | 12,420 | 794,880 | 0 | 0.94 / 0.98 | 0.62 |
-| same vectors, C2 books | encoder_kv_c2_l2 | 11 | 12,420 | 794,880 | 0 | 0.80 / 0.83 | 0.68 |
+| keep 64 (bundled allocation) | encoder_kv_c1_l2 | 12 | 12,420 | 794,880 | 0 | 1.77 / 1.92 | 0.19 |
+| same vectors, C2 books | encoder_kv_c2_l2 | 12 | 12,420 | 794,880 | 0 | 1.79 / 1.93 | 0.21 |
+| keep 32 (uniform, --kv-keep-ratio 0.5) | encoder_kv_c1_l2 | 11 | 12,420 | 794,880 | 0 | 0.94 / 0.98 | 0.36 |
+| same vectors, C2 books | encoder_kv_c2_l2 | 11 | 12,420 | 794,880 | 0 | 0.83 / 0.86 | 0.40 |
 
 "per step" includes the register programming and the drain between the 60 batches (30 layers x K/V) of
 each step; "one batch per book" is every captured vector of a (layer, K/V) in one batch.

@@ -184,6 +184,11 @@ def _ok_blocks(report: dict, kind: str) -> dict[str, dict]:
     return {n: b for n, b in report["blocks"].items() if b.get("status") == "ok" and b.get("kind") == kind}
 
 
+# The headline decoder's plane layout: decoder v2's (the NPU tile's and the whole-model runs' decoder); the KV
+# encoders write format 3.0 (docs/FORMAT.md §3.4).
+HEADLINE_DECODER_LAYOUT = "format 2.0"
+
+
 def block_scheme(name: str, block: dict) -> str | None:
     """"c1" / "c2" for a decoder or encoder (its registry family, e.g. decoder_c1v2, encoder_kv_c2), else None."""
     for label in ((block.get("meta") or {}).get("block"), name):     # the registry family, else the name
@@ -276,10 +281,10 @@ def overhead(report: dict, p: OverheadParams | None = None) -> dict:
         ok = _ok_blocks(report, kind)
         if wanted:
             return (wanted, None) if wanted in ok else (None, f"{kind} {wanted!r} not synthesised")
-        # the headline is a block that reads the shipped format (format 2.0 planes) on its own: not a prototype
-        # of another layout, not a cluster part without its registers (either only when named)
+        # the headline is a block that works on its own: a decoder of HEADLINE_DECODER_LAYOUT (decoder v3 is
+        # priced when named), not a cluster part without its registers (either only when named)
         ok = {n: b for n, b in ok.items() if block_scheme(n, b) == p.scheme
-              and (b.get("meta") or {}).get("layout", "format 2.0") == "format 2.0"
+              and (kind != "decoder" or (b.get("meta") or {}).get("layout", "format 2.0") == HEADLINE_DECODER_LAYOUT)
               and "cluster_part" not in (b.get("meta") or {})}
         if not ok:
             return None, f"no {p.scheme.upper()} {kind} block synthesised"

@@ -215,3 +215,11 @@ def test_headline_skips_prototypes_of_another_layout_and_cluster_parts():
     assert ov["decoder"] == "decoder_c1x_l16" and "decoder_c1v3_l16" in ov["by_decoder"]
     named = overhead.overhead(rep, OverheadParams(devices=DEV, decoder="decoder_c1v3_l16"))["overhead"]
     assert named["decoder"] == "decoder_c1v3_l16"
+
+
+def test_headline_encoder_of_any_layout():
+    """The KV encoders write format 3.0: an encoder's layout does not keep it from the headline."""
+    rep = _fake_report()
+    rep["blocks"]["encoder_kv_c1x_l2"]["meta"]["layout"] = "format 3.0"
+    ov = overhead.overhead(rep, OverheadParams(devices=DEV))["overhead"]
+    assert ov["encoder"] == "encoder_kv_c1x_l2" and not ov.get("encoder_missing")
