@@ -1,6 +1,6 @@
-"""Format 3.0 (docs/FORMAT.md): the plane layout the containers hold and decoder v3 reads
-(hw/decoder_c1_v3.py, hw/decoder_c2_v3.py). Its numpy reference, beside golden/codec.py's format 2.0 layout,
-which decoder v2 and the KV encoders use; ``to_format3`` / ``to_format2`` convert between them.
+"""Format 3.0 (docs/FORMAT.md): the plane layout the containers hold, decoder v3 reads (hw/decoder_c1_v3.py,
+hw/decoder_c2_v3.py) and the KV encoders write (golden/kv.py ``encode_kv``). Its numpy reference, beside
+golden/codec.py's format 2.0 layout, which decoder v2 reads; ``to_format3`` / ``to_format2`` convert between them.
 
 Everything is the 2.0 layout except where an escaped symbol's 8 raw bits live, and C2's spec.mx order:
 
