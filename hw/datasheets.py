@@ -39,7 +39,7 @@ MEANINGS = {
     # decoders
     "spec_codes": "plane `spec.codes` (C1): the speculation book's codes",
     "spec_signman": "plane `spec.signman` (C1): sign and top m mantissa bits of the kept values",
-    "spec_mx": "plane `spec.mx` (C2): keep bitmap, X bytes, element fields",
+    "spec_mx": "plane `spec.mx` (C2): per MX block X, its keep bits (k < G), its kept values' element fields",
     "verif_codes": "plane `verif.codes`: the verification book's codes (full mode only; `ready` low in draft mode)",
     "verif_rest": "plane `verif.rest`: the remaining bits (full mode only)",
     "cfg": "register writes {addr: register index, data} (decoders / encoders without the AXI4-Lite top)",

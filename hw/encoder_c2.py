@@ -189,8 +189,8 @@ class EncoderKvC2(KvEncoderBase):
                          *[s1_vals[i].eq(p.lane_vals[i]) for i in range(L)],
                          s1_kept.eq(kmask.bit_select(p.beat * L, L) | Mux(p.prunes, 0, (1 << L) - 1))]
 
-        # ---- stage 2: per plane the packed fields of the beat (spec.mx: or the header piece), into the
-        # writers (or stage 3)
+        # ---- stage 2: per plane the packed fields of the beat (spec.mx: behind its MX block's header on the
+        # block's first beat), into the writers (or stage 3)
         feeds = []
         if self.pipelined_emit:                          # the alignments into stage 1 (off stage 2's path)
             aligns = [(Signal(BF16_EXPONENT_BITS, name=f"s1_d{i}"), Signal(BF16_EXPONENT_BITS, name=f"s1_delta{i}"))

@@ -545,7 +545,7 @@ def _smallest_per_family(names: list[str], metas: dict[str, dict]) -> set[str]:
     return {n for _, n in fam.values()}
 
 
-SAME_FLOW = ("version", "library", "nand2_um2", "abc_target_period_ps", "quick", "clock_gating")
+SAME_FLOW = ("version", "library", "library_info", "nand2_um2", "abc_target_period_ps", "quick", "clock_gating")
 
 
 def previous_report(out: pathlib.Path, flow: dict, same: tuple[str, ...] = SAME_FLOW) -> dict:
@@ -556,7 +556,10 @@ def previous_report(out: pathlib.Path, flow: dict, same: tuple[str, ...] = SAME_
         prev = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError(f"--update: no readable report to update at {path} ({exc})") from None
-    differ = [k for k in same if prev.get("flow", {}).get(k) != flow.get(k)]
+    def norm(v):                  # as stored in JSON; where the library file sits does not make another flow
+        v = json.loads(json.dumps(v, default=str))
+        return {k: x for k, x in v.items() if k != "path"} if isinstance(v, dict) else v
+    differ = [k for k in same if norm(prev.get("flow", {}).get(k)) != norm(flow.get(k))]
     if differ:
         raise ConfigError(f"--update: {path} is another flow's report (it differs in {', '.join(differ)})")
     return prev
@@ -592,7 +595,7 @@ def run_flow(opts: FlowOptions, only: list[str] | None = None,
         prev = previous_report(opts.out, report["flow"])
         kept = {n: b for n, b in prev["blocks"].items() if n not in only}
         report["flow"]["command"] = prev["flow"].get("command")
-        report["flow"]["updated_by"] = [*prev["flow"].get("updated_by", []), recorded_command(sys.argv[1:])]
+        report["flow"]["updated_by"] = updated_by_list(prev["flow"], recorded_command(sys.argv[1:]))
     if only:
         unknown = [n for n in only if n not in blocks]
         for n in unknown:
@@ -812,6 +815,17 @@ def _library_line(fl: dict) -> str:
             "(28 nm, estimate); timing by synth/timing.py (logical effort).")
 
 
+def updated_by_list(prev_flow: dict, command: str) -> list[str]:
+    """The ``--update`` commands of a report, this one last (a repeated command listed once)."""
+    return [c for c in prev_flow.get("updated_by", []) if c != command] + [command]
+
+
+def updated_by(fl: dict) -> str:
+    """The report.md words for the ``--update`` runs a report went through."""
+    runs = fl.get("updated_by") or []
+    return "; blocks since rerun by " + ", ".join(f"`{c}`" for c in runs) if runs else ""
+
+
 def render_markdown(report: dict) -> str:
     fl = report["flow"]
     lines = [
@@ -820,7 +834,7 @@ def render_markdown(report: dict) -> str:
         _library_line(fl) + f" ABC delay target {fl['abc_target_period_ps']:.0f} ps"
         f"{'; QUICK mode (cheaper ABC script, smallest configurations only)' if fl['quick'] else ''}"
         f"{'; clock gating: one integrated clock gate per enable, no hold multiplexers (FFs excludes the gates)' if fl.get('clock_gating') else ''}.",
-        f"HW registry: {fl['hw_registry']}. Command: `{fl['command']}`.",
+        f"HW registry: {fl['hw_registry']}. Command: `{fl['command']}`{updated_by(fl)}.",
         "",
         "| block | kind | status | area GE | µm² | GE/lane | FFs | cells | crit. path ps | est. MHz | depth |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",

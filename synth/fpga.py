@@ -571,7 +571,8 @@ def _pe_fmax(report_blocks: dict, opts: FpgaOptions, versions: dict, blocks: dic
     return max(fm) if fm else None
 
 
-SAME_FPGA_FLOW = ("version", "device", "package", "speed_grade", "target_mhz", "seeds", "out_of_context")
+SAME_FPGA_FLOW = ("version", "device", "package", "speed_grade", "target_mhz", "seeds", "out_of_context", "tools",
+                  "nextpnr_args")
 
 
 def run_fpga(opts: FpgaOptions, only: list[str] | None = None, blocks: dict[str, Block] | None = None,
@@ -602,8 +603,8 @@ def run_fpga(opts: FpgaOptions, only: list[str] | None = None, blocks: dict[str,
         prev = flow.previous_report(opts.out, report["flow"], SAME_FPGA_FLOW)
         report["blocks"] = {n: b for n, b in prev["blocks"].items() if n not in only}
         report["flow"]["command"] = prev["flow"].get("command")
-        report["flow"]["updated_by"] = [*prev["flow"].get("updated_by", []), flow.recorded_command(
-            sys.argv[1:], "python -m cassandra_rtl.synth.fpga")]
+        report["flow"]["updated_by"] = flow.updated_by_list(prev["flow"], flow.recorded_command(
+            sys.argv[1:], "python -m cassandra_rtl.synth.fpga"))
     selected = blocks
     if only:
         unknown = [n for n in only if n not in blocks]
@@ -625,6 +626,7 @@ def run_fpga(opts: FpgaOptions, only: list[str] | None = None, blocks: dict[str,
     pe_fmax = _pe_fmax(report["blocks"], opts, versions, blocks)
     report["pe_fmax_mhz"] = pe_fmax
     for b in report["blocks"].values():
+        b.pop("fmax_ratio_to_pe", None)                  # kept blocks (--update) too: against this PE
         if b.get("fmax_mhz") and pe_fmax:
             b["fmax_ratio_to_pe"] = round(b["fmax_mhz"] / pe_fmax, 3)
     report["blocks"] = dict(sorted(report["blocks"].items()))
@@ -726,7 +728,7 @@ def render_markdown(report: dict) -> str:
         f"Fmax = routed, worst clock, best over the seeds run. Tools: "
         + ", ".join(f"{k} {v}" for k, v in fl["tools"].items()) + ".",
         f"PE ({PE_BLOCK}) Fmax: {_f(pe, '{:.2f}')} MHz; \"x PE\" = block Fmax / PE Fmax. "
-        f"Command: `{fl['command']}`.",
+        f"Command: `{fl['command']}`{flow.updated_by(fl)}.",
         "",
         "| block | kind | status | LUT4 | of which carry (CCU2C x2) | TRELLIS_COMB (P&R) | FF | DP16KD | other cells "
         "| Fmax MHz | x PE | seeds (best) | synth s | P&R s (max) |",

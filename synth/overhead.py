@@ -185,7 +185,7 @@ def _ok_blocks(report: dict, kind: str) -> dict[str, dict]:
 
 
 # The headline decoder's plane layout: decoder v2's (the NPU tile's and the whole-model runs' decoder); the KV
-# encoders write format 3.0 (docs/FORMAT.md §3.4).
+# encoders write format 3.0 (docs/FORMAT.md §3.1, §4).
 HEADLINE_DECODER_LAYOUT = "format 2.0"
 
 

@@ -125,6 +125,8 @@ def test_update_keeps_the_other_blocks(flow_run, tmp_path):
     on_disk = json.loads((tmp_path / "s" / "report.json").read_text())
     assert on_disk["blocks"]["toy_adder_l4"] == json.loads((out / "report.json").read_text())["blocks"]["toy_adder_l4"]
     assert on_disk["npu_overhead_percent"] == r["npu_overhead_percent"] and len(on_disk["flow"]["updated_by"]) == 1
+    flow.run_flow(opts, only=["toy_adder_l2"], blocks=_blocks(), update=True)       # the same command: listed once
+    assert len(json.loads((tmp_path / "s" / "report.json").read_text())["flow"]["updated_by"]) == 1
     with pytest.raises(ConfigError, match="needs --only"):
         flow.run_flow(opts, blocks=_blocks(), update=True)
     with pytest.raises(ConfigError, match="no readable report"):

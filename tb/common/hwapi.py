@@ -83,10 +83,9 @@ def make_encoder(params):
 
 
 # ------------------------------------------------------------------ C2 encoder -> decoder loopback
-# EncoderKvC2(lanes=L, word=IW) planes wired straight into DecoderC2v2(lanes=L, word=IW) (no glue; HARDWARE.md
-# 3a), both at the encoder's 64-bit word. L = 4: the v2 decoder needs 9L <= IW + 1 (hw/decoder_c2_v2.py), so
-# L = 8 at IW = 64 (the v1 pair, kv_c2_l8) is not a v2 configuration. ``drop_verif`` = 1 (draft mode) accepts
-# and discards the two verification planes instead of forwarding them.
+# EncoderKvC2(lanes=L, word=IW) planes (format 3.0) wired straight into DecoderC2v3(lanes=L, word=IW) (no glue;
+# HARDWARE.md 3a), both at the encoder's 64-bit word. ``drop_verif`` = 1 (draft mode) accepts and discards the
+# two verification planes instead of forwarding them.
 KV_LOOPBACK_C2 = {"kv_c2_l4": {"lanes": 4, "word": 64}}
 
 

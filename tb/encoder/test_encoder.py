@@ -1,6 +1,6 @@
 """cocotb tests of the online KV-cache encoders (hw/encoder.py, Cassandra-1: four planes; hw/encoder_c2.py,
 Cassandra-2: spec.mx, verif.codes, verif.rest): every output word of every plane compared bit for bit with
-the golden KV encoder (golden.kv.encode_kv = encode_tensor(kind="kv", scheme=...) with fixed books) framed
+the golden KV encoder (golden.kv.encode_kv: format 3.0, escfield.encode3(kind="kv", ...) with fixed books) framed
 as docs/HARDWARE.md "Input words" (one chunk per vector, `last` on its final word), under random idle cycles
 on the input and random backpressure on every plane. The scheme comes from the configuration's block
 (``encoder_kv_c1`` / ``encoder_kv_c2``, hw/configs.py CONFIG_INFO)."""
