@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = "decoder_c1v2_l8_v4"        # the headline decoder (tb/run.py WHOLE_MODEL_CONFIGS["c1"])
+CONFIG = "decoder_c1v2_l8_v4"        # decoder v2's headline configuration (the synthetic tensors are encoded in 2.0)
 MODEL = "llama-3-8b"
 
 

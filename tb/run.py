@@ -79,14 +79,15 @@ def coverage_report(results: list[RunResult]) -> str:
     return "\n".join(out)
 
 
-# the decoders the whole model runs through (`make sim-full`): the v2 decoders at 8 values/cycle (draft)
-WHOLE_MODEL_CONFIGS = {"c1": "decoder_c1v2_l8_v4", "c2": "decoder_c2v2_l8"}   # the headline configurations
+# the decoders the whole model runs through (`make sim-full`): decoder v3 at 8 values/cycle (draft), reading
+# format 3.0 as a container holds it (`config=` runs decoder v2 on the 2.0 layout)
+WHOLE_MODEL_CONFIGS = {"c1": "decoder_c1v3_l8", "c2": "decoder_c2v3_l8"}
 
 
 def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1", cluster: str | None = None,
                 config: str | None = None) -> dict:
     """SmolLM2's linear weights (106 M values) encoded by the golden codec, decoded by the RTL (bulk):
-    scheme c1 through decoder_c1v2_l8_v4, c2 through decoder_c2v2_l8 (WHOLE_MODEL_CONFIGS), or ``config``, each
+    scheme c1 through decoder_c1v3_l8, c2 through decoder_c2v3_l8 (WHOLE_MODEL_CONFIGS), or ``config``, each
     tensor encoded in the layout the decoder reads (format 3.0 for decoder v3, golden/escfield.py; the 2.0
     layout for decoder v2) and compared with its golden decode."""
     import numpy as np

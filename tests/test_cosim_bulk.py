@@ -16,7 +16,7 @@ from cassandra_rtl.tb.decoder import data as D
 
 pytestmark = pytest.mark.sim
 
-C1_CONFIG = "decoder_c1v2_l4"      # the quick set; tb.run.whole_model uses decoder_c1v2_l8_v4 and C2_CONFIG
+C1_CONFIG = "decoder_c1v2_l4"      # the quick set; tb.run.whole_model uses decoder v3 (and v2 when named)
 C1_WIDE = "decoder_c1v2_l8"        # the CLI's default C1 configuration (slow: its harness takes ~4 min to build)
 
 
@@ -86,13 +86,14 @@ def test_corrupt_stream_is_reported(harness):
 
 @pytest.mark.slow
 @pytest.mark.model
-def test_whole_smollm2_through_rtl():
+@pytest.mark.parametrize("config", [None, "decoder_c1v2_l8_v4"], ids=["v3", "v2"])
+def test_whole_smollm2_through_rtl(config):
     from cassandra_rtl.tb.run import whole_model
 
     if not bulk.available():
         pytest.skip("Verilator not available")
     try:
-        res = whole_model(2)
+        res = whole_model(2, config=config)
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
     assert res["values"] >= 2 * 100_000_000
@@ -184,11 +185,12 @@ def test_c2_tensor_rejected_by_c1_harness(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.model
-def test_whole_smollm2_through_rtl_c2(harness_c2):
+@pytest.mark.parametrize("config", [None, C2_CONFIG], ids=["v3", "v2"])
+def test_whole_smollm2_through_rtl_c2(harness_c2, config):
     from cassandra_rtl.tb.run import whole_model
 
     try:
-        res = whole_model(2, scheme="c2")
+        res = whole_model(2, scheme="c2", config=config)
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
     assert res["values"] >= 2 * 100_000_000

@@ -2,7 +2,7 @@
 tb_decoder_csr_axis.v, no cocotb and no project code at simulation time) decodes a tensor exported by
 `cassandra-rtl export-planes` through the exported `<name>_csr_axis` top on Icarus — AXI4-Lite register
 program, AXI4-Stream planes with random idles, output backpressure — and every value equals golden.
-Quick: one small tensor, draft and full, on decoder_c1v2_l4; slow: a SmolLM2 weight on decoder_c1v2_l8_v4."""
+Quick: one small tensor, draft and full, on decoder_c1v2_l4; slow: a SmolLM2 weight on decoder_c1v3_l8."""
 from __future__ import annotations
 
 import shutil
@@ -115,7 +115,7 @@ def test_export_planes_rejects_the_other_scheme(tmp_path, capsys):
 @pytest.mark.slow
 def test_smollm2_weight_through_the_headline_top_on_icarus(tmp_path):
     """A whole SmolLM2 weight (format 2.0 defaults: G = 128, chunks of 8, pair books) through
-    decoder_c1v2_l8_v4_csr_axis, draft and full."""
+    decoder_c1v3_l8_csr_axis (the default configuration), draft and full."""
     _need_icarus()
     from cassandra_rtl.golden.codec import encode_tensor
     from cassandra_rtl.golden.config import CodecConfig
@@ -129,7 +129,7 @@ def test_smollm2_weight_through_the_headline_top_on_icarus(tmp_path):
     name, bits = next((n, b) for n, b in read_tensors(path) if n == "blk.0.attn_k.weight")
     write_container(tmp_path / "t.cass", {name: encode_tensor(bits, CodecConfig(keep_ratio=0.75))})
     assert cli(["export-planes", str(tmp_path / "t.cass"), "--out", str(tmp_path / "planes")]) == 0
-    image = _build(tmp_path, "decoder_c1v2_l8_v4")
+    image = _build(tmp_path, "decoder_c1v3_l8")
     for full in (False, True):
         assert _run(image, tmp_path / "planes", full, seed=7).startswith(f"PASS values={bits.size} "), full
 
@@ -148,7 +148,7 @@ def test_the_guide_commands_run_as_written(tmp_path):
         for line in block.replace("\\\n", " ").splitlines():
             if line.strip() and not line.startswith("make "):
                 lines.append(line.split("  #")[0].replace("--tensor NAME", "--tensor w"))
-    assert any("--only decoder_c1v2_l8_v4" in x for x in lines) and any("+dir=$PWD/" in x for x in lines)
+    assert any("--only decoder_c1v3_l8" in x for x in lines) and any("+dir=$PWD/" in x for x in lines)
     env = dict(os.environ, REPO=str(ROOT))
     for line in lines:
         r = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)

@@ -35,7 +35,7 @@ from ..cli import CliError
 
 PORTS = {"c1": ("spec_codes", "spec_signman", "verif_codes", "verif_rest"),
          "c2": ("spec_mx", "verif_codes", "verif_rest")}
-DEFAULT_CONFIG = {"c1": "decoder_c1v2_l8_v4", "c2": "decoder_c2v2_l8"}
+DEFAULT_CONFIG = {"c1": "decoder_c1v3_l8", "c2": "decoder_c2v3_l8"}   # decoder v3: the planes as a container holds them
 PROGRAM_HEADER = ("// one register write per line: {index[7:0], data[31:0]} = index << 32 | data (index in the HIGH\n"
                   "// bits, as cfg_dma tdata); the plain core's cfg__payload is {data, addr} (index in the LOW bits)\n")
 
@@ -127,5 +127,5 @@ def register(sub):
     p.add_argument("--out", required=True, help="output folder (created)")
     p.add_argument("--tensor", help="tensor name (required when the container holds several)")
     p.add_argument("--config", help="decoder configuration whose port widths frame the words (default: "
-                   "decoder_c1v2_l8_v4 for C1, decoder_c2v2_l8 for C2)")
+                   "decoder_c1v3_l8 for C1, decoder_c2v3_l8 for C2)")
     p.set_defaults(func=run)
