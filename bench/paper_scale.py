@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Paper-scale co-simulation: a synthetic Llama-3-8B-shaped model (tb/bulk/synthetic.py: the project's
-realistic weight recipe, generated block by block on the workers, never 16 GB anywhere) through the headline
-decoder (decoder_c1v2_l8_v4) on the executor layer (cassandra_rtl/executor.py).
+realistic weight recipe, generated block by block on the workers, never 16 GB anywhere) through decoder v3
+(decoder_c1v3_l8, format 3.0) on the executor layer (cassandra_rtl/executor.py).
 
     python bench/paper_scale.py plan  [--workers 1,2,8,32,128]                   # tasks, bytes, hours per worker
     python bench/paper_scale.py slice --values 1e8 --modes draft,full --cluster local:2
@@ -32,17 +32,23 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = "decoder_c1v2_l8_v4"        # decoder v2's headline configuration (the synthetic tensors are encoded in 2.0)
+CONFIG = "decoder_c1v3_l8"           # the whole-model decoder (tb/run.py WHOLE_MODEL_CONFIGS["c1"])
 MODEL = "llama-3-8b"
 
 
 def _tasks(mode: str, values: float | None, task_values: int, seed: int):
     from cassandra_rtl.tb.bulk import jobs, synthetic as S
 
-    groups = S.plan_groups(MODEL, task_values, seed)
+    groups = S.plan_groups(MODEL, task_values, seed, _layout())
     if values is not None:
         groups = S.spread(groups, int(values))
     return jobs.make_tasks(groups, mode, CONFIG)
+
+
+def _layout() -> str:
+    from cassandra_rtl.hw.configs import CONFIG_INFO
+
+    return CONFIG_INFO[CONFIG].get("layout", "format 2.0")
 
 
 def _peak_rss() -> int:
@@ -81,7 +87,7 @@ def plan(workers: list[int], task_values: int, seed: int, rate_from: list[Path],
     from cassandra_rtl.tb.bulk import synthetic as S
 
     specs = S.tensors(MODEL)
-    groups = S.plan_groups(MODEL, task_values, seed)
+    groups = S.plan_groups(MODEL, task_values, seed, _layout())
     values = sum(t.numel for t in specs)
     by_kind: dict[str, int] = {}
     for t in specs:

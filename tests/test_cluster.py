@@ -306,7 +306,7 @@ def test_synthetic_task_cosimulates_without_mismatch():
     from cassandra_rtl.tb.bulk import jobs, synthetic as S
 
     spec = next(t for t in S.tensors() if t.kind == "attn")
-    tasks = jobs.make_tasks([[S.SyntheticPiece(spec, 5)]], "draft", CONFIG)
+    tasks = jobs.make_tasks([[S.SyntheticPiece(spec, 5, layout="format 2.0")]], "draft", CONFIG)   # decoder v2
     with X.Executor(None, jobs=1, progress=False) as ex:
         r = jobs.run_tasks(tasks, CONFIG, ex)
     assert (r["values"], r["mismatches"]) == (spec.rows_per_block * spec.cols, 0) and r["stream_bytes"] > 0

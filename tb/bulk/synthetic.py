@@ -98,10 +98,12 @@ def codec_config():
 
 @dataclass
 class SyntheticPiece:
-    """Block ``block`` of tensor ``spec``: generated and encoded when a worker loads it (tb/bulk/jobs.py)."""
+    """Block ``block`` of tensor ``spec``: generated and encoded when a worker loads it (tb/bulk/jobs.py), in
+    ``layout``: the plane layout the decoder reads ("format 3.0": decoder v3; "format 2.0": decoder v2)."""
     spec: TensorSpec
     block: int
     seed: int = 2026
+    layout: str = "format 3.0"
 
     @property
     def numel(self) -> int:
@@ -109,21 +111,25 @@ class SyntheticPiece:
         return (r1 - r0) * self.spec.cols
 
     def load(self):
+        from cassandra_rtl.golden import escfield
         from cassandra_rtl.golden.codec import encode_tensor
 
-        enc = encode_tensor(block_bits(self.spec, self.block, self.seed).reshape(-1), codec_config())
+        bits = block_bits(self.spec, self.block, self.seed).reshape(-1)
+        enc = (escfield.encode3(bits, codec_config()) if self.layout == "format 3.0"
+               else encode_tensor(bits, codec_config()))
         r0, _ = self.spec.block_rows(self.block)
         return self.spec.name, enc, r0 * self.spec.cols
 
 
-def plan_groups(model: str = "llama-3-8b", task_values: int = 1 << 22, seed: int = 2026) -> list[list[SyntheticPiece]]:
+def plan_groups(model: str = "llama-3-8b", task_values: int = 1 << 22, seed: int = 2026,
+                layout: str = "format 3.0") -> list[list[SyntheticPiece]]:
     """The whole model as tasks of about ``task_values`` values: consecutive blocks of one tensor (a task
-    never spans two tensors, so a task is one tensor's rows)."""
+    never spans two tensors, so a task is one tensor's rows), encoded in ``layout``."""
     groups = []
     for spec in tensors(model):
         per = max(1, task_values // (spec.rows_per_block * spec.cols))
         for b in range(0, spec.nblocks, per):
-            groups.append([SyntheticPiece(spec, k, seed) for k in range(b, min(b + per, spec.nblocks))])
+            groups.append([SyntheticPiece(spec, k, seed, layout) for k in range(b, min(b + per, spec.nblocks))])
     return groups
 
 
