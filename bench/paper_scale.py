@@ -38,17 +38,12 @@ MODEL = "llama-3-8b"
 
 def _tasks(mode: str, values: float | None, task_values: int, seed: int):
     from cassandra_rtl.tb.bulk import jobs, synthetic as S
+    from cassandra_rtl.tb.decoder.framing import config_layout
 
-    groups = S.plan_groups(MODEL, task_values, seed, _layout())
+    groups = S.plan_groups(MODEL, task_values, seed, config_layout(CONFIG))
     if values is not None:
         groups = S.spread(groups, int(values))
     return jobs.make_tasks(groups, mode, CONFIG)
-
-
-def _layout() -> str:
-    from cassandra_rtl.hw.configs import CONFIG_INFO
-
-    return CONFIG_INFO[CONFIG].get("layout", "format 2.0")
 
 
 def _peak_rss() -> int:
@@ -85,9 +80,10 @@ def plan(workers: list[int], task_values: int, seed: int, rate_from: list[Path],
          cluster: str | None, jobs_n: int) -> dict:
     from cassandra_rtl.golden.codec import encode_tensor
     from cassandra_rtl.tb.bulk import synthetic as S
+    from cassandra_rtl.tb.decoder.framing import config_layout
 
     specs = S.tensors(MODEL)
-    groups = S.plan_groups(MODEL, task_values, seed, _layout())
+    groups = S.plan_groups(MODEL, task_values, seed, config_layout(CONFIG))
     values = sum(t.numel for t in specs)
     by_kind: dict[str, int] = {}
     for t in specs:

@@ -200,7 +200,7 @@ class KvEncoderBase(wiring.Component):
         """A companion field ``(value, width)`` with an escape's 8 raw bits in front (stream-LSB side) when
         ``escaped``: ``sym | (value << 8)``, width + 8 (FORMAT.md §3.1 "Companion field")."""
         v = Signal(ESCAPE_PAYLOAD_BITS + len(value), name=f"{name}_fv")
-        w = Signal(range(ESCAPE_PAYLOAD_BITS + 2 * FIELD_MAX + 1), name=f"{name}_fw")
+        w = Signal(range(len(v) + 1), name=f"{name}_fw")
         m.d.comb += [v.eq(Mux(escaped, Cat(sym[:ESCAPE_PAYLOAD_BITS], value), value)),
                      w.eq(Mux(escaped, width + ESCAPE_PAYLOAD_BITS, width))]
         return v, w

@@ -548,9 +548,15 @@ def _smallest_per_family(names: list[str], metas: dict[str, dict]) -> set[str]:
 SAME_FLOW = ("version", "library", "library_info", "nand2_um2", "abc_target_period_ps", "quick", "clock_gating")
 
 
-def previous_report(out: pathlib.Path, flow: dict, same: tuple[str, ...] = SAME_FLOW) -> dict:
-    """``out``/report.json for ``--update``: the report of a run of the same flow (its ``same`` fields equal),
-    whose other blocks the new run keeps. Raises ConfigError when there is none or it is another flow's."""
+def kept_for_update(report: dict, out: pathlib.Path, only: list[str] | None,
+                    same: tuple[str, ...] = SAME_FLOW) -> dict:
+    """``--update`` (synth.flow, synth.fpga): the blocks of the report already in ``out`` that this run (``only``)
+    does not redo. That report must come from the same flow (its ``same`` fields equal ``report["flow"]``'s);
+    ``report["flow"]`` takes over its command and lists this run's command under ``updated_by`` (a repeated
+    command once). Raises ConfigError without ``only``, without a readable report or over another flow's."""
+    if not only:
+        raise ConfigError("--update needs --only: the blocks to run again")
+    flow = report["flow"]
     path = out / "report.json"
     try:
         prev = json.loads(path.read_text())
@@ -562,7 +568,10 @@ def previous_report(out: pathlib.Path, flow: dict, same: tuple[str, ...] = SAME_
     differ = [k for k in same if norm(prev.get("flow", {}).get(k)) != norm(flow.get(k))]
     if differ:
         raise ConfigError(f"--update: {path} is another flow's report (it differs in {', '.join(differ)})")
-    return prev
+    command = flow["command"]
+    flow["command"] = prev["flow"].get("command")
+    flow["updated_by"] = [c for c in prev["flow"].get("updated_by", []) if c != command] + [command]
+    return {n: b for n, b in prev["blocks"].items() if n not in only}
 
 
 def run_flow(opts: FlowOptions, only: list[str] | None = None,
@@ -588,14 +597,7 @@ def run_flow(opts: FlowOptions, only: list[str] | None = None,
         },
         "blocks": {},
     }
-    kept: dict[str, Any] = {}
-    if update:
-        if not only:
-            raise ConfigError("--update needs --only: the blocks to synthesise again")
-        prev = previous_report(opts.out, report["flow"])
-        kept = {n: b for n, b in prev["blocks"].items() if n not in only}
-        report["flow"]["command"] = prev["flow"].get("command")
-        report["flow"]["updated_by"] = updated_by_list(prev["flow"], recorded_command(sys.argv[1:]))
+    kept = kept_for_update(report, opts.out, only) if update else {}
     if only:
         unknown = [n for n in only if n not in blocks]
         for n in unknown:
@@ -813,11 +815,6 @@ def _library_line(fl: dict) -> str:
                 f"(NLDM, ideal clock, 0 input/output delay, 5 fF output loads, default wire load); dont_use: {du}.")
     return (f"Library `{fl['library']}` (generic CMOS, NAND2 = 1 GE), µm² at an assumed {fl['nand2_um2']} µm²/GE "
             "(28 nm, estimate); timing by synth/timing.py (logical effort).")
-
-
-def updated_by_list(prev_flow: dict, command: str) -> list[str]:
-    """The ``--update`` commands of a report, this one last (a repeated command listed once)."""
-    return [c for c in prev_flow.get("updated_by", []) if c != command] + [command]
 
 
 def updated_by(fl: dict) -> str:

@@ -598,13 +598,7 @@ def run_fpga(opts: FpgaOptions, only: list[str] | None = None, blocks: dict[str,
         "blocks": {},
     }
     if update:
-        if not only:
-            raise ConfigError("--update needs --only: the blocks to run again")
-        prev = flow.previous_report(opts.out, report["flow"], SAME_FPGA_FLOW)
-        report["blocks"] = {n: b for n, b in prev["blocks"].items() if n not in only}
-        report["flow"]["command"] = prev["flow"].get("command")
-        report["flow"]["updated_by"] = flow.updated_by_list(prev["flow"], flow.recorded_command(
-            sys.argv[1:], "python -m cassandra_rtl.synth.fpga"))
+        report["blocks"] = flow.kept_for_update(report, opts.out, only, SAME_FPGA_FLOW)
     selected = blocks
     if only:
         unknown = [n for n in only if n not in blocks]

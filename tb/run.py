@@ -92,24 +92,22 @@ def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1", clus
     layout for decoder v2) and compared with its golden decode."""
     import numpy as np
 
-    from cassandra_rtl.golden import escfield
-    from cassandra_rtl.golden.codec import decode_draft, decode_full, encode_tensor
+    from cassandra_rtl.golden.codec import decode_draft, decode_full
     from cassandra_rtl.golden.config import CodecConfig
-    from cassandra_rtl.hw.configs import CONFIG_INFO
 
     from . import bulk
     from .decoder import data as D
+    from .decoder import framing as F
 
     flat = D.smollm2_linear_bits()
     cfg = CodecConfig(scheme=scheme, group_size=128, mantissa_bits=3, keep_ratio=0.75)
     config = config or WHOLE_MODEL_CONFIGS[scheme]
-    format3 = CONFIG_INFO[config].get("layout") == "format 3.0"
     # tensors of the real model when the GGUF is at hand; otherwise 1 M-value slices of /tmp/lin.npy
     step = 1 << 20
     out = {"scheme": scheme, "config": config, "values": 0, "mismatches": 0, "modes": {}}
     t_enc = time.perf_counter()
-    encode = (lambda b: escfield.encode3(b, cfg)) if format3 else (lambda b: encode_tensor(b, cfg))
-    encs = [encode(np.ascontiguousarray(flat[i:i + step])) for i in range(0, len(flat), step)]
+    layout = F.config_layout(config)
+    encs = [F.encode_in(np.ascontiguousarray(flat[i:i + step]), cfg, layout) for i in range(0, len(flat), step)]
     out["encode_s"] = time.perf_counter() - t_enc
     for mode in modes:
         if cluster:            # on Dask (cassandra_rtl/executor.py): chunk-boundary tasks, the harness shipped

@@ -55,15 +55,14 @@ def export_tensor(enc, config: str, out: Path, name: str = "") -> dict:
     """Write the files of one encoded tensor for ``config``, its planes in the layout the configuration reads
     (a container's format 3.0 tensor is converted for decoder v2, tb/decoder/framing.py); returns the manifest."""
     from ..golden.codec import decode_draft, decode_full
-    from ..hw.configs import CONFIG_INFO
     from ..hw.simutil import decoder_planes, decoder_program
-    from ..tb.decoder.framing import framed
+    from ..tb.decoder.framing import config_layout, framed
     widths = port_widths(config)
     scheme = enc.config.scheme
     if (scheme == "c1") != ("spec_codes" in widths):
         raise CliError(f"{config} reads {'C1' if 'spec_codes' in widths else 'C2'} tensors; {name or 'the tensor'} "
                        f"is {scheme.upper()}")
-    enc = framed(enc, CONFIG_INFO[config].get("layout", "format 2.0"))
+    enc = framed(enc, config_layout(config))
     out.mkdir(parents=True, exist_ok=True)
     programs = {m: decoder_program(enc, m == "full", force_format2=True) for m in ("draft", "full")}
     for mode, prog in programs.items():

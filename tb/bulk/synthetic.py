@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..decoder.framing import FORMAT_3, encode_in
+
 BLOCK_VALUES = 1 << 20
 SHAPES = {
     "llama-3-8b": dict(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, head_dim=128, hidden_dim=14336,
@@ -103,7 +105,7 @@ class SyntheticPiece:
     spec: TensorSpec
     block: int
     seed: int = 2026
-    layout: str = "format 3.0"
+    layout: str = FORMAT_3
 
     @property
     def numel(self) -> int:
@@ -111,18 +113,13 @@ class SyntheticPiece:
         return (r1 - r0) * self.spec.cols
 
     def load(self):
-        from cassandra_rtl.golden import escfield
-        from cassandra_rtl.golden.codec import encode_tensor
-
-        bits = block_bits(self.spec, self.block, self.seed).reshape(-1)
-        enc = (escfield.encode3(bits, codec_config()) if self.layout == "format 3.0"
-               else encode_tensor(bits, codec_config()))
+        enc = encode_in(block_bits(self.spec, self.block, self.seed).reshape(-1), codec_config(), self.layout)
         r0, _ = self.spec.block_rows(self.block)
         return self.spec.name, enc, r0 * self.spec.cols
 
 
 def plan_groups(model: str = "llama-3-8b", task_values: int = 1 << 22, seed: int = 2026,
-                layout: str = "format 3.0") -> list[list[SyntheticPiece]]:
+                layout: str = FORMAT_3) -> list[list[SyntheticPiece]]:
     """The whole model as tasks of about ``task_values`` values: consecutive blocks of one tensor (a task
     never spans two tensors, so a task is one tensor's rows), encoded in ``layout``."""
     groups = []

@@ -33,6 +33,21 @@ FORMAT_3 = "format 3.0"
 LAYOUTS = (FORMAT_2, FORMAT_3)
 
 
+def config_layout(config: str) -> str:
+    """The plane layout decoder configuration ``config`` reads (hw/configs.py CONFIG_INFO "layout")."""
+    from cassandra_rtl.hw.configs import CONFIG_INFO
+    return CONFIG_INFO[config].get("layout", FORMAT_2)
+
+
+def encode_in(bits, cfg, layout: str) -> EncodedTensor:
+    """``bits`` encoded by the golden codec straight into ``layout`` (no conversion through the other)."""
+    from cassandra_rtl.golden import escfield
+    from cassandra_rtl.golden.codec import encode_tensor
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown plane layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    return escfield.encode3(bits, cfg) if layout == FORMAT_3 else encode_tensor(bits, cfg)
+
+
 def framed(enc: EncodedTensor, layout: str = FORMAT_2) -> EncodedTensor:
     """The tensor whose planes go onto the ports of a decoder reading ``layout``: ``enc`` itself when it is
     in that layout, else the same values, books and keep mask in the other (golden/escfield.py

@@ -67,8 +67,8 @@ class TileParams:
     @property
     def layout(self) -> str:
         """The plane layout the cluster's decoders read (tb/decoder/framing.py LAYOUTS)."""
-        from cassandra_rtl.hw.configs import CONFIG_INFO
-        return CONFIG_INFO[self.decoder].get("layout", "format 2.0")
+        from ..decoder.framing import config_layout
+        return config_layout(self.decoder)
 
     def make(self):
         from cassandra_rtl.hw.npu.tile import NpuTile
