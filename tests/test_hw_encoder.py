@@ -1,4 +1,4 @@
-"""Online KV encoder (hw/encoder.py) against golden format 3.0 (``escfield.encode(..., kind="kv", books=...)``),
+"""Online KV encoder (hw/encoder.py) against golden format 3.0 (``escfield.encode3(..., kind="kv", books=...)``),
 word for word, under random input idles and output backpressure; encoder -> decoder v3 round trips; framing
 errors."""
 from __future__ import annotations
@@ -40,7 +40,7 @@ def encode_kv(bits, G, m, k, books=None):
         books = (pre.spec_book, pre.verif_book)
         if cfg.prunes and PRUNED not in books[0].symbols:
             books = (Codebook(books[0].symbols[:14] + (PRUNED,)), books[1])
-    return cfg, books, escfield.encode(bits, cfg, books=books)[1]
+    return cfg, books, escfield.encode3(bits, cfg, books=books)
 
 
 @pytest.mark.parametrize("lanes,G,m,k", [(2, 128, 3, 40),        # the default configuration's shape
@@ -90,7 +90,7 @@ def test_encoder_decoder_round_trip():
     assert dres.error_code == 0
     assert np.array_equal(dres.values[0], bits.reshape(-1))
     from cassandra_rtl.golden.codec import decode_draft
-    assert np.array_equal(dres.values[1], decode_draft(encode_tensor(bits, cfg, books=books)).reshape(-1))
+    assert np.array_equal(dres.values[1], decode_draft(enc).reshape(-1))
 
 
 def test_encoder_framing_error_is_sticky_and_drains():
@@ -136,7 +136,7 @@ def test_encoder_error_keeps_completed_vectors():
     G, lanes = 32, 4
     bits = kv_vectors(3, G, seed=14)
     cfg, books, _ = encode_kv(bits, G, 3, 16)
-    enc = escfield.encode(bits[:2], cfg, books=books)[1]
+    enc = escfield.encode3(bits[:2], cfg, books=books)
     res = run_encoder(EncoderKvC1(lanes, 32, max_group=G), bits, encoder_program(cfg, books),
                       Stalls(STALL, STALL, seed=3),
                       frame_last=lambda v, b: int(b == (0 if v == 2 else G // lanes - 1)), max_cycles=3000)

@@ -1,4 +1,4 @@
-"""Online KV encoder, Cassandra-2 (hw/encoder_c2.py) against golden format 3.0 (``escfield.encode(scheme="c2",
+"""Online KV encoder, Cassandra-2 (hw/encoder_c2.py) against golden format 3.0 (``escfield.encode3(scheme="c2",
 kind="kv", books=(None, verif))``), word for word, under random input idles and output backpressure; golden round trip;
 framing / book / config errors."""
 from __future__ import annotations
@@ -48,7 +48,7 @@ def encode_kv(bits, G, m, k, verif=None):
     cfg = c2_config(G, m, k)
     if verif is None:
         verif = calibrate_kv_codebooks(bits[: max(1, len(bits) // 2)], cfg)[1]
-    return cfg, verif, escfield.encode(bits, cfg, books=(None, verif))[1]
+    return cfg, verif, escfield.encode3(bits, cfg, books=(None, verif))
 
 
 def program(cfg, verif) -> list[tuple[int, int]]:
