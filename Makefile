@@ -148,7 +148,7 @@ npu-area: setup opensta
 	nice -n 10 $(PY) -m cassandra_rtl.synth.npu_area run --jobs 1
 	nice -n 10 $(PY) -m cassandra_rtl.synth.npu_area run --jobs 1 --clock-gating
 	nice -n 10 $(PY) -m cassandra_rtl.synth.npu_area run --jobs 1 --liberty $(NPU_LIBERTY)
-	nice -n 10 $(PY) -m cassandra_rtl.synth.fpga --out build/fpga-npu --only pe_bf16_fp32,decoder_c1v2_l4,npu_tile_s --seeds 1 --jobs 1
+	nice -n 10 $(PY) -m cassandra_rtl.synth.fpga --out build/fpga-npu --only pe_bf16_fp32,decoder_c1v3_l4_core,tensor_regs,npu_tile_s --seeds 1 --jobs 1
 	$(PY) -m cassandra_rtl.synth.npu_area table --docs docs/NPU.md
 
 npu-speedup: npu

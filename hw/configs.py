@@ -92,18 +92,21 @@ def _c1v3_factories():
     layout of golden/escfield.py, one parser / extractor / lookup set for both modes."""
     from .decoder_c1_v3 import DecoderC1v3, DecoderC1v3Core
     from .tensor_regs import TensorRegisters
-    _register("decoder_c1v3_l8", lambda: DecoderC1v3(lanes=8), block="decoder_c1v3", variant="v3", lanes=8, word=64,
-              code_word=32, verif_word=32, verif_lanes=8, values_per_cycle=8, values_per_cycle_full=4, latency_cycles=4,
-              layout="format 3.0",
-              description="Cassandra-1 decoder v3 prototype (one parser for both modes, escape payloads in the "
-                          "companion field), 8 bf16 values/cycle in draft mode, 4 in full mode, 64-bit spec_signman "
-                          "words, 32-bit code and verif_rest words")
-    # a decoder cluster shares one TensorRegisters among its cores: synthesised apart, per instance = core + regs / N
-    _register("decoder_c1v3_l8_core", lambda: DecoderC1v3Core(lanes=8), block="decoder_c1v3_core", variant="v3",
-              lanes=8, word=64, code_word=32, verif_word=32, verif_lanes=8, values_per_cycle=8,
-              values_per_cycle_full=4, latency_cycles=4, layout="format 3.0", cluster_part="instance",
-              description="Decoder v3 core: the per-instance part of a decoder cluster (NUMEL, CTRL, errors, "
-                          "datapath), the tensor's registers on its params input")
+    for l in (8, 4):
+        word = 8 * l
+        # L = 4: the small NPU tile's decoder, synthesised by synth/npu_area.py (not in `make synth`'s default set)
+        common = dict(variant="v3", lanes=l, word=word, code_word=32, verif_word=32, verif_lanes=l,
+                      values_per_cycle=l, values_per_cycle_full=l // 2, latency_cycles=4, layout="format 3.0",
+                      **({} if l == 8 else {"synth_default": False}))
+        _register(f"decoder_c1v3_l{l}", lambda l=l: DecoderC1v3(lanes=l), block="decoder_c1v3", **common,
+                  description=f"Cassandra-1 decoder v3 (one parser for both modes, escape payloads in the companion "
+                              f"field), {l} bf16 values/cycle in draft mode, {l // 2} in full mode, {word}-bit "
+                              "spec_signman words, 32-bit code and verif_rest words")
+        # a decoder cluster shares one TensorRegisters among its cores: synthesised apart, per instance = core + regs / N
+        _register(f"decoder_c1v3_l{l}_core", lambda l=l: DecoderC1v3Core(lanes=l), block="decoder_c1v3_core",
+                  **common, cluster_part="instance",
+                  description="Decoder v3 core: the per-instance part of a decoder cluster (NUMEL, CTRL, errors, "
+                              "datapath), the tensor's registers on its params input")
     _register("tensor_regs", lambda: TensorRegisters(), block="tensor_regs", kind="tensor_regs",
               cluster_part="shared",
               description="The per-tensor registers and constants a decoder cluster shares (hw/tensor_regs.py)")
@@ -168,16 +171,18 @@ _encoder_factories()
 
 
 # ---- the NPU tile (hw/npu/tile.py, docs/NPU.md) ----
-# ``npu_tile``: the headline tile (tb/npu/__init__.py TileParams defaults: 3 x decoder_c1v2_l8_v4, 5 rows, 1536 inputs);
-# ``npu_tile_s``: a small whole tile (1 x decoder_c1v2_l4, 2 rows, 64 inputs) that every flow (generic, gated, sky130,
+# ``npu_tile``: the headline tile (tb/npu/__init__.py TileParams defaults: 3 x decoder_c1v3_l8_core sharing one
+# TensorRegisters, 5 rows, 1536 inputs); ``npu_tile_s``: a small whole tile (1 x decoder_c1v3_l4_core, 2 rows, 64 inputs) that every flow (generic, gated, sky130,
 # ECP5) runs flat. The headline tile holds ~0.23 M bits of flip-flop storage (26 DMA FIFOs of 64 x 64 bits, a
 # 192 x 640-bit activation buffer with 3 asynchronous read ports): flat synthesis is out of reach of the WebAssembly
 # Yosys, so ``synth_default=False`` keeps it out of `make synth` / `make fpga` (it runs with ``--only npu_tile``), and
 # synth/npu_area.py composes its area from separately synthesised parts (docs/NPU.md "Area and clock").
+from .npu import DEFAULT_DECODER  # noqa: E402  (a constant; the tile's modules load in the factory)
+
 NPU_TILES = {
-    "npu_tile_s": dict(data_bytes=8, instances=1, decoder="decoder_c1v2_l4", max_rows=2, max_in=64, burst=8,
+    "npu_tile_s": dict(data_bytes=8, instances=1, decoder="decoder_c1v3_l4_core", max_rows=2, max_in=64, burst=8,
                        fifo_depth=16, max_outstanding=4),
-    "npu_tile": dict(data_bytes=8, instances=3, decoder="decoder_c1v2_l8_v4", max_rows=5, max_in=1536, burst=16,
+    "npu_tile": dict(data_bytes=8, instances=3, decoder=DEFAULT_DECODER, max_rows=5, max_in=1536, burst=16,
                      fifo_depth=64, max_outstanding=16),
 }
 

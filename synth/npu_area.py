@@ -16,7 +16,7 @@ and the tile as the sum of its separately synthesised parts, storage apart from 
     framer_bB  ByteFramer(W, B) per plane port width of the decoder, x N per port of that width
     unpack     U16Unpack(W), x N x planes
     gearbox    Gearbox(V, V), x N;  dot: DotUnit(V, max_rows), x N;  packer: OutPacker(max_rows, W), x N
-    decoders   the registry's decoder block, x N
+    decoders   the registry's decoder block, x N (a cluster core: and its shared TensorRegisters, x 1)
 
 and writes the flow's report.json / report.md plus npu_area.json (the composition) under DIR (default
 build/synth-npu, -cg with --clock-gating, -<library> with --liberty; kept apart from `make synth`'s reports).
@@ -47,6 +47,7 @@ from . import flow
 
 SMALL, HEADLINE = "npu_tile_s", "npu_tile"
 PART_KIND = "npu_part"
+SHARED_REGS = {"c1": "tensor_regs", "c2": "tensor_regs_c2"}   # a cluster core's shared registers (hw/configs.py)
 STORAGE = ("dma_fifo", "wr_fifo", "actbuf")
 FPGA_OUT = pathlib.Path("build/fpga-npu")
 
@@ -139,6 +140,9 @@ def parts(tile: str) -> dict[str, dict]:
     }
     res = {f"{tile}__{k}": dict(v, storage=v.get("storage", False)) for k, v in out.items()}
     res[dec] = dict(factory=NAMED_CONFIGS[dec], count=N, group="decoders", storage=False, registry=True)
+    if info.get("cluster_part") == "instance":      # the cores' shared TensorRegisters, once per cluster
+        regs = SHARED_REGS[scheme]
+        res[regs] = dict(factory=NAMED_CONFIGS[regs], count=1, group="decoders", storage=False, registry=True)
     return res
 
 
@@ -156,7 +160,8 @@ def blocks(tiles=(SMALL, HEADLINE)) -> dict[str, flow.Block]:
                 out[name] = flow.Block(name, part["factory"], "synth.npu_area", {"kind": PART_KIND, "tile": tile})
     out[SMALL] = hw[SMALL]
     # smallest first (one job at a time: the small tile's blocks before the headline's)
-    order = [flow.PE_BLOCK] + [n for n in out if n.startswith(SMALL + "__")] + ["decoder_c1v2_l4", SMALL]
+    small_decoders = [n for n in parts(SMALL) if not n.startswith(SMALL + "__")]
+    order = [flow.PE_BLOCK] + [n for n in out if n.startswith(SMALL + "__")] + small_decoders + [SMALL]
     last = [f"{HEADLINE}__{k}" for k in ("actbuf", "dma")]          # the largest: 0.1 M flip-flops each
     names = [n for n in dict.fromkeys(order + list(out)) if n not in last] + last
     return {n: out[n] for n in names if n in out}

@@ -18,7 +18,7 @@ from cassandra_rtl.tb import npu
 
 pytestmark = pytest.mark.sim
 
-SMALL = npu.TileParams(data_bytes=8, instances=2, decoder="decoder_c1v2_l4", max_rows=5, max_in=128, burst=8,
+SMALL = npu.TileParams(data_bytes=8, instances=2, decoder="decoder_c1v3_l4_core", max_rows=5, max_in=128, burst=8,
                        fifo_depth=32, max_outstanding=8)
 
 
@@ -48,7 +48,7 @@ def test_generation_timed_in_tile_cycles(tiny_gguf, tmp_path, monkeypatch):
     assert 0.5 < rep["measured_bytes_fraction"] <= 1.0
     # a tiny model's passes are short: the tile's fixed costs per tensor make the measured time longer
     assert rep["decode_s_measured"] > rep["decode_s_modeled"] * 0.99
-    assert rep["tile"]["decoder"] == "decoder_c1v2_l4" and rep["tile"]["instances"] == 2
+    assert rep["tile"]["decoder"] == "decoder_c1v3_l4_core" and rep["tile"]["instances"] == 2
 
 
 @pytest.mark.slow

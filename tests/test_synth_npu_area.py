@@ -28,7 +28,10 @@ def test_run_without_only_skips_non_default_blocks(tmp_path):
 def test_parts_and_counts_of_the_headline():
     ps = npu_area.parts("npu_tile")
     count = {n.split("__")[-1]: p["count"] for n, p in ps.items()}
-    assert count["dma_fifo"] == 26 and count["wr_fifo"] == 3 and count["decoder_c1v2_l8_v4"] == 3
+    assert count["dma_fifo"] == 26 and count["wr_fifo"] == 3
+    # the cluster: three cores and the TensorRegisters they share, both in the decoders' group
+    assert count["decoder_c1v3_l8_core"] == 3 and count["tensor_regs"] == 1
+    assert ps["decoder_c1v3_l8_core"]["group"] == ps["tensor_regs"]["group"] == "decoders"
     assert count["framer_b32"] + count["framer_b64"] == count["unpack"] == 12     # 4 C1 planes x 3 instances
     assert {n.split("__")[-1] for n, p in ps.items() if p["storage"]} == set(npu_area.STORAGE)
 
@@ -55,8 +58,9 @@ def test_compose_small_tile_flat_minus_parts():
     assert c["area_ge"]["dma"] == pytest.approx(500 - 100) and c["area_ge"]["dma_fifo"] == pytest.approx(100)
     assert c["total_ge"] == pytest.approx(c["flat_ge"])
     assert c["storage_ge"] == pytest.approx(100 + 5 + 2 * 20)          # two activation-buffer row slices
-    assert c["decoder_share_percent"] == pytest.approx(100 * 20 / c["total_ge"], abs=0.01)
-    assert c["decoder_share_of_logic_percent"] == pytest.approx(100 * 20 / (c["total_ge"] - c["storage_ge"]), abs=0.01)
+    # the decoder cluster: one core (20) and its TensorRegisters (20)
+    assert c["decoder_share_percent"] == pytest.approx(100 * 40 / c["total_ge"], abs=0.01)
+    assert c["decoder_share_of_logic_percent"] == pytest.approx(100 * 40 / (c["total_ge"] - c["storage_ge"]), abs=0.01)
     assert c["slowest_block"] == tile and c["fmax_mhz"] == 250.0
 
 

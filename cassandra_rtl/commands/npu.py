@@ -13,10 +13,11 @@ from pathlib import Path
 
 from ..argtypes import float_range, int_range, positive_int
 from ..cli import CliError
+from ..hw.npu import DEFAULT_DECODER
 
-# the tile's C1 clusters: the headline (its measurement feeds `generate --numerics npu`), decoder v3 with its own
-# registers per instance, and v3 cores sharing one TensorRegisters
-TILE_DECODERS = ("decoder_c1v2_l8_v4", "decoder_c1v3_l8", "decoder_c1v3_l8_core")
+# the tile's C1 clusters: the headline, decoder v3 cores sharing one TensorRegisters (its measurement feeds
+# `generate --numerics npu`), decoder v3 with its own registers per instance, decoder v2 (format 2.0)
+TILE_DECODERS = (DEFAULT_DECODER, "decoder_c1v3_l8", "decoder_c1v2_l8_v4")
 
 
 def _ordered(container):
@@ -149,7 +150,7 @@ def register(sub):
     p.add_argument("--all", action="store_true", help="every linear tensor")
     p.add_argument("--instances", type=int_range(1, 4), default=3, help="decoder instances of the tile")
     p.add_argument("--decoder", choices=TILE_DECODERS, default=TILE_DECODERS[0],
-                   help="the cluster's decoder (decoder_c1v3_l8_core: v3 cores sharing one TensorRegisters)")
+                   help="the cluster's decoder (the default, decoder_c1v3_l8_core: v3 cores sharing one TensorRegisters)")
     p.add_argument("--bandwidth", type=float_range(0, 64, lo_open=True), default=None,
                    help="memory bandwidth in bytes per cycle (default: the port width)")
     p.add_argument("--latency", type=int_range(1, 4096), default=64, help="memory read latency in cycles")

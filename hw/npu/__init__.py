@@ -1,1 +1,4 @@
-"""NPU tile: DMA, framing and compute blocks around the plane decoders (cassandra_rtl.hw.npu)."""
+"""The Cassandra NPU tile (docs/NPU.md)."""
+
+# The headline tile's decoder: the C1 decoder v3's cluster part (the cores share one TensorRegisters)
+DEFAULT_DECODER = "decoder_c1v3_l8_core"

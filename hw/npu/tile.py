@@ -9,11 +9,11 @@
                                   (bf16 pass: slot 0 words -----------------------------^)      |
     AXI4 write <-- WriteMaster <-- OutPacker i <-------------------------------------------------'
 
-* The decoder cluster: ``instances`` copies of one decoder configuration (hw/configs.py, default the C1
-  headline ``decoder_c1v2_l8_v4``); its registers are written through OP_DEC with an instance mask (books and
-  per-tensor registers once for the cluster, NUMEL per instance). A cluster part (``decoder_c1v3_l8_core``)
-  makes it a cluster in hardware too: the cores share one TensorRegisters (hw/tensor_regs.py), which takes
-  every OP_DEC write while no core is busy. A tensor is split by the driver into one
+* The decoder cluster: ``instances`` copies of one decoder configuration (hw/configs.py, default
+  ``decoder_c1v3_l8_core``); its registers are written through OP_DEC with an instance mask (books and
+  per-tensor registers once for the cluster, NUMEL per instance). With a cluster part (a decoder v3 core) the
+  cores share one TensorRegisters (hw/tensor_regs.py, of the decoder's scheme), which takes every OP_DEC write
+  while no core is busy; a whole decoder (one with its own registers) takes the writes itself. A tensor is split by the driver into one
   contiguous range of whole chunks per instance, each range a whole number of weight rows, so every
   instance computes its own outputs (docs/NPU.md "Splitting a tensor").
 * The array: one DotUnit per instance, V = the decoder's lanes, ``max_rows`` activation rows. A V-group of
@@ -33,6 +33,7 @@ from amaranth.utils import exact_log2
 
 from ...errors import ConfigError
 from ..decoder import CTRL_START, Reg, cfg_layout
+from . import DEFAULT_DECODER
 from . import commands as C
 from .dma import ADDR_BITS, WORDS_BITS, ReadDma
 from .dot import DotUnit
@@ -66,7 +67,7 @@ class NpuTile(wiring.Component):
         burst, fifo_depth, max_outstanding   the read DMA (hw/npu/dma.py)
     """
 
-    def __init__(self, data_bytes: int = 8, instances: int = 3, decoder: str = "decoder_c1v2_l8_v4",
+    def __init__(self, data_bytes: int = 8, instances: int = 3, decoder: str = DEFAULT_DECODER,
                  max_rows: int = 5, max_in: int = 1536, burst: int = 16, fifo_depth: int = 64,
                  max_outstanding: int = 16):
         if data_bytes not in (8, 16):
@@ -195,7 +196,7 @@ class NpuTile(wiring.Component):
         regs = None
         if self.cluster:     # one TensorRegisters for the cluster's cores (hw/tensor_regs.py TENSOR_PARAMS)
             from ..tensor_regs import TensorRegisters
-            regs = m.submodules.tensor_regs = TensorRegisters()
+            regs = m.submodules.tensor_regs = TensorRegisters(self.scheme)
         for i in range(N):
             dec = self._make_decoder()
             m.submodules[f"dec{i}"] = dec

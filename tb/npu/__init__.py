@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from cassandra_rtl.golden.codec import EncodedTensor, plane_offsets
+from cassandra_rtl.hw.npu import DEFAULT_DECODER
 from cassandra_rtl.hw.npu import commands as C
 
 from ..common.build import ROOT, file_lock, run_harness
@@ -48,7 +49,7 @@ class TileError(RuntimeError):
 class TileParams:
     data_bytes: int = 8
     instances: int = 3
-    decoder: str = "decoder_c1v2_l8_v4"
+    decoder: str = DEFAULT_DECODER
     max_rows: int = 5
     max_in: int = 1536
     burst: int = 16
