@@ -1,9 +1,9 @@
 """The report's NPU tile section: the tile measured in cycles (docs/NPU.md).
 
 Reads what the tile's runs wrote (nothing is simulated here):
-  * the whole-artifact measurement of `cassandra-rtl npu --all` (build/npu/measure/*.json, the newest for the
-    generation artifact and the headline tile): per pass kind values, mismatches, cycles, the port's use and
-    where the cycles went;
+  * the whole-artifact measurement of `cassandra-rtl npu --all` (build/npu/measure/, the one of the generation
+    artifact, the headline tile, the default memory model and the current tile RTL): per pass kind values,
+    mismatches, cycles, the port's use and where the cycles went;
   * `python bench/npu_speedup.py` (build/npu/speedup/speedup.json): the held-out runs' speedup measured in
     tile cycles beside model/metrics.py, and losslessness; its plot is copied to OUT/npu_speedup.png.
 
@@ -26,13 +26,15 @@ def _f(x, spec="{:.3f}"):
     return "—" if x is None else spec.format(x)
 
 
-def newest_measurement(tile_key: str | None = None) -> tuple[Path | None, dict | None]:
-    d = ROOT / MEASURE_DIR
-    files = sorted((p for p in d.glob("*.json") if tile_key is None or tile_key in p.name),
-                   key=lambda p: p.stat().st_mtime) if d.exists() else []
-    if not files:
-        return None, None
-    return files[-1], json.loads(files[-1].read_text())
+def headline_measurement() -> tuple[Path, dict | None]:
+    """The path `cassandra-rtl npu --all` stores its measurement at with every default (the artifact `generate`
+    uses, the headline tile, the default memory model, this RTL) and the measurement if it is there; other
+    measurements in the directory (another artifact, tile or memory) are not the report's."""
+    from cassandra_rtl.commands.npu import generation_artifact
+    from cassandra_rtl.tb.npu import MemParams, TileParams
+    from cassandra_rtl.tb.npu.speedup import measurement_path
+    path = measurement_path(generation_artifact(), TileParams(), MemParams())
+    return path, (json.loads(path.read_text()) if path.exists() else None)
 
 
 def measurement_table(meas: dict) -> list[str]:
@@ -88,9 +90,10 @@ def speedup_table(res: dict) -> list[str]:
 
 def render(out: Path, command: str) -> str:
     lines = [HEADING, "", f"*Rendered by* `{command}` *from the tile's runs (docs/NPU.md).*", ""]
-    path, meas = newest_measurement()
+    path, meas = headline_measurement()
     if meas is None:
-        lines.append(f"No tile measurement in {MEASURE_DIR}/ (`cassandra-rtl npu --all`).")
+        lines.append(f"No measurement of the headline tile on the generation artifact ({path.name} in "
+                     f"{MEASURE_DIR}/: `cassandra-rtl npu --all`).")
     else:
         lines += ["### Every linear tensor through the Verilated tile", "", *measurement_table(meas), "",
                   f"Command: `cassandra-rtl npu --all` ({path.name}).", ""]

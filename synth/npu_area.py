@@ -285,7 +285,8 @@ def render_table(flows: list[tuple[str, dict]], fpga: dict | None) -> str:
         if not rows:
             continue
         p = tile_params(tile)
-        lines += [f"**`{tile}`** ({p['instances']} x `{p['decoder']}`, W = {p['data_bytes']}, {p['max_rows']} rows, "
+        shared = [n for n, part in parts(tile).items() if part["group"] == "decoders" and n != p["decoder"]]
+        lines += [f"**`{tile}`** ({p['instances']} x `{p['decoder']}`" + "".join(f" + `{n}`" for n in shared) + ", W = {p['data_bytes']}, {p['max_rows']} rows, "
                   f"max_in {p['max_in']}, burst {p['burst']}, FIFO depth {p['fifo_depth']}; "
                   + ("flat synthesis and its parts" if rows[0][1]["flat"] else
                      "**sum of separately synthesised parts**, not a flat synthesis") + "). Area in GE (x PE of the flow):",
@@ -295,7 +296,7 @@ def render_table(flows: list[tuple[str, dict]], fpga: dict | None) -> str:
         for g, label, st in GROUPS:
             cells = []
             for _, c in rows:
-                v, ff = c["area_ge"][g], c["flip_flops"][g]
+                v = c["area_ge"][g]
                 cells.append(f"{_g(v)} ({v / c['pe_ge']:.1f}x)" if c.get("pe_ge") else _g(v))
             mark = " *(storage)*" if st else ""
             if g == "top" and rows[0][1]["top_level"] and not rows[0][1]["flat"]:

@@ -1,7 +1,7 @@
 """The bulk path (tb/bulk: compiled Verilator harness) on real data: SmolLM2-135M linear weights encoded by
 the golden codec go through the exported decoder (C1 decoder_c1v2_l4, C2 decoder_c2v2_l8) and must come out
-equal to the golden decode. A sample in `make test`; the sample through decoder_c1v2_l8 (the CLI's default,
-~4 min to verilate on a 2-core machine against ~35 s for l4) and the whole model (106 M values) are `make
+equal to the golden decode. A sample in `make test`; the sample through decoder_c1v3_l8 (the CLI's default,
+minutes to verilate on a 2-core machine against ~35 s for decoder_c1v2_l4) and the whole model (106 M values) are `make
 test-slow` / `make sim-full`."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from cassandra_rtl.tb.decoder import data as D
 pytestmark = pytest.mark.sim
 
 C1_CONFIG = "decoder_c1v2_l4"      # the quick set; tb.run.whole_model uses decoder v3 (and v2 when named)
-C1_WIDE = "decoder_c1v2_l8"        # the CLI's default C1 configuration (slow: its harness takes ~4 min to build)
+C1_WIDE = "decoder_c1v3_l8"        # the CLI's default C1 configuration (slow: its harness takes minutes to build)
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ def test_cosim_container_json(cass, capsys, mode):
     if not bulk.available():
         pytest.skip("Verilator not available")
     # decoder_c1v2_l4: the harness make test builds anyway (test_cosim_bulk); the default configuration
-    # (decoder_c1v2_l8, 4 min to verilate here) is chosen by the tests of test_robustness_cli.py
+    # (decoder_c1v3_l8, minutes to verilate here) is chosen by the tests of test_robustness_cli.py
     rc, out = _run(capsys, cass, "--mode", mode, "--config", "decoder_c1v2_l4", "--json")
     rep = json.loads(out.out)
     assert rc == 0, out

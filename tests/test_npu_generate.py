@@ -34,7 +34,7 @@ def test_generation_timed_in_tile_cycles(tiny_gguf, tmp_path, monkeypatch):
     from cassandra_rtl.tb.npu.speedup import generation_report
 
     from cassandra_rtl.tb.npu import speedup
-    monkeypatch.setattr(speedup, "_measurement_path", lambda *a: tmp_path / "measure.json")   # this test's cache
+    monkeypatch.setattr(speedup, "measurement_path", lambda *a: tmp_path / "measure.json")   # this test's cache
     m = load(str(tiny_gguf), numerics="npu", cache_dir=str(tmp_path / "cache"), say=lambda s: None)
     spec = m.generate("hello there", 12, temperature=0.0, gamma=3)
     ri = m.last_inputs

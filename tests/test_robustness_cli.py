@@ -367,7 +367,7 @@ def test_cosim_bad_npy(tmp_path, run, case):
 
 @pytest.mark.parametrize("config,word", [("nope", "unknown"), ("encoder_kv_c1_l8", "not a decoder"),
                                          ("zero_counter_w64_l8", "not a decoder"),
-                                         ("decoder_c2v2_l8", "decoder_c1v2_l8")])
+                                         ("decoder_c2v2_l8", "decoder_c1v3_l8")])
 def test_cosim_config_checked_against_the_container(run, small_cass, config, word):
     one_line_error(run("cosim", small_cass, "--config", config), config, word)
 
@@ -375,7 +375,7 @@ def test_cosim_config_checked_against_the_container(run, small_cass, config, wor
 def test_cosim_c1_config_on_a_c2_container_names_the_c2_decoder(tmp_path, run, small_npy):
     r = run("encode", small_npy, "-o", tmp_path / "c2.cass", "--scheme", "c2", "-q")
     assert r.returncode == 0
-    line = one_line_error(run("cosim", tmp_path / "c2.cass", "--config", "decoder_c1v2_l8"), "decoder_c2v2_l8")
+    line = one_line_error(run("cosim", tmp_path / "c2.cass", "--config", "decoder_c1v2_l8"), "decoder_c2v3_l8")
     assert "implements c1" not in line.lower()          # row 12: the stale message is gone
 
 
@@ -626,8 +626,8 @@ def test_tune_checks_before_the_search(tmp_path, run, monkeypatch, argv, word):
     one_line_error(run("tune", *[a.format(tmp=tmp_path) for a in argv]), word)
 
 
-@pytest.mark.parametrize("schemes,want", [(("c2",), "decoder_c2v2_l8"), (("c1",), "decoder_c1v2_l8"),
-                                          (("c1", "c2"), "decoder_c1v2_l8")])
+@pytest.mark.parametrize("schemes,want", [(("c2",), "decoder_c2v3_l8"), (("c1",), "decoder_c1v3_l8"),
+                                          (("c1", "c2"), "decoder_c1v3_l8")])
 def test_cosim_default_decoder_follows_the_container(tmp_path, run, monkeypatch, weight_bits, schemes, want):
     """Row 12 without a simulator: the configuration handed to the bulk harness (stubbed by the golden
     decode) is the container's scheme's decoder; the other scheme's tensors are counted as skipped."""
@@ -650,15 +650,14 @@ def test_cosim_default_decoder_follows_the_container(tmp_path, run, monkeypatch,
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert seen["config"] == want and rep["config"] == want and rep["values"] == 300
-    other = "c1" if want == "decoder_c2v2_l8" else "c2"
+    other = "c1" if want == "decoder_c2v3_l8" else "c2"
     assert rep[f"skipped_{other}_tensors"] == len(schemes) - 1
 
 
 @pytest.mark.sim
 @pytest.mark.slow
 def test_cosim_c2_container_uses_the_c2_decoder_by_default(tmp_path, run, small_npy):
-    """Row 12: a C2-only container is co-simulated on decoder_c2v2_l8 (it used to end in 'the RTL decoder
-    implements C1' and exit 2)."""
+    """Row 12: a C2-only container is co-simulated on the C2 decoder v3 by default."""
     from cassandra_rtl.tb import bulk
 
     if not bulk.available():
@@ -668,7 +667,7 @@ def test_cosim_c2_container_uses_the_c2_decoder_by_default(tmp_path, run, small_
     r = run("cosim", tmp_path / "c2.cass", "--json", "--jobs", "1")
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
-    assert (rep["config"], rep["scheme"], rep["values"], rep["mismatches"]) == ("decoder_c2v2_l8", "c2", 3 * 128, 0)
+    assert (rep["config"], rep["scheme"], rep["values"], rep["mismatches"]) == ("decoder_c2v3_l8", "c2", 3 * 128, 0)
 
 
 # ------------------------------------------------------------ messages name the file; input != output

@@ -55,7 +55,7 @@ def decoder_configs() -> dict[str, str]:
     return {n: scheme_of(n) for n in sorted(names)}
 
 
-DEFAULT_CONFIGS = {"c1": "decoder_c1v2_l8", "c2": "decoder_c2v2_l8"}   # the v2 decoders (v1 retired)
+DEFAULT_CONFIGS = {"c1": "decoder_c1v3_l8", "c2": "decoder_c2v3_l8"}   # decoder v3: format 3.0 as stored
 SCHEME_NAMES = {"c1": "Cassandra-1", "c2": "Cassandra-2"}
 
 
@@ -117,9 +117,11 @@ def run(args) -> int:
     check_config(args.config)
     from ..hw.configs import CONFIG_INFO
 
-    # decoder v2 (the default configurations) reads the 2.0 layout: the harnesses convert each of a container's
-    # format 3.0 tensors (tb/decoder/framing.py ``framed``), which re-encodes its values from both sections
-    as_stored = args.config is not None and CONFIG_INFO[args.config].get("layout") == "format 3.0"
+    # decoder v3 (the default configurations) reads a container's format 3.0 tensors as stored (a draft run needs
+    # no verification section); decoder v2 reads the 2.0 layout: the harnesses convert each tensor
+    # (tb/decoder/framing.py ``framed``), which re-encodes its values from both sections
+    from ..tb.decoder.framing import config_layout
+    as_stored = config_layout(args.config or DEFAULT_CONFIGS["c1"]) == "format 3.0"
     tensors = load_tensors(args.input, verification=args.mode == "full" or not as_stored)
     npy = tensors == [("npy", None)]
     if npy:
@@ -241,8 +243,8 @@ def register(sub):
     p.add_argument("--max-values", type=positive_int, default=None, help="stop after about N values (whole "
                    "chunks of superblocks; N >= 1; default: every value)")
     p.add_argument("--json", action="store_true", help="print a JSON report")
-    p.add_argument("--config", default=None, help="decoder configuration (hw/configs.py): a decoder_c1v2_* for "
-                   "Cassandra-1 tensors, a decoder_c2v2_* for Cassandra-2 (default: decoder_c1v2_l8, or decoder_c2v2_l8 "
+    p.add_argument("--config", default=None, help="decoder configuration (hw/configs.py): a decoder_c1* for "
+                   "Cassandra-1 tensors, a decoder_c2* for Cassandra-2 (default: decoder_c1v3_l8, or decoder_c2v3_l8 "
                    "for a container of C2 tensors only)")
     p.add_argument("--engine", default="auto", choices=["auto", "bulk", "cocotb"],
                    help="auto: bulk harness on Verilator, cocotb on Icarus")

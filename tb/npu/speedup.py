@@ -133,7 +133,7 @@ def measurement_for(cass_path, tile=None, mem=None, jobs: int = 2, progress=None
     from .bulk import linear_tensors, measure
     tile = tile or TileParams()
     mem = mem or MemParams()
-    out = _measurement_path(cass_path, tile, mem)
+    out = measurement_path(cass_path, tile, mem)
     if out.exists():
         return json.loads(out.read_text())
     c = read_container(cass_path)
@@ -155,7 +155,7 @@ def _rtl_digest() -> str:
     return h.hexdigest()[:12]
 
 
-def _measurement_path(cass_path, tile, mem):
+def measurement_path(cass_path, tile, mem):
     from . import NPU_ROOT
     key = f"{_file_digest(cass_path)}-{tile.key()}-bw{mem.bandwidth}-l{mem.read_latency}-rtl{_rtl_digest()}"
     return NPU_ROOT / "measure" / f"{key}.json"
@@ -167,7 +167,7 @@ def store_measurement(cass_path, tile, mem, rep: dict) -> None:
     rep = dict(rep, source=str(cass_path))
     if not rep["batch_invariant"] or any(p["mismatches"] for p in rep["passes"].values()):
         raise RuntimeError(f"the tile's outputs differ from its reference on {cass_path}: not caching the timing")
-    out = _measurement_path(cass_path, tile, mem)
+    out = measurement_path(cass_path, tile, mem)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(rep))
