@@ -44,7 +44,8 @@ V3_SUCCESSORS = {
     "decoder_c2v2_l8": {"v3": "decoder_c2v3_l8", "core": "decoder_c2v3_l8_core", "regs": "tensor_regs_c2",
                         "target_ge": 2500},
 }
-CLUSTER = 4          # decoders sharing one TensorRegisters in the v2 -> v3 table (the NPU tile's cluster: 3 or 4)
+# decoders sharing one TensorRegisters in the v2 -> v3 table: the overhead model's clusters (synth/overhead.py)
+from cassandra_rtl.hw.npu import MAX_CLUSTER as CLUSTER  # noqa: E402
 
 
 def _load(path) -> dict | None:

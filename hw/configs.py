@@ -94,17 +94,16 @@ def _c1v3_factories():
     from .tensor_regs import TensorRegisters
     for l in (8, 4):
         word = 8 * l
-        # L = 4: the small NPU tile's decoder, synthesised by synth/npu_area.py (not in `make synth`'s default set)
+        # L = 4: the small NPU tile's decoder (npu_tile_s)
         common = dict(variant="v3", lanes=l, word=word, code_word=32, verif_word=32, verif_lanes=l,
-                      values_per_cycle=l, values_per_cycle_full=l // 2, latency_cycles=4, layout="format 3.0",
-                      **({} if l == 8 else {"synth_default": False}))
+                      values_per_cycle=l, values_per_cycle_full=l // 2, latency_cycles=4, layout="format 3.0")
         _register(f"decoder_c1v3_l{l}", lambda l=l: DecoderC1v3(lanes=l), block="decoder_c1v3", **common,
                   description=f"Cassandra-1 decoder v3 (one parser for both modes, escape payloads in the companion "
                               f"field), {l} bf16 values/cycle in draft mode, {l // 2} in full mode, {word}-bit "
                               "spec_signman words, 32-bit code and verif_rest words")
         # a decoder cluster shares one TensorRegisters among its cores: synthesised apart, per instance = core + regs / N
         _register(f"decoder_c1v3_l{l}_core", lambda l=l: DecoderC1v3Core(lanes=l), block="decoder_c1v3_core",
-                  **common, cluster_part="instance",
+                  **common, cluster_part="instance", shared_regs="tensor_regs",
                   description="Decoder v3 core: the per-instance part of a decoder cluster (NUMEL, CTRL, errors, "
                               "datapath), the tensor's registers on its params input")
     _register("tensor_regs", lambda: TensorRegisters(), block="tensor_regs", kind="tensor_regs",
@@ -129,7 +128,7 @@ def _c2v3_factories():
                           "registers, escaped deltas in verif.rest), 8 bf16 values/cycle in draft mode, 4 in full mode, "
                           "64-bit words")
     _register("decoder_c2v3_l8_core", lambda: DecoderC2v3Core(lanes=8), block="decoder_c2v3_core", **common,
-              cluster_part="instance",
+              cluster_part="instance", shared_regs="tensor_regs_c2",
               description="C2 decoder v3 core: the per-instance part of a decoder cluster, the tensor's registers "
                           "on its params input")
     _register("tensor_regs_c2", lambda: TensorRegisters("c2"), block="tensor_regs", kind="tensor_regs",

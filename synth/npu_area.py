@@ -47,7 +47,6 @@ from . import flow
 
 SMALL, HEADLINE = "npu_tile_s", "npu_tile"
 PART_KIND = "npu_part"
-SHARED_REGS = {"c1": "tensor_regs", "c2": "tensor_regs_c2"}   # a cluster core's shared registers (hw/configs.py)
 STORAGE = ("dma_fifo", "wr_fifo", "actbuf")
 FPGA_OUT = pathlib.Path("build/fpga-npu")
 
@@ -141,7 +140,7 @@ def parts(tile: str) -> dict[str, dict]:
     res = {f"{tile}__{k}": dict(v, storage=v.get("storage", False)) for k, v in out.items()}
     res[dec] = dict(factory=NAMED_CONFIGS[dec], count=N, group="decoders", storage=False, registry=True)
     if info.get("cluster_part") == "instance":      # the cores' shared TensorRegisters, once per cluster
-        regs = SHARED_REGS[scheme]
+        regs = info["shared_regs"]
         res[regs] = dict(factory=NAMED_CONFIGS[regs], count=1, group="decoders", storage=False, registry=True)
     return res
 
@@ -286,8 +285,8 @@ def render_table(flows: list[tuple[str, dict]], fpga: dict | None) -> str:
             continue
         p = tile_params(tile)
         shared = [n for n, part in parts(tile).items() if part["group"] == "decoders" and n != p["decoder"]]
-        lines += [f"**`{tile}`** ({p['instances']} x `{p['decoder']}`" + "".join(f" + `{n}`" for n in shared) + ", W = {p['data_bytes']}, {p['max_rows']} rows, "
-                  f"max_in {p['max_in']}, burst {p['burst']}, FIFO depth {p['fifo_depth']}; "
+        lines += [f"**`{tile}`** ({p['instances']} x `{p['decoder']}`" + "".join(f" + `{n}`" for n in shared)
+                  + f", W = {p['data_bytes']}, {p['max_rows']} rows, max_in {p['max_in']}, burst {p['burst']}, FIFO depth {p['fifo_depth']}; "
                   + ("flat synthesis and its parts" if rows[0][1]["flat"] else
                      "**sum of separately synthesised parts**, not a flat synthesis") + "). Area in GE (x PE of the flow):",
                   "",
@@ -355,6 +354,8 @@ def tile_bytes_per_kflop(tile: str) -> float:
 
 def _beside_overhead(tile: str, flows: list[tuple[str, dict]]) -> list[str]:
     """synth/overhead.py's decoder share of a device's PE array for the tile's decoder, in each flow."""
+    from ..hw.configs import CONFIG_INFO
+    from ..hw.npu import MAX_CLUSTER
     dec = tile_params(tile)["decoder"]
     out = []
     for label, c in flows:
@@ -363,7 +364,9 @@ def _beside_overhead(tile: str, flows: list[tuple[str, dict]]) -> list[str]:
             continue
         bpk = c["overhead"]["bytes_per_kflop"]
         devs = ", ".join(f"{by[d]['percent']:.2f} % ({d}, {bpk.get(d, float('nan')):.2f} B/kFLOP)" for d in by)
-        out.append(f"- {label}: synth/overhead.py prices `{dec}` at {devs} of a PE array sized to the device's "
+        regs = CONFIG_INFO[dec].get("shared_regs")
+        with_regs = f" (with `{regs}`, one per {MAX_CLUSTER} cores)" if regs else ""
+        out.append(f"- {label}: synth/overhead.py prices `{dec}`{with_regs} at {devs} of a PE array sized to the device's "
                    f"FLOPS; in this tile ({tile_bytes_per_kflop(tile):.1f} B/kFLOP at {tile_params(tile)['max_rows']} "
                    f"rows) the cluster is {c['tiles'][tile]['decoder_share_percent']:.1f} % of the tile, "
                    f"{c['tiles'][tile]['decoder_share_of_logic_percent']:.1f} % of its logic.")

@@ -39,6 +39,7 @@ import pathlib
 from typing import Any
 
 from ..errors import ConfigError
+from ..hw.npu import MAX_CLUSTER
 
 PE_BLOCK = "pe_bf16_fp32"
 
@@ -184,9 +185,9 @@ def _ok_blocks(report: dict, kind: str) -> dict[str, dict]:
     return {n: b for n, b in report["blocks"].items() if b.get("status") == "ok" and b.get("kind") == kind}
 
 
-# The headline decoder's plane layout: decoder v2's (the NPU tile's and the whole-model runs' decoder); the KV
-# encoders write format 3.0 (docs/FORMAT.md §3.1, §4).
-HEADLINE_DECODER_LAYOUT = "format 2.0"
+# The headline decoder's plane layout: decoder v3's (the NPU tile's cluster, the whole-model runs), as the KV
+# encoders write (docs/FORMAT.md §3.1, §4). Decoder v2 (format 2.0) is priced when named.
+HEADLINE_DECODER_LAYOUT = "format 3.0"
 
 
 def block_scheme(name: str, block: dict) -> str | None:
@@ -208,18 +209,34 @@ def _instances(values_per_s: float, vpc: float, f_hz: float) -> int:
     return max(1, math.ceil(values_per_s / (vpc * f_hz))) if values_per_s > 0 else 0
 
 
-def _block_cost(block: dict, draft_vps: float, full_vps: float, f_pe: float) -> dict:
-    """Instances and area of one block kind at the PE clock and at its own (lower) clock."""
+def _block_cost(block: dict, draft_vps: float, full_vps: float, f_pe: float, shared: dict | None = None) -> dict:
+    """Instances and area of one block kind at the PE clock and at its own (lower) clock. A decoder cluster's
+    core comes with ``shared``, the registers its cluster shares: one per MAX_CLUSTER cores."""
     meta = block.get("meta") or {}
     vpc = meta.get("values_per_cycle") or meta.get("lanes") or 1
     vpc_full = meta.get("values_per_cycle_full") or vpc
-    f_blk = _fmax_hz(block) or f_pe
+    f_blk = min(_fmax_hz(b) or f_pe for b in (block, shared or block))
     def count(f):
         return max(_instances(draft_vps, vpc, f), _instances(full_vps, vpc_full, f))
+    def area(n):
+        return n * block["area_ge"] + (math.ceil(n / MAX_CLUSTER) * shared["area_ge"] if shared else 0.0)
     n_pe, n_own = count(f_pe), count(min(f_pe, f_blk))
-    return {"instances": n_pe, "area_ge": n_pe * block["area_ge"], "meets_pe_clock": f_blk >= f_pe,
-            "block_fmax_mhz": round(f_blk / 1e6, 1), "values_per_cycle": vpc, "values_per_cycle_full": vpc_full,
-            "instances_own_clock": n_own, "area_ge_own_clock": n_own * block["area_ge"]}
+    out = {"instances": n_pe, "area_ge": area(n_pe), "meets_pe_clock": f_blk >= f_pe,
+           "block_fmax_mhz": round(f_blk / 1e6, 1), "values_per_cycle": vpc, "values_per_cycle_full": vpc_full,
+           "instances_own_clock": n_own, "area_ge_own_clock": area(n_own)}
+    if shared:
+        out["clusters"] = math.ceil(n_pe / MAX_CLUSTER)
+    return out
+
+
+def _shared_block(report: dict, name: str) -> tuple[bool, dict | None]:
+    """(priceable, the registers a cluster core shares) of a decoder block: a core (``cluster_part`` instance)
+    is priced with its cluster's registers (``shared_regs``), so only when they were synthesised too."""
+    meta = report["blocks"][name].get("meta") or {}
+    if meta.get("cluster_part") != "instance":
+        return True, None
+    regs = report["blocks"].get(meta.get("shared_regs") or "")
+    return (True, regs) if regs and regs.get("status") == "ok" else (False, None)
 
 
 def overhead(report: dict, p: OverheadParams | None = None) -> dict:
@@ -259,10 +276,11 @@ def overhead(report: dict, p: OverheadParams | None = None) -> dict:
                                                         for pct in BUDGET_PERCENTS}
         total = total_own = 0.0
         if dec:
-            c = _block_cost(report["blocks"][dec], draft_vps, full_vps, f_pe)
+            c = _block_cost(report["blocks"][dec], draft_vps, full_vps, f_pe, _shared_block(report, dec)[1])
             r.update({f"decoder_{k}": v for k, v in c.items()})
             r["decoder_percent"] = round(100 * c["area_ge"] / array_ge, 3)
-            r["decoder_ge_per_draft_value_cycle"] = round(report["blocks"][dec]["area_ge"] / c["values_per_cycle"])
+            # per instance (a cluster core with its share of the cluster's registers)
+            r["decoder_ge_per_draft_value_cycle"] = round(c["area_ge"] / max(1, c["instances"]) / c["values_per_cycle"])
             total += c["area_ge"]
             total_own += c["area_ge_own_clock"]
         if enc:
@@ -278,14 +296,13 @@ def overhead(report: dict, p: OverheadParams | None = None) -> dict:
         return r
 
     def choose(kind: str, wanted: str | None) -> tuple[str | None, str | None]:
-        ok = _ok_blocks(report, kind)
+        ok = {n: b for n, b in _ok_blocks(report, kind).items() if kind != "decoder" or _shared_block(report, n)[0]}
         if wanted:
-            return (wanted, None) if wanted in ok else (None, f"{kind} {wanted!r} not synthesised")
-        # the headline is a block that works on its own: a decoder of HEADLINE_DECODER_LAYOUT (decoder v3 is
-        # priced when named), not a cluster part without its registers (either only when named)
+            return (wanted, None) if wanted in ok else (None, f"{kind} {wanted!r} not synthesised" + (
+                " with its cluster's registers" if wanted in report["blocks"] else ""))
+        # the headline decoder reads HEADLINE_DECODER_LAYOUT (a decoder of another layout is priced when named)
         ok = {n: b for n, b in ok.items() if block_scheme(n, b) == p.scheme
-              and (kind != "decoder" or (b.get("meta") or {}).get("layout", "format 2.0") == HEADLINE_DECODER_LAYOUT)
-              and "cluster_part" not in (b.get("meta") or {})}
+              and (kind != "decoder" or (b.get("meta") or {}).get("layout", "format 2.0") == HEADLINE_DECODER_LAYOUT)}
         if not ok:
             return None, f"no {p.scheme.upper()} {kind} block synthesised"
         first_key, first = next(iter(p.devices.items()))
@@ -312,7 +329,8 @@ def overhead(report: dict, p: OverheadParams | None = None) -> dict:
         "by_decoder": {n: {k: {"instances": (r := row(k, d, n, None))["decoder_instances"],
                                "percent": r["decoder_percent"], "meets_pe_clock": r["decoder_meets_pe_clock"],
                                "scheme": block_scheme(n, b)}
-                           for k, d in p.devices.items()} for n, b in sorted(_ok_blocks(report, "decoder").items())},
+                           for k, d in p.devices.items()} for n, b in sorted(_ok_blocks(report, "decoder").items())
+                       if _shared_block(report, n)[0]},
         "note": "At one shared clock the percentage does not depend on the clock: both instance counts scale "
                 "with 1/f. 'own clock' prices a block that misses the PE clock at its own Fmax (more instances).",
     }

@@ -75,7 +75,7 @@ def test_v2_to_v3_rows_price_the_cluster_instance(tmp_path):
         "decoder_c1v2_l8_v4": _block("decoder", 44000.0, 600.0, 8),
         "decoder_c1v3_l8": _block("decoder", 36000.0, 520.0, 8),
         "decoder_c1v3_l8_core": _block("decoder", 32000.0, 520.0, 8),
-        "tensor_regs": {"status": "ok", "kind": "tensor_regs", "area_ge": 4800.0, "timing": {"est_fmax_mhz": 900.0}}}}
+        "tensor_regs": {"status": "ok", "kind": "tensor_regs", "area_ge": 6400.0, "timing": {"est_fmax_mhz": 900.0}}}}
     fpga = {"blocks": {"pe_bf16_fp32": {"status": "ok", "lut4": 900, "fmax_mhz": 25.0},
                        "decoder_c1v2_l8_v4": {"status": "ok", "lut4": 14000, "fmax_mhz": 30.0},
                        "decoder_c1v3_l8": {"status": "ok", "lut4": 12000, "fmax_mhz": 35.0}}}
@@ -83,15 +83,15 @@ def test_v2_to_v3_rows_price_the_cluster_instance(tmp_path):
     generic.update(overhead.overhead(generic))
     rows = rh.v2_vs_v3(generic, gated, None, fpga)
     assert len(rows) == 3           # header, rule, C1 (no C2 block in these reports)
-    # 48,000 / 8 = 6.00 k -> 5.00 k; gated 5.50 k -> 4.50 k; instance (32,000 + 4,800 / 4) / 8 = 4.15 k;
+    # 48,000 / 8 = 6.00 k -> 5.00 k; gated 5.50 k -> 4.50 k; instance (32,000 + 6,400 / 8) / 8 = 4.10 k;
     # clock 600 / 400 = 1.50 -> 1.30; ECP5 30 / 25 = 1.20 -> 1.40
-    assert rows[2] == ("| decoder_c1v2_l8_v4 -> decoder_c1v3_l8 | 6.00 k -> 5.00 k | 5.50 k -> 4.50 k | 4.15 k | "
+    assert rows[2] == ("| decoder_c1v2_l8_v4 -> decoder_c1v3_l8 | 6.00 k -> 5.00 k | 5.50 k -> 4.50 k | 4.10 k | "
                        "3.50 k | 1.50 -> 1.30 | — -> — | 14,000 -> 12,000 | 1.20 -> 1.40 |")
     for name, rep in (("g.json", generic), ("cg.json", gated), ("ungated.json", {**gated, "flow": {}})):
         (tmp_path / name).write_text(json.dumps(rep))
     body = rh.render(tmp_path / "rep", str(tmp_path / "g.json"), str(tmp_path / "none.json"), str(tmp_path / "none.json"),
                      str(tmp_path / "none.json"), gated=str(tmp_path / "cg.json"))
-    assert "## v2 -> v3" in body and "| 4.15 k |" in body
+    assert rh.CLUSTER == 8 and "## v2 -> v3" in body and "| 4.10 k |" in body
     body = rh.render(tmp_path / "rep", str(tmp_path / "g.json"), str(tmp_path / "none.json"), str(tmp_path / "none.json"),
                      str(tmp_path / "none.json"), gated=str(tmp_path / "ungated.json"))
     assert "**not run**: `make synth CLOCK_GATING=1`" in body and "6.00 k -> 5.00 k | — -> — | —" in body

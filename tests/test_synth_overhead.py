@@ -19,7 +19,8 @@ def _fake_report(pe_ge=1000.0, pe_mhz=1000.0, dec_ge=10_000.0, dec_vpc=16, dec_m
             "pe_bf16_fp32": {"status": "ok", "kind": "pe", "area_ge": pe_ge, "meta": {"flops_per_cycle": 2},
                              "timing": {"est_fmax_mhz": pe_mhz}},
             "decoder_c1x_l16": {"status": "ok", "kind": "decoder", "area_ge": dec_ge,
-                              "meta": {"values_per_cycle": dec_vpc, "values_per_cycle_full": dec_vpc_full or dec_vpc},
+                              "meta": {"values_per_cycle": dec_vpc, "values_per_cycle_full": dec_vpc_full or dec_vpc,
+                                       "layout": overhead.HEADLINE_DECODER_LAYOUT},
                               "timing": {"est_fmax_mhz": dec_mhz}},
             "encoder_kv_c1x_l2": {"status": "ok", "kind": "encoder", "area_ge": enc_ge,
                              "meta": {"values_per_cycle": enc_vpc}, "timing": {"est_fmax_mhz": enc_mhz}},
@@ -88,7 +89,8 @@ def test_clock_independence_and_missed_clock():
 def test_choice_prefers_blocks_that_meet_the_clock():
     rep = _fake_report()
     rep["blocks"]["decoder_c1_cheap_but_slow"] = {"status": "ok", "kind": "decoder", "area_ge": 1_000.0,
-                                               "meta": {"values_per_cycle": 16}, "timing": {"est_fmax_mhz": 100.0}}
+                                               "meta": {"values_per_cycle": 16, "layout": "format 3.0"},
+                                               "timing": {"est_fmax_mhz": 100.0}}
     ov = overhead.overhead(rep, OverheadParams(devices=DEV))["overhead"]
     assert ov["decoder"] == "decoder_c1x_l16"
     assert ov["by_decoder"]["decoder_c1_cheap_but_slow"]["x"]["meets_pe_clock"] is False
@@ -169,7 +171,8 @@ def test_headline_prices_only_blocks_of_the_streams_scheme():
     them, is listed (marked) but not chosen; with scheme="c2" it is, and a scheme without blocks says so."""
     rep = _fake_report()
     rep["blocks"]["decoder_c2v2_l16"] = {"status": "ok", "kind": "decoder", "area_ge": 5_000.0,
-                                         "meta": {"block": "decoder_c2", "values_per_cycle": 16},
+                                         "meta": {"block": "decoder_c2", "values_per_cycle": 16,
+                                                  "layout": "format 3.0"},
                                          "timing": {"est_fmax_mhz": 2000.0}}
     rep["blocks"]["encoder_kv_c2_l2"] = {"status": "ok", "kind": "encoder", "area_ge": 1_000.0,
                                          "meta": {"block": "encoder_kv_c2", "values_per_cycle": 2},
@@ -202,19 +205,46 @@ def test_headline_prices_only_blocks_of_the_streams_scheme():
     assert overhead.block_scheme("decoder_c2v2_l8", {"meta": {"block": "decoder"}}) == "c2"   # the name, then
 
 
-def test_headline_skips_prototypes_of_another_layout_and_cluster_parts():
-    """A cheaper decoder that reads another plane layout (a prototype) or is a cluster part without its registers is
-    listed but not the headline unless named."""
+def test_headline_skips_decoders_of_another_layout():
+    """A cheaper decoder that reads another plane layout (decoder v2's format 2.0) is listed but not the headline
+    unless named."""
     rep = _fake_report()
-    for name, meta in (("decoder_c1v3_l16", {"layout": "format 3.0"}),
-                       ("decoder_c1v3_l16_core", {"cluster_part": "instance"})):
-        rep["blocks"][name] = {"status": "ok", "kind": "decoder", "area_ge": 2_000.0,
-                               "meta": {"block": "decoder_c1v3", "values_per_cycle": 16, **meta},
-                               "timing": {"est_fmax_mhz": 2000.0}}
+    rep["blocks"]["decoder_c1v2_l16"] = {"status": "ok", "kind": "decoder", "area_ge": 2_000.0,
+                                         "meta": {"block": "decoder_c1v2", "values_per_cycle": 16},
+                                         "timing": {"est_fmax_mhz": 2000.0}}
+    assert overhead.HEADLINE_DECODER_LAYOUT == "format 3.0"
     ov = overhead.overhead(rep, OverheadParams(devices=DEV))["overhead"]
-    assert ov["decoder"] == "decoder_c1x_l16" and "decoder_c1v3_l16" in ov["by_decoder"]
-    named = overhead.overhead(rep, OverheadParams(devices=DEV, decoder="decoder_c1v3_l16"))["overhead"]
-    assert named["decoder"] == "decoder_c1v3_l16"
+    assert ov["decoder"] == "decoder_c1x_l16" and "decoder_c1v2_l16" in ov["by_decoder"]
+    named = overhead.overhead(rep, OverheadParams(devices=DEV, decoder="decoder_c1v2_l16"))["overhead"]
+    assert named["decoder"] == "decoder_c1v2_l16"
+
+
+def test_cluster_core_priced_with_its_shared_registers():
+    """A decoder cluster's core is priced with the registers its cluster shares, one set per MAX_CLUSTER cores
+    (by hand: 100 cores -> 13 register sets); without those registers in the report it is not priced at all;
+    the slower of core and registers sets the clock."""
+    bits = dict(draft_bits_per_value=5.0, full_bits_per_value=11.0)
+    rep = _fake_report()
+    rep["blocks"]["decoder_c1v3_l16_core"] = {
+        "status": "ok", "kind": "decoder", "area_ge": 3_000.0, "timing": {"est_fmax_mhz": 2000.0},
+        "meta": {"block": "decoder_c1v3_core", "values_per_cycle": 16, "layout": "format 3.0",
+                 "cluster_part": "instance", "shared_regs": "regs"}}
+    ov = overhead.overhead(rep, OverheadParams(devices=DEV, **bits))["overhead"]
+    assert ov["decoder"] == "decoder_c1x_l16" and "decoder_c1v3_l16_core" not in ov["by_decoder"]
+    assert "not synthesised with its cluster's registers" in overhead.overhead(
+        rep, OverheadParams(devices=DEV, decoder="decoder_c1v3_l16_core", **bits))["overhead"]["decoder_missing"]
+    rep["blocks"]["regs"] = {"status": "ok", "kind": "tensor_regs", "area_ge": 8_000.0,
+                             "timing": {"est_fmax_mhz": 2000.0}, "meta": {}}
+    ov = overhead.overhead(rep, OverheadParams(devices=DEV, **bits))["overhead"]
+    r = ov["by_device"]["x"]
+    n = math.ceil(1000e9 * 8 / 5.0 / (16 * 1e9))                   # 100 cores
+    assert overhead.MAX_CLUSTER == 8 and n == 100
+    assert ov["decoder"] == "decoder_c1v3_l16_core" and r["decoder_instances"] == n and r["decoder_clusters"] == 13
+    assert r["decoder_area_ge"] == n * 3_000.0 + 13 * 8_000.0
+    assert r["decoder_ge_per_draft_value_cycle"] == round((n * 3_000.0 + 13 * 8_000.0) / n / 16)
+    rep["blocks"]["regs"]["timing"]["est_fmax_mhz"] = 500.0
+    slow = overhead.overhead(rep, OverheadParams(devices=DEV, decoder="decoder_c1v3_l16_core", **bits))
+    assert slow["overhead"]["by_device"]["x"]["decoder_meets_pe_clock"] is False
 
 
 def test_headline_encoder_of_any_layout():

@@ -33,7 +33,7 @@ from amaranth.utils import exact_log2
 
 from ...errors import ConfigError
 from ..decoder import CTRL_START, Reg, cfg_layout
-from . import DEFAULT_DECODER
+from . import DEFAULT_DECODER, MAX_CLUSTER
 from . import commands as C
 from .dma import ADDR_BITS, WORDS_BITS, ReadDma
 from .dot import DotUnit
@@ -73,9 +73,10 @@ class NpuTile(wiring.Component):
         if data_bytes not in (8, 16):
             self._MustUse__silence = True     # a rejected configuration is not an unused design
             raise ConfigError(f"tile data_bytes must be 8 or 16, got {data_bytes!r}")
-        if not isinstance(instances, int) or not 1 <= instances <= 8:
+        if not isinstance(instances, int) or not 1 <= instances <= MAX_CLUSTER:
             self._MustUse__silence = True     # a rejected configuration is not an unused design
-            raise ConfigError(f"tile instances must be 1..8 (the OP_DEC mask is 8 bits), got {instances!r}")
+            raise ConfigError(f"tile instances must be 1..{MAX_CLUSTER} (the OP_DEC mask is {MAX_CLUSTER} bits), "
+                              f"got {instances!r}")
         try:
             make, info = decoder_factory(decoder)
         except ConfigError:
