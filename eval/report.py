@@ -483,7 +483,9 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
     if figs["hardware"]:
         w(f"![hardware]({figs['hardware']})\n")
         w(f"*Command* `{R['command']}` · *model* RTL blocks · *config* {hw_cfg}.\n")
-    hw_md = hardware_section(synth_path, Path(a.out), R['command'], a.formal)
+    old_md = Path(a.out) / "report.md"
+    hw_md = hardware_section(synth_path, Path(a.out), R['command'], a.formal,
+                             previous=old_md.read_text() if old_md.exists() else "")
     w(hw_md if hw_md else f"Synthesis: **not run** (`{os.path.relpath(synth_path, ROOT)}` not found; run `make synth`).\n")
     good = [c for c in R["cosim"] if "error" not in c]
     if good:
@@ -537,14 +539,14 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
     return "\n".join(L)
 
 
-def hardware_section(synth_path: Path, out: Path, command: str, formal=None) -> str | None:
+def hardware_section(synth_path: Path, out: Path, command: str, formal=None, previous: str = "") -> str | None:
     """Section 5's synthesis part: every flow's blocks relative to its PE, v1 -> v2, the overhead per
     device, the proofs (eval/report_hardware.py, also `make report-hw`)."""
     import report_hardware
 
     v1 = ROOT / "build" / "synth-generic-v1" / "report.json"     # the v1 blocks, if synthesised there
     return report_hardware.render(out, str(synth_path), level=3, v1_synth=str(v1) if v1.exists() else None,
-                                  command=command, formal=formal or ["build/formal/report.json"])
+                                  command=command, formal=formal or ["build/formal/report.json"], previous=previous)
 
 
 def splice_hardware(a) -> int:
@@ -556,7 +558,7 @@ def splice_hardware(a) -> int:
     start, cos = text.find("## 5. Hardware\n"), text.find("Co-simulation", text.find("## 5. Hardware\n") + 1)
     formal = "".join(f" --formal {f}" for f in a.formal or [])
     body = hardware_section(Path(a.synth_report), Path(a.out), f"python eval/report.py --out {a.out} --sections hardware"
-                            + formal, a.formal)
+                            + formal, a.formal, previous=text[start:cos] if start >= 0 else "")
     if start < 0 or cos < 0 or body is None:
         print(f"report: error: --sections hardware needs {md_path} with a section 5 and "
               f"{a.synth_report} (run `make synth`)", file=sys.stderr)

@@ -189,8 +189,25 @@ def v2_vs_v3(generic: dict, gated: dict | None, real: dict | None, fpga: dict | 
     return lines
 
 
-def formal_lines(rep: dict | None, path: str = "build/formal/report.json") -> list[str]:
+def previous_formal(text: str, path: str) -> list[str] | None:
+    """The block an earlier rendering wrote for the formal report ``path`` ("From PATH (date; `command`):" and its
+    table), from that rendering's text; None if it has none."""
+    start = text.find(f"From {path} (")
+    if start < 0:
+        return None
+    ends = [i for i in (text.find(m, start + 1) for m in ("\n\nFrom ", "\n\nFormal: ", "\n#", "\n\n*")) if i >= 0]
+    return text[start:min(ends, default=len(text))].rstrip("\n").splitlines()
+
+
+def formal_lines(rep: dict | None, path: str = "build/formal/report.json", previous: str = "") -> list[str]:
+    """The proofs of one formal report; without the report, the block the previous rendering (``previous``, the
+    text this rendering replaces) wrote for it, marked as carried: a formal run takes hours and its results
+    depend on the RTL alone, not on the synthesis flows this report is regenerated for."""
     if not rep:
+        carried = previous_formal(previous, path)
+        if carried:
+            return carried + ["", f"*(carried from the previous rendering: {path} is not in this checkout; the "
+                                  "command above regenerates it)*"]
         return [f"Formal: **not run** here ({path} not found; `make formal` writes it, docs/VERIFICATION.md "
                 "\"Measured\" has the last full run)."]
     lines = [f"From {path} ({rep.get('meta', {}).get('date', '?')}; "
@@ -257,8 +274,10 @@ def plot(generic: dict, out: Path, v1_generic: dict | None = None) -> str | None
 def render(out: Path, synth: str = "build/synth/report.json", real: str | None = None, fpga: str = "build/fpga/report.json",
            formal: str | list[str] = "build/formal/report.json", v1_synth: str | None = None, level: int = 2,
            gated: str = "build/synth-cg/report.json",
-           command: str = "python eval/report_hardware.py --out docs/report", v1_retired=V1_RETIRED) -> str | None:
-    """The hardware markdown (headings at ``level``) and its plot in ``out``; None without a synthesis report."""
+           command: str = "python eval/report_hardware.py --out docs/report", v1_retired=V1_RETIRED,
+           previous: str = "") -> str | None:
+    """The hardware markdown (headings at ``level``) and its plot in ``out``; None without a synthesis report.
+    ``previous``: the text this rendering replaces (formal blocks whose reports are absent are carried from it)."""
     from cassandra_rtl.synth import compare, overhead
 
     generic = _load(synth)
@@ -313,7 +332,7 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
              overhead.render_markdown(real_rep)[3:]
     w += ["", f"{h} Formal proofs", ""]
     for i, (pth, rep) in enumerate(formal_reps):
-        w += ([""] if i else []) + formal_lines(rep, pth)
+        w += ([""] if i else []) + formal_lines(rep, pth, previous)
     w += [""]
     return "\n".join(w) + "\n"
 
@@ -345,8 +364,10 @@ def main(argv=None) -> int:
               "(make synth without CLOCK_GATING)", file=sys.stderr)
         return 2
     command = "python eval/report_hardware.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    old = out / "hardware.md"
     body = render(out, a.synth, a.real, a.fpga, a.formal or ["build/formal/report.json"], a.v1_synth,
-                  v1_retired=a.v1_retired, gated=a.gated, command=command)
+                  v1_retired=a.v1_retired, gated=a.gated, command=command,
+                  previous=old.read_text() if old.exists() else "")
     if body is None:
         print(f"report_hardware: error: {a.synth} not found (run `make synth`)", file=sys.stderr)
         return 2

@@ -11,7 +11,7 @@ Assumptions (each is a field of OverheadParams or Device, overridable from the c
 3. **Decoder rate.** The decoder sits in the memory path and must keep up with the memory: the draft
    pass reads only the speculation stream (``draft_bits_per_value``), the target pass the lossless stream
    (``full_bits_per_value``). Defaults: the bundled SmolLM2 model artifact with the tuned draft in format
-   2.0, 4.787 and 11.150 bits/value over all 272 tensors (``cassandra-rtl encode MODEL -o smol.cass
+   3.0 (the same bits as 2.0), 4.787 and 11.150 bits/value over all 272 tensors (``cassandra-rtl encode MODEL -o smol.cass
    --draft-config bundled`` then ``cassandra-rtl stats smol.cass --json``: ``bits_per_value.speculation`` /
    ``.total``; format 1.0 and the first uniform draft gave 5 / 11). Those streams are **C1** (the tuner picked
    C1 for every tensor and for the KV view), so the headline prices only blocks of the streams' scheme

@@ -118,3 +118,23 @@ def test_several_formal_reports_each_get_a_table(tmp_path):
     md = (out / "hardware.md").read_text()
     assert f"Formal: **not run** here ({tmp_path / 'missing.json'} not found" in md
     assert f"From {tmp_path / 'f1.json'} (d1; `cmd one`)" in md and "| p_one | bmc | 9 | z3 | PASS | PASS | 12 |" in md
+
+
+def test_formal_block_carried_from_the_previous_rendering():
+    """Without a formal report, its block ("From PATH (...)" and its table) comes from the text the rendering
+    replaces, marked as carried; another report's block is not taken, and without a previous block the report
+    says the proofs were not run."""
+    prev = ("### Formal proofs\n\nFormal: **not run** here (build/formal/report.json not found).\n\n"
+            "From build/formal-a/report.json (2026-12-01; `cmd a`):\n\n| property | mode |\n|---|---|\n| p1 | bmc |\n\n"
+            "From build/formal-b/report.json (2026-12-02; `cmd b`):\n\n| property | mode |\n|---|---|\n| p2 | cover |\n\n"
+            "## Next section\n")
+    a = rh.formal_lines(None, "build/formal-a/report.json", prev)
+    assert a[:5] == ["From build/formal-a/report.json (2026-12-01; `cmd a`):", "", "| property | mode |", "|---|---|",
+                     "| p1 | bmc |"]
+    assert "carried from the previous rendering" in a[-1] and not any("p2" in x for x in a)
+    b = rh.formal_lines(None, "build/formal-b/report.json", prev)
+    assert b[4] == "| p2 | cover |" and not any("Next section" in x for x in b)
+    assert rh.formal_lines(None, "build/formal-c/report.json", prev)[0].startswith("Formal: **not run**")
+    fresh = rh.formal_lines({"meta": {"date": "d", "command": "c"}, "properties": [{"property": "p9"}]},
+                            "build/formal-a/report.json", prev)
+    assert any("p9" in x for x in fresh) and not any("carried" in x for x in fresh)
