@@ -65,8 +65,9 @@ def parse_args(argv=None):
                          "build/ or model/ when present (not in --quick)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quiet", action="store_true")
-    ap.add_argument("--sections", choices=["all", "hardware", "crosscheck", "npu"], default="all",
+    ap.add_argument("--sections", choices=["all", "hardware", "overhead", "crosscheck", "npu"], default="all",
                     help="hardware: re-render only section 5's synthesis part from the flows' reports (seconds); "
+                         "overhead: only section 5's overhead subsection (the ECP5 and formal parts kept); "
                          "crosscheck: only section 4's cross-check against GenZ / SCALE-Sim from "
                          "build/crosscheck/crosscheck.json (python bench/crosscheck.py); npu: only section 6, "
                          "the NPU tile measured in cycles (cassandra-rtl npu --all, python bench/npu_speedup.py)")
@@ -168,6 +169,8 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     if a.sections == "hardware":
         return splice_hardware(a)
+    if a.sections == "overhead":
+        return splice_overhead(a)
     if a.sections == "crosscheck":
         return splice_crosscheck(a)
     if a.sections == "npu":
@@ -568,6 +571,24 @@ def splice_hardware(a) -> int:
            "*from the flows' current reports; the co-simulation table below is from the last full run.*\n\n" + body + "\n")
     md_path.write_text(text[:start] + new + text[cos:])
     print(f"rewrote section 5 of {md_path}")
+    return 0
+
+
+def splice_overhead(a) -> int:
+    """`--sections overhead`: re-render only section 5's overhead subsection from the flows' reports (synth,
+    gated, real library), the rest of the report as it was."""
+    import report_hardware
+
+    md_path = Path(a.out) / "report.md"
+    text = md_path.read_text() if md_path.exists() else ""
+    new = report_hardware.splice_overhead(text, 3, str(a.synth_report), None, "build/synth-cg/report.json",
+                                          f"python eval/report.py --out {a.out} --sections overhead")
+    if new is None:
+        print(f"report: error: --sections overhead needs {md_path} with section 5's overhead subsection and "
+              f"{a.synth_report} (run `make synth`)", file=sys.stderr)
+        return 2
+    md_path.write_text(new)
+    print(f"rewrote section 5's overhead subsection of {md_path}")
     return 0
 
 

@@ -44,8 +44,7 @@ V3_SUCCESSORS = {
     "decoder_c2v2_l8": {"v3": "decoder_c2v3_l8", "core": "decoder_c2v3_l8_core", "regs": "tensor_regs_c2",
                         "target_ge": 2500},
 }
-# decoders sharing one TensorRegisters in the v2 -> v3 table: the overhead model's clusters (synth/overhead.py)
-from cassandra_rtl.hw.npu import MAX_CLUSTER as CLUSTER  # noqa: E402
+CLUSTER = 4          # decoders sharing one TensorRegisters in the v2 -> v3 table (the NPU tile's cluster: 3)
 
 
 def _load(path) -> dict | None:
@@ -189,6 +188,56 @@ def v2_vs_v3(generic: dict, gated: dict | None, real: dict | None, fpga: dict | 
     return lines
 
 
+OVERHEAD_HEADING = "Overhead on real devices"
+
+
+def overhead_part(generic: dict, gated_rep: dict | None, gated: str, real_rep: dict | None, level: int) -> list[str]:
+    """The overhead section (its heading at ``level``): synth/overhead.py on the generic report, then on the
+    clock-gated and the real-library reports, each with its own PE and blocks."""
+    from cassandra_rtl.synth import overhead
+    ov = overhead.render_markdown(generic)
+    w = [ov[1].replace("## ", "#" * level + " ", 1)] + ov[2:]
+    if gated_rep and "overhead" in gated_rep:
+        w += ["", f"Same model with clock gating (`{gated}`, its own PE and blocks):"] + \
+             overhead.render_markdown(gated_rep)[3:]
+    if real_rep and "overhead" in real_rep:
+        w += ["", f"Same model on `{real_rep['flow'].get('library')}` (its own PE and blocks):"] + \
+             overhead.render_markdown(real_rep)[3:]
+    return w
+
+
+def splice_overhead(text: str, level: int, synth: str, real: str | None, gated: str, command: str) -> str | None:
+    """``text`` (a rendering of this report) with only its overhead section re-rendered from the flows' current
+    reports and marked so; the other sections keep what they were rendered from (the ECP5 and formal runs take
+    hours). None if the text has no overhead section or the reports are missing."""
+    h = "#" * level
+    start = text.find(f"{h} {OVERHEAD_HEADING}")
+    end = text.find(f"\n{h} ", start + 1)
+    generic = _load(synth)
+    real_path = real or _real_report()
+    real_rep = _load(real_path) if real_path else None
+    gated_rep = _load(gated)
+    if gated_rep and not (gated_rep.get("flow") or {}).get("clock_gating"):
+        gated_rep = None
+    if start < 0 or not generic or "overhead" not in generic:
+        return None
+    stamp = f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    src = ", ".join(f"`{p}`" for p in (synth, gated if gated_rep else None, real_path if real_rep else None) if p)
+    body = overhead_part(generic, gated_rep, gated, real_rep, level)
+    body.insert(1, f"\n*Re-rendered {stamp} by* `{command}` *from {src}; the sections before and after are from the "
+                   "rendering named at the top.*")
+    return text[:start] + "\n".join(body) + "\n" + (text[end:] if end >= 0 else "")
+
+
+def _real_report() -> str | None:
+    """The most recent real-library report of the reference flow (make synth LIBERTY=... writes
+    build/synth-<library>/; a CLOCK_GATING=1 run, build/synth-<library>-cg/, is not the reference)."""
+    flows = {f: (_load(f) or {}).get("flow") or {} for f in glob.glob("build/synth-*/report.json")}
+    reals = [f for f, fl in flows.items()
+             if (fl.get("library_info") or {}).get("kind") == "real" and not fl.get("clock_gating")]
+    return max(reals, key=lambda f: Path(f).stat().st_mtime, default=None)
+
+
 def previous_formal(text: str, path: str) -> list[str] | None:
     """The block an earlier rendering wrote for the formal report ``path`` ("From PATH (date; `command`):" and its
     table), from that rendering's text; None if it has none."""
@@ -278,17 +327,12 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
            previous: str = "") -> str | None:
     """The hardware markdown (headings at ``level``) and its plot in ``out``; None without a synthesis report.
     ``previous``: the text this rendering replaces (formal blocks whose reports are absent are carried from it)."""
-    from cassandra_rtl.synth import compare, overhead
+    from cassandra_rtl.synth import compare
 
     generic = _load(synth)
     if not generic:
         return None
-    # default: the most recent real-library report of the reference flow (make synth LIBERTY=... writes
-    # build/synth-<library>/; a CLOCK_GATING=1 run, build/synth-<library>-cg/, is not the reference)
-    flows = {f: (_load(f) or {}).get("flow") or {} for f in glob.glob("build/synth-*/report.json")}
-    reals = [f for f, fl in flows.items()
-             if (fl.get("library_info") or {}).get("kind") == "real" and not fl.get("clock_gating")]
-    real_path = real or max(reals, key=lambda f: Path(f).stat().st_mtime, default=None)
+    real_path = real or _real_report()
     real_rep = _load(real_path) if real_path else None
     formals = [formal] if isinstance(formal, str) else list(formal)
     fpga_rep, formal_reps = _load(fpga), [(f, _load(f)) for f in formals]
@@ -322,14 +366,7 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
               + (f"(`{gated}`)" if gated_rep else "(**not run**: `make synth CLOCK_GATING=1`)") + ".", ""] + v3
     if fig:
         w += ["", f"![area per value/cycle vs clock]({fig})", "", f"*Command* `{command}` · *data* the flows' reports above."]
-    ov = overhead.render_markdown(generic)
-    w += ["", ov[1].replace("## ", h + " ", 1)] + ov[2:]
-    if gated_rep and "overhead" in gated_rep:
-        w += ["", f"Same model with clock gating (`{gated}`, its own PE and blocks):"] + \
-             overhead.render_markdown(gated_rep)[3:]
-    if real_rep and "overhead" in real_rep:
-        w += ["", f"Same model on `{real_rep['flow'].get('library')}` (its own PE and blocks):"] + \
-             overhead.render_markdown(real_rep)[3:]
+    w += [""] + overhead_part(generic, gated_rep, gated, real_rep, level)
     w += ["", f"{h} Formal proofs", ""]
     for i, (pth, rep) in enumerate(formal_reps):
         w += ([""] if i else []) + formal_lines(rep, pth, previous)
@@ -350,6 +387,9 @@ def main(argv=None) -> int:
                     help="a formal report (repeatable: e.g. make formal's and a --config run's; default "
                          "build/formal/report.json)")
     ap.add_argument("--v1-retired", default=str(V1_RETIRED), help="the retired v1 blocks' rows per flow (old column)")
+    ap.add_argument("--sections", choices=["all", "overhead"], default="all",
+                    help="overhead: re-render only the overhead section of OUT/hardware.md from the flows' reports "
+                         "(the rest keeps what it was rendered from: ECP5 and formal runs take hours)")
     ap.add_argument("--freeze-v1", default=None, metavar="PATH",
                     help="write the v1 blocks' rows of --synth / --real / --fpga to PATH and exit")
     ap.add_argument("--commit", default=V1_LAST_COMMIT, help="with --freeze-v1: the commit the flows ran at")
@@ -364,6 +404,16 @@ def main(argv=None) -> int:
               "(make synth without CLOCK_GATING)", file=sys.stderr)
         return 2
     command = "python eval/report_hardware.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if a.sections == "overhead":
+        old = out / "hardware.md"
+        new = splice_overhead(old.read_text(), 2, a.synth, a.real, a.gated, command) if old.exists() else None
+        if new is None:
+            print(f"report_hardware: error: --sections overhead needs {old} with an overhead section and {a.synth} "
+                  "(run `make synth`)", file=sys.stderr)
+            return 2
+        old.write_text(new)
+        print(f"rewrote the overhead section of {old}")
+        return 0
     old = out / "hardware.md"
     body = render(out, a.synth, a.real, a.fpga, a.formal or ["build/formal/report.json"], a.v1_synth,
                   v1_retired=a.v1_retired, gated=a.gated, command=command,

@@ -75,7 +75,7 @@ def test_v2_to_v3_rows_price_the_cluster_instance(tmp_path):
         "decoder_c1v2_l8_v4": _block("decoder", 44000.0, 600.0, 8),
         "decoder_c1v3_l8": _block("decoder", 36000.0, 520.0, 8),
         "decoder_c1v3_l8_core": _block("decoder", 32000.0, 520.0, 8),
-        "tensor_regs": {"status": "ok", "kind": "tensor_regs", "area_ge": 6400.0, "timing": {"est_fmax_mhz": 900.0}}}}
+        "tensor_regs": {"status": "ok", "kind": "tensor_regs", "area_ge": 4800.0, "timing": {"est_fmax_mhz": 900.0}}}}
     fpga = {"blocks": {"pe_bf16_fp32": {"status": "ok", "lut4": 900, "fmax_mhz": 25.0},
                        "decoder_c1v2_l8_v4": {"status": "ok", "lut4": 14000, "fmax_mhz": 30.0},
                        "decoder_c1v3_l8": {"status": "ok", "lut4": 12000, "fmax_mhz": 35.0}}}
@@ -83,15 +83,15 @@ def test_v2_to_v3_rows_price_the_cluster_instance(tmp_path):
     generic.update(overhead.overhead(generic))
     rows = rh.v2_vs_v3(generic, gated, None, fpga)
     assert len(rows) == 3           # header, rule, C1 (no C2 block in these reports)
-    # 48,000 / 8 = 6.00 k -> 5.00 k; gated 5.50 k -> 4.50 k; instance (32,000 + 6,400 / 8) / 8 = 4.10 k;
+    # 48,000 / 8 = 6.00 k -> 5.00 k; gated 5.50 k -> 4.50 k; instance (32,000 + 4,800 / 4) / 8 = 4.15 k;
     # clock 600 / 400 = 1.50 -> 1.30; ECP5 30 / 25 = 1.20 -> 1.40
-    assert rows[2] == ("| decoder_c1v2_l8_v4 -> decoder_c1v3_l8 | 6.00 k -> 5.00 k | 5.50 k -> 4.50 k | 4.10 k | "
+    assert rows[2] == ("| decoder_c1v2_l8_v4 -> decoder_c1v3_l8 | 6.00 k -> 5.00 k | 5.50 k -> 4.50 k | 4.15 k | "
                        "3.50 k | 1.50 -> 1.30 | — -> — | 14,000 -> 12,000 | 1.20 -> 1.40 |")
     for name, rep in (("g.json", generic), ("cg.json", gated), ("ungated.json", {**gated, "flow": {}})):
         (tmp_path / name).write_text(json.dumps(rep))
     body = rh.render(tmp_path / "rep", str(tmp_path / "g.json"), str(tmp_path / "none.json"), str(tmp_path / "none.json"),
                      str(tmp_path / "none.json"), gated=str(tmp_path / "cg.json"))
-    assert rh.CLUSTER == 8 and "## v2 -> v3" in body and "| 4.10 k |" in body
+    assert "## v2 -> v3" in body and "| 4.15 k |" in body
     body = rh.render(tmp_path / "rep", str(tmp_path / "g.json"), str(tmp_path / "none.json"), str(tmp_path / "none.json"),
                      str(tmp_path / "none.json"), gated=str(tmp_path / "ungated.json"))
     assert "**not run**: `make synth CLOCK_GATING=1`" in body and "6.00 k -> 5.00 k | — -> — | —" in body
@@ -138,3 +138,35 @@ def test_formal_block_carried_from_the_previous_rendering():
     fresh = rh.formal_lines({"meta": {"date": "d", "command": "c"}, "properties": [{"property": "p9"}]},
                             "build/formal-a/report.json", prev)
     assert any("p9" in x for x in fresh) and not any("carried" in x for x in fresh)
+
+
+def test_overhead_section_rerendered_alone(tmp_path):
+    """--sections overhead rewrites only the overhead section from the flows' current reports (marked with its
+    command); the block table above it and the formal section below keep their rendering."""
+    from cassandra_rtl.synth import overhead
+
+    def generic(dec_ge):
+        rep = {"flow": {"library": "cassandra_generic"}, "blocks": {
+            "pe_bf16_fp32": _block("pe", 3000.0, 400.0),
+            "decoder_c1v3_l8": _block("decoder", dec_ge, 560.0, 8),
+            "encoder_kv_c1_l2": _block("encoder", 40000.0, 600.0, 2)}}
+        rep["blocks"]["decoder_c1v3_l8"]["meta"]["layout"] = "format 3.0"
+        rep.update(overhead.overhead(rep))
+        (tmp_path / "g.json").write_text(json.dumps(rep))
+        return rep
+    none = str(tmp_path / "none.json")
+    args = ["--out", str(tmp_path / "rep"), "--synth", str(tmp_path / "g.json"), "--fpga", none, "--formal", none,
+            "--real", none, "--gated", none, "--v1-retired", none]
+    first = generic(30000.0)
+    assert rh.main(args) == 0
+    md = (tmp_path / "rep" / "hardware.md").read_text()
+    second = generic(60000.0)
+    assert rh.main(args + ["--sections", "overhead"]) == 0
+    new = (tmp_path / "rep" / "hardware.md").read_text()
+    cut, formal = md.index("## Overhead on real devices"), md.index("## Formal proofs")
+    assert new[:cut] == md[:cut] and new.endswith(md[formal:])
+    pct = lambda rep: f"**{rep['npu_overhead_percent']['npu']:.3f}**"        # noqa: E731  (the total % column)
+    assert pct(first) in md[cut:formal] and pct(second) in new[cut:] and pct(first) != pct(second)
+    assert "--sections overhead" in new[cut:new.index("## Formal proofs")]
+    (tmp_path / "rep" / "hardware.md").write_text("# nothing to splice\n")
+    assert rh.main(args + ["--sections", "overhead"]) == 2
