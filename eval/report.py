@@ -55,6 +55,8 @@ def parse_args(argv=None):
     ap.add_argument("--budget-small-gib", type=float, default=0.5, help="memory budget for the bundled model")
     ap.add_argument("--budget-8b-gib", type=float, default=24.0, help="memory budget for the 8B-class config")
     ap.add_argument("--synth-report", default="build/synth/report.json")
+    ap.add_argument("--fpga", default="build/fpga/report.json",
+                    help="the ECP5 report for section 5 (cells it lacks are carried from the previous rendering)")
     ap.add_argument("--formal", action="append", default=None, metavar="REPORT",
                     help="formal report(s) for section 5 (repeatable; default build/formal/report.json)")
     ap.add_argument("--cosim-json", action="append", default=[], help="saved `cassandra-rtl cosim --json` output")
@@ -488,7 +490,7 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
         w(f"*Command* `{R['command']}` · *model* RTL blocks · *config* {hw_cfg}.\n")
     old_md = Path(a.out) / "report.md"
     hw_md = hardware_section(synth_path, Path(a.out), R['command'], a.formal,
-                             previous=old_md.read_text() if old_md.exists() else "")
+                             previous=old_md.read_text() if old_md.exists() else "", fpga=a.fpga)
     w(hw_md if hw_md else f"Synthesis: **not run** (`{os.path.relpath(synth_path, ROOT)}` not found; run `make synth`).\n")
     good = [c for c in R["cosim"] if "error" not in c]
     if good:
@@ -542,14 +544,16 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
     return "\n".join(L)
 
 
-def hardware_section(synth_path: Path, out: Path, command: str, formal=None, previous: str = "") -> str | None:
+def hardware_section(synth_path: Path, out: Path, command: str, formal=None, previous: str = "",
+                     fpga: str = "build/fpga/report.json") -> str | None:
     """Section 5's synthesis part: every flow's blocks relative to its PE, v1 -> v2, the overhead per
     device, the proofs (eval/report_hardware.py, also `make report-hw`)."""
     import report_hardware
 
     v1 = ROOT / "build" / "synth-generic-v1" / "report.json"     # the v1 blocks, if synthesised there
     return report_hardware.render(out, str(synth_path), level=3, v1_synth=str(v1) if v1.exists() else None,
-                                  command=command, formal=formal or ["build/formal/report.json"], previous=previous)
+                                  command=command, formal=formal or ["build/formal/report.json"], previous=previous,
+                                  fpga=fpga)
 
 
 def splice_hardware(a) -> int:
@@ -559,9 +563,10 @@ def splice_hardware(a) -> int:
     md_path = Path(a.out) / "report.md"
     text = md_path.read_text() if md_path.exists() else ""
     start, cos = text.find("## 5. Hardware\n"), text.find("Co-simulation", text.find("## 5. Hardware\n") + 1)
-    formal = "".join(f" --formal {f}" for f in a.formal or [])
+    formal = "".join(f" --formal {f}" for f in a.formal or []) + (
+        f" --fpga {a.fpga}" if a.fpga != "build/fpga/report.json" else "")
     body = hardware_section(Path(a.synth_report), Path(a.out), f"python eval/report.py --out {a.out} --sections hardware"
-                            + formal, a.formal, previous=text[start:cos] if start >= 0 else "")
+                            + formal, a.formal, previous=text[start:cos] if start >= 0 else "", fpga=a.fpga)
     if start < 0 or cos < 0 or body is None:
         print(f"report: error: --sections hardware needs {md_path} with a section 5 and "
               f"{a.synth_report} (run `make synth`)", file=sys.stderr)

@@ -170,3 +170,24 @@ def test_overhead_section_rerendered_alone(tmp_path):
     assert "--sections overhead" in new[cut:new.index("## Formal proofs")]
     (tmp_path / "rep" / "hardware.md").write_text("# nothing to splice\n")
     assert rh.main(args + ["--sections", "overhead"]) == 2
+
+
+def test_ecp5_cells_carried_from_the_previous_rendering():
+    """An ECP5 cell this rendering lacks ("—", or "—" on one side of "a -> b") comes from the same table, row and
+    column of the previous rendering, marked; a cell with a figure now, another column's "—", another table's row
+    and a row the previous rendering did not have are left alone."""
+    head = "| block | generic | ECP5 LUT4 | ECP5 MHz |\n|---|---:|---:|---:|\n"
+    prev = (head + "| a | 1 GE | 100 LUT4 | 30.0 |\n| b | 2 GE | 200 LUT4 | 31.0 |\n| c | — | 300 LUT4 | 32.0 |\n\n"
+            "| v1 -> v2 | ECP5 LUT4 |\n|---|---:|\n| a -> a2 | 80 -> 100 |\n")
+    new = (head + "| a | 1 GE | — | — |\n| b | 2 GE | 250 LUT4 | — |\n| c | — | — | — |\n| d | 4 GE | — | — |\n\n"
+           "| v1 -> v2 | ECP5 LUT4 |\n|---|---:|\n| a -> a2 | 80 -> — |\n\n| other | ECP5 LUT4 |\n|---|---:|\n"
+           "| a | — |\n")
+    body, n = rh.carry_ecp5(new, prev)
+    rows = body.split("\n")
+    assert rows[2] == "| a | 1 GE | 100 LUT4 ‡ | 30.0 ‡ |"
+    assert rows[3] == "| b | 2 GE | 250 LUT4 | 31.0 ‡ |"              # the new figure stays
+    assert rows[4] == "| c | — | 300 LUT4 ‡ | 32.0 ‡ |"                # not the generic column's "—"
+    assert rows[5] == "| d | 4 GE | — | — |"
+    assert "| a -> a2 | 80 -> 100 ‡ |" in body and body.endswith("| a | — |\n") and n == 6
+    again, m = rh.carry_ecp5(new, body)                               # carried twice: one mark
+    assert m == 6 and "100 LUT4 ‡ |" in again and "‡ ‡" not in again
