@@ -496,7 +496,8 @@ def synthesise_block(block: Block, opts: FlowOptions, rtlil_text: str, meta: dic
                 cache_file.write_text(json.dumps(entry, indent=1))
             except (timing.TimingError, ValueError, OSError, subprocess.SubprocessError) as exc:
                 entry["timing"] = {"error": str(exc)}
-        entry["cached"] = True
+        # the registry's description of the block (rates, layout, cluster part) is today's, not the cached run's
+        entry.update(kind=meta["kind"], source=block.source, meta=meta, cached=True)
         return entry
     if opts.cached_only:
         raise LookupError("no cached result for this design (--cached-only); run without it")

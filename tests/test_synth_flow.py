@@ -111,6 +111,21 @@ def test_second_run_uses_cache(flow_run):
         assert second["blocks"][name]["area_ge"] == first["blocks"][name]["area_ge"]
 
 
+def test_cached_result_carries_todays_registry_description(flow_run, tmp_path):
+    """A cache hit is the same netlist, but the block's description (rates, layout, cluster part) is the
+    registry's today, not the one the cached run recorded."""
+    import shutil
+    out, first, _ = flow_run
+    shutil.copytree(out, tmp_path / "s")
+    blocks = _blocks()
+    blocks["toy_adder_l2"] = flow.Block("toy_adder_l2", lambda: LaneAdder(2), "test",
+                                        {"kind": "other", "values_per_cycle": 7, "shared_regs": "regs"})
+    r = flow.run_flow(flow.FlowOptions(out=tmp_path / "s", jobs=1), only=["toy_adder_l2"], blocks=blocks)
+    b = r["blocks"]["toy_adder_l2"]
+    assert b["cached"] is True and b["area_ge"] == first["blocks"]["toy_adder_l2"]["area_ge"]
+    assert b["meta"]["values_per_cycle"] == 7 and b["meta"]["shared_regs"] == "regs"
+
+
 def test_update_keeps_the_other_blocks(flow_run, tmp_path):
     """--update --only X: X synthesised again (here from the cache), every other block of the report already
     in --out kept as it was, the overhead recomputed; refused without --only, without a report, or over a
