@@ -231,8 +231,10 @@ def splice_overhead(text: str, level: int, synth: str, real: str | None, gated: 
 
 def _real_report() -> str | None:
     """The most recent real-library report of the reference flow (make synth LIBERTY=... writes
-    build/synth-<library>/; a CLOCK_GATING=1 run, build/synth-<library>-cg/, is not the reference)."""
-    flows = {f: (_load(f) or {}).get("flow") or {} for f in glob.glob("build/synth-*/report.json")}
+    build/synth-<library>/; a CLOCK_GATING=1 run, build/synth-<library>-cg/, is not the reference, nor are the NPU
+    tile's part runs of synth/npu_area.py, build/synth-npu-<library>/)."""
+    flows = {f: (_load(f) or {}).get("flow") or {} for f in glob.glob("build/synth-*/report.json")
+             if not Path(f).parent.name.startswith("synth-npu")}
     reals = [f for f, fl in flows.items()
              if (fl.get("library_info") or {}).get("kind") == "real" and not fl.get("clock_gating")]
     return max(reals, key=lambda f: Path(f).stat().st_mtime, default=None)

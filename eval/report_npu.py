@@ -107,5 +107,6 @@ def render(out: Path, command: str) -> str:
         if png.exists():
             out.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(png, out / "npu_speedup.png")
-            lines += ["![time per token by pass kind; modeled vs simulated](npu_speedup.png)", ""]
+            lines += ["![time per token by pass kind; modeled vs simulated](npu_speedup.png)", "",
+                      f"*Command* `{command}` · *data* `{SPEEDUP_JSON}` (`python bench/npu_speedup.py`).", ""]
     return "\n".join(lines) + "\n"
