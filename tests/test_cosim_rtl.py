@@ -28,11 +28,11 @@ QUICK = [
     ("zero_counter", "zero_counter_w64_l8", "verilator", None, {}),   # cocotb on Verilator in make test (the decoders: -m slow)
     ("zero_counter", "tb_w64_l8_comb", "icarus", None, {}),
     ("decoder", "decoder_c1v2_l4", "icarus", ICARUS_DECODER, {"TB_SCALE": "3"}),
-    # the v3 prototype, its tensors framed in format 3.0 (~20 s)
+    # decoder v3, its tensors framed in format 3.0 (~20 s)
     ("decoder", "decoder_c1v3_l8", "icarus", ICARUS_DECODER, {"TB_SCALE": "3"}),
     ("encoder", "encoder_kv_c1_l2", "icarus", None, {"TB_SCALE": "2"}),
     ("decoder_c2", "decoder_c2v2_l8", "icarus", ICARUS_DECODER_C2, {}),
-    # the C2 v3 prototype in its layout: specials, every book size with escapes, error injection
+    # the C2 decoder v3 in its layout: specials, every book size with escapes, error injection
     ("decoder_c2", "decoder_c2v3_l8", "icarus", ["bf16_specials", "escapes_and_books", "malformed_streams"], {}),
     ("encoder", "encoder_kv_c2_l2", "icarus", None, {"TB_SCALE": "2"}),
     ("csr", "decoder_c1v2_l4", "icarus", None, {}),

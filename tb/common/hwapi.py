@@ -158,12 +158,12 @@ def make_csr(params):
 
 
 QUICK = {"zero_counter": ["zero_counter_w64_l8", "tb_w64_l8_comb"],
-         # the v2 decoders (v1 retired) at their small sizes; the L = 8 C1 configurations run in `make sim-full`
-         "decoder": ["decoder_c1v2_l4"],
-         "decoder_c2": ["decoder_c2v2_l8"], "encoder": ["encoder_kv_c1_l2", "encoder_kv_c2_l2"],
+         # decoder v3 (the NPU tile's) at its small sizes; L = 8 and decoder v2 run in `make sim-full`
+         "decoder": ["decoder_c1v3_l4"],
+         "decoder_c2": ["decoder_c2v3_l8"], "encoder": ["encoder_kv_c1_l2", "encoder_kv_c2_l2"],
          # not in `make sim`: direct coupling deadlocks on some full-mode streams (see docs/VERIFICATION.md
          # Findings); run it with `tb.run --blocks kv_loopback_c2 --configs kv_c2_l4`
-         "kv_loopback_c2": [], "csr": ["decoder_c1v2_l4"]}
+         "kv_loopback_c2": [], "csr": ["decoder_c1v3_l4"]}
 
 
 def quick_configs(kind: str) -> list[str]:
