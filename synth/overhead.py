@@ -11,8 +11,8 @@ Assumptions (each is a field of OverheadParams or Device, overridable from the c
 3. **Decoder rate.** The decoder sits in the memory path and must keep up with the memory: the draft
    pass reads only the speculation stream (``draft_bits_per_value``), the target pass the lossless stream
    (``full_bits_per_value``). Defaults: the bundled SmolLM2 model artifact with the tuned draft in format
-   3.0 (the same bits as 2.0), 4.787 and 11.150 bits/value over all 272 tensors (``cassandra-rtl encode MODEL -o smol.cass
-   --draft-config bundled`` then ``cassandra-rtl stats smol.cass --json``: ``bits_per_value.speculation`` /
+   3.0 (the same bits as 2.0), 4.787 and 11.150 bits/value over all 272 tensors (``cassandra-rtl encode MODEL
+   -o smol.cass --draft-config bundled`` then ``cassandra-rtl stats smol.cass --json``: ``bits_per_value.speculation`` /
    ``.total``; format 1.0 and the first uniform draft gave 5 / 11). Those streams are **C1** (the tuner picked
    C1 for every tensor and for the KV view), so the headline prices only blocks of the streams' scheme
    (``scheme``, default ``"c1"``): a C2 decoder cannot read a C1 stream. Pricing C2 needs a C2 stream's
@@ -20,6 +20,8 @@ Assumptions (each is a field of OverheadParams or Device, overridable from the c
    every decoder, those of the other scheme priced on these streams' bits/value and marked so.
    Values/s = bandwidth x 8 / bits; instances = ceil(values/s / (values/cycle x f)), the larger of the
    two modes (full mode uses the block's ``values_per_cycle_full`` when it has fewer verification lanes).
+   A decoder cluster's core (decoder v3, the headline) comes with the registers its cluster shares, one set per
+   ``MAX_CLUSTER`` = 8 cores (the NPU tile's OP_DEC mask): area = n x core + ceil(n / 8) x registers.
 4. **Encoder rate.** The online KV encoder compresses the KV cache as it is written. Decode writes
    ``2 * layers * kv_heads * head_dim`` values per token (65,536 for Llama-3-8B: about 1/123,000 of the
    8.03 G weights it reads), so the binding rate is **prefill**: compute-bound at
