@@ -44,7 +44,7 @@ V3_SUCCESSORS = {
     "decoder_c2v2_l8": {"v3": "decoder_c2v3_l8", "core": "decoder_c2v3_l8_core", "regs": "tensor_regs_c2",
                         "target_ge": 2500},
 }
-CLUSTER = 4          # decoders sharing one TensorRegisters in the v2 -> v3 table (the NPU tile's cluster: 3)
+CLUSTER = 4          # decoders sharing one TensorRegisters in the v2 -> v3 table (the tile has 3; the overhead model 8)
 
 
 def _load(path) -> dict | None:
@@ -261,11 +261,13 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
-def carry_ecp5(body: str, previous: str) -> tuple[str, int]:
-    """``body`` with the ECP5 cells it lacks (an FPGA report without the block: "—" where the previous rendering
-    had a figure) taken from the same table, row and column of ``previous`` and marked CARRY_MARK: place and route
-    takes hours here, and a block's fit depends on its RTL alone. Returns (body, cells carried)."""
+def carry_ecp5(body: str, previous: str, fpga_blocks=()) -> tuple[str, int]:
+    """``body`` with the ECP5 cells it lacks ("—" where the previous rendering had a figure) taken from the same
+    table, row and column of ``previous`` and marked CARRY_MARK, for rows whose blocks are absent from the FPGA
+    report (``fpga_blocks``: every block it holds, whatever its status: a block that failed there is not carried).
+    Returns (body, cells carried)."""
     prev = _tables(previous)
+    held = set(fpga_blocks)
     lines, n, header = body.split("\n"), 0, None
     for i, line in enumerate(lines):
         if not line.startswith("| ") or line.startswith("|---"):
@@ -275,7 +277,7 @@ def carry_ecp5(body: str, previous: str) -> tuple[str, int]:
             header = tuple(_cells(line))
             continue
         old = (prev.get(header) or {}).get(_cells(line)[0]) if header else None
-        if not old:
+        if not old or held & {n.strip() for n in _cells(line)[0].split(" -> ")}:
             continue
         cells = _cells(line)
         for j, (col, new) in enumerate(zip(header, cells)):
@@ -295,8 +297,14 @@ def previous_formal(text: str, path: str) -> list[str] | None:
     start = text.find(f"From {path} (")
     if start < 0:
         return None
-    ends = [i for i in (text.find(m, start + 1) for m in ("\n\nFrom ", "\n\nFormal: ", "\n#", "\n\n*")) if i >= 0]
-    return text[start:min(ends, default=len(text))].rstrip("\n").splitlines()
+    lines = text[start:].split("\n")
+    block, i = [lines[0]], 1
+    while i < len(lines) and not lines[i].strip():            # the blank line(s) before the table
+        i += 1
+    while i < len(lines) and lines[i].startswith("|"):         # the table, and nothing after it
+        block.append(lines[i])
+        i += 1
+    return block[:1] + [""] + block[1:] if len(block) > 1 else block
 
 
 def formal_lines(rep: dict | None, path: str = "build/formal/report.json", previous: str = "") -> list[str]:
@@ -306,8 +314,8 @@ def formal_lines(rep: dict | None, path: str = "build/formal/report.json", previ
     if not rep:
         carried = previous_formal(previous, path)
         if carried:
-            return carried + ["", f"*(carried from the previous rendering: {path} is not in this checkout; the "
-                                  "command above regenerates it)*"]
+            return carried + ["", f"*(carried from the previous rendering of this page: {path} was absent when it "
+                                  "was rendered; the command above regenerates it)*"]
         return [f"Formal: **not run** here ({path} not found; `make formal` writes it, docs/VERIFICATION.md "
                 "\"Measured\" has the last full run)."]
     lines = [f"From {path} ({rep.get('meta', {}).get('date', '?')}; "
@@ -422,11 +430,11 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
     for i, (pth, rep) in enumerate(formal_reps):
         w += ([""] if i else []) + formal_lines(rep, pth, previous)
     w += [""]
-    body, carried = carry_ecp5("\n".join(w) + "\n", previous)
+    body, carried = carry_ecp5("\n".join(w) + "\n", previous, ((fpga_rep or {}).get("blocks") or {}).keys())
     if carried:
-        note = (f"ECP5 cells marked {CARRY_MARK} ({carried}) are carried from the previous rendering: `{fpga}` "
-                f"{'does not hold those blocks' if fpga_rep else 'is not in this checkout'} (`make fpga` places and "
-                "routes every block).")
+        note = (f"ECP5 cells marked {CARRY_MARK} ({carried}) are carried from the previous rendering of this page: "
+                f"`{fpga}` {'held none of those blocks' if fpga_rep else 'was absent'} when this page was rendered "
+                "(`make fpga` places and routes every block).")
         body = body.replace(f"\n\n{h} Every block", f" {note}\n\n{h} Every block", 1)
     return body
 

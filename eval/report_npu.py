@@ -26,14 +26,22 @@ def _f(x, spec="{:.3f}"):
     return "—" if x is None else spec.format(x)
 
 
-def headline_measurement() -> tuple[Path, dict | None]:
+def headline_measurement() -> tuple[Path | None, dict | None]:
     """The path `cassandra-rtl npu --all` stores its measurement at with every default (the artifact `generate`
     uses, the headline tile, the default memory model, this RTL) and the measurement if it is there; other
-    measurements in the directory (another artifact, tile or memory) are not the report's."""
+    measurements in the directory (another artifact, tile or memory) are not the report's. Nothing is encoded:
+    without the bundled model or its artifact there is no measurement (None, None)."""
     from cassandra_rtl.commands.npu import generation_artifact
+    from cassandra_rtl.errors import UserError
     from cassandra_rtl.tb.npu import MemParams, TileParams
     from cassandra_rtl.tb.npu.speedup import measurement_path
-    path = measurement_path(generation_artifact(), TileParams(), MemParams())
+    try:
+        artifact = generation_artifact(encode=False)
+    except (UserError, OSError):
+        return None, None
+    if not artifact.is_file():
+        return None, None
+    path = measurement_path(artifact, TileParams(), MemParams())
     return path, (json.loads(path.read_text()) if path.exists() else None)
 
 
@@ -92,8 +100,9 @@ def render(out: Path, command: str) -> str:
     lines = [HEADING, "", f"*Rendered by* `{command}` *from the tile's runs (docs/NPU.md).*", ""]
     path, meas = headline_measurement()
     if meas is None:
-        lines.append(f"No measurement of the headline tile on the generation artifact ({path.name} in "
-                     f"{MEASURE_DIR}/: `cassandra-rtl npu --all`).")
+        lines.append("No measurement of the headline tile on the generation artifact"
+                     + (f" ({path.name} in {MEASURE_DIR}/" if path else " (no bundled model artifact")
+                     + ": `cassandra-rtl npu --all`).")
     else:
         lines += ["### Every linear tensor through the Verilated tile", "", *measurement_table(meas), "",
                   f"Command: `cassandra-rtl npu --all` ({path.name}).", ""]

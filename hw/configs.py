@@ -88,7 +88,7 @@ _c1v2_factories()
 
 
 def _c1v3_factories():
-    """The C1 decoder v3 prototype (hw/decoder_c1_v3.py, docs/datasheets/decoder_c1_v3.md): the format 3.0
+    """The C1 decoder v3 (hw/decoder_c1_v3.py, docs/datasheets/decoder_c1_v3.md): the format 3.0
     layout of golden/escfield.py, one parser / extractor / lookup set for both modes."""
     from .decoder_c1_v3 import DecoderC1v3, DecoderC1v3Core
     from .tensor_regs import TensorRegisters
@@ -115,7 +115,7 @@ _c1v3_factories()
 
 
 def _c2v3_factories():
-    """The C2 decoder v3 prototype (hw/decoder_c2_v3.py, docs/datasheets/decoder_c1_v3.md): format 3.0
+    """The C2 decoder v3 (hw/decoder_c2_v3.py, docs/datasheets/decoder_c1_v3.md): format 3.0
     of golden/escfield.py (block-interleaved spec.mx), one spec.mx reader with header registers, pass B half a beat
     a cycle."""
     from .decoder_c2_v3 import DecoderC2v3, DecoderC2v3Core
@@ -124,7 +124,7 @@ def _c2v3_factories():
                   values_per_cycle_full=4, latency_cycles=3, layout="format 3.0")
     # block "decoder_c2v3": its own BLOCK.KIND (the layout differs); tb/bulk frames it as C2 by its name
     _register("decoder_c2v3_l8", lambda: DecoderC2v3(lanes=8), block="decoder_c2v3", **common,
-              description="Cassandra-2 decoder v3 prototype (block-interleaved spec.mx read by one reader with header "
+              description="Cassandra-2 decoder v3 (block-interleaved spec.mx read by one reader with header "
                           "registers, escaped deltas in verif.rest), 8 bf16 values/cycle in draft mode, 4 in full mode, "
                           "64-bit words")
     _register("decoder_c2v3_l8_core", lambda: DecoderC2v3Core(lanes=8), block="decoder_c2v3_core", **common,

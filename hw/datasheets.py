@@ -314,7 +314,7 @@ def figures_table(names: list[str]) -> str:
         out.append(f"| {n} | {area(c[0])} | {clock(c[1])} | {area(c[2])} | {clock(c[3])} | {area(c[4])} | "
                    f"{clock(c[5])} |")
     if any("‡" in line for line in out[2:]):
-        out += ["", "‡ carried by docs/report/hardware.md from its previous rendering (its ECP5 runs were not repeated)."]
+        out += ["", "‡ an ECP5 figure docs/report/hardware.md carries from its previous rendering."]
     return "\n".join(out)
 
 

@@ -599,6 +599,10 @@ def run_flow(opts: FlowOptions, only: list[str] | None = None,
         "blocks": {},
     }
     kept = kept_for_update(report, opts.out, only) if update else {}
+    for n, b in kept.items():          # a kept block's description (rates, layout, cluster part) is the registry's today
+        if n in blocks and b.get("status") == "ok":
+            b["meta"] = {**(b.get("meta") or {}), **blocks[n].meta}
+            b["kind"] = block_kind(n, b["meta"])
     if only:
         unknown = [n for n in only if n not in blocks]
         for n in unknown:

@@ -328,10 +328,13 @@ def render_table(flows: list[tuple[str, dict]], fpga: dict | None) -> str:
     if fpga:
         b = (fpga.get("blocks") or {}).get(SMALL) or {}
         pe = (fpga.get("blocks") or {}).get(flow.PE_BLOCK) or {}
-        dec = (fpga.get("blocks") or {}).get(tile_params(SMALL)["decoder"]) or {}
+        # the decoder cluster apart: its parts (cores x N, shared registers) fitted alone
+        cluster = {n: p["count"] for n, p in parts(SMALL).items() if p["group"] == "decoders"}
+        fits = [((fpga.get("blocks") or {}).get(n) or {}).get("lut4") for n in cluster]
         if b.get("status") == "ok":
-            share = (f"; the decoder `{tile_params(SMALL)['decoder']}` alone {dec['lut4']:,} LUT4 "
-                     f"({100 * dec['lut4'] / b['lut4']:.0f} % of the tile)" if dec.get("lut4") else "")
+            lut = sum(k * f for k, f in zip(cluster.values(), fits)) if all(fits) else None
+            share = (f"; the decoder cluster ({' + '.join(f'`{n}`' for n in cluster)}) alone {lut:,} LUT4 "
+                     f"({100 * lut / b['lut4']:.0f} % of the tile)" if lut else "")
             lines += [f"ECP5 ({fpga['flow'].get('device')}, nextpnr, out of context, seed(s) "
                       f"{','.join(map(str, b.get('seeds_run') or []))}): `{SMALL}` {b['lut4']:,} LUT4, {b['ff']:,} FF, "
                       f"{b.get('dp16kd') or 0} DP16KD, {b['fmax_mhz']:.1f} MHz"

@@ -300,8 +300,10 @@ def overhead(report: dict, p: OverheadParams | None = None) -> dict:
     def choose(kind: str, wanted: str | None) -> tuple[str | None, str | None]:
         ok = {n: b for n, b in _ok_blocks(report, kind).items() if kind != "decoder" or _shared_block(report, n)[0]}
         if wanted:
+            core = (report["blocks"].get(wanted) or {})
             return (wanted, None) if wanted in ok else (None, f"{kind} {wanted!r} not synthesised" + (
-                " with its cluster's registers" if wanted in report["blocks"] else ""))
+                " with its cluster's registers" if core.get("status") == "ok"
+                and (core.get("meta") or {}).get("cluster_part") == "instance" else ""))
         # the headline decoder reads HEADLINE_DECODER_LAYOUT (a decoder of another layout is priced when named)
         ok = {n: b for n, b in ok.items() if block_scheme(n, b) == p.scheme
               and (kind != "decoder" or (b.get("meta") or {}).get("layout", "format 2.0") == HEADLINE_DECODER_LAYOUT)}

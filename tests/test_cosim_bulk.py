@@ -16,7 +16,7 @@ from cassandra_rtl.tb.decoder import data as D
 
 pytestmark = pytest.mark.sim
 
-C1_CONFIG = "decoder_c1v2_l4"      # the quick set; tb.run.whole_model uses decoder v3 (and v2 when named)
+C1_CONFIG = "decoder_c1v2_l4"      # the cheapest C1 harness (~35 s); decoder v3: C1_WIDE and tb.run.whole_model
 C1_WIDE = "decoder_c1v3_l8"        # the CLI's default C1 configuration (slow: its harness takes minutes to build)
 
 

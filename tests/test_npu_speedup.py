@@ -65,3 +65,35 @@ def test_verify_rows_interpolate():
     from cassandra_rtl.model.metrics import hardware_presets
     bw = hardware_presets()["npu"].bandwidth
     assert b["decode_s_measured"] - a["decode_s_measured"] == pytest.approx(3 * 300.0 * W / bw, rel=1e-9)
+
+
+def test_report_reads_only_the_headline_measurement(tmp_path, monkeypatch):
+    """The report's tile section reads the measurement stored for the generation artifact and the headline tile,
+    encodes nothing, and says so without a model or an artifact."""
+    import importlib.util
+    from pathlib import Path
+
+    from cassandra_rtl.commands import npu as npu_cmd
+    from cassandra_rtl.errors import InputError
+    from cassandra_rtl.tb.npu import speedup
+
+    spec = importlib.util.spec_from_file_location("report_npu", Path(__file__).parents[1] / "eval" / "report_npu.py")
+    rn = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rn)
+    seen = {}
+
+    def no_model(encode=True):
+        seen["encode"] = encode
+        raise InputError("bundled model not installed")
+    monkeypatch.setattr(npu_cmd, "generation_artifact", no_model)
+    assert rn.headline_measurement() == (None, None) and seen["encode"] is False
+    assert "no bundled model artifact" in rn.render(tmp_path, "cmd")
+    art = tmp_path / "m.cass"
+    monkeypatch.setattr(npu_cmd, "generation_artifact", lambda encode=True: art)
+    assert rn.headline_measurement() == (None, None)                      # not encoded yet
+    art.write_bytes(b"x")
+    monkeypatch.setattr(speedup, "measurement_path", lambda c, t, m: tmp_path / f"{t.key()}.json")
+    path, meas = rn.headline_measurement()
+    assert "decoder_c1v3_l8_core" in path.name and meas is None           # the headline tile's key, not there
+    path.write_text('{"tile": {}}')
+    assert rn.headline_measurement()[1] == {"tile": {}}

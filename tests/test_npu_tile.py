@@ -54,7 +54,7 @@ def test_every_pass_kind_bit_exact_and_batch_invariant(small_tile):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("decoder", ["decoder_c1v3_l8_core", "decoder_c1v3_l8", "decoder_c1v2_l4"])
+@pytest.mark.parametrize("decoder", ["decoder_c1v3_l8_core", "decoder_c1v3_l8", "decoder_c1v2_l8_v4"])
 def test_other_clusters_every_pass_kind(decoder):
     """The tile at V = 8 with a cluster of cores (shared TensorRegisters), with whole decoders that hold their
     own registers (each takes the OP_DEC writes itself), and with decoder v2 (tensors placed in format 2.0):

@@ -135,6 +135,10 @@ def test_formal_block_carried_from_the_previous_rendering():
     b = rh.formal_lines(None, "build/formal-b/report.json", prev)
     assert b[4] == "| p2 | cover |" and not any("Next section" in x for x in b)
     assert rh.formal_lines(None, "build/formal-c/report.json", prev)[0].startswith("Formal: **not run**")
+    # the last block of a section followed by prose (report.md: the co-simulation table): the table only
+    tail = prev.replace("\n## Next section\n", "\n\nCo-simulation (RTL decoder vs golden decode):\n\n| a | b |\n")
+    assert rh.previous_formal(tail, "build/formal-b/report.json") == [
+        "From build/formal-b/report.json (2026-12-02; `cmd b`):", "", "| property | mode |", "|---|---|", "| p2 | cover |"]
     fresh = rh.formal_lines({"meta": {"date": "d", "command": "c"}, "properties": [{"property": "p9"}]},
                             "build/formal-a/report.json", prev)
     assert any("p9" in x for x in fresh) and not any("carried" in x for x in fresh)
@@ -191,3 +195,7 @@ def test_ecp5_cells_carried_from_the_previous_rendering():
     assert "| a -> a2 | 80 -> 100 ‡ |" in body and body.endswith("| a | — |\n") and n == 6
     again, m = rh.carry_ecp5(new, body)                               # carried twice: one mark
     assert m == 6 and "100 LUT4 ‡ |" in again and "‡ ‡" not in again
+    # a block the FPGA report holds (here: it failed there) keeps its "—"; so does a pair naming one
+    held, k = rh.carry_ecp5(new, prev, ["a", "c"])
+    assert "| a | 1 GE | — | — |" in held and "| c | — | — | — |" in held and "| a -> a2 | 80 -> — |" in held
+    assert "| b | 2 GE | 250 LUT4 | 31.0 ‡ |" in held and k == 1

@@ -124,6 +124,13 @@ def test_cached_result_carries_todays_registry_description(flow_run, tmp_path):
     b = r["blocks"]["toy_adder_l2"]
     assert b["cached"] is True and b["area_ge"] == first["blocks"]["toy_adder_l2"]["area_ge"]
     assert b["meta"]["values_per_cycle"] == 7 and b["meta"]["shared_regs"] == "regs"
+    # --update keeps the other blocks' figures, with today's description too
+    blocks["toy_adder_l4"] = flow.Block("toy_adder_l4", lambda: LaneAdder(4), "test",
+                                        {"kind": "other", "values_per_cycle": 9})
+    shutil.copytree(out, tmp_path / "u")
+    r = flow.run_flow(flow.FlowOptions(out=tmp_path / "u", jobs=1), only=["toy_adder_l2"], blocks=blocks, update=True)
+    kept = r["blocks"]["toy_adder_l4"]
+    assert kept["area_ge"] == first["blocks"]["toy_adder_l4"]["area_ge"] and kept["meta"]["values_per_cycle"] == 9
 
 
 def test_update_keeps_the_other_blocks(flow_run, tmp_path):

@@ -115,7 +115,6 @@ def run(args) -> int:
 
     # cheap checks first: configuration, input file, codec options; then the simulator; then the slow work
     check_config(args.config)
-    from ..hw.configs import CONFIG_INFO
 
     # decoder v3 (the default configurations) reads a container's format 3.0 tensors as stored (a draft run needs
     # no verification section); decoder v2 reads the 2.0 layout: the harnesses convert each tensor

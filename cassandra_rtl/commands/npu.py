@@ -32,9 +32,9 @@ def _ordered(container):
     return sorted(items, key=key)
 
 
-def generation_artifact() -> Path:
+def generation_artifact(encode: bool = True) -> Path:
     """The model artifact `cassandra-rtl generate` uses for the bundled model with its default (tuned) draft
-    allocation, encoded into the model cache if it is not there yet."""
+    allocation, encoded into the model cache if it is not there yet (``encode``; else only its path)."""
     from ..model import artifact as art_mod
     from ..model.api import choose_allocation, default_cache_dir
     from ..model.loader import bundled_model_path
@@ -42,7 +42,7 @@ def generation_artifact() -> Path:
     memo = default_cache_dir()
     _, alloc = choose_allocation(path, None, memo_dir=memo)
     cpath = art_mod.cache_path(memo, art_mod.source_digest(path, memo), alloc, path.name)
-    if not cpath.is_file():
+    if not cpath.is_file() and encode:
         from ..model.api import load
         print(f"[npu] encoding the bundled model into the model cache ({cpath})", file=sys.stderr)
         load(None)
