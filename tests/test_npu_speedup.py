@@ -97,3 +97,20 @@ def test_report_reads_only_the_headline_measurement(tmp_path, monkeypatch):
     assert "decoder_c1v3_l8_core" in path.name and meas is None           # the headline tile's key, not there
     path.write_text('{"tile": {}}')
     assert rn.headline_measurement()[1] == {"tile": {}}
+
+
+def test_measurement_key_covers_the_decoders_rtl(tmp_path, monkeypatch):
+    """A stored tile measurement is keyed by every RTL source under hw/, the decoders' too: editing a decoder
+    file (not only hw/npu/) makes a new key, so a stale measurement is never reused."""
+    from cassandra_rtl.tb import npu
+    from cassandra_rtl.tb.npu import speedup
+
+    (tmp_path / "hw" / "npu").mkdir(parents=True)
+    (tmp_path / "hw" / "npu" / "tile.py").write_text("tile = 1\n")
+    (tmp_path / "hw" / "decoder_c1_v3.py").write_text("core = 1\n")
+    monkeypatch.setattr(npu, "ROOT", tmp_path)
+    first = speedup._rtl_digest()
+    (tmp_path / "hw" / "decoder_c1_v3.py").write_text("core = 2\n")
+    second = speedup._rtl_digest()
+    (tmp_path / "hw" / "npu" / "tile.py").write_text("tile = 2\n")
+    assert len({first, second, speedup._rtl_digest()}) == 3

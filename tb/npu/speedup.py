@@ -145,13 +145,14 @@ def measurement_for(cass_path, tile=None, mem=None, jobs: int = 2, progress=None
 
 
 def _rtl_digest() -> str:
-    """The tile's RTL (hw/npu/*.py): a measurement is only reused for the RTL that made it."""
+    """The tile's RTL, its decoders included (every source under hw/): a measurement is only reused for the RTL
+    that made it."""
     import hashlib
 
     from . import ROOT
     h = hashlib.sha256()
-    for p in sorted((ROOT / "hw" / "npu").glob("*.py")):
-        h.update(p.name.encode() + p.read_bytes())
+    for p in sorted((ROOT / "hw").rglob("*.py")):
+        h.update(str(p.relative_to(ROOT / "hw")).encode() + p.read_bytes())
     return h.hexdigest()[:12]
 
 
