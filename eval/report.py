@@ -563,16 +563,16 @@ def splice_hardware(a) -> int:
     md_path = Path(a.out) / "report.md"
     text = md_path.read_text() if md_path.exists() else ""
     start, cos = text.find("## 5. Hardware\n"), text.find("Co-simulation", text.find("## 5. Hardware\n") + 1)
-    formal = "".join(f" --formal {f}" for f in a.formal or []) + (
+    inputs = "".join(f" --formal {f}" for f in a.formal or []) + (
         f" --fpga {a.fpga}" if a.fpga != "build/fpga/report.json" else "")
     body = hardware_section(Path(a.synth_report), Path(a.out), f"python eval/report.py --out {a.out} --sections hardware"
-                            + formal, a.formal, previous=text[start:cos] if start >= 0 else "", fpga=a.fpga)
+                            + inputs, a.formal, previous=text[start:cos] if start >= 0 else "", fpga=a.fpga)
     if start < 0 or cos < 0 or body is None:
         print(f"report: error: --sections hardware needs {md_path} with a section 5 and "
               f"{a.synth_report} (run `make synth`)", file=sys.stderr)
         return 2
     stamp = f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
-    new = (f"## 5. Hardware\n\n*Re-rendered {stamp} by* `python eval/report.py --out {a.out} --sections hardware{formal}` "
+    new = (f"## 5. Hardware\n\n*Re-rendered {stamp} by* `python eval/report.py --out {a.out} --sections hardware{inputs}` "
            "*from the flows' current reports; the co-simulation table below is from the last full run.*\n\n" + body + "\n")
     md_path.write_text(text[:start] + new + text[cos:])
     print(f"rewrote section 5 of {md_path}")

@@ -214,11 +214,7 @@ def splice_overhead(text: str, level: int, synth: str, real: str | None, gated: 
     start = text.find(f"{h} {OVERHEAD_HEADING}")
     end = text.find(f"\n{h} ", start + 1)
     generic = _load(synth)
-    real_path = real or _real_report()
-    real_rep = _load(real_path) if real_path else None
-    gated_rep = _load(gated)
-    if gated_rep and not (gated_rep.get("flow") or {}).get("clock_gating"):
-        gated_rep = None
+    real_path, real_rep, gated_rep = _other_flows(real, gated)
     if start < 0 or not generic or "overhead" not in generic:
         return None
     stamp = f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
@@ -227,6 +223,15 @@ def splice_overhead(text: str, level: int, synth: str, real: str | None, gated: 
     body.insert(1, f"\n*Re-rendered {stamp} by* `{command}` *from {src}; the sections before and after are from the "
                    "rendering named at the top.*")
     return text[:start] + "\n".join(body) + "\n" + (text[end:] if end >= 0 else "")
+
+
+def _other_flows(real: str | None, gated: str) -> tuple[str | None, dict | None, dict | None]:
+    """(real-library report path, its report, the clock-gated report): ``real`` or the reference real-library
+    report found under build/; ``gated`` only if it was written with clock gating."""
+    real_path = real or _real_report()
+    gated_rep = _load(gated)
+    return (real_path, _load(real_path) if real_path else None,
+            gated_rep if gated_rep and (gated_rep.get("flow") or {}).get("clock_gating") else None)
 
 
 def _real_report() -> str | None:
@@ -391,13 +396,9 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
     generic = _load(synth)
     if not generic:
         return None
-    real_path = real or _real_report()
-    real_rep = _load(real_path) if real_path else None
+    real_path, real_rep, gated_rep = _other_flows(real, gated)
     formals = [formal] if isinstance(formal, str) else list(formal)
     fpga_rep, formal_reps = _load(fpga), [(f, _load(f)) for f in formals]
-    gated_rep = _load(gated)
-    if gated_rep and not (gated_rep.get("flow") or {}).get("clock_gating"):
-        gated_rep = None
     v1_flows = _v1_flows(v1_retired)
     v1 = (_load(v1_synth) if v1_synth else None) or v1_flows.get("generic")
     out.mkdir(parents=True, exist_ok=True)

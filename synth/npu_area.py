@@ -145,6 +145,11 @@ def parts(tile: str) -> dict[str, dict]:
     return res
 
 
+def cluster_parts(tile: str) -> dict[str, int]:
+    """The tile's decoder cluster as parts: name -> count (the cores x N, their shared registers once)."""
+    return {n: p["count"] for n, p in parts(tile).items() if p["group"] == "decoders"}
+
+
 def blocks(tiles=(SMALL, HEADLINE)) -> dict[str, flow.Block]:
     """The flow's blocks: the PE, the small tile flat, and every part of the tiles (decoders from the registry)."""
     hw, note = flow.hw_blocks()
@@ -159,8 +164,7 @@ def blocks(tiles=(SMALL, HEADLINE)) -> dict[str, flow.Block]:
                 out[name] = flow.Block(name, part["factory"], "synth.npu_area", {"kind": PART_KIND, "tile": tile})
     out[SMALL] = hw[SMALL]
     # smallest first (one job at a time: the small tile's blocks before the headline's)
-    small_decoders = [n for n in parts(SMALL) if not n.startswith(SMALL + "__")]
-    order = [flow.PE_BLOCK] + [n for n in out if n.startswith(SMALL + "__")] + small_decoders + [SMALL]
+    order = [flow.PE_BLOCK] + [n for n in out if n.startswith(SMALL + "__")] + list(cluster_parts(SMALL)) + [SMALL]
     last = [f"{HEADLINE}__{k}" for k in ("actbuf", "dma")]          # the largest: 0.1 M flip-flops each
     names = [n for n in dict.fromkeys(order + list(out)) if n not in last] + last
     return {n: out[n] for n in names if n in out}
@@ -284,7 +288,7 @@ def render_table(flows: list[tuple[str, dict]], fpga: dict | None) -> str:
         if not rows:
             continue
         p = tile_params(tile)
-        shared = [n for n, part in parts(tile).items() if part["group"] == "decoders" and n != p["decoder"]]
+        shared = [n for n in cluster_parts(tile) if n != p["decoder"]]
         lines += [f"**`{tile}`** ({p['instances']} x `{p['decoder']}`" + "".join(f" + `{n}`" for n in shared)
                   + f", W = {p['data_bytes']}, {p['max_rows']} rows, max_in {p['max_in']}, burst {p['burst']}, FIFO depth {p['fifo_depth']}; "
                   + ("flat synthesis and its parts" if rows[0][1]["flat"] else
@@ -329,7 +333,7 @@ def render_table(flows: list[tuple[str, dict]], fpga: dict | None) -> str:
         b = (fpga.get("blocks") or {}).get(SMALL) or {}
         pe = (fpga.get("blocks") or {}).get(flow.PE_BLOCK) or {}
         # the decoder cluster apart: its parts (cores x N, shared registers) fitted alone
-        cluster = {n: p["count"] for n, p in parts(SMALL).items() if p["group"] == "decoders"}
+        cluster = cluster_parts(SMALL)
         fits = [((fpga.get("blocks") or {}).get(n) or {}).get("lut4") for n in cluster]
         if b.get("status") == "ok":
             lut = sum(k * f for k, f in zip(cluster.values(), fits)) if all(fits) else None

@@ -297,8 +297,11 @@ def overhead(report: dict, p: OverheadParams | None = None) -> dict:
         r["meets_pe_clock"] = all(r.get(f"{k}_meets_pe_clock", True) for k in ("decoder", "encoder"))
         return r
 
+    # the decoders that can be priced: a cluster core only with its cluster's registers
+    decoders = {n: b for n, b in _ok_blocks(report, "decoder").items() if _shared_block(report, n)[0]}
+
     def choose(kind: str, wanted: str | None) -> tuple[str | None, str | None]:
-        ok = {n: b for n, b in _ok_blocks(report, kind).items() if kind != "decoder" or _shared_block(report, n)[0]}
+        ok = decoders if kind == "decoder" else _ok_blocks(report, kind)
         if wanted:
             core = (report["blocks"].get(wanted) or {})
             return (wanted, None) if wanted in ok else (None, f"{kind} {wanted!r} not synthesised" + (
@@ -333,8 +336,7 @@ def overhead(report: dict, p: OverheadParams | None = None) -> dict:
         "by_decoder": {n: {k: {"instances": (r := row(k, d, n, None))["decoder_instances"],
                                "percent": r["decoder_percent"], "meets_pe_clock": r["decoder_meets_pe_clock"],
                                "scheme": block_scheme(n, b)}
-                           for k, d in p.devices.items()} for n, b in sorted(_ok_blocks(report, "decoder").items())
-                       if _shared_block(report, n)[0]},
+                           for k, d in p.devices.items()} for n, b in sorted(decoders.items())},
         "note": "At one shared clock the percentage does not depend on the clock: both instance counts scale "
                 "with 1/f. 'own clock' prices a block that misses the PE clock at its own Fmax (more instances).",
     }
