@@ -55,8 +55,8 @@ LAYOUT_FORMAT = {"format 2.0": (2, 0), "format 3.0": FORMAT_VERSION}
 KINDS = {"decoder_c1v2": 1, "decoder_c2": 2, "encoder_kv_c1": 3, "encoder_kv_c2": 4, "decoder_c1v3": 5,
          "decoder_c2v3": 6}   # BLOCK[7:0]
 KIND_NAMES = {"decoder_c1v2": "C1 decoder", "decoder_c2": "C2 decoder", "encoder_kv_c1": "C1 KV encoder",
-              "encoder_kv_c2": "C2 KV encoder", "decoder_c1v3": "C1 decoder v3 prototype",
-              "decoder_c2v3": "C2 decoder v3 prototype"}
+              "encoder_kv_c2": "C2 KV encoder", "decoder_c1v3": "C1 decoder v3",
+              "decoder_c2v3": "C2 decoder v3"}
 
 REGISTER_MAP = [   # (offset, name, access, meaning): ports.md's summary of hw/regs/cassandra.rdl
     ("0x000 + 4a", "block register a (0 <= a < 256)", "W",

@@ -1,5 +1,5 @@
-"""Cassandra-1 decoder v3 (prototype): one position stage, one set of field extractors and book lookups for
-both modes; full mode runs them twice per beat (docs/datasheets/decoder_c1_v3.md).
+"""Cassandra-1 decoder v3: one position stage, one set of field extractors and book lookups for both modes; full
+mode runs them twice per beat (docs/datasheets/decoder_c1_v3.md).
 
 It reads format 3.0 (golden/escfield.py): every code is ``q`` zeros and a one, the raw
 symbol of an escape sits at the front of its value's companion field. Ports, registers and error bits are
@@ -21,11 +21,15 @@ Stages (every arrow into a stage is a register):
                                      |  and offset --> DF. Pass B's count is decided from counts while RK holds
                                      v  pass A (its pruned count straight from the ranks): VC commits then.
     spec_signman -> BitReader SM -+
-    verif_rest   -> BitReader RS -+-> F: one window shifter (SM in pass A, RS in pass B), an extractor per
-                                      lane, lookup at base[q] + t, value assembly -> out
+    verif_rest   -> BitReader RS -+-> F: one window shifter (SM in pass A, RS in pass B), a FIELD_BITS extractor
+                                      per lane and one for an escape field's tail, lookup at base[q] + t, value
+                                      assembly -> out
 
 Draft mode: pass A every cycle (L values a cycle). Full mode: R runs A k, B k, A k+1, ...; D and F follow a
-cycle apart (L / 2 values a cycle); H holds pass A's draft values for pass B.
+cycle apart (L / 2 values a cycle); H holds pass A's draft values for pass B. F extracts a pass in one step when
+it holds at most one escape field (16 bits; every other field has at most FIELD_BITS = 9), else in one step per
+escape field, each after one more cycle, the values of the earlier steps waiting in H: the window and the lane
+extractors are sized for one escape field, not for L.
 """
 from __future__ import annotations
 
@@ -45,7 +49,26 @@ from .shifter import shift_right
 from .tensor_regs import TENSOR_PARAMS, ClusterCore, TensorRegisters, wrap_cluster_core
 
 GMAX = max(ALLOWED_GROUP_SIZES)
-FIELD_BITS = 16          # widest field: an escaped pruned value's [e][(s << 7) | f]
+FIELD_BITS = 9           # widest field without an escape: a pruned value's [t][(s << 7) | f]
+ESC_FIELD_BITS = ESCAPE_PAYLOAD_BITS + 8   # widest escape field: an escaped pruned value's [e][(s << 7) | f]
+
+
+def lowest_one(v):
+    """The lowest set bit of ``v`` alone (zero when none): ``v & -v`` without a carry chain (a prefix OR)."""
+    seen, out = Const(0, 1), []
+    for i in range(len(v)):
+        out.append(v[i] & ~seen)
+        seen = seen | v[i]
+    return Cat(*out)
+
+
+def at_or_after_first(v):
+    """Bit i set when some bit j <= i of ``v`` is set (an inclusive prefix OR)."""
+    seen, out = Const(0, 1), []
+    for i in range(len(v)):
+        seen = seen | v[i]
+        out.append(seen)
+    return Cat(*out)
 
 
 def sum_equals(x, y, z):
@@ -54,6 +77,11 @@ def sum_equals(x, y, z):
     n = len(z)
     carries = ((x & y) | ((x ^ y) & ~z)) << 1
     return ((x ^ y ^ z) ^ carries)[:n] == 0
+
+
+def field_window(lanes: int) -> int:
+    """Bits F extracts a step's fields from: ``lanes`` fields of ``FIELD_BITS`` with one of them an escape field."""
+    return FIELD_BITS * lanes + ESC_FIELD_BITS - FIELD_BITS
 
 
 def interface(lanes, code_word, word, verif_word) -> dict:
@@ -73,7 +101,7 @@ def interface(lanes, code_word, word, verif_word) -> dict:
 
 
 class DecoderC1v3Core(ClusterCore, DecoderC1):
-    """Cassandra-1 decoder v3 prototype: ``lanes`` values a cycle in draft mode, ``lanes / 2`` in full mode.
+    """Cassandra-1 decoder v3: ``lanes`` values a cycle in draft mode, ``lanes / 2`` in full mode.
 
     Parameters
         lanes        L, values per beat (4 or 8)
@@ -85,7 +113,7 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
 
     def __init__(self, lanes: int = 8, code_word: int = 32, word: int | None = None, verif_word: int | None = None):
         super().__init__(**interface(lanes, code_word, word, verif_word), extra_ports={"params": In(TENSOR_PARAMS)})
-        self.field_window = FIELD_BITS * lanes
+        self.field_window = field_window(lanes)
 
     def elaborate(self, platform):
         m = Module()
@@ -233,8 +261,16 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
         df_esc = Signal(L, name="df_esc")
         df_pair = Signal(L, name="df_pair")
         df_kept = Signal(L, name="df_kept")
-        df_off = [Signal(range(FW), name=f"df_off{i}") for i in range(L)]
-        df_take = Signal(range(FW + 1), name="df_take")
+        beat_bits = ESC_FIELD_BITS * L                  # a pass's fields, escapes in every lane
+        df_off = [Signal(range(beat_bits), name=f"df_off{i}") for i in range(L)]
+        df_take = Signal(range(beat_bits + 1), name="df_take")
+        df_wide = Signal(L, name="df_wide")             # lanes whose field in this pass is an escape field
+        # F's steps (below): a step extracts the fields up to the second escape field it has not extracted
+        f_rem = Signal(L, name="f_rem")                 # the escape fields of the lanes not yet extracted
+        f_done = Signal(L, name="f_done")               # lanes extracted by earlier steps (their values in H)
+        f_more = Signal(name="f_more")                  # another step follows this one (f_rem has two or more)
+        f_stk = Signal(range(beat_bits + 1), name="f_step_take")   # this step's bits, when f_more
+        f_stk_ok = Signal(name="f_step_found")          # f_stk is found (a cycle after the step begins)
         df_cnt = Signal(range(L + 1), name="df_cnt")
         df_fin, df_cend, df_last = Signal(name="df_fin"), Signal(name="df_cend"), Signal(name="df_last")
 
@@ -265,7 +301,7 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
             spec_w = Mux(lkept[i], prefix + 1 + mm, 0)
             rest_w = Mux(lkept[i], BF16_MANTISSA_BITS - mm, prefix + 8)
             m.d.comb += lw[i].eq(Mux(in_beat[i], Mux(rk_b, rest_w, spec_w), 0))
-        offs = prefix_sums(m, lw, bits_for(FW), "d_off")     # field offsets (Sklansky, log2 L adder levels)
+        offs = prefix_sums(m, lw, bits_for(beat_bits), "d_off")     # field offsets (Sklansky, log2 L adder levels)
         a_pidx = popcounts(m, ~lkept & in_beat, "d_np")
         n_pruned = a_pidx[L]
         # pass A's pruned count straight from its ranks (pass B's count waits for it in the same cycle)
@@ -300,9 +336,13 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
             m.d.sync += kept_acc.eq(Mux(rk_fin, 0, kept_now))
         with m.If(init):
             m.d.sync += kept_acc.eq(0)
+        d_wide = Signal(L, name="d_wide")               # escape fields: kept lanes in pass A, pruned in pass B
+        m.d.comb += d_wide.eq(in_beat & lesc & Mux(rk_b, ~lkept, lkept))
         with m.If(d_go):
             m.d.sync += [df_valid.eq(1), df_b.eq(rk_b), df_done.eq(~rk_b | rk_done),
-                         df_take.eq(offs[L]), df_esc.eq(lesc), df_pair.eq(lpair), df_kept.eq(lkept)]
+                         df_take.eq(offs[L]), df_esc.eq(lesc), df_pair.eq(lpair), df_kept.eq(lkept),
+                         df_wide.eq(d_wide), f_rem.eq(d_wide), f_done.eq(0), f_stk_ok.eq(0),
+                         f_more.eq((d_wide & ~lowest_one(d_wide)).any())]
             m.d.sync += [df_q[i].eq(lq[i]) for i in range(L)] + [df_off[i].eq(offs[i]) for i in range(L)]
             with m.If(rk_b):
                 m.d.sync += [df_cnt.eq(bj_cnt), df_fin.eq(bj_fin), df_cend.eq(bj_cend), df_last.eq(bj_last)]
@@ -391,6 +431,25 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
             m.d.sync += pd_valid.eq(1)
 
         # ------------------------------------------------------------------ F: fields, lookups, values
+        # A pass's fields are extracted in steps, each with at most one escape field (16 bits; every other
+        # field is at most FIELD_BITS): one step unless the pass has two escape fields or more. A step's lanes
+        # are those not done before the second escape field left; its bits are the offset of that lane, found
+        # in the cycle before the step (f_stk), else the pass's remaining bits. After a step that is not the last
+        # the offsets are rebased and its values wait in H.
+        e_first = Signal(L, name="f_esc_lane")           # the step's escape field (one-hot, or none)
+        e_rest = Signal(L, name="f_rem_after")           # escape fields after it
+        in_step = Signal(L, name="f_in_step")
+        m.d.comb += [e_first.eq(lowest_one(f_rem)), e_rest.eq(f_rem & ~e_first),
+                     in_step.eq(~f_done & ~at_or_after_first(e_rest))]
+        e_next = lowest_one(e_rest)                     # the next step's first lane
+        stk_found = Signal(len(f_stk), name="f_stk_found")
+        stk = Const(0, len(stk_found))
+        for i in range(L):
+            stk = stk | Mux(e_next[i], df_off[i], 0)
+        m.d.comb += stk_found.eq(stk)
+        take = Signal(len(df_take), name="f_take")
+        m.d.comb += take.eq(Mux(f_more, f_stk, df_take))
+        step_ok = ~f_more | f_stk_ok
         rd_avail = Mux(df_b, RS.avail, SM.avail)
         rd_end = Mux(df_b, RS.end_seen, SM.end_seen)
         rd_skip_ok = Mux(df_b, RS.skip_ok | RS.skip_err, SM.skip_ok | SM.skip_err)
@@ -401,17 +460,26 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
         fwin = shift_right(m, f_view, f_bit, FW, "f_win")
         f_ready = Signal(name="f_ready")
         f_long = Signal(name="f_long")                  # the beat would end its chunk with content left: not sent
-        m.d.comb += [f_ready.eq(~halt & df_valid & df_done & (rd_avail >= df_take) & (~df_cend | rd_skip_ok)),
-                     f_long.eq(df_cend & rd_skip_err)]
+        f_step = Signal(name="f_step")                  # a step that is not the pass's last
+        last_step = df_cend & ~f_more                   # the pass's last step ends its chunk
+        m.d.comb += [f_ready.eq(~halt & df_valid & df_done & step_ok & (rd_avail >= take)
+                                & (~last_step | rd_skip_ok)),
+                     f_long.eq(last_step & rd_skip_err), f_step.eq(f_ready & f_more)]
         emit = ~full | df_b
-        m.d.comb += [self.out.valid.eq(f_ready & ~f_long & emit),
-                     f_fire.eq(f_ready & ~f_long & (~emit | self.out.ready))]
+        m.d.comb += [self.out.valid.eq(f_ready & ~f_more & ~f_long & emit),
+                     f_fire.eq(f_ready & ~f_more & ~f_long & (~emit | self.out.ready))]
         for rd, is_b in ((SM, 0), (RS, 1)):
-            m.d.comb += [rd.take.eq(df_take), rd.skip.eq(df_cend), rd.commit.eq(f_fire & (df_b == is_b))]
+            m.d.comb += [rd.take.eq(take), rd.skip.eq(last_step), rd.commit.eq((f_fire | f_step) & (df_b == is_b))]
         f_err = Signal(3, name="f_err")
-        m.d.comb += f_err.eq(Cat(0, df_valid & df_done & rd_end & (rd_avail < df_take), f_ready & f_long))
+        m.d.comb += f_err.eq(Cat(0, df_valid & df_done & step_ok & rd_end & (rd_avail < take), f_ready & f_long))
+        with m.If(df_valid & df_done & f_more & ~f_stk_ok):
+            m.d.sync += [f_stk.eq(stk_found), f_stk_ok.eq(1)]
+        with m.If(f_step):
+            m.d.sync += [df_off[i].eq(df_off[i] - f_stk) for i in range(L)]
+            m.d.sync += [df_take.eq(df_take - f_stk), f_done.eq(f_done | in_step), f_rem.eq(e_rest),
+                         f_more.eq((e_rest & ~e_next).any()), f_stk_ok.eq(0)]
 
-        hold = [Signal(16, name=f"h_draft{i}") for i in range(L)]
+        hold = [Signal(16, name=f"h_value{i}") for i in range(L)]
         base = Mux(df_b, p.verif_base.as_value(), p.spec_base.as_value())
         bases = [base[4 * i: 4 * i + 4] for i in range(K_MAX)]
         tab = Array(Mux(df_b, p.verif_tab[i], p.spec_tab[i]) for i in range(K_MAX))
@@ -420,11 +488,18 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
         cut = Signal(3, name="f_cut")                   # 7 - m: the mantissa bits the draft drops
         m.d.comb += [cut.eq(BF16_MANTISSA_BITS - mm), mant_mask.eq(thermometer(cut, BF16_MANTISSA_BITS)),
                      sm_mask.eq(thermometer(mm + 1, 8))]
+        # the step's escape field ends past FIELD_BITS: its last bits from its lane's offset (every lane before it
+        # in the step has at most FIELD_BITS), the rest from its lane's own extractor
+        e_off = Const(0, bits_for(FW - ESC_FIELD_BITS))
         for i in range(L):
-            # lane i's field starts within the first i fields (each at most FIELD_BITS): a narrower shifter
-            reach = FIELD_BITS * (i + 1)
-            f = shift_right(m, fwin[:reach], df_off[i][:bits_for(reach - FIELD_BITS)], FIELD_BITS, f"f_field{i}") \
-                if i else fwin[:FIELD_BITS]
+            e_off = e_off | Mux(e_first[i], df_off[i][:len(e_off)], 0)
+        e_tail = shift_right(m, fwin[FIELD_BITS:], e_off, ESC_FIELD_BITS - FIELD_BITS, "f_esc_tail")
+        for i in range(L):
+            # lane i's field starts within the step's first i fields (one of them may be its escape field)
+            reach = FIELD_BITS * (i + 1) + ESC_FIELD_BITS - FIELD_BITS
+            narrow = shift_right(m, fwin[:reach], df_off[i][:bits_for(reach - FIELD_BITS)], FIELD_BITS,
+                                 f"f_field{i}") if i else fwin[:FIELD_BITS]
+            f = Cat(narrow, e_tail)                     # bits past FIELD_BITS are read by the escape lane only
             esc, pair = df_esc[i], df_pair[i]
             body = Signal(8, name=f"f_body{i}")         # the field after its prefix (escape / suffix bit)
             m.d.comb += body.eq(Mux(esc, f[8:16], Mux(pair, f[1:9], f[0:8])))
@@ -439,9 +514,10 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
             m.d.comb += draft.eq(Mux(df_kept[i], Cat(smd[:7], exp, smd[7]), 0))
             exact = Mux(df_kept[i], hold[i] | (f[:7] & mant_mask), Cat(body[:7], exp, body[7]))
             value = Mux(df_b, exact, draft)
-            m.d.comb += self.out.payload.lanes[i].eq(Mux(i < df_cnt, value, 0))
-            with m.If(f_fire & ~df_b):
-                m.d.sync += hold[i].eq(draft)
+            m.d.comb += self.out.payload.lanes[i].eq(Mux(i < df_cnt, Mux(f_done[i], hold[i], value), 0))
+            # H: pass A's draft values for pass B, and the values of a step that is not the pass's last
+            with m.If((f_fire | f_step) & in_step[i]):
+                m.d.sync += hold[i].eq(value)
         m.d.comb += [self.out.payload.count.eq(df_cnt), self.out.payload.sb_end.eq(df_fin),
                      self.out.payload.last.eq(df_last)]
 
@@ -479,7 +555,7 @@ class DecoderC1v3(DecoderC1):
     def __init__(self, lanes: int = 8, code_word: int = 32, word: int | None = None, verif_word: int | None = None):
         super().__init__(**interface(lanes, code_word, word, verif_word))
         self._core_args = (lanes, code_word, word, verif_word)
-        self.field_window = FIELD_BITS * lanes
+        self.field_window = field_window(lanes)
 
     def elaborate(self, platform):
         m = Module()

@@ -1,4 +1,4 @@
-"""Cassandra-2 decoder v3 (prototype): one bit reader on the block-interleaved ``spec.mx`` (golden/escfield.py:
+"""Cassandra-2 decoder v3: one bit reader on the block-interleaved ``spec.mx`` (golden/escfield.py:
 per MX block ``[X][keep bits][kept fields]``) with no keep-bitmap FIFO and no ingest tracker; full mode as a
 pass B over half a beat a cycle, escaped deltas read from the front of their verif.rest fields.
 
@@ -88,7 +88,7 @@ def interface(lanes, word, verif_word) -> dict:
 
 
 class DecoderC2v3Core(_C2v3Interface, ClusterCore, DecoderC1):
-    """Cassandra-2 decoder v3 prototype core: ``lanes`` draft values a cycle from the block-interleaved spec.mx.
+    """Cassandra-2 decoder v3 core: ``lanes`` draft values a cycle from the block-interleaved spec.mx.
 
     Parameters
         lanes        L, values per beat (4, 8 or 16)

@@ -129,7 +129,7 @@ def _c1v3_small():
 
 FORMAL_DECODERS: dict[str, Callable] = {
     "decoder_c2v2_l4_w64": _c2v2_small,  # the smallest v2 C2 decoder (hw/decoder_c2_v2.py: word >= 9L - 1, >= 64)
-    "decoder_c2v3_l4_w32": _c2v3_small,  # the C2 decoder v3 prototype at L = 4, 32-bit words
+    "decoder_c2v3_l4_w32": _c2v3_small,  # the C2 decoder v3 at L = 4, 32-bit words
     "decoder_c1v3_l4_w32": _c1v3_small,  # the C1 decoder v3 at L = 4, 32-bit words (its L = 8 stream BMC times out)
 }
 # The v2 decoders (the v1 blocks decoder_c1_l4 / decoder_c2_l4_w32 are retired: CHANGELOG.md).

@@ -13,8 +13,8 @@
   ``decoder_c1v3_l8_core``); its registers are written through OP_DEC with an instance mask (books and
   per-tensor registers once for the cluster, NUMEL per instance). With a cluster part (a decoder v3 core) the
   cores share one TensorRegisters (hw/tensor_regs.py, of the decoder's scheme), which takes every OP_DEC write
-  while no core is busy; a whole decoder (one with its own registers) takes the writes itself. A tensor is split by the driver into one
-  contiguous range of whole chunks per instance, each range a whole number of weight rows, so every
+  while no core is busy; a whole decoder (one with its own registers) takes the writes itself. A tensor is split
+  by the driver into one contiguous range of whole chunks per instance, each range a whole number of weight rows, so every
   instance computes its own outputs (docs/NPU.md "Splitting a tensor").
 * The array: one DotUnit per instance, V = the decoder's lanes, ``max_rows`` activation rows. A V-group of
   weights meets the activations of every row slot in the same cycle, so R <= max_rows rows cost the cycles of
@@ -504,7 +504,8 @@ class NpuTile(wiring.Component):
             m.d.comb += len_words[i].eq((Cat(Const(0, 1), nchunks[i]) + W - 1) >> lw)
         with m.Switch(step):
             with m.Case(1):
-                m.d.comb += [dma.load.eq(1), dma.load_sel.eq(1), dma.load_addr.eq(act_addr), dma.load_words.eq(act_words)]
+                m.d.comb += [dma.load.eq(1), dma.load_sel.eq(1), dma.load_addr.eq(act_addr),
+                             dma.load_words.eq(act_words)]
             for i in range(N):
                 base = GLOBAL_STREAMS + STREAMS_PER_INSTANCE * i
                 for p in range(PLANE_SLOTS):
