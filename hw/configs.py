@@ -171,11 +171,12 @@ _encoder_factories()
 
 # ---- the NPU tile (hw/npu/tile.py, docs/NPU.md) ----
 # ``npu_tile``: the headline tile (tb/npu/__init__.py TileParams defaults: 3 x decoder_c1v3_l8_core sharing one
-# TensorRegisters, 5 rows, 1536 inputs); ``npu_tile_s``: a small whole tile (1 x decoder_c1v3_l4_core, 2 rows, 64 inputs) that every flow (generic, gated, sky130,
-# ECP5) runs flat. The headline tile holds ~0.23 M bits of flip-flop storage (26 DMA FIFOs of 64 x 64 bits, a
-# 192 x 640-bit activation buffer with 3 asynchronous read ports): flat synthesis is out of reach of the WebAssembly
-# Yosys, so ``synth_default=False`` keeps it out of `make synth` / `make fpga` (it runs with ``--only npu_tile``), and
-# synth/npu_area.py composes its area from separately synthesised parts (docs/NPU.md "Area and clock").
+# TensorRegisters, 5 rows, 1536 inputs); ``npu_tile_s``: a small whole tile (1 x decoder_c1v3_l4_core, 2 rows, 64
+# inputs) that every flow (generic, gated, sky130, ECP5) runs flat. The headline tile holds ~0.23 M bits of flip-flop
+# storage (26 DMA FIFOs of 64 x 64 bits, a 192 x 640-bit activation buffer with 3 asynchronous read ports): flat
+# synthesis is out of reach of the WebAssembly Yosys, so ``synth_default=False`` keeps it out of `make synth` / `make
+# fpga` (it runs with ``--only npu_tile``), and synth/npu_area.py composes its area from separately synthesised parts
+# (docs/NPU.md "Area and clock").
 from .npu import DEFAULT_DECODER  # noqa: E402  (a constant; the tile's modules load in the factory)
 
 NPU_TILES = {

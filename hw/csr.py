@@ -69,7 +69,8 @@ REGISTER_MAP = [   # (offset, name, access, meaning): ports.md's summary of hw/r
     (f"{Csr.BLOCK:#05x}", "BLOCK", "R",
      "[7:0] kind (" + ", ".join(f"{v} {KIND_NAMES[k]}" for k, v in KINDS.items()) + "), [15:8] lanes, "
      "[23:16] full-mode lanes"),
-    (f"{Csr.STATUS:#05x}", "STATUS", "R", "[0] busy, [1] error, [2] a register write (bus or `cfg_dma`) is being offered to the block"),
+    (f"{Csr.STATUS:#05x}", "STATUS", "R",
+     "[0] busy, [1] error, [2] a register write (bus or `cfg_dma`) is being offered to the block"),
     (f"{Csr.ERROR_CODE:#05x}", "ERROR_CODE", "R",
      "the block's sticky error bits (cleared by writing CTRL = CLEAR_ERROR at offset 0x000)"),
     (f"{Csr.IRQ_STATUS:#05x}", "IRQ_STATUS", "R / W1C", "[0] DONE (busy fell with no error), [1] ERROR (error rose)"),

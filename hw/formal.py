@@ -124,7 +124,7 @@ def _c2v3_small():
 
 def _c1v3_small():
     from .decoder_c1_v3 import DecoderC1v3
-    return DecoderC1v3(lanes=4, code_word=32, word=32)     # 32-bit words on every plane, a 64-bit field window
+    return DecoderC1v3(lanes=4, code_word=32, word=32)     # 32-bit words on every plane, a 43-bit field window
 
 
 FORMAL_DECODERS: dict[str, Callable] = {
