@@ -264,7 +264,6 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
         beat_bits = ESC_FIELD_BITS * L                  # a pass's fields, escapes in every lane
         df_off = [Signal(range(beat_bits), name=f"df_off{i}") for i in range(L)]
         df_take = Signal(range(beat_bits + 1), name="df_take")
-        df_wide = Signal(L, name="df_wide")             # lanes whose field in this pass is an escape field
         # F's steps (below): a step extracts the fields up to the second escape field it has not extracted
         f_rem = Signal(L, name="f_rem")                 # the escape fields of the lanes not yet extracted
         f_done = Signal(L, name="f_done")               # lanes extracted by earlier steps (their values in H)
@@ -341,7 +340,7 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
         with m.If(d_go):
             m.d.sync += [df_valid.eq(1), df_b.eq(rk_b), df_done.eq(~rk_b | rk_done),
                          df_take.eq(offs[L]), df_esc.eq(lesc), df_pair.eq(lpair), df_kept.eq(lkept),
-                         df_wide.eq(d_wide), f_rem.eq(d_wide), f_done.eq(0), f_stk_ok.eq(0),
+                         f_rem.eq(d_wide), f_done.eq(0), f_stk_ok.eq(0),
                          f_more.eq((d_wide & ~lowest_one(d_wide)).any())]
             m.d.sync += [df_q[i].eq(lq[i]) for i in range(L)] + [df_off[i].eq(offs[i]) for i in range(L)]
             with m.If(rk_b):
