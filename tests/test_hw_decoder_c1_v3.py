@@ -1,11 +1,11 @@
-"""Decoder v3 prototype (hw/decoder_c1_v3.py) against the golden codec: format 3.0
+"""Decoder C1 v3 (hw/decoder_c1_v3.py) against the golden codec: format 3.0
 (golden/escfield.py) of each tensor goes through the exported RTL in the bulk Verilator harness (tb/bulk) and
 must equal the golden format 2.0 decode of the same tensor, value for value, in draft and full mode.
 
 Cases: every bf16 pattern; random configurations (G, m, keep, chunk size, pair books) and data kinds
 (weights, uniform patterns, specials, sparse) with partial last superblocks; books that force escapes and
 deep ranks (the longest codes, 16 bits); random idle cycles and backpressure; a SmolLM2 sample (the last
-two in `-m slow`)."""
+two in `-m slow`); passes whose every lane holds an escape field (F in up to 8 steps)."""
 from __future__ import annotations
 
 import dataclasses
@@ -72,6 +72,24 @@ def test_forced_escapes_and_deep_ranks(harness, mode):
         pairs.append(escfield.encode(bits, cfg, books=D.escape_books(bits, cfg, rng, K=4)))
         pairs.append(escfield.encode(bits, cfg, books=D.deep_rank_books(bits, cfg)))
     check(pairs, mode, idle=0.2, backpressure=0.2, seed=9)
+
+
+@pytest.mark.parametrize("mode", ["draft", "full"])
+def test_passes_of_escape_fields_in_every_lane(harness, mode):
+    """Books of the rarest symbols: nearly every value escapes, so F takes a pass in up to 8 steps (its window holds
+    one escape field), in both passes and at the widest fields (m = 7: 16-bit speculation fields), with stalls."""
+    rng = np.random.default_rng(5)
+    pairs = []
+    for G, m, keep, A in ((128, 7, 0.5, 4), (64, 3, 0.75, 2), (32, 0, 0.25, 8)):
+        cfg = CodecConfig(group_size=G, mantissa_bits=m, keep_ratio=keep, chunk_superblocks=A, pair_codes=False)
+        bits = D.weights_like(rng, 12 * G + 5)
+        spec, verif = D.escape_books(bits, cfg, rng, K=2)
+        std, v3 = escfield.encode(bits, cfg, books=(spec, verif))
+        # escapes in both code planes: each moves its 8 raw bits from the code plane into a field plane
+        for code in ("spec.codes", "verif.codes"):
+            assert len(v3.planes[code]) < len(std.planes[code])
+        pairs.append((std, v3))
+    check(pairs, mode, idle=0.2, backpressure=0.3, seed=4)
 
 
 @pytest.fixture(scope="module")

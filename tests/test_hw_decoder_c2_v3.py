@@ -1,4 +1,4 @@
-"""C2 decoder v3 prototype (hw/decoder_c2_v3.py) in Amaranth's simulator against the golden codec: the
+"""C2 decoder v3 (hw/decoder_c2_v3.py) in Amaranth's simulator against the golden codec: the
 format 3.0 layout of golden/escfield.py (block-interleaved spec.mx, escaped deltas in verif.rest) goes in, the
 values must equal the layout's golden decode and the golden format 2.0 decode of the same tensor, value for value,
 in draft and full mode.
