@@ -52,14 +52,14 @@ def make_zero_counter(params):
 
 def decoder_configs() -> dict[str, dict]:
     """The C1 decoders with their own register file: DecoderC1v2 (docs/HARDWARE.md 2b) decoder_c1v2_l4 / _l8 /
-    _l8_v4 and the v3 prototype decoder_c1v3_l8 (framed in its layout); not a cluster's per-instance core,
+    _l8_v4 and decoder v3 decoder_c1v3_l8 (framed in its layout); not a cluster's per-instance core,
     which takes its tensor registers from a shared TensorRegisters."""
     return {n: p for n, p in _named("decoder_c1").items() if "cluster_part" not in p}
 
 
 def decoder_c2_configs() -> dict[str, dict]:
     """The C2 decoders with their own register file: DecoderC2v2(lanes=L, word=IW) (docs/HARDWARE.md 2c)
-    decoder_c2v2_l8 / decoder_c2v2_l16 and the v3 prototype decoder_c2v3_l8 (framed in its layout); not a
+    decoder_c2v2_l8 / decoder_c2v2_l16 and decoder v3 decoder_c2v3_l8 (framed in its layout); not a
     cluster's per-instance core."""
     return {n: p for n, p in _named("decoder_c2").items() if "cluster_part" not in p}
 
