@@ -99,18 +99,23 @@ def test_report_reads_only_the_headline_measurement(tmp_path, monkeypatch):
     assert rn.headline_measurement()[1] == {"tile": {}}
 
 
-def test_measurement_key_covers_the_decoders_rtl(tmp_path, monkeypatch):
-    """A stored tile measurement is keyed by every RTL source under hw/, the decoders' too: editing a decoder
-    file (not only hw/npu/) makes a new key, so a stale measurement is never reused."""
+def test_measurement_key_is_the_simulated_rtl(tmp_path, monkeypatch):
+    """A stored tile measurement is keyed by what it simulated: the tile's exported Verilog (its decoders in it),
+    the harness and its memory model. Any change to one of them makes a new key, so a stale measurement is never
+    reused; the same Verilog gives the same key (an edit to a source the tile does not elaborate keeps it)."""
     from cassandra_rtl.tb import npu
-    from cassandra_rtl.tb.npu import speedup
+    from cassandra_rtl.tb.npu import TileParams, speedup
 
-    (tmp_path / "hw" / "npu").mkdir(parents=True)
-    (tmp_path / "hw" / "npu" / "tile.py").write_text("tile = 1\n")
-    (tmp_path / "hw" / "decoder_c1_v3.py").write_text("core = 1\n")
-    monkeypatch.setattr(npu, "ROOT", tmp_path)
-    first = speedup._rtl_digest()
-    (tmp_path / "hw" / "decoder_c1_v3.py").write_text("core = 2\n")
-    second = speedup._rtl_digest()
-    (tmp_path / "hw" / "npu" / "tile.py").write_text("tile = 2\n")
-    assert len({first, second, speedup._rtl_digest()}) == 3
+    files = {n: tmp_path / n for n in ("tile.v", "harness.cpp", "axi_ram.h")}
+    for f in files.values():
+        f.write_text("1\n")
+    monkeypatch.setattr(npu, "export_tile", lambda tile: files["tile.v"])
+    monkeypatch.setattr(npu, "HARNESS", files["harness.cpp"])
+    monkeypatch.setattr(npu, "AXI_RAM", files["axi_ram.h"])
+    tile = TileParams()
+    keys = [speedup._rtl_digest(tile)]
+    assert speedup._rtl_digest(tile) == keys[0]
+    for f in files.values():
+        f.write_text("2\n")
+        keys.append(speedup._rtl_digest(tile))
+    assert len(set(keys)) == 4

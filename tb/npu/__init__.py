@@ -313,25 +313,39 @@ def _sources_digest(tile: TileParams) -> str:
     return h.hexdigest()
 
 
+def _export(tile: TileParams) -> Path:
+    """build/npu/<key>/tile.v, exported again only when an RTL source (hw/, golden/) or the tile's parameters
+    changed since the last export; the caller holds the export lock."""
+    from cassandra_rtl.hw.export import to_verilog
+
+    d = NPU_ROOT / tile.key()
+    vfile, vstamp = d / "tile.v", d / "tile.digest"
+    src = _sources_digest(tile)
+    if not (vfile.exists() and vstamp.exists() and vstamp.read_text() == src):
+        work = d / "export"
+        work.mkdir(parents=True, exist_ok=True)
+        tmp = d / "tile.v.tmp"
+        tmp.write_text(to_verilog(tile.make(), TOP, work))
+        tmp.replace(vfile)
+        vstamp.write_text(src)
+    return vfile
+
+
+def export_tile(tile: TileParams) -> Path:
+    """The tile's Verilog (build/npu/<key>/tile.v), exported if stale."""
+    with file_lock(NPU_ROOT / tile.key() / ".export.lock"):
+        return _export(tile)
+
+
 def build_harness(tile: TileParams) -> Path:
     """Export the tile's Verilog and verilate it with harness.cpp into build/npu/<key>/obj/Vtile (cached by a
     digest of the RTL sources, the harness and the memory model; the decoders' tb/bulk.verilate_harness)."""
-    from cassandra_rtl.hw.export import to_verilog
-
     from ..bulk import verilate_harness
 
     d = NPU_ROOT / tile.key()
-    d.mkdir(parents=True, exist_ok=True)
-    vfile = d / "tile.v"
+    # under the export lock: no other process rewrites tile.v while this one verilates it
     with file_lock(d / ".export.lock"):
-        src = _sources_digest(tile)
-        vstamp = d / "tile.digest"
-        if not (vfile.exists() and vstamp.exists() and vstamp.read_text() == src):
-            work = d / "export"
-            work.mkdir(exist_ok=True)
-            vfile.write_text(to_verilog(tile.make(), TOP, work))
-            vstamp.write_text(src)
-        # under the export lock: no other process rewrites tile.v while this one verilates it
+        vfile = _export(tile)
         return verilate_harness(d, tile.key(), None, HARNESS, TOP, "Vtile", "Vtile", False, "NPU tile harness",
                                 verilog=[vfile], defines=f"-DTILE_INSTANCES={tile.instances} "
                                                          f"-DTILE_DATA_BYTES={tile.data_bytes}", deps=(AXI_RAM,))

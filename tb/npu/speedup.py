@@ -144,21 +144,22 @@ def measurement_for(cass_path, tile=None, mem=None, jobs: int = 2, progress=None
     return rep
 
 
-def _rtl_digest() -> str:
-    """The tile's RTL, its decoders included (every source under hw/): a measurement is only reused for the RTL
-    that made it."""
+def _rtl_digest(tile) -> str:
+    """What the measurement simulated: the tile's exported Verilog (its decoders included) and the harness with
+    its memory model. A measurement is reused only for that RTL: an edit to a source the tile does not
+    elaborate (another decoder) keeps it, any change to the tile's Verilog does not."""
     import hashlib
 
-    from . import ROOT
+    from . import AXI_RAM, HARNESS, export_tile
     h = hashlib.sha256()
-    for p in sorted((ROOT / "hw").rglob("*.py")):
-        h.update(str(p.relative_to(ROOT / "hw")).encode() + p.read_bytes())
+    for p in (export_tile(tile), HARNESS, AXI_RAM):
+        h.update(p.read_bytes())
     return h.hexdigest()[:12]
 
 
 def measurement_path(cass_path, tile, mem):
     from . import NPU_ROOT
-    key = f"{_file_digest(cass_path)}-{tile.key()}-bw{mem.bandwidth}-l{mem.read_latency}-rtl{_rtl_digest()}"
+    key = f"{_file_digest(cass_path)}-{tile.key()}-bw{mem.bandwidth}-l{mem.read_latency}-rtl{_rtl_digest(tile)}"
     return NPU_ROOT / "measure" / f"{key}.json"
 
 
