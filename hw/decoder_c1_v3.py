@@ -111,6 +111,10 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
                      them every other cycle); equal to ``code_word``
     """
 
+    # an error clears every stage in the cycle it is set (the stop list of ``_sticky_errors``): no beat is
+    # pending while error (hw/formal_props.py asserts it)
+    ERROR_CLEARS_BEATS = True
+
     def __init__(self, lanes: int = 8, code_word: int = 32, word: int | None = None, verif_word: int | None = None):
         super().__init__(**interface(lanes, code_word, word, verif_word), extra_ports={"params": In(TENSOR_PARAMS)})
         self.field_window = field_window(lanes)
@@ -550,6 +554,8 @@ class DecoderC1v3(DecoderC1):
     """Decoder v3 with its own tensor registers: ``TensorRegisters`` and one ``DecoderC1v3Core`` behind the C1
     decoder interface (one ``cfg`` port for every register). A cluster instead shares one ``TensorRegisters``
     among its cores (hw/tensor_regs.py). Parameters as ``DecoderC1v3Core``."""
+
+    ERROR_CLEARS_BEATS = DecoderC1v3Core.ERROR_CLEARS_BEATS
 
     def __init__(self, lanes: int = 8, code_word: int = 32, word: int | None = None, verif_word: int | None = None):
         super().__init__(**interface(lanes, code_word, word, verif_word))

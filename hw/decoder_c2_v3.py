@@ -99,6 +99,10 @@ class DecoderC2v3Core(_C2v3Interface, ClusterCore, DecoderC1):
                      slot pointer wraps for free; 3 is no smaller and loses 2 % of draft cycles at m = 7, keep 1.0)
     """
 
+    # an error clears every stage in the cycle it is set (the stop list of ``_sticky_errors``): no beat is
+    # pending while error (hw/formal_props.py asserts it)
+    ERROR_CLEARS_BEATS = True
+
     def __init__(self, lanes: int = 8, word: int | None = None, verif_word: int | None = None,
                  slots: int | None = None):
         signature = self._set_interface(lanes, word, verif_word)
@@ -496,6 +500,8 @@ class DecoderC2v3Core(_C2v3Interface, ClusterCore, DecoderC1):
 class DecoderC2v3(_C2v3Interface, DecoderC1):
     """C2 decoder v3 with its own tensor registers: ``TensorRegisters("c2")`` and one ``DecoderC2v3Core``
     behind the C2 decoder interface. Parameters as ``DecoderC2v3Core``."""
+
+    ERROR_CLEARS_BEATS = DecoderC2v3Core.ERROR_CLEARS_BEATS
 
     def __init__(self, lanes: int = 8, word: int | None = None, verif_word: int | None = None,
                  slots: int | None = None):

