@@ -296,10 +296,10 @@ def carry_ecp5(body: str, previous: str, fpga_blocks=()) -> tuple[str, int]:
     return "\n".join(lines), n
 
 
-def previous_formal(text: str, path: str) -> list[str] | None:
+def previous_formal(text: str, path: str, head: str = "From ") -> list[str] | None:
     """The block an earlier rendering wrote for the formal report ``path`` ("From PATH (date; `command`):" and its
-    table), from that rendering's text; None if it has none."""
-    start = text.find(f"From {path} (")
+    table; ``head`` "Area of ": an ablation's), from that rendering's text; None if it has none."""
+    start = text.find(f"{head}{path} (" if head == "From " else f"{head}{path} ")
     if start < 0:
         return None
     lines = text[start:].split("\n")
@@ -329,6 +329,27 @@ def formal_lines(rep: dict | None, path: str = "build/formal/report.json", previ
     for p in rep.get("properties", []):
         lines.append(f"| {p.get('property')} | {p.get('mode')} | {p.get('depth', '—')} | {p.get('solver', '—')} | "
                      f"{p.get('result')} | {p.get('expect', '—')} | {p.get('seconds', 0):.0f} |")
+    return lines
+
+
+def ablation_lines(ablate_dir: str, previous: str = "") -> list[str]:
+    """Where the v3 decoder cores' area goes (synth/ablate.py reports in ``ablate_dir``); a block whose report is
+    absent keeps the table the previous rendering wrote for it, marked as carried."""
+    from cassandra_rtl.synth import ablate
+
+    lines = []
+    for block in ablate.SUBJECTS:
+        rep = _load(Path(ablate_dir) / block / "report.json")
+        if rep:
+            lines += ablate.render(rep).rstrip("\n").split("\n") + [""]
+            continue
+        carried = previous_formal(previous, block, head="Area of ")
+        if carried:
+            lines += carried + ["", f"*(carried from the previous rendering of this page: {ablate_dir}/{block}/report.json "
+                                    "was absent when it was rendered; the command above regenerates it)*", ""]
+        else:
+            lines += [f"{block}: **not run** here (`python -m cassandra_rtl.synth.ablate {block}` writes "
+                      f"{ablate_dir}/{block}/report.json).", ""]
     return lines
 
 
@@ -388,7 +409,7 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
            formal: str | list[str] = "build/formal/report.json", v1_synth: str | None = None, level: int = 2,
            gated: str = "build/synth-cg/report.json",
            command: str = "python eval/report_hardware.py --out docs/report", v1_retired=V1_RETIRED,
-           previous: str = "") -> str | None:
+           previous: str = "", ablate_dir: str = "build/ablate") -> str | None:
     """The hardware markdown (headings at ``level``) and its plot in ``out``; None without a synthesis report.
     ``previous``: the text this rendering replaces (formal blocks whose reports are absent are carried from it)."""
     from cassandra_rtl.synth import compare
@@ -427,6 +448,10 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
     if fig:
         w += ["", f"![area per value/cycle vs clock]({fig})", "", f"*Command* `{command}` · *data* the flows' reports above."]
     w += [""] + overhead_part(generic, gated_rep, gated, real_rep, level)
+    w += ["", f"{h} Area by function (decoder v3 cores)", "",
+          "Each function replaced by a stand-in in turn and the core synthesised again (synth/ablate.py; generic "
+          "flow, differences of single runs: read them as where the area goes, they do not add up).", ""]
+    w += ablation_lines(ablate_dir, previous)
     w += ["", f"{h} Formal proofs", ""]
     for i, (pth, rep) in enumerate(formal_reps):
         w += ([""] if i else []) + formal_lines(rep, pth, previous)
@@ -452,6 +477,7 @@ def main(argv=None) -> int:
     ap.add_argument("--formal", action="append", default=None, metavar="REPORT",
                     help="a formal report (repeatable: e.g. make formal's and a --config run's; default "
                          "build/formal/report.json)")
+    ap.add_argument("--ablate", default="build/ablate", help="synth/ablate.py's output (area by function)")
     ap.add_argument("--v1-retired", default=str(V1_RETIRED), help="the retired v1 blocks' rows per flow (old column)")
     ap.add_argument("--sections", choices=["all", "overhead"], default="all",
                     help="overhead: re-render only the overhead section of OUT/hardware.md from the flows' reports "
@@ -483,7 +509,7 @@ def main(argv=None) -> int:
     old = out / "hardware.md"
     body = render(out, a.synth, a.real, a.fpga, a.formal or ["build/formal/report.json"], a.v1_synth,
                   v1_retired=a.v1_retired, gated=a.gated, command=command,
-                  previous=old.read_text() if old.exists() else "")
+                  previous=old.read_text() if old.exists() else "", ablate_dir=a.ablate)
     if body is None:
         print(f"report_hardware: error: {a.synth} not found (run `make synth`)", file=sys.stderr)
         return 2

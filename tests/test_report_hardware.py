@@ -199,3 +199,28 @@ def test_ecp5_cells_carried_from_the_previous_rendering():
     held, k = rh.carry_ecp5(new, prev, ["a", "c"])
     assert "| a | 1 GE | — | — |" in held and "| c | — | — | — |" in held and "| a -> a2 | 80 -> — |" in held
     assert "| b | 2 GE | 250 LUT4 | 31.0 ‡ |" in held and k == 1
+
+
+def test_area_by_function_from_the_ablation_reports_or_carried(tmp_path):
+    """The "Area by function" tables come from synth/ablate.py's reports, largest cost first; a block whose report
+    is absent keeps the previous rendering's table (marked carried), else says how to run it."""
+    from cassandra_rtl.synth import ablate
+
+    c1, c2 = sorted(ablate.SUBJECTS)
+    rows = [{"ablation": None, "what": "the unchanged block", "area_ge": 1000.0, "flip_flops": 50, "fmax_mhz": 500.0,
+             "breakdown": {"(top-level logic)": 600.0, "rd": 400.0}},
+            {"ablation": "small", "what": "a small function", "area_ge": 990.0, "flip_flops": 50, "fmax_mhz": 501.0,
+             "saved_ge": 10.0, "saved_percent": 1.0},
+            {"ablation": "big", "what": "a big function", "area_ge": 700.0, "flip_flops": 40, "fmax_mhz": None,
+             "saved_ge": 300.0, "saved_percent": 30.0}]
+    (tmp_path / c2).mkdir()
+    (tmp_path / c2 / "report.json").write_text(json.dumps({"block": c2, "rows": rows, "command": f"cmd {c2}"}))
+    lines = rh.ablation_lines(str(tmp_path))
+    i = lines.index(f"Area of {c2} by function (generic flow, `cmd {c2}`): the block is 1,000 GE, 50 flip-flops; "
+                    "per submodule (top-level logic) 600, rd 400.")
+    assert lines[i + 4] == "| a big function (`big`) | 700 | 300 | 30.0 % | 40 | — |"
+    assert lines[i + 5] == "| a small function (`small`) | 990 | 10 | 1.0 % | 50 | 501.0 |"
+    assert any(x.startswith(f"{c1}: **not run**") for x in lines)
+    carried = rh.ablation_lines(str(tmp_path / "none"), "\n".join(lines))
+    j = carried.index(lines[i])
+    assert carried[j:j + 6] == lines[i:i + 6] and "carried from the previous rendering" in carried[j + 7]
