@@ -268,9 +268,9 @@ def _cells(line: str) -> list[str]:
 
 def carry_ecp5(body: str, previous: str, fpga_blocks=()) -> tuple[str, int]:
     """``body`` with the ECP5 cells it lacks ("—" where the previous rendering had a figure) taken from the same
-    table, row and column of ``previous`` and marked CARRY_MARK, for rows whose blocks are absent from the FPGA
-    report (``fpga_blocks``: every block it holds, whatever its status: a block that failed there is not carried).
-    Returns (body, cells carried)."""
+    table, row and column of ``previous`` and marked CARRY_MARK, for blocks absent from the FPGA report
+    (``fpga_blocks``: every block it holds, whatever its status: a block that failed there is not carried); in an
+    "a -> b" row each side on its own. Returns (body, figures carried)."""
     prev = _tables(previous)
     held = set(fpga_blocks)
     lines, n, header = body.split("\n"), 0, None
@@ -282,16 +282,21 @@ def carry_ecp5(body: str, previous: str, fpga_blocks=()) -> tuple[str, int]:
             header = tuple(_cells(line))
             continue
         old = (prev.get(header) or {}).get(_cells(line)[0]) if header else None
-        if not old or held & {n.strip() for n in _cells(line)[0].split(" -> ")}:
+        if not old:
             continue
         cells = _cells(line)
+        names = [b.strip() for b in cells[0].split(" -> ")]
+        mark = " " + CARRY_MARK
         for j, (col, new) in enumerate(zip(header, cells)):
-            was = old[j].removesuffix(" " + CARRY_MARK) if j < len(old) else "—"
-            parts, olds = new.split(" -> "), was.split(" -> ")
-            if ("ECP5" in col and new != was and "—" in parts and len(parts) == len(olds)
-                    and all(a in ("—", b) for a, b in zip(parts, olds))):
-                cells[j] = f"{was} {CARRY_MARK}"
-                n += 1
+            parts = new.split(" -> ")
+            olds = [o.strip().removesuffix(mark) for o in (old[j] if j < len(old) else "—").split(" -> ")]
+            if "ECP5" not in col or len(parts) != len(olds) or len(parts) != len(names):
+                continue
+            for k, (part, was, name) in enumerate(zip(parts, olds, names)):
+                if part == "—" and was != "—" and name not in held:       # each block of "a -> b" on its own
+                    parts[k] = was + mark
+                    n += 1
+            cells[j] = " -> ".join(parts)
         lines[i] = "| " + " | ".join(cells) + " |"
     return "\n".join(lines), n
 

@@ -10,6 +10,7 @@ A datasheet marks each generated part with a begin comment and ``<!-- end genera
     <!-- generated: axis NAME -->                 the AXI4-Stream names of ``NAME_axis`` (hw/export.py ``axis_map``)
     <!-- generated: registers block|local -->     a summary of the register description hw/regs/cassandra.rdl
     <!-- generated: figures NAME [NAME ...] -->   area and clock per flow, from docs/report/hardware.md
+    <!-- generated: area-split NAME -->           where the block's area goes (synth/ablate.py), from the same
     <!-- generated: example-c1|example-c2|example-kv -->   worked examples computed by golden
 
 ``python -m cassandra_rtl.hw.datasheets`` rewrites those parts in place; ``--check`` exits 1 if any is stale
@@ -318,9 +319,29 @@ def figures_table(names: list[str]) -> str:
     return "\n".join(out)
 
 
+def area_split(name: str) -> str:
+    """Where the block's area goes (synth/ablate.py), as the generated hardware report holds it: its paragraph and
+    table under "Area by function"."""
+    lines = HW_REPORT.read_text().splitlines()
+    head = f"Area of {name} by function "
+    for i, line in enumerate(lines):
+        if line.startswith(head):
+            out, j = [line, ""], i + 2
+            while j < len(lines) and lines[j].startswith("|"):
+                out.append(lines[j])
+                j += 1
+            if j + 1 < len(lines) and lines[j + 1].startswith("*(carried"):
+                out += ["", lines[j + 1]]
+            return "\n".join(out)
+    raise KeyError(f"{name}: no 'Area by function' table in docs/report/hardware.md (python -m "
+                   f"cassandra_rtl.synth.ablate {name}, then make report-hw)")
+
+
 def render_part(kind: str, args: list[str]) -> str:
     if kind == "figures":
         return figures_table(args)
+    if kind == "area-split":
+        return area_split(args[0])
     if kind == "example-c2":
         return example_c2()
     if kind == "example-kv":
