@@ -62,6 +62,19 @@ def lowest_one(v):
     return Cat(*out)
 
 
+def two_or_more(v, lowest=None):
+    """Two or more bits of ``v`` set: ``v`` without its lowest set bit (``lowest``, when it is at hand) is not zero."""
+    return (v & ~(lowest_one(v) if lowest is None else lowest)).any()
+
+
+def onehot_select(mask, values, width: int):
+    """``values[i]`` for the one bit ``i`` set in ``mask`` (zero when none): an AND-OR, no priority."""
+    out = Const(0, width)
+    for i in range(len(mask)):
+        out = out | Mux(mask[i], values[i][:width], 0)
+    return out
+
+
 def at_or_after_first(v):
     """Bit i set when some bit j <= i of ``v`` is set (an inclusive prefix OR)."""
     seen, out = Const(0, 1), []
@@ -345,7 +358,7 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
             m.d.sync += [df_valid.eq(1), df_b.eq(rk_b), df_done.eq(~rk_b | rk_done),
                          df_take.eq(offs[L]), df_esc.eq(lesc), df_pair.eq(lpair), df_kept.eq(lkept),
                          f_rem.eq(d_wide), f_done.eq(0), f_stk_ok.eq(0),
-                         f_more.eq((d_wide & ~lowest_one(d_wide)).any())]
+                         f_more.eq(two_or_more(d_wide))]
             m.d.sync += [df_q[i].eq(lq[i]) for i in range(L)] + [df_off[i].eq(offs[i]) for i in range(L)]
             with m.If(rk_b):
                 m.d.sync += [df_cnt.eq(bj_cnt), df_fin.eq(bj_fin), df_cend.eq(bj_cend), df_last.eq(bj_last)]
@@ -446,10 +459,7 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
                      in_step.eq(~f_done & ~at_or_after_first(e_rest))]
         e_next = lowest_one(e_rest)                     # the next step's first lane
         stk_found = Signal(len(f_stk), name="f_stk_found")
-        stk = Const(0, len(stk_found))
-        for i in range(L):
-            stk = stk | Mux(e_next[i], df_off[i], 0)
-        m.d.comb += stk_found.eq(stk)
+        m.d.comb += stk_found.eq(onehot_select(e_next, df_off, len(stk_found)))
         take = Signal(len(df_take), name="f_take")
         m.d.comb += take.eq(Mux(f_more, f_stk, df_take))
         step_ok = ~f_more | f_stk_ok
@@ -480,7 +490,7 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
         with m.If(f_step):
             m.d.sync += [df_off[i].eq(df_off[i] - f_stk) for i in range(L)]
             m.d.sync += [df_take.eq(df_take - f_stk), f_done.eq(f_done | in_step), f_rem.eq(e_rest),
-                         f_more.eq((e_rest & ~e_next).any()), f_stk_ok.eq(0)]
+                         f_more.eq(two_or_more(e_rest, e_next)), f_stk_ok.eq(0)]
 
         hold = [Signal(16, name=f"h_value{i}") for i in range(L)]
         base = Mux(df_b, p.verif_base.as_value(), p.spec_base.as_value())
@@ -493,9 +503,7 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
                      sm_mask.eq(thermometer(mm + 1, 8))]
         # the step's escape field ends past FIELD_BITS: its last bits from its lane's offset (every lane before it
         # in the step has at most FIELD_BITS), the rest from its lane's own extractor
-        e_off = Const(0, bits_for(FW - ESC_FIELD_BITS))
-        for i in range(L):
-            e_off = e_off | Mux(e_first[i], df_off[i][:len(e_off)], 0)
+        e_off = onehot_select(e_first, df_off, bits_for(FW - ESC_FIELD_BITS))
         e_tail = shift_right(m, fwin[FIELD_BITS:], e_off, ESC_FIELD_BITS - FIELD_BITS, "f_esc_tail")
         for i in range(L):
             # lane i's field starts within the step's first i fields (one of them may be its escape field)
