@@ -52,6 +52,26 @@ def popcount(m, bits, name: str):
     return level[0]
 
 
+def popcounts(m, bits, name):
+    """Exclusive prefix popcounts ``out[j]`` = ones in ``bits[0:j]``, j = 0..len(bits): a Sklansky tree of
+    adders as wide as the count (it never saturates, unlike zero_counter.prefix_counts with a cap)."""
+    n = len(bits)
+    width = bits_for(n)
+    node = [bits[j] for j in range(n)]
+    span, level = 1, 0
+    while span < n:
+        nxt = list(node)
+        for j in range(n):
+            if (j // span) % 2 == 1:
+                s = Signal(width, name=f"{name}_l{level}_{j}")
+                m.d.comb += s.eq(node[j] + node[(j // span) * span - 1])
+                nxt[j] = s
+        node = nxt
+        span *= 2
+        level += 1
+    return [Const(0, width)] + node
+
+
 def one_positions(m, span, span_prefix, prefix_bits: int, count: int, name: str):
     """From a registered ``span`` and ``span_prefix`` of a ``CodeReader``: the positions of the span's ones number
     0 .. ``count`` (one select network each, compares with constants), and ``head``: there is no one 0 (the

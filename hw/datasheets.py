@@ -130,6 +130,7 @@ def ports_table(names: list[str], csr: bool = False) -> str:
         for c in comps.values():
             c._MustUse__silence = True
             c.block._MustUse__silence = True
+            c.csr._MustUse__silence = True
     else:
         comps = _components(names)
     tables = {n: {p["name"]: p for p in port_table(c)} for n, c in comps.items()}

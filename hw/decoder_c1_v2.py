@@ -50,36 +50,17 @@ from amaranth.lib import data, wiring
 from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from ..errors import ConfigError
-from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, PRUNED
+from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX
 from .bitreader import BitReader, view_slots
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane, Kind, compact_kind
 from .decoder import FIELD_MAX, SB_COUNT_BITS, DecoderC1, Err, Format2Registers, Reg
 from .shifter import shift_right
+from .tensor_regs import book_groups, pruned_group
 from .zero_counter import prefix_counts
 
 GMAX = max(ALLOWED_GROUP_SIZES)
 MAX_CHUNK_SUPERBLOCKS = 64          # format 2.0: A = 2^CHUNK in 1..64, A * G <= 1024
 SUFFIX_FIELD = FIELD_MAX + 1        # a field with its pair suffix bit in front (9 bits)
-
-
-def popcounts(m, bits, name):
-    """Exclusive prefix popcounts ``out[j]`` = ones in ``bits[0:j]``, j = 0..len(bits): a Sklansky tree of
-    adders as wide as the count (it never saturates, unlike zero_counter.prefix_counts with a cap)."""
-    n = len(bits)
-    width = bits_for(n)
-    node = [bits[j] for j in range(n)]
-    span, level = 1, 0
-    while span < n:
-        nxt = list(node)
-        for j in range(n):
-            if (j // span) % 2 == 1:
-                s = Signal(width, name=f"{name}_l{level}_{j}")
-                m.d.comb += s.eq(node[j] + node[(j // span) * span - 1])
-                nxt[j] = s
-        node = nxt
-        span *= 2
-        level += 1
-    return [Const(0, width)] + node
 
 
 def reader_slots(word: int, window: int) -> int:
@@ -183,47 +164,6 @@ class DecoderC1v2(Format2Registers, DecoderC1):
 
     # format 2.0 registers (CHUNK, SPEC_PAIRS, VERIF_PAIRS): Format2Registers (hw/decoder.py)
 
-    @staticmethod
-    def _book_groups(m, k, pairs, name):
-        """Groups of a book with pair mask ``pairs``: Q = K - popcount(pairs) and ``bad`` (a pair bit at q >= Q:
-        the mask does not describe K symbols), registered from the registers every cycle, and the group bases
-        b_q = q + popcount(pairs[0:q]) (a 15-entry table, combinational from the pair register)."""
-        pc = popcounts(m, pairs, f"{name}_pc")
-        q = Signal(range(K_MAX + 1), name=f"{name}_q")
-        # the bases are combinational from the (registered) pair mask: its popcount tree (~12 levels) runs
-        # beside the window / entry logic that selects among them (-104 FFs, -1.0 k GE)
-        bases = Array(Signal(4, name=f"{name}_b{i}") for i in range(K_MAX))
-        bad = Signal(name=f"{name}_pairs_bad")
-        ok_q = Signal(5)
-        m.d.comb += ok_q.eq(k - pc[K_MAX])
-        m.d.sync += q.eq(ok_q[:4])
-        over = pc[K_MAX] > k
-        for i in range(K_MAX):
-            m.d.comb += bases[i].eq(i + pc[i])
-            over = over | (pairs[i] & (ok_q[:4] <= i))
-        m.d.sync += bad.eq(over)
-        return q, bases, bad
-
-    @staticmethod
-    def _pruned_group(m, r, spec_base):
-        """The group of the pruned mark P in the speculation book (15: not in the book) and whether P sits in a
-        pair group (a bad mask: CONFIG), registered in two steps from the registers (position, then group)."""
-        idx_p = Signal(4, name="idx_p")                 # position of P in the symbol list (15: absent)
-        ip = Const(K_MAX, 4)
-        for i in reversed(range(K_MAX)):
-            ip = Mux((r["spec_tab"][i] == PRUNED) & (i < r["spec_k"]), i, ip)
-        m.d.sync += idx_p.eq(ip)
-        q_p = Signal(4, name="q_p")
-        p_paired = Signal(name="p_paired")
-        before_p = Const(0, 4)
-        paired = Const(0, 1)
-        for i in range(K_MAX):
-            pi = r["spec_pairs"][i]
-            before_p = before_p + (pi & (spec_base[i] < idx_p))
-            paired = paired | (pi & ((spec_base[i] == idx_p) | (spec_base[i] + 1 == idx_p)))
-        m.d.sync += [q_p.eq(Mux(idx_p == K_MAX, K_MAX, idx_p - before_p)), p_paired.eq(paired & (idx_p != K_MAX))]
-        return q_p, p_paired
-
     def elaborate(self, platform):
         m = Module()
         L, Lv, IW = self.lanes, self.verif_lanes, self.word
@@ -277,10 +217,10 @@ class DecoderC1v2(Format2Registers, DecoderC1):
                      nchunks.eq(((nsb - 1) >> r["chunk"]) + 1)]
         # Book groups (format 2.0 pair codes): Q feeds the code planes (runs of Q are escapes), the base
         # table maps a code's group q to its first symbol, the pair masks tell which codes have a suffix bit.
-        spec_q, spec_base, spec_pbad = self._book_groups(m, r["spec_k"], r["spec_pairs"], "spec")
-        verif_q, verif_base, verif_pbad = self._book_groups(m, r["verif_k"], r["verif_pairs"], "verif")
+        spec_q, spec_base, spec_pbad = book_groups(m, r["spec_k"], r["spec_pairs"], "spec")
+        verif_q, verif_base, verif_pbad = book_groups(m, r["verif_k"], r["verif_pairs"], "verif")
         # the group of the pruned mark P (15: not in the book), and P in a pair group (a bad mask: CONFIG)
-        q_p, p_paired = self._pruned_group(m, r, spec_base)
+        q_p, p_paired = pruned_group(m, r, spec_base)
 
         # ------------------------------------------------------------------ control: START -> INIT -> issue
         pre_init = Signal()          # START accepted; the tensor constants settle (last_k, q_p: two cycles)

@@ -41,9 +41,8 @@ from amaranth.utils import bits_for
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, K_MAX
 from .bitreader import BitReader, thermometer, view_slots
-from .code_reader import CodeReader, code_ranks, one_positions, popcount
+from .code_reader import CodeReader, code_ranks, one_positions, popcount, popcounts
 from .decoder import DecoderC1, Err
-from .decoder_c1_v2 import popcounts
 from .decoder_c2 import prefix_sums
 from .shifter import shift_right
 from .tensor_regs import TENSOR_PARAMS, ClusterCore, TensorRegisters, wrap_cluster_core

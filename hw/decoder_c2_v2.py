@@ -66,16 +66,15 @@ from __future__ import annotations
 import contextlib
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In
+from amaranth.lib import wiring
 from amaranth.utils import bits_for, ceil_log2, exact_log2
 
 from ..errors import ConfigError
 from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, MX_BLOCK
-from .bitreader import BitReader, thermometer, word_layout
+from .bitreader import BitReader, thermometer
 from .decoder import (BF16_BITS, ERROR_BITS, FIELD_MAX, MAX_CHUNK_LOG, SB_COUNT_BITS, DecoderC1, Err, Format2Registers,
                       Reg)
-from .decoder_c2 import c2_decoder_signature, leading_zeros8, prefix_sums
+from .decoder_c2 import c2_port_signature, draft_consts, draft_lane, prefix_sums
 from .code_plane import END_LONG_RUN, END_PAD_ERR, CodePlane
 from .code_plane import Kind as CpKind
 from .shifter import shift_right
@@ -93,51 +92,6 @@ REST_MAX = FIELD_MAX + 1                         # widest verif.rest field: a pa
 
 def _pow2(v) -> bool:
     return isinstance(v, int) and v >= 1 and not v & (v - 1)
-
-
-def draft_consts(m, x, mm, name: str) -> dict:
-    """The beat's shared constants of ``draft_lane`` (one X per beat): ``a = max(X,1) - 1 + (7 - m)``, ``a + 1``
-    and the element mask (bits 0..m)."""
-    a = Signal(BF16_EXPONENT_BITS + 1, name=f"{name}_a")
-    a1 = Signal(BF16_EXPONENT_BITS + 1, name=f"{name}_a1")
-    emask = Signal(BF16_MANTISSA_BITS + 1, name=f"{name}_emask")
-    m.d.comb += [a.eq(Mux(x == 0, 0, x - 1) + (BF16_MANTISSA_BITS - mm)), a1.eq(a + 1),
-                 emask.eq(Cat(Const(1, 1), *[mm >= j for j in range(1, BF16_MANTISSA_BITS + 1)]))]
-    return {"a": a, "a1": a1, "emask": emask}
-
-
-def draft_lane(m, k: dict, mm, lane: dict, name: str) -> None:
-    """FORMAT section 4's draft bf16 of a lane with one normalising shift (hw/decoder_c2.py's ``_draft_lane``
-    shifts the element to bit 7 first, then by ``sh = min(lz, max(X,1) - 1)``): with ``elem`` the field's
-    m+1 element bits and ``T = min(a, lz8(elem)) = (7 - m) + sh``, the mantissa is ``(elem << T)[6:0]``, the
-    value is normal iff bit 7 of it is set (exponent ``a + 1 - T = max(X,1) - sh``, else 0) and the cut bits
-    number ``T``. Sets ``draft``, ``nz`` (kept and elem != 0) and ``rest_w`` (T, or 8 if draft-zero)."""
-    f = lane["field"]
-    elem = Signal(BF16_MANTISSA_BITS + 1, name=f"{name}_elem")
-    sign = Signal(name=f"{name}_sign")
-    m.d.comb += [elem.eq(f[:BF16_MANTISSA_BITS + 1] & k["emask"]), sign.eq((f >> (mm + 1))[0])]
-    lz = leading_zeros8(m, elem, f"{name}_lz")
-    t = Signal(4, name=f"{name}_t")
-    m.d.comb += t.eq(Mux(k["a"] < lz, k["a"][:4], lz))
-    norm = Signal(BF16_MANTISSA_BITS + 1, name=f"{name}_norm")
-    m.d.comb += norm.eq((elem << t)[:BF16_MANTISSA_BITS + 1])
-    exp = Signal(BF16_EXPONENT_BITS, name=f"{name}_exp")
-    m.d.comb += exp.eq(Mux(norm[BF16_MANTISSA_BITS], k["a1"] - t, 0))
-    nz = Signal(name=f"{name}_nz")
-    m.d.comb += nz.eq(lane["kept"] & (elem != 0))
-    draft = Signal(BF16_BITS, name=f"{name}_draft")
-    m.d.comb += draft.eq(Mux(lane["kept"], Cat(norm[:BF16_MANTISSA_BITS], exp, sign), 0))
-    width = Signal(4, name=f"{name}_rest_w")
-    m.d.comb += width.eq(Mux(nz, t, FIELD_MAX))
-    lane.update(draft=draft, nz=nz, rest_w=width)
-
-
-def c2v2_signature(lanes: int, word: int, verif_word: int) -> dict:
-    """docs/datasheets/decoder_c2.md's C2 ports with the verification planes at their own word width (2c, interface
-    v2.1): spec_mx ``word`` bits, verif_codes / verif_rest ``verif_word`` bits."""
-    sig = c2_decoder_signature(lanes, word)
-    vplane = In(stream.Signature(word_layout(verif_word)))
-    return {**sig, "verif_codes": vplane, "verif_rest": vplane}
 
 
 class RestReader(BitReader):
@@ -240,7 +194,7 @@ class DecoderC2v2(Format2Registers, DecoderC1):
         # F window: the X region + L widest fields (at most the two-word view)
         self.fwin = min(2 * word, X_REGION + MXF * lanes)
         self.rest_slots = 2 if REST_MAX * verif_lanes <= verif_word else 0   # RestReader, else BitReader
-        wiring.Component.__init__(self, c2v2_signature(lanes, word, verif_word))
+        wiring.Component.__init__(self, c2_port_signature(lanes, word, verif_word))
 
     # format 2.0 registers (CHUNK, VERIF_PAIRS; C2 has no speculation book): Format2Registers (hw/decoder.py)
     PAIR_BOOKS = ("verif",)

@@ -12,7 +12,7 @@ counters alone, so the reader's loop never goes through the window.
     H (X, keep bits, kept count per beat) + counters -> the beat's kept flags, rank_i, field bits (kept count
         x (m + 2)), take (loop: reader avail >= take -> commit -> read point; depth: a select, a 4 x 4 multiply,
         the header add, the reader's compare and pointer add)
-    S -> draft arithmetic (FORMAT section 4, hw/decoder_c2_v2.py ``draft_lane``) -> out (draft mode)
+    S -> draft arithmetic (FORMAT section 4, hw/decoder_c2.py ``draft_lane``) -> out (draft mode)
     S, half h -> codes of its draft-zero lanes (CodeReader VC) --> BC (span and prefix) -> ranks --> BR
               BR -> each lane's code, escape / pair flag, rest width and offset --> DF
               DF -> verif.rest window (BitReader RS) -> fields, S[b_q + t] or the escaped delta, X - delta,
@@ -44,9 +44,9 @@ from ..errors import ConfigError
 from ..golden.config import BF16_MANTISSA_BITS, ESCAPE_PAYLOAD_BITS, K_MAX, MX_BLOCK
 from .bitreader import BitReader, thermometer, view_slots
 from .code_reader import CodeReader, code_ranks, one_positions, popcount
-from .decoder_c2 import prefix_sums
+from .decoder_c2 import MX_FIELD_MAX as MXF
+from .decoder_c2 import X_BITS, c2_port_signature, draft_consts, draft_lane, prefix_sums
 from .decoder import DecoderC1, Err
-from .decoder_c2_v2 import MXF, X_BITS, c2v2_signature, draft_consts, draft_lane
 from .shifter import shift_right
 from .tensor_regs import TENSOR_PARAMS, ClusterCore, TensorRegisters, wrap_cluster_core
 from .zero_counter import prefix_counts
@@ -70,7 +70,7 @@ class _C2v3Interface:
         self.lanes, self.word, self.verif_word = a["lanes"], a["word"], a["verif_word"]
         self.verif_lanes = max(1, lanes // 2)
         self.port_words = {"spec_mx": self.word, "verif_codes": self.verif_word, "verif_rest": self.verif_word}
-        return c2v2_signature(lanes, self.word, self.verif_word)
+        return c2_port_signature(lanes, self.word, self.verif_word)
 
 
 def interface(lanes, word, verif_word) -> dict:

@@ -17,16 +17,16 @@ waits two cycles from START before it reads them.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Array, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, exact_log2
 
 from ..errors import ConfigError
-from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, SCHEMES
+from ..golden.config import ALLOWED_GROUP_SIZES, BF16_EXPONENT_BITS, BF16_MANTISSA_BITS, K_MAX, PRUNED, SCHEMES
 from .decoder import (CFG_DATA_BITS, ERROR_BITS, MAX_CHUNK_LOG, SYMBOL_BITS, C1RegisterFile, Format2Registers, Reg,
                       cfg_layout, ctrl_register_case)
-from .decoder_c1_v2 import DecoderC1v2
+from .code_reader import popcounts
 
 GMAX = max(ALLOWED_GROUP_SIZES)
 KEEP_MUL_BITS = 3        # bits of last_n the KEEP multiplier takes a cycle: 3 cycles for 9 bits
@@ -50,6 +50,46 @@ TENSOR_PARAMS = data.StructLayout({
     "no_book": 1,                                           # a book the mode needs is not loaded (NO_BOOK)
     "bad_books": 1,                                         # a pair mask or P's group is inconsistent (CONFIG)
 })
+
+
+def book_groups(m, k, pairs, name):
+    """Groups of a book with pair mask ``pairs``: Q = K - popcount(pairs) and ``bad`` (a pair bit at q >= Q:
+    the mask does not describe K symbols), registered from the registers every cycle, and the group bases
+    b_q = q + popcount(pairs[0:q]) (a 15-entry table, combinational from the pair register)."""
+    pc = popcounts(m, pairs, f"{name}_pc")
+    q = Signal(range(K_MAX + 1), name=f"{name}_q")
+    # the bases are combinational from the (registered) pair mask: its popcount tree (~12 levels) runs
+    # beside the window / entry logic that selects among them (-104 FFs, -1.0 k GE)
+    bases = Array(Signal(4, name=f"{name}_b{i}") for i in range(K_MAX))
+    bad = Signal(name=f"{name}_pairs_bad")
+    ok_q = Signal(5)
+    m.d.comb += ok_q.eq(k - pc[K_MAX])
+    m.d.sync += q.eq(ok_q[:4])
+    over = pc[K_MAX] > k
+    for i in range(K_MAX):
+        m.d.comb += bases[i].eq(i + pc[i])
+        over = over | (pairs[i] & (ok_q[:4] <= i))
+    m.d.sync += bad.eq(over)
+    return q, bases, bad
+
+def pruned_group(m, r, spec_base):
+    """The group of the pruned mark P in the speculation book (15: not in the book) and whether P sits in a
+    pair group (a bad mask: CONFIG), registered in two steps from the registers (position, then group)."""
+    idx_p = Signal(4, name="idx_p")                 # position of P in the symbol list (15: absent)
+    ip = Const(K_MAX, 4)
+    for i in reversed(range(K_MAX)):
+        ip = Mux((r["spec_tab"][i] == PRUNED) & (i < r["spec_k"]), i, ip)
+    m.d.sync += idx_p.eq(ip)
+    q_p = Signal(4, name="q_p")
+    p_paired = Signal(name="p_paired")
+    before_p = Const(0, 4)
+    paired = Const(0, 1)
+    for i in range(K_MAX):
+        pi = r["spec_pairs"][i]
+        before_p = before_p + (pi & (spec_base[i] < idx_p))
+        paired = paired | (pi & ((spec_base[i] == idx_p) | (spec_base[i] + 1 == idx_p)))
+    m.d.sync += [q_p.eq(Mux(idx_p == K_MAX, K_MAX, idx_p - before_p)), p_paired.eq(paired & (idx_p != K_MAX))]
+    return q_p, p_paired
 
 
 class TensorRegisters(Format2Registers, C1RegisterFile, wiring.Component):
@@ -82,7 +122,7 @@ class TensorRegisters(Format2Registers, C1RegisterFile, wiring.Component):
         r["numel"] = Const(1, CFG_DATA_BITS)      # NUMEL is checked per instance: not part of this check
         p = self.params
         full = r["full"]
-        verif_q, verif_base, verif_pbad = DecoderC1v2._book_groups(m, r["verif_k"], r["verif_pairs"], "verif")
+        verif_q, verif_base, verif_pbad = book_groups(m, r["verif_k"], r["verif_pairs"], "verif")
         m.d.sync += p.chunk_sbs.eq(Const(1, 1) << r["chunk"])
         m.d.comb += [p.full.eq(full), p.m.eq(r["m"]), p.g.eq(r["g"]), p.k.eq(r["k"]),
                      p.verif_pairs.eq(r["verif_pairs"]), p.verif_q.eq(verif_q), p.bad.eq(self._config_error(r))]
@@ -91,8 +131,8 @@ class TensorRegisters(Format2Registers, C1RegisterFile, wiring.Component):
         if self.scheme == "c2":
             m.d.comb += [p.q_p.eq(K_MAX), p.no_book.eq(full & ~r["verif_loaded"]), p.bad_books.eq(full & verif_pbad)]
             return m
-        spec_q, spec_base, spec_pbad = DecoderC1v2._book_groups(m, r["spec_k"], r["spec_pairs"], "spec")
-        q_p, p_paired = DecoderC1v2._pruned_group(m, r, spec_base)
+        spec_q, spec_base, spec_pbad = book_groups(m, r["spec_k"], r["spec_pairs"], "spec")
+        q_p, p_paired = pruned_group(m, r, spec_base)
         m.d.sync += p.p_pruned.eq(q_p != spec_q)
         m.d.comb += [p.spec_pairs.eq(r["spec_pairs"]), p.spec_q.eq(spec_q), p.q_p.eq(q_p),
                      p.no_book.eq(~r["spec_loaded"] | (full & ~r["verif_loaded"])),
