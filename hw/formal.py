@@ -822,9 +822,10 @@ def formal_task(task: tuple) -> dict:
     to keep them). Returns the report record."""
     import tempfile
 
-    name, quick, configs, depth_scale, cover, solvers, ok64, liveness = task
+    name, quick, configs, depth_scale, cover, solvers, ok64, liveness, timeout = task
     LIVENESS_N_OVERRIDE.update(liveness)
     p = next(p for p in properties(quick, configs, depth_scale, cover) if p.name == name)
+    p.timeout = timeout
     paths = check_tools(solvers)
     missing = [s for s in solvers if s not in paths]
     if missing:
@@ -836,8 +837,8 @@ def formal_task(task: tuple) -> dict:
 def _run_on_cluster(props, args, configs, solvers, ok64, meta) -> list[dict]:
     from cassandra_rtl.executor import Executor
 
-    tasks = [(p.name, args.quick, configs, args.depth_scale, args.cover, solvers, ok64, dict(LIVENESS_N_OVERRIDE))
-             for p in props]
+    tasks = [(p.name, args.quick, configs, args.depth_scale, args.cover, solvers, ok64, dict(LIVENESS_N_OVERRIDE),
+              p.timeout) for p in props]
     with Executor(args.cluster) as ex:
         _log(f"{len(tasks)} properties on {ex.workers} worker(s) of {args.cluster}")
         results = ex.map(formal_task, tasks, desc="formal", unit="properties")
@@ -862,6 +863,8 @@ def main(argv=None) -> int:
     ap.add_argument("--liveness-n", default=None, help="START -> first beat bound N, e.g. 7 (every config) or "
                     "decoder_c1v2_l4=7,decoder_c2v2_l4_w64=8 (default: FORMAL_LIVENESS_N / CONFIG_INFO latency + 1)")
     ap.add_argument("--cover", action="store_true", help="also the decoder cover runs (reachability traces)")
+    ap.add_argument("--timeout", type=int, default=None, metavar="S",
+                    help="seconds each selected property may run (default: its own, 600-3600)")
     ap.add_argument("--list", action="store_true", help="list the properties and exit")
     from cassandra_rtl.executor import add_cluster_argument, check_cluster
 
@@ -881,6 +884,11 @@ def main(argv=None) -> int:
             keys = args.only.split(",")
             props = [p for p in props if any(p.name == k.rstrip("$") or (not k.endswith("$") and p.name.startswith(k))
                                              for k in keys)]
+        if args.timeout is not None:
+            if args.timeout < 1:
+                raise ConfigError(f"--timeout must be at least 1 second, got {args.timeout}")
+            for p in props:
+                p.timeout = args.timeout
         if args.list:
             for p in props:
                 steps = f" (steps {p.skip}..{p.depth - 1})" if p.skip else ""

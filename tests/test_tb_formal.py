@@ -127,6 +127,24 @@ def test_unknown_decoder_config_is_one_line(capsys):
     assert len(err) == 1 and "unknown decoder config" in err[0]
 
 
+def test_timeout_override(monkeypatch, capsys):
+    """--timeout sets every selected property's limit, locally and in the cluster tasks; below 1 s is one line."""
+    assert formal.main(["--timeout", "0", "--list"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--timeout must be at least 1 second" in err[0]
+    seen = []
+    monkeypatch.setattr(formal, "run_property", lambda p, *a, **k: seen.append(p.timeout) or
+                        {"property": p.name, "ok": True, "result": "PASS", "seconds": 0.0})
+    monkeypatch.setattr(formal, "check_tools", lambda solvers: {"yices": "yices-smt2"})
+    monkeypatch.setattr(formal, "yices_sound_64", lambda paths, out: True)
+    monkeypatch.setattr(formal, "write_report", lambda *a, **k: None)
+    assert formal.main(["--only", "zc_w24_l4_comb_chain$", "--timeout", "7"]) == 0
+    assert seen == [7]
+    task = ("zc_w24_l4_comb_chain", False, formal.DEFAULT_DECODERS, 1.0, False, ("yices",), True, {}, 9)
+    formal.formal_task(task)
+    assert seen == [7, 9]
+
+
 def test_missing_solver_is_one_line(monkeypatch, capsys, tmp_path):
     real = formal._exe
     monkeypatch.setattr(formal, "_exe", lambda name: None if name == "yices-smt2" else real(name))
