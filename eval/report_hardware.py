@@ -344,9 +344,10 @@ def ablation_lines(ablate_dir: str, previous: str = "") -> list[str]:
 
     lines = []
     for block in ablate.SUBJECTS:
-        rep = _load(Path(ablate_dir) / block / "report.json")
+        rep = _load(ablate.report_dir(Path(ablate_dir), block) / "report.json")
         if rep:
-            lines += ablate.render(rep).rstrip("\n").split("\n") + [""]
+            gated = _load(ablate.report_dir(Path(ablate_dir), block, gated=True) / "report.json")
+            lines += ablate.render(rep, gated).rstrip("\n").split("\n") + [""]
             continue
         carried = previous_formal(previous, block, head="Area of ")
         if carried:

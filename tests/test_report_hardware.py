@@ -228,3 +228,13 @@ def test_area_by_function_from_the_ablation_reports_or_carried(tmp_path):
     carried = rh.ablation_lines(str(tmp_path / "none"), "\n".join(lines))
     j = carried.index(lines[i])
     assert carried[j:j + 6] == lines[i:i + 6] and "carried from the previous rendering" in carried[j + 7]
+    # the gated run of the same block (OUT/BLOCK-cg) adds its cost column; an ablation it lacks shows "—"
+    (tmp_path / f"{c2}-cg").mkdir()
+    grows = [dict(rows[0], area_ge=900.0), dict(rows[2], area_ge=650.0, saved_ge=250.0)]
+    (tmp_path / f"{c2}-cg" / "report.json").write_text(json.dumps({"block": c2, "rows": grows, "flow": "gated",
+                                                                   "command": f"cmd {c2} --clock-gating"}))
+    both = rh.ablation_lines(str(tmp_path))
+    k = next(n for n, x in enumerate(both) if x.startswith(f"Area of {c2} "))
+    assert f"; gated: `cmd {c2} --clock-gating`): the block is 1,000 GE (900 gated)" in both[k]
+    assert both[k + 4] == "| a big function (`big`) | 700 | 300 | 30.0 % | 250 | 40 | — |"
+    assert both[k + 5] == "| a small function (`small`) | 990 | 10 | 1.0 % | — | 50 | 501.0 |"
