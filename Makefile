@@ -11,7 +11,7 @@ export PATH := $(abspath $(VENV)/bin):$(PATH)
 SIM ?= verilator
 JOBS ?= 2
 
-.PHONY: opensta iverilog setup demo test test-slow sim sim-full verilog synth formal report report-docs report-hw bench bench-long clean help npu npu-speedup npu-area
+.PHONY: opensta iverilog setup demo test test-slow sim sim-full verilog synth formal report report-docs report-hw bench bench-long clean help npu npu-speedup npu-area ablate
 
 help:
 	@echo "make demo      - encode the bundled SmolLM2, print stats, run speculative decoding"
@@ -29,6 +29,7 @@ help:
 	@echo "make datasheets - the generated parts of docs/datasheets/ (ports, registers, examples, figures)"
 	@echo "make npu       - every SmolLM2 linear tensor through the Verilated NPU tile, each pass kind (docs/NPU.md)"
 	@echo "make npu-area  - the NPU tile's area and clock: generic, gated, sky130 + OpenSTA, ECP5 (docs/NPU.md)"
+	@echo "make ablate    - where the v3 decoder cores' area goes, by function, generic and gated (build/ablate/)"
 	@echo "make npu-speedup - held-out prompts under the tile's numerics: speedup measured in tile cycles + report section 6"
 	@echo "make bench     - golden codec throughput and bits/value"
 	@echo "make bench-long - acceptance vs context length (long; bench/long_context.py)"
@@ -126,6 +127,13 @@ report-docs: setup
 	$(PY) eval/report.py --out docs/report
 
 # The hardware figures alone, from the flows' reports (make synth [LIBERTY=...], make fpga, make formal).
+# Area by function of the v3 decoder cores (synth/ablate.py): ~1 min per ablation, about 50 in all
+ablate: setup
+	$(PY) -m cassandra_rtl.synth.ablate decoder_c1v3_l8_core
+	$(PY) -m cassandra_rtl.synth.ablate decoder_c1v3_l8_core --clock-gating
+	$(PY) -m cassandra_rtl.synth.ablate decoder_c2v3_l8_core
+	$(PY) -m cassandra_rtl.synth.ablate decoder_c2v3_l8_core --clock-gating
+
 report-hw: setup
 	$(PY) eval/report_hardware.py --out docs/report
 	$(PY) -m cassandra_rtl.hw.datasheets
