@@ -127,6 +127,16 @@ class Stalls:
         return self.backpressure > 0 and self.rng.random() < self.backpressure
 
 
+async def until_ready(ctx, port):
+    """Tick until ``port.ready`` is 1 at a clock edge (what ``ctx.tick().until(port.ready)`` does), as a plain loop
+    of ticks: a driver still waiting when the simulation ends (a block that stopped taking words after an error)
+    is then closed quietly; a coroutine suspended inside ``until`` raises from its generator when collected."""
+    while True:
+        *_, ready = await ctx.tick().sample(port.ready)
+        if ready:
+            return
+
+
 async def drive_stream(ctx, port, items, stalls: Stalls, fields=("data", "last")):
     """Send ``items`` (tuples matching ``fields``) on a valid/ready stream, idling at random."""
     for item in items:
@@ -135,7 +145,7 @@ async def drive_stream(ctx, port, items, stalls: Stalls, fields=("data", "last")
         ctx.set(port.valid, 1)
         for name, value in zip(fields, item):
             ctx.set(getattr(port.payload, name), value)
-        await ctx.tick().until(port.ready)
+        await until_ready(ctx, port)
         ctx.set(port.valid, 0)
 
 
@@ -151,7 +161,7 @@ async def drive_lanes(ctx, port, beats, stalls: Stalls, on_offer=None):
         ctx.set(port.payload.last, last)
         if on_offer is not None:
             on_offer()
-        await ctx.tick().until(port.ready)
+        await until_ready(ctx, port)
         ctx.set(port.valid, 0)
 
 
