@@ -302,7 +302,7 @@ def properties(quick: bool, configs=DEFAULT_DECODERS, depth_scale: float = 1.0, 
             props.append(Prop(stream, lambda c=cfg: _stream_harness(c), "bmc", d_stream,
                               f"{cfg}: the protocol assertions from a programmed tensor (NUMEL 1..{fp.STREAM_NUMEL_MAX}, "
                               f"START, no reset; every other input free), steps {skip}..{d_stream - 1}",
-                              timeout=2400, skip=skip, engine_opts="--nopresat "))
+                              timeout=3600, skip=skip, engine_opts="--nopresat "))   # C1 v3 L = 4: 1,836 s
             for mut in fp.MUTANTS_PROTOCOL:
                 props.append(Prop(f"{stream}_mutant_{mut}", lambda c=cfg, mut=mut: _stream_harness(c, mut), "bmc",
                                   d_stream, f"{cfg} stream check, mutant '{mut}': must fail", expect="FAIL",
