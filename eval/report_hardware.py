@@ -301,10 +301,16 @@ def carry_ecp5(body: str, previous: str, fpga_blocks=()) -> tuple[str, int]:
     return "\n".join(lines), n
 
 
-def previous_formal(text: str, path: str, head: str = "From ") -> list[str] | None:
+def previous_formal(text: str, path: str) -> list[str] | None:
     """The block an earlier rendering wrote for the formal report ``path`` ("From PATH (date; `command`):" and its
-    table; ``head`` "Area of ": an ablation's), from that rendering's text; None if it has none."""
-    start = text.find(f"{head}{path} (" if head == "From " else f"{head}{path} ")
+    table), from that rendering's text; None if it has none."""
+    return previous_block(text, f"From {path} (")
+
+
+def previous_block(text: str, head: str) -> list[str] | None:
+    """The paragraph line starting with ``head`` and the table after it, from an earlier rendering's ``text``;
+    None if it has none."""
+    start = text.find(head)
     if start < 0:
         return None
     lines = text[start:].split("\n")
@@ -349,7 +355,7 @@ def ablation_lines(ablate_dir: str, previous: str = "") -> list[str]:
             gated = _load(ablate.report_dir(Path(ablate_dir), block, gated=True) / "report.json")
             lines += ablate.render(rep, gated).rstrip("\n").split("\n") + [""]
             continue
-        carried = previous_formal(previous, block, head="Area of ")
+        carried = previous_block(previous, f"Area of {block} by function ")
         if carried:
             lines += carried + ["", f"*(carried from the previous rendering of this page: {ablate_dir}/{block}/report.json "
                                     "was absent when it was rendered; the command above regenerates it)*", ""]
@@ -455,8 +461,9 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
         w += ["", f"![area per value/cycle vs clock]({fig})", "", f"*Command* `{command}` · *data* the flows' reports above."]
     w += [""] + overhead_part(generic, gated_rep, gated, real_rep, level)
     w += ["", f"{h} Area by function (decoder v3 cores)", "",
-          "Each function replaced by a stand-in in turn and the core synthesised again (synth/ablate.py; generic "
-          "flow, differences of single runs: read them as where the area goes, they do not add up).", ""]
+          "Each function replaced by a stand-in in turn and the core synthesised again (synth/ablate.py; the generic "
+          "flow, and the gated flow where it was run; differences of single runs: read them as where the area goes, "
+          "they do not add up).", ""]
     w += ablation_lines(ablate_dir, previous)
     w += ["", f"{h} Formal proofs", ""]
     for i, (pth, rep) in enumerate(formal_reps):

@@ -172,10 +172,10 @@ def stream_depth(name: str) -> int:
 
 
 def _clears_beats(name: str) -> bool:
-    """The decoder clears every stage when an error is set (``ERROR_CLEARS_BEATS``): no beat pending while error."""
+    """``formal_props.error_clears_beats`` of the named decoder."""
     dut = build_decoder(name)
     dut._MustUse__used = True            # built only to read a class attribute
-    return bool(getattr(dut, "ERROR_CLEARS_BEATS", False))
+    return fp.error_clears_beats(dut)
 
 
 def _stream_harness(name: str, mutant: str | None = None, covers=()):

@@ -306,6 +306,12 @@ def stream_program(scheme: str) -> tuple:
     if scheme == "c1":
         prog.insert(0, (SPEC_K, (1, 16)))
     return tuple(prog)
+def error_clears_beats(dut) -> bool:
+    """The decoder clears every stage in the cycle an error is set (``ERROR_CLEARS_BEATS``, decoder v3): no beat is
+    pending while error."""
+    return bool(getattr(dut, "ERROR_CLEARS_BEATS", False))
+
+
 COVERS = ("beat", "stall", "last", "err_beat", "recovered")
 COVERS_RESET = ("last", "err_beat", "recovered")
 COVERS_BEAT = ("beat", "stall", "last")
@@ -353,7 +359,7 @@ class DecoderProtocol(wiring.Component):
         self.program = tuple(program) if program else ()
         # a decoder whose error clears every stage in the cycle it is set (``ERROR_CLEARS_BEATS``, decoder v3)
         # has no beat pending while error: asserted instead of covered
-        self.clears = bool(getattr(dut, "ERROR_CLEARS_BEATS", False))
+        self.clears = error_clears_beats(dut)
         self.reset, self.covers = reset, tuple(c for c in covers if not (self.clears and c == "err_beat"))
         self.scheme = decoder_scheme(dut)
         self.L = _lanes(dut)

@@ -72,6 +72,7 @@ def book_groups(m, k, pairs, name):
     m.d.sync += bad.eq(over)
     return q, bases, bad
 
+
 def pruned_group(m, r, spec_base):
     """The group of the pruned mark P in the speculation book (15: not in the book) and whether P sits in a
     pair group (a bad mask: CONFIG), registered in two steps from the registers (position, then group)."""

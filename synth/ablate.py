@@ -189,12 +189,12 @@ def run(block: str, out: pathlib.Path, only=None, progress=print, gated: bool = 
     d = report_dir(out, block, gated)
     # the per-submodule split is a generic-flow pass (the flow does not split a gated netlist)
     opts = flow.FlowOptions(out=d, jobs=1, breakdown=not gated, clock_gating=gated)
+    b = blocks[block]
     rows = []
     for i, ab in enumerate([None] + chosen):
         tag = ab.name if ab else "(none)"
         progress(f"[ablate {i + 1}/{len(chosen) + 1}] {block}: {tag}")
         t0 = time.monotonic()
-        b = blocks[block]
         if ab is None:
             variant = b
             rtlil_text, meta = flow.elaborate(variant)
