@@ -113,7 +113,7 @@ waves: setup
 formal: setup
 	@$(PY) -c "import z3" 2>/dev/null || $(PIP) install -q z3-solver || echo "[formal] z3-solver not installed: 64-bit models will be UNTRUSTED"; $(PY) -m cassandra_rtl.hw.formal --out build/formal
 
-# FPGA_ARGS, e.g. "--only decoder_c1v2_l8 --seeds 1,2 --timeout 1800" (python -m cassandra_rtl.synth.fpga -h)
+# FPGA_ARGS, e.g. "--only decoder_c1v3_l8 --seeds 1,2 --timeout 1800" (python -m cassandra_rtl.synth.fpga -h)
 .PHONY: fpga
 fpga: setup
 	$(PY) -m cassandra_rtl.synth.fpga --out build/fpga $(FPGA_ARGS)

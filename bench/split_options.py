@@ -17,7 +17,7 @@ change in coded bits it causes, so the rows add up:
   ``[0, T_m]`` and a kept one in ``[T_m, 127]``: priced as a fixed width per superblock
   (``bitlen(T_m)``: the width depends only on the value's decoded exponent, like 2.0's suffix bits),
   as a truncated binary code (the width also depends on the field's own leading bits: a data-dependent
-  read, the loop decoder v2 removed), and at ``log2(range)`` (the bound for uniform mantissas; skewed ones can beat it).
+  read, the kind of loop the pipelined decoders keep out of their stages), and at ``log2(range)`` (the bound for uniform mantissas; skewed ones can beat it).
 * **header**: ``T_m`` (7 bits) plus ``T_e`` as 2 bits against the tensor's most common ``T_e`` (an escape
   to 8 raw bits otherwise) per superblock.
 

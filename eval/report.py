@@ -532,7 +532,7 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
         lim.append("Decoder/encoder synthesis results were incomplete or missing in build/synth/report.json.")
     elif srep:
         names = {bl["block"] for bl in R["synth_blocks"]}
-        miss = [n for n in ("decoder_c1v2_l8", "decoder_c2v2_l8", "encoder_kv_c1_l2") if n not in names]
+        miss = [n for n in ("decoder_c1v3_l8", "decoder_c2v3_l8", "encoder_kv_c1_l2") if n not in names]
         if miss:
             lim.append(f"Synthesis of {', '.join(miss)} was not in build/synth/report.json when this ran; the NPU "
                        "overhead uses whatever decoder/encoder the synthesis flow had.")
@@ -546,13 +546,11 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
 
 def hardware_section(synth_path: Path, out: Path, command: str, formal=None, previous: str = "",
                      fpga: str = "build/fpga/report.json") -> str | None:
-    """Section 5's synthesis part: every flow's blocks relative to its PE, v1 -> v2, the overhead per
+    """Section 5's synthesis part: every flow's blocks relative to its PE, v2 -> v3, the overhead per
     device, the proofs (eval/report_hardware.py, also `make report-hw`)."""
     import report_hardware
 
-    v1 = ROOT / "build" / "synth-generic-v1" / "report.json"     # the v1 blocks, if synthesised there
-    return report_hardware.render(out, str(synth_path), level=3, v1_synth=str(v1) if v1.exists() else None,
-                                  command=command, formal=formal or ["build/formal/report.json"], previous=previous,
+    return report_hardware.render(out, str(synth_path), level=3, command=command, formal=formal or ["build/formal/report.json"], previous=previous,
                                   fpga=fpga)
 
 

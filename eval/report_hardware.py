@@ -1,18 +1,18 @@
 """The hardware report: `python eval/report_hardware.py --out docs/report` (`make report-hw`).
 
-Writes OUT/hardware.md and OUT/hardware_v2.png from the flows' own reports (nothing is re-run here):
+Writes OUT/hardware.md and OUT/hardware_area_clock.png from the flows' own reports (nothing is re-run here):
   * build/synth/report.json                 generic library (make synth)
   * build/synth-<library>/report.json       real libraries, e.g. SKY130 + OpenSTA (make synth LIBERTY=...)
   * build/synth-cg/report.json              generic library with clock gating (make synth CLOCK_GATING=1): the
                                              gated column of the v2 -> v3 table
   * build/fpga/report.json                  ECP5 place and route (make fpga)
   * build/formal/report.json                SymbiYosys proofs (make formal)
-  * synth/v1_retired.json                    the retired v1 decoders' rows of those flows (the "old" column of
-                                             the v1 -> v2 table; the flows no longer build v1)
+  * synth/retired.json                      the retired decoder v2 blocks' rows of those flows (the "old" side of
+                                             the v2 -> v3 table; the flows no longer build v2)
 Every table names the report it came from, so each figure can be regenerated with that flow's command.
 
-``--freeze-v1 PATH`` writes that file from reports that still hold the v1 blocks (as measured on 2026-12-01:
-``--synth build/synth-generic-v1/report.json --real build/synth-sky130-v1/report.json --fpga build/fpga/report.json``).
+``--freeze-v2 PATH`` writes that file from reports that still hold the v2 blocks (``--synth``, ``--gated``,
+``--real``, ``--fpga``; v2 rows missing from ``--fpga`` are read from OUT/hardware.md's table, marked carried).
 """
 from __future__ import annotations
 
@@ -25,19 +25,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-V1_RETIRED = ROOT / "synth" / "v1_retired.json"
-# the last commit whose hw/configs.py registered the v1 decoders (their flows' commands ran there)
-V1_LAST_COMMIT = "d0f60ad"
-
-# v1 block -> its replacement v2 (same role, same interface)
-SUCCESSORS = {
-    "decoder_c1_l4": "decoder_c1v2_l4", "decoder_c1_l8": "decoder_c1v2_l8", "decoder_c1_l8_v4": "decoder_c1v2_l8_v4",
-    "decoder_c2_l8": "decoder_c2v2_l8", "decoder_c2_l16": "decoder_c2v2_l16",
-    "encoder_kv_c1_l8": "encoder_kv_c1_l2", "encoder_kv_c2_l8": "encoder_kv_c2_l2",
-}
+RETIRED = ROOT / "synth" / "retired.json"
+# the last commit whose hw/configs.py registered the decoder v2 blocks (their flows' commands ran there)
+V2_LAST_COMMIT = "014fe02"
 
 # v2 block -> the decoder v3 of the same scheme and rate, with its cluster parts (per-instance core, shared
-# registers) and the gated area target per draft value/cycle (docs/datasheets/decoder_c1_v3.md)
+# registers) and the gated area target per draft value/cycle (docs/datasheets/decoder_c1.md, decoder_c2.md)
 V3_SUCCESSORS = {
     "decoder_c1v2_l8_v4": {"v3": "decoder_c1v3_l8", "core": "decoder_c1v3_l8_core", "regs": "tensor_regs",
                            "target_ge": 3500},
@@ -54,36 +47,60 @@ def _load(path) -> dict | None:
         return None
 
 
-def freeze_v1(path: Path, generic: dict | None, real: dict | None, fpga: dict | None, commit: str | None) -> dict:
-    """The v1 blocks' rows (SUCCESSORS keys) and each flow's PE row, slimmed, with each flow's command."""
-    keep_keys = ("status", "kind", "area_ge", "flip_flops", "lut4", "ff", "fmax_mhz", "best_seed")
+FLOW_LABELS = ("generic", "gated", "real", "fpga")
+
+
+def _slim(b: dict) -> dict:
+    """A block's row as the report reads it: area, flip-flops, LUT4, clock, values/cycle."""
+    row = {k: b[k] for k in ("status", "kind", "area_ge", "flip_flops", "lut4", "ff", "fmax_mhz", "best_seed",
+                             "carried") if k in b}
+    if b.get("timing"):
+        row["timing"] = {k: b["timing"][k] for k in ("critical_path_ps", "est_fmax_mhz", "logic_depth")
+                         if k in b["timing"]}
+    if b.get("meta"):
+        row["meta"] = {k: b["meta"][k] for k in ("block", "lanes", "word", "verif_lanes", "values_per_cycle",
+                                                "values_per_cycle_full") if k in b["meta"]}
+    return row
+
+
+def ecp5_rows_from_page(text: str, names) -> dict:
+    """ECP5 rows (LUT4, MHz) of ``names`` and the PE from a rendered page's "Every block" table (carried cells
+    included), for blocks no ECP5 report holds any more."""
+    rows = {}
+    for line in text.splitlines():
+        cells = _cells(line) if line.startswith("| ") else []
+        if len(cells) >= 7 and cells[0] in {"pe_bf16_fp32", *names}:
+            lut, mhz = cells[5].split(" LUT4")[0].replace(",", ""), cells[6].split(" (")[0]
+            if lut.isdigit():
+                rows[cells[0]] = {"status": "ok", "lut4": int(lut), "fmax_mhz": float(mhz),
+                                  **({"carried": True} if CARRY_MARK in cells[5] else {})}
+    return rows
+
+
+def freeze_v2(path: Path, reports: dict, commit: str | None, page: str = "") -> dict:
+    """The v2 blocks' rows (V3_SUCCESSORS keys) and each flow's PE row, slimmed, with each flow's command;
+    ``reports``: flow label -> report; ECP5 rows the fpga report lacks come from ``page``."""
+    names = ["pe_bf16_fp32", *V3_SUCCESSORS]
     flows = {}
-    for label, rep in (("generic", generic), ("real", real), ("fpga", fpga)):
-        if not rep:
-            continue
-        blocks = {}
-        for n in ["pe_bf16_fp32", *SUCCESSORS]:
-            b = rep["blocks"].get(n) or {}
-            if b.get("status") != "ok":
-                continue
-            row = {k: b[k] for k in keep_keys if k in b}
-            if b.get("timing"):
-                row["timing"] = {k: b["timing"][k] for k in ("critical_path_ps", "est_fmax_mhz", "logic_depth")
-                                 if k in b["timing"]}
-            if b.get("meta"):
-                row["meta"] = {k: b["meta"][k] for k in ("block", "lanes", "word", "verif_lanes", "values_per_cycle",
-                                                        "values_per_cycle_full") if k in b["meta"]}
-            blocks[n] = row
-        flows[label] = {"flow": {k: rep.get("flow", {}).get(k) for k in ("library", "device", "command")},
-                        "blocks": blocks}
-    data = {"note": "v1 decoders (DecoderC1 / DecoderC2 datapaths, hw/configs decoder_c1_* / decoder_c2_*) and the "
-                    "first KV encoders at L = 8: retired; figures of 2026-12-01 (format 1.0), commands at commit "
-                    f"{commit or '?'}", "commit": commit, "flows": flows}
+    for label in FLOW_LABELS:
+        rep = reports.get(label) or {}
+        blocks = {n: _slim(b) for n in names if (b := (rep.get("blocks") or {}).get(n) or {}).get("status") == "ok"}
+        info = {k: (rep.get("flow") or {}).get(k) for k in ("library", "device", "command")}
+        if label == "fpga" and len(blocks) < len(names) and page:
+            from_page = {n: r for n, r in ecp5_rows_from_page(page, V3_SUCCESSORS).items() if n not in blocks}
+            if from_page:
+                blocks.update(from_page)
+                info["carried_from"] = "docs/report/hardware.md"
+        if blocks:
+            flows[label] = {"flow": info, "blocks": blocks}
+    data = {"note": "decoder v2 (DecoderC1v2 / DecoderC2v2, hw/configs decoder_c1v2_* / decoder_c2v2_*): retired; "
+                    f"figures as synthesised at commit {commit or '?'} (format 2.0 layout)",
+            "commit": commit, "flows": flows}
     path.write_text(json.dumps(data, indent=1) + "\n")
     return data
 
 
-def _v1_flows(path=V1_RETIRED) -> dict:
+def _retired_flows(path=RETIRED) -> dict:
     d = _load(path) if path else None
     return (d or {}).get("flows", {})
 
@@ -110,49 +127,21 @@ def _flow_row(rep: dict | None, name: str) -> dict | None:
     return {"area": b["area_ge"], "f": f, "fx": f / fpe if f and fpe else None, "vpc": _vpc(b)}
 
 
-def old_vs_new(generic: dict, real: dict | None, fpga: dict | None, v1_generic: dict | None = None,
-               v1_flows: dict | None = None) -> list[str]:
-    """Per replaced block: GE per value/cycle and clock relative to the PE, v1 vs v2, per flow. The v1
-    side comes from ``v1_generic`` (generic flow), else from ``v1_flows`` (synth/v1_retired.json: the retired
-    blocks' rows per flow), else from the flow's own report."""
-    v1_flows = v1_flows or {}
-    row = _flow_row
-
-    lines = ["| v1 block -> v2 | generic GE / (value/cycle) | generic clock x PE | "
-             "sky130 clock x PE | ECP5 LUT4 | ECP5 clock x PE |", "|---|---:|---:|---:|---:|---:|"]
-    def old_row(name, *reps):
-        for rep in reps:
-            r = row(rep, name)
-            if r:
-                return r
-        return None
-
-    for old, new in SUCCESSORS.items():
-        o = old_row(old, v1_generic, v1_flows.get("generic"), generic)
-        n = row(generic, new)
-        if not (o or n):
-            continue
-
-        def pair(fmt, a, b):
-            return f"{fmt(a) if a is not None else '—'} -> {fmt(b) if b is not None else '—'}"
-        ge = pair(lambda r: f"{r['area'] / r['vpc']:,.0f}" if r["vpc"] else f"{r['area']:,.0f}", o, n)
-        fx = pair(lambda r: f"{r['fx']:.2f}" if r["fx"] else "—", o, n)
-        so, sn = old_row(old, v1_flows.get("real"), real), row(real, new)
-        sx = pair(lambda r: f"{r['fx']:.2f}" if r["fx"] else "—", so, sn)
-        fo, fn = old_row(old, v1_flows.get("fpga"), fpga), row(fpga, new)
-        lut = pair(lambda r: f"{r['area']:,.0f}", fo, fn)
-        ffx = pair(lambda r: f"{r['fx']:.2f}" if r["fx"] else "—", fo, fn)
-        lines.append(f"| {old} -> {new} | {ge} | {fx} | {sx} | {lut} | {ffx} |")
-    return lines
-
-
-def v2_vs_v3(generic: dict, gated: dict | None, real: dict | None, fpga: dict | None) -> list[str]:
+def v2_vs_v3(generic: dict, gated: dict | None, real: dict | None, fpga: dict | None,
+             retired: dict | None = None) -> list[str]:
     """Per v3 decoder against the v2 block it replaces: area per draft value/cycle in the generic and gated flows
     (alone, and per instance of a ``CLUSTER``-decoder cluster: core + shared registers / ``CLUSTER``), clock
-    relative to the PE in each flow, ECP5 LUT4."""
+    relative to the PE in each flow, ECP5 LUT4. The v2 side comes from ``retired`` (synth/retired.json's flows:
+    label -> a report of the retired blocks with that flow's PE), else from the flow's own report."""
+    retired = retired or {}
+    live = {"generic": generic, "gated": gated, "real": real, "fpga": fpga}
+
     def ok(rep, name):
         b = ((rep or {}).get("blocks") or {}).get(name) or {}
         return b if b.get("status") == "ok" else None
+
+    def old_rep(label, name):
+        return retired[label] if ok(retired.get(label), name) else live[label]
 
     def fx(rep, name):
         return (_flow_row(rep, name) or {}).get("fx")
@@ -177,14 +166,16 @@ def v2_vs_v3(generic: dict, gated: dict | None, real: dict | None, fpga: dict | 
              "ECP5 clock x PE |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for old, v in V3_SUCCESSORS.items():
         new = v["v3"]
-        if not (ok(generic, old) or ok(generic, new)):
+        o = {label: old_rep(label, old) for label in live}
+        if not (ok(o["generic"], old) or ok(generic, new)):
             continue
         inst = cluster(gated, v["core"], v["regs"])
-        lut = pair((ok(fpga, old) or {}).get("lut4"), (ok(fpga, new) or {}).get("lut4"), lambda a: f"{a:,.0f}")
-        lines.append(f"| {old} -> {new} | {pair(per_value(generic, old), per_value(generic, new), k)} | "
-                     f"{pair(per_value(gated, old), per_value(gated, new), k)} | {k(inst) if inst else '—'} | "
-                     f"{k(v['target_ge'])} | {pair(fx(generic, old), fx(generic, new), x)} | "
-                     f"{pair(fx(real, old), fx(real, new), x)} | {lut} | {pair(fx(fpga, old), fx(fpga, new), x)} |")
+        lut = pair((ok(o["fpga"], old) or {}).get("lut4"), (ok(fpga, new) or {}).get("lut4"), lambda a: f"{a:,.0f}")
+        lines.append(f"| {old} -> {new} | {pair(per_value(o['generic'], old), per_value(generic, new), k)} | "
+                     f"{pair(per_value(o['gated'], old), per_value(gated, new), k)} | {k(inst) if inst else '—'} | "
+                     f"{k(v['target_ge'])} | {pair(fx(o['generic'], old), fx(generic, new), x)} | "
+                     f"{pair(fx(o['real'], old), fx(real, new), x)} | {lut} | "
+                     f"{pair(fx(o['fpga'], old), fx(fpga, new), x)} |")
     return lines
 
 
@@ -365,62 +356,51 @@ def ablation_lines(ablate_dir: str, previous: str = "") -> list[str]:
     return lines
 
 
-def block_version(name: str, block: dict) -> str:
-    """v1 / v2 / v3 from the registry metadata (``variant``), else the name (v2 blocks: ``..v2_..``, the KV
-    encoders' L = 2 configurations)."""
-    v = (block.get("meta") or {}).get("variant")
-    if v in ("v1", "v2", "v3"):
-        return v
-    for tag in ("v3", "v2"):
-        if f"{tag}_" in name:
-            return tag
-    return "v2" if name.endswith("_l2") else "v1"
-
-
-def plot(generic: dict, out: Path, v1_generic: dict | None = None) -> str | None:
-    """GE per value/cycle vs clock / PE clock, every decoder and encoder (v1 grey, v2 coloured)."""
+def plot(generic: dict, out: Path, retired_generic: dict | None = None) -> str | None:
+    """GE per value/cycle vs clock / PE clock of every decoder and KV encoder in the generic flow, the retired
+    decoder v2 blocks beside them in grey (each against its own flow's PE)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pe = (generic["blocks"].get("pe_bf16_fp32") or {}).get("timing", {}).get("est_fmax_mhz")
-    if not pe:
-        return None
     fig, ax = plt.subplots(figsize=(7.5, 5.0))
-    seen = {}
-    colours = {"v1": "#999999", "v2": "#c44e52", "v3": "#4c72b0"}
-    for rep in (v1_generic, generic):
-        if not rep:
+    drawn = 0
+    for rep, retired in ((retired_generic, True), (generic, False)):
+        pe = ((((rep or {}).get("blocks") or {}).get("pe_bf16_fp32") or {}).get("timing") or {}).get("est_fmax_mhz")
+        if not pe:
             continue
         for n, b in rep["blocks"].items():
-            if b.get("status") != "ok" or b.get("kind") not in ("decoder", "encoder") or n in seen:
+            if b.get("status") != "ok" or b.get("kind") not in ("decoder", "encoder"):
                 continue
-            seen[n] = True
-            colour = colours[block_version(n, b)]
             f = (b.get("timing") or {}).get("est_fmax_mhz")
             vpc = _vpc(b)
             if not (f and vpc):
                 continue
             x, y = f / pe, b["area_ge"] / vpc
+            colour = "#999999" if retired else ("#4c72b0" if b["kind"] == "decoder" else "#55a868")
             ax.scatter([x], [y], color=colour, marker="o" if b["kind"] == "decoder" else "s", s=30)
             ax.annotate(n, (x, y), fontsize=6.5, xytext=(3, 3), textcoords="offset points")
+            drawn += 1
+    if not drawn:
+        plt.close(fig)
+        return None
     ax.axvline(1.3, color="orange", ls="--", lw=1, label="target: 1.3x the PE clock")
     ax.set_yscale("log")
     ax.set_xlabel("clock / PE clock (generic flow)")
     ax.set_ylabel("GE per value/cycle (log)")
-    ax.set_title("Decoders (o) and KV encoders (s): v1 grey, v2 red, v3 blue", fontsize=10)
+    ax.set_title("Decoders (o, blue) and KV encoders (s, green); retired decoder v2 grey", fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fname = "hardware_v2.png"
+    fname = "hardware_area_clock.png"
     fig.savefig(out / fname, dpi=130)
     plt.close(fig)
     return fname
 
 
 def render(out: Path, synth: str = "build/synth/report.json", real: str | None = None, fpga: str = "build/fpga/report.json",
-           formal: str | list[str] = "build/formal/report.json", v1_synth: str | None = None, level: int = 2,
+           formal: str | list[str] = "build/formal/report.json", level: int = 2,
            gated: str = "build/synth-cg/report.json",
-           command: str = "python eval/report_hardware.py --out docs/report", v1_retired=V1_RETIRED,
+           command: str = "python eval/report_hardware.py --out docs/report", retired=RETIRED,
            previous: str = "", ablate_dir: str = "build/ablate") -> str | None:
     """The hardware markdown (headings at ``level``) and its plot in ``out``; None without a synthesis report.
     ``previous``: the text this rendering replaces (formal blocks whose reports are absent are carried from it)."""
@@ -432,31 +412,28 @@ def render(out: Path, synth: str = "build/synth/report.json", real: str | None =
     real_path, real_rep, gated_rep = _other_flows(real, gated)
     formals = [formal] if isinstance(formal, str) else list(formal)
     fpga_rep, formal_reps = _load(fpga), [(f, _load(f)) for f in formals]
-    v1_flows = _v1_flows(v1_retired)
-    v1 = (_load(v1_synth) if v1_synth else None) or v1_flows.get("generic")
+    retired_flows = _retired_flows(retired)
     out.mkdir(parents=True, exist_ok=True)
     labelled = [(compare.load_report(pth)[0], r) for pth, r in
                 [(synth, generic)] + ([(real_path, real_rep)] if real_rep else []) + ([(fpga, fpga_rep)] if fpga_rep else [])]
     table = compare.render(compare.compare(labelled))
-    fig = plot(generic, out, v1)
+    fig = plot(generic, out, retired_flows.get("generic"))
     h = "#" * level
     w = [f"Generated by `{command}`" + (" (`make report-hw`)" if command.endswith("--out docs/report") else "")
          + " from the flows' reports: "
          + ", ".join(f"`{pth}`" for pth in [synth, real_path, gated if gated_rep else None, fpga, *formals]
                      if pth and Path(pth).exists()) + ". "
          "Pre-layout figures; compare ratios to the PE, not absolute numbers across flows (docs/SYNTHESIS.md).", "",
-         f"{h} Every block, every flow (area and clock relative to the PE of the same flow)", "", table,
-         f"{h} v1 -> v2", ""]
-    if v1_flows:
-        w += [f"v1 rows (retired blocks): `{Path(v1_retired).relative_to(ROOT) if Path(v1_retired).is_relative_to(ROOT) else v1_retired}` "
-              f"({(_load(v1_retired) or {}).get('note', '')}).", ""]
-    w += old_vs_new(generic, real_rep, fpga_rep, v1, v1_flows)
-    v3 = v2_vs_v3(generic, gated_rep, real_rep, fpga_rep)
+         f"{h} Every block, every flow (area and clock relative to the PE of the same flow)", "", table]
+    v3 = v2_vs_v3(generic, gated_rep, real_rep, fpga_rep, retired_flows)
     if len(v3) > 2:
-        w += ["", f"{h} v2 -> v3", "",
-              "Decoder v3 (docs/datasheets/decoder_c1_v3.md) reads format 3.0; a cluster shares one "
+        rel = Path(retired).relative_to(ROOT) if Path(retired).is_relative_to(ROOT) else retired
+        w += [f"{h} v2 -> v3", "",
+              "Decoder v3 (docs/datasheets/decoder_c1.md, decoder_c2.md) reads format 3.0; a cluster shares one "
               "set of tensor registers among its decoders. Gated: the generic flow with clock gating "
-              + (f"(`{gated}`)" if gated_rep else "(**not run**: `make synth CLOCK_GATING=1`)") + ".", ""] + v3
+              + (f"(`{gated}`)" if gated_rep else "(**not run**: `make synth CLOCK_GATING=1`)") + "."
+              + (f" v2 rows (retired blocks): `{rel}` ({(_load(retired) or {}).get('note', '')})." if retired_flows
+                 else ""), ""] + v3
     if fig:
         w += ["", f"![area per value/cycle vs clock]({fig})", "", f"*Command* `{command}` · *data* the flows' reports above."]
     w += [""] + overhead_part(generic, gated_rep, gated, real_rep, level)
@@ -484,26 +461,28 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="docs/report")
     ap.add_argument("--synth", default="build/synth/report.json")
     ap.add_argument("--real", default=None, help="real-library report (default: the first build/synth-*/report.json)")
-    ap.add_argument("--v1-synth", default=None, help="a generic report holding the v1 blocks, if --synth lacks them")
     ap.add_argument("--gated", default="build/synth-cg/report.json", help="the clock-gated generic report (v2 -> v3)")
     ap.add_argument("--fpga", default="build/fpga/report.json")
     ap.add_argument("--formal", action="append", default=None, metavar="REPORT",
                     help="a formal report (repeatable: e.g. make formal's and a --config run's; default "
                          "build/formal/report.json)")
     ap.add_argument("--ablate", default="build/ablate", help="synth/ablate.py's output (area by function)")
-    ap.add_argument("--v1-retired", default=str(V1_RETIRED), help="the retired v1 blocks' rows per flow (old column)")
+    ap.add_argument("--retired", default=str(RETIRED), help="the retired v2 blocks' rows per flow (v2 -> v3 table)")
     ap.add_argument("--sections", choices=["all", "overhead"], default="all",
                     help="overhead: re-render only the overhead section of OUT/hardware.md from the flows' reports "
                          "(the rest keeps what it was rendered from: ECP5 and formal runs take hours)")
-    ap.add_argument("--freeze-v1", default=None, metavar="PATH",
-                    help="write the v1 blocks' rows of --synth / --real / --fpga to PATH and exit")
-    ap.add_argument("--commit", default=V1_LAST_COMMIT, help="with --freeze-v1: the commit the flows ran at")
+    ap.add_argument("--freeze-v2", default=None, metavar="PATH",
+                    help="write the v2 blocks' rows of --synth / --gated / --real / --fpga to PATH and exit")
+    ap.add_argument("--commit", default=V2_LAST_COMMIT, help="with --freeze-v2: the commit the flows ran at")
     a = ap.parse_args(argv)
-    if a.freeze_v1:
-        d = freeze_v1(Path(a.freeze_v1), _load(a.synth), _load(a.real) if a.real else None, _load(a.fpga), a.commit)
-        print(f"wrote {a.freeze_v1}: " + ", ".join(f"{k} {len(v['blocks'])} rows" for k, v in d["flows"].items()))
-        return 0
     out = Path(a.out)
+    if a.freeze_v2:
+        page = out / "hardware.md"
+        d = freeze_v2(Path(a.freeze_v2), {"generic": _load(a.synth), "gated": _load(a.gated),
+                                          "real": _load(a.real) if a.real else None, "fpga": _load(a.fpga)},
+                      a.commit, page.read_text() if page.exists() else "")
+        print(f"wrote {a.freeze_v2}: " + ", ".join(f"{k} {len(v['blocks'])} rows" for k, v in d["flows"].items()))
+        return 0
     if ((_load(a.synth) or {}).get("flow") or {}).get("clock_gating"):
         print(f"report_hardware: error: {a.synth} is a clock-gated run; the report compares the reference flows "
               "(make synth without CLOCK_GATING)", file=sys.stderr)
@@ -520,8 +499,8 @@ def main(argv=None) -> int:
         print(f"rewrote the overhead section of {old}")
         return 0
     old = out / "hardware.md"
-    body = render(out, a.synth, a.real, a.fpga, a.formal or ["build/formal/report.json"], a.v1_synth,
-                  v1_retired=a.v1_retired, gated=a.gated, command=command,
+    body = render(out, a.synth, a.real, a.fpga, a.formal or ["build/formal/report.json"],
+                  retired=a.retired, gated=a.gated, command=command,
                   previous=old.read_text() if old.exists() else "", ablate_dir=a.ablate)
     if body is None:
         print(f"report_hardware: error: {a.synth} not found (run `make synth`)", file=sys.stderr)

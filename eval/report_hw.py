@@ -153,7 +153,7 @@ def cosim_available() -> bool:
         return False
 
 
-COSIM_CONFIGS = ("decoder_c1v2_l8", "decoder_c1v2_l8_v4")   # the v2 C1 decoders (v1 retired): full mode at 8 and 4 values/cycle
+COSIM_CONFIGS = ("decoder_c1v3_l8", "decoder_c1v3_l4")   # the C1 decoders v3: 8 and 4 values/cycle in draft mode
 
 
 def run_cosim(cass: Path, max_values: int, modes=("draft", "full"), configs=COSIM_CONFIGS, timeout: float = 900,

@@ -1,6 +1,6 @@
 """Format 3.0 (docs/FORMAT.md): the plane layout the containers hold, decoder v3 reads (hw/decoder_c1_v3.py,
 hw/decoder_c2_v3.py) and the KV encoders write (golden/kv.py ``encode_kv``). Its numpy reference, beside
-golden/codec.py's format 2.0 layout, which decoder v2 reads; ``to_format3`` / ``to_format2`` convert between them.
+golden/codec.py's format 2.0 layout (what 2.x containers hold); ``to_format3`` / ``to_format2`` convert between them.
 
 Everything is the 2.0 layout except where an escaped symbol's 8 raw bits live, and C2's spec.mx order:
 
@@ -356,7 +356,7 @@ def to_format3(enc: EncodedTensor) -> EscFieldTensor:
 
 
 def to_format2(enc: EncodedTensor) -> EncodedTensor:
-    """The format 2.0 tensor of a format 3.0 one (what decoder v2 and format 2.0 readers take). A 2.0 tensor
+    """The format 2.0 tensor of a format 3.0 one (what format 2.0 readers take). A 2.0 tensor
     is returned as it is."""
     if enc.format_major != 3:
         return enc

@@ -85,7 +85,7 @@ class BitReader(wiring.Component):
         in its last word; with so few slots a lengthened chunk would otherwise wait for an end it cannot take
         in). ``slots``: the ring's word slots (default: the power of two of the rule above). Any count from
         the view's ``ceil(window / word) + 1`` up is accepted (a consumer whose take is registered a stage
-        ahead needs no more: hw/decoder_c1_v2's readers); a count that is not a power of two keeps the
+        ahead needs no more); a count that is not a power of two keeps the
         read slot and bit apart and counts the slot modulo N. ``shift_outside``: no ``win``; the reader
         outputs the word-rotated ``view`` and the bit offset ``view_bit`` instead, so that two readers read
         in alternate cycles can share one shifter (hw/decoder_c1_v3.py)."""

@@ -5,12 +5,13 @@ widths, nominal values/cycle, latency in cycles) for the port tables and the syn
 
 Defaults and why:
 
-* ``zero_counter_w64_l8`` / ``zero_counter_w128_l16``: the zero counters inside the two decoders
-  (window = 8 bits per lane: the mean SmolLM2 code is ~2.8 bits, the longest non-escape code 15).
-* ``decoder_c1v2_l4`` / ``decoder_c1v2_l8`` / ``decoder_c1v2_l8_v4``: the C1 decoder v2 (hw/decoder_c1_v2.py;
-  ``_v4``: full mode at L/2 values/cycle), ``decoder_c2v2_l8`` / ``decoder_c2v2_l16``: the C2 decoder v2. The v1
-  decoders (``decoder_c1_l4`` / ``_l8`` / ``_l8_v4`` / ``_l16`` / ``_l16_v8``, ``decoder_c2_l8`` / ``_l16``) are
-  retired: registered here up to commit d0f60ad; their synthesis rows are synth/v1_retired.json.
+* ``zero_counter_w64_l8`` / ``zero_counter_w128_l16``: the parallel zero counter on its own, registered (window =
+  8 bits per lane: the mean SmolLM2 code is ~2.8 bits, the longest non-escape code 15); its prefix counts are the
+  network the decoder v3 code readers and the KV encoders build on.
+* ``decoder_c1v3_l4`` / ``decoder_c1v3_l8`` (+ ``_core``: a cluster's per-instance part) and ``decoder_c2v3_l8``
+  (+ ``_core``): decoder v3, reading format 3.0; ``tensor_regs`` / ``tensor_regs_c2``: the registers a cluster of
+  v3 cores shares. Earlier decoder versions are retired (CHANGELOG.md); their synthesis rows are
+  synth/retired.json.
 * ``encoder_kv_c1_l2`` / ``encoder_kv_c2_l2`` (the defaults) and ``*_l8``: the online KV encoders (hw/encoder.py,
   hw/encoder_c2.py), 2 (8) values/cycle, 64-bit plane words; see ``_encoder_factories``.
 """
@@ -35,56 +36,6 @@ for _w, _l in ((64, 8), (128, 16)):
     _register(f"zero_counter_w{_w}_l{_l}", lambda w=_w, l=_l: ZeroCounter(w, l, registered=True),
               block="zero_counter", lanes=_l, window=_w, values_per_cycle=_l, latency_cycles=1,
               description=f"parallel zero counter, {_w}-bit window, {_l} codes/cycle, registered outputs")
-
-# ---- C2 decoder v2 (hw/decoder_c2_v2.py, docs/datasheets/decoder_c2.md) -- owned by the C2 v2 work; keep separate ----
-# block "decoder_c2": the C2 interface family (tb/bulk picks the C2 framing by that name).
-# The ports, payloads and registers of docs/datasheets/decoder_c2.md; decoupled pipeline, no cross-plane one-cycle loop;
-# verif.codes through hw/code_plane.py (16 bits per cycle). Full mode at L/2 values/cycle (verif_lanes),
-# like decoder_c1v2_l8_v4: it reads ~3x the bits per value of the draft (SmolLM2, m = 3, keep 0.5: 3.75 vs 11.5).
-def _c2v2_factories():
-    from .decoder_c2_v2 import DecoderC2v2
-    # interface v2.1 (docs/datasheets/decoder_c2.md): the verification planes at verif_word bits (full mode reads at most
-    # 9 rest bits and one code per value, Lv values a cycle), spec.mx at word bits
-    # L16 keeps the output register (registered_out): without it the rest reader's one-cycle loop at Lv = 8 also
-    # carries the X - delta < 0 check and sky130 + OpenSTA closes at 97.0 MHz = 1.295x the PE
-    for l, word, vword in ((8, 128, 64), (16, 256, 128)):
-        _register(f"decoder_c2v2_l{l}", lambda l=l, w=word, v=vword: DecoderC2v2(lanes=l, word=w, verif_word=v,
-                                                                               registered_out=l >= 16),
-                  block="decoder_c2", variant="v2", lanes=l, word=word, verif_word=vword, verif_lanes=l // 2,
-                  code_seg=16 if l // 2 <= 4 else 32, values_per_cycle=l, values_per_cycle_full=l // 2,
-                  latency_cycles=3 if l < 16 else 4, registered_out=l >= 16,
-                  description=f"Cassandra-2 decoder v2 (decoupled pipeline), {l} bf16 values/cycle in draft mode, "
-                              f"{l // 2} in full mode, {word}-bit spec.mx words, {vword}-bit verification words")
-
-
-_c2v2_factories()
-# ---- end of the C2 decoder v2 block ----
-
-
-# ---- C1 decoder v2 (hw/decoder_c1_v2.py, docs/datasheets/decoder_c1.md) -- owned by the C1 v2 work; keep separate ----
-# The ports, payloads, registers and errors of docs/datasheets/decoder_c1.md; pipelined, no cross-plane one-cycle loop.
-# ``_v4``: full mode at L/2 values/cycle (verif_lanes) on 4L-bit verification ports (a beat reads at most 9 Lv
-# rest bits; measured on SmolLM2: 0.995-0.996 of nominal in full mode, docs/datasheets/decoder_c1.md). The L = 8 designs read
-# spec_codes on 4L-bit words (one 32-bit pass a cycle; SmolLM2's codes need ~2.7 L bits) and spec_signman on 8L.
-def _c1v2_factories():
-    from .decoder_c1_v2 import DecoderC1v2
-    for l, word, lv, vw, cw in ((4, 32, 4, 32, 32), (8, 64, 8, 64, 32), (8, 64, 4, 32, 32)):
-        name = f"decoder_c1v2_l{l}" + (f"_v{lv}" if lv < l else "")
-        extra = {"verif_lanes": lv, "verif_word": vw} if lv < l else {}
-        if cw != word:
-            extra["code_word"] = cw
-        _register(name, lambda l=l, w=word, lv=lv, vw=vw, cw=cw: DecoderC1v2(lanes=l, word=w, verif_lanes=lv,
-                                                                            verif_word=vw, code_word=cw),
-                  block="decoder_c1v2", lanes=l, word=word, **extra,
-                  values_per_cycle=l, values_per_cycle_full=lv, latency_cycles=5,
-                  description=f"Cassandra-1 decoder v2 (pipelined code planes), {l} bf16 values/cycle in draft "
-                              f"mode, {lv} in full mode, {word}-bit plane words"
-                              + (f" ({cw}-bit spec_codes words)" if cw != word else "")
-                              + (f" ({vw}-bit verification words)" if vw != word else ""))
-
-
-_c1v2_factories()
-# ---- end of the C1 decoder v2 block ----
 
 
 def _c1v3_factories():

@@ -50,12 +50,11 @@ class Csr:
 
 ID_VALUE = 0x43415353              # "CASS"
 # VERSION[15:0]: the format of the planes a block reads or writes (hw/configs.py CONFIG_INFO "layout"):
-# decoder v3 and the KV encoders format 3.0, decoder v2 the 2.0 layout (FORMAT.md §3.4)
-LAYOUT_FORMAT = {"format 2.0": (2, 0), "format 3.0": FORMAT_VERSION}
-KINDS = {"decoder_c1v2": 1, "decoder_c2": 2, "encoder_kv_c1": 3, "encoder_kv_c2": 4, "decoder_c1v3": 5,
-         "decoder_c2v3": 6}   # BLOCK[7:0]
-KIND_NAMES = {"decoder_c1v2": "C1 decoder", "decoder_c2": "C2 decoder", "encoder_kv_c1": "C1 KV encoder",
-              "encoder_kv_c2": "C2 KV encoder", "decoder_c1v3": "C1 decoder v3",
+# format 3.0 for decoder v3 and the KV encoders
+LAYOUT_FORMAT = {"format 3.0": FORMAT_VERSION}
+# BLOCK[7:0]; kinds 1 and 2 named the retired decoder v2 blocks and stay reserved
+KINDS = {"encoder_kv_c1": 3, "encoder_kv_c2": 4, "decoder_c1v3": 5, "decoder_c2v3": 6}
+KIND_NAMES = {"encoder_kv_c1": "C1 KV encoder", "encoder_kv_c2": "C2 KV encoder", "decoder_c1v3": "C1 decoder v3",
               "decoder_c2v3": "C2 decoder v3"}
 
 REGISTER_MAP = [   # (offset, name, access, meaning): ports.md's summary of hw/regs/cassandra.rdl
@@ -65,9 +64,9 @@ REGISTER_MAP = [   # (offset, name, access, meaning): ports.md's summary of hw/r
     (f"{Csr.ID:#05x}", "ID", "R", f"{ID_VALUE:#010x} (\"CASS\")"),
     (f"{Csr.VERSION:#05x}", "VERSION", "R",
      "[15:8] format major, [7:0] format minor of the planes the block reads or writes (3.0: decoder v3 and the KV "
-     "encoders; 2.0: decoder v2), [23:16] register map version"),
+     "encoders), [23:16] register map version"),
     (f"{Csr.BLOCK:#05x}", "BLOCK", "R",
-     "[7:0] kind (" + ", ".join(f"{v} {KIND_NAMES[k]}" for k, v in KINDS.items()) + "), [15:8] lanes, "
+     "[7:0] kind (" + ", ".join(f"{v} {KIND_NAMES[k]}" for k, v in KINDS.items()) + "; 1, 2 reserved), [15:8] lanes, "
      "[23:16] full-mode lanes"),
     (f"{Csr.STATUS:#05x}", "STATUS", "R",
      "[0] busy, [1] error, [2] a register write (bus or `cfg_dma`) is being offered to the block"),
@@ -265,7 +264,7 @@ class CsrTop(wiring.Component):
         self.block = NAMED_CONFIGS[name]()
         lanes = info["lanes"]
         self.csr = AxiLiteCsr(KINDS[info["block"]], lanes, info.get("verif_lanes", lanes), program_port,
-                              LAYOUT_FORMAT[info.get("layout", "format 2.0")])
+                              LAYOUT_FORMAT[info["layout"]])
         members = {k: v for k, v in self.block.signature.members.items() if k not in CONTROL_PORTS}
         if program_port:
             members["cfg_dma"] = self.csr.signature.members["cfg_dma"]
@@ -313,7 +312,7 @@ def c_header() -> str:
     lines += [define(f"CASS_CSR_{n}", f"0x{getattr(Csr, n):03X}u") for n in
               ("ID", "VERSION", "BLOCK", "STATUS", "ERROR_CODE", "IRQ_STATUS", "IRQ_ENABLE")]
     lines += ["", define("CASS_ID_VALUE", f"0x{ID_VALUE:08X}u", '"CASS"'),
-              define("CASS_FORMAT_MAJOR", f"{major}u", "VERSION[15:8] of decoder v3, the KV encoders, containers; v2: 2"),
+              define("CASS_FORMAT_MAJOR", f"{major}u", "VERSION[15:8] of decoder v3, the KV encoders, containers"),
               define("CASS_FORMAT_MINOR", f"{minor}u", "VERSION[7:0]"),
               define("CASS_MAP_VERSION", f"{MAP_VERSION}u", "VERSION[23:16]"), ""]
     lines += [define(f"CASS_KIND_{k.upper()}", f"{v}u", "BLOCK[7:0]") for k, v in KINDS.items()]

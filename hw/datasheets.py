@@ -200,13 +200,14 @@ def example_c1(word_bits: int = 32) -> str:
     16 values), m = 3, k = 24 of 32 (so 12 of these 16 are kept), the register program, every plane's words
     at ``word_bits`` bits and the values a decoder returns in draft and full mode."""
     import numpy as np
-    from ..golden.codec import decode_draft, decode_full, encode_tensor
+    from ..golden.codec import decode_draft, decode_full
     from ..golden.config import CodecConfig
+    from ..golden.escfield import encode3
     from .simutil import decoder_planes, decoder_program
     from .decoder import Reg
     bits = np.array(EXAMPLE_VALUES, dtype=np.uint16)
     cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_count=24, chunk_superblocks=1, pair_codes=False)
-    enc = encode_tensor(bits, cfg)
+    enc = encode3(bits, cfg)
     names = {int(r): r.name for r in Reg}
 
     def reg_name(a):
@@ -235,15 +236,16 @@ def example_c1(word_bits: int = 32) -> str:
 
 def example_c2() -> str:
     """The worked example of the C2 decoder: the same 16 values as C2 (G = 32, m = 3, k = 24, one chunk), the
-    register program, the plane words at decoder_c2v2_l8's widths and the decoded values."""
+    register program, the plane words (format 3.0) at decoder_c2v3_l8's widths and the decoded values."""
     import numpy as np
-    from ..golden.codec import decode_draft, decode_full, encode_tensor
+    from ..golden.codec import decode_draft, decode_full
     from ..golden.config import CodecConfig
+    from ..golden.escfield import encode3
     from .simutil import decoder_planes, decoder_program
-    enc = encode_tensor(np.array(EXAMPLE_VALUES, dtype=np.uint16),
-                        CodecConfig(scheme="c2", group_size=32, mantissa_bits=3, keep_count=24, chunk_superblocks=1,
-                                    pair_codes=False))
-    widths = {"spec_mx": 128, "verif_codes": 64, "verif_rest": 64}        # decoder_c2v2_l8
+    enc = encode3(np.array(EXAMPLE_VALUES, dtype=np.uint16),
+                  CodecConfig(scheme="c2", group_size=32, mantissa_bits=3, keep_count=24, chunk_superblocks=1,
+                              pair_codes=False))
+    widths = {"spec_mx": 64, "verif_codes": 32, "verif_rest": 32}        # decoder_c2v3_l8
     out = ["Input (bf16 hex): " + " ".join(f"{v:04X}" for v in EXAMPLE_VALUES), "",
            f"Golden's verification book over δ = X − e: `books.verif` = {list(enc.verif_book.symbols)}; one chunk.",
            "", "Register program, full mode (index, value): " + ", ".join(

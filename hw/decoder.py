@@ -1,14 +1,9 @@
-"""The C1 decoder interface shared by the v2 decoders: ports, word framing, registers, errors.
+"""The decoder interface every decoder v3 builds on: ports, word framing, registers, errors.
 
-docs/datasheets/decoder_c1.md is the interface contract (ports, word framing, registers, errors); section 2b
-is the decoder (``DecoderC1v2``, hw/decoder_c1_v2.py) and 2c the C2 decoder (``DecoderC2v2``), both
-subclasses of ``DecoderC1`` for its ports, register file, register writes, config check and sticky-error
-control.
-
-``DecoderC1`` itself no longer elaborates: its v1 datapath (one beat per cycle through a single loop
-over every plane: zero counter -> book -> prefix counts -> lane fit -> every reader's shift; 0.39x the
-PE clock at L = 8) is retired. Its last version is hw/decoder.py at commit d0f60ad; its figures are
-the "v1 (retired)" rows of docs/SYNTHESIS.md and synth/v1_retired.json.
+docs/datasheets/decoder_c1.md and docs/datasheets/decoder_c2.md give the contract (ports, word framing, registers,
+errors). ``DecoderC1`` holds the ports, the register file, its writes, the config check and the sticky-error
+control; the C1 and C2 decoders v3 (hw/decoder_c1_v3.py, hw/decoder_c2_v3.py) subclass it with their datapaths.
+``DecoderC1`` itself has no datapath and does not elaborate.
 """
 from __future__ import annotations
 
@@ -43,7 +38,7 @@ class Reg(enum.IntEnum):
     NUMEL = 0x05
     SPEC_K = 0x06
     VERIF_K = 0x07
-    CHUNK = 0x08         # format 2.0: log2 superblocks per chunk (0 = one, v1 framing)
+    CHUNK = 0x08         # log2 superblocks per chunk (0 = one superblock per chunk)
     SPEC_PAIRS = 0x09    # format 2.0: pair mask of the speculation book (bit q: group q holds 2 symbols)
     VERIF_PAIRS = 0x0A   # format 2.0: pair mask of the verification book
     SPEC_SYM = 0x10      # + rank
@@ -202,8 +197,8 @@ class C1RegisterFile:
 
 
 class DecoderC1(C1RegisterFile, wiring.Component):
-    """The C1 decoder interface (ports, registers, errors) that DecoderC1v2 and DecoderC2v2 build on; it does
-    not elaborate (the v1 datapath is retired, see the module docstring).
+    """The decoder interface (ports, registers, errors) that DecoderC1v3 and DecoderC2v3 build on; it has no
+    datapath and does not elaborate.
 
     Parameters
         lanes         L, values per output beat (1..32)
@@ -214,7 +209,7 @@ class DecoderC1(C1RegisterFile, wiring.Component):
         verif_lanes   Lv <= L, values per beat in full mode (default L). Full mode reads ~11 bits/value
                       against ~3-5 for the draft, so at a given memory bandwidth it needs far fewer values
                       per cycle; Lv < L shrinks the verification zero counter, readers and rest-field
-                      logic (docs/datasheets/decoder_c1.md "Parameters").
+                      logic.
         verif_word    bits per input word on the verification planes (default IW, or max(32, 8*Lv) when Lv < L)
         code_word     bits per input word on the speculation code plane ``spec_codes`` (default IW): the codes
                       average ~2.7 bits against ~4.5 bits of ``spec_signman`` per value, so they may use a
@@ -256,18 +251,6 @@ class DecoderC1(C1RegisterFile, wiring.Component):
             **(extra_ports or {}),
         })
 
-    def _control_signals(self, m):
-        """Registers, the START / CLEAR_ERROR strobes, busy and the sticky error register with its raise
-        vector (shared with the v2 decoders); drives busy, error_code, error and cfg.ready."""
-        r = self._registers(m)
-        start, clear = Signal(), Signal()
-        busy = Signal()
-        err = Signal(ERROR_BITS)
-        raise_err = Signal(ERROR_BITS)
-        self._drive_control(m, busy, err)
-        self._write_registers(m, r, start, clear)
-        return r, start, clear, busy, err, raise_err
-
     def _drive_control(self, m, busy, err):
         """busy, error_code, error and cfg.ready from the instance's busy and sticky error register
         (registers are written only while idle)."""
@@ -276,5 +259,5 @@ class DecoderC1(C1RegisterFile, wiring.Component):
 
     # ------------------------------------------------------------------------------------------ elaborate
     def elaborate(self, platform):
-        raise NotImplementedError("DecoderC1 is the shared interface of the v2 decoders; its v1 datapath is "
-                                  "retired (hw/decoder.py at commit d0f60ad): use DecoderC1v2 (decoder_c1v2_*)")
+        raise NotImplementedError("DecoderC1 is the decoders' shared interface and has no datapath: use DecoderC1v3 "
+                                  "(decoder_c1v3_*) or DecoderC2v3 (decoder_c2v3_*)")

@@ -30,15 +30,16 @@ assumptions on the environment instead of every input free of the stream rules).
 Decoder protocol, two runs. ``<config>_protocol``: BMC from reset with every input free (reset too),
 depth 10: START / CLEAR / errors. ``<config>_protocol_stream``: the same assertions from a programmed
 tensor (formal_props.stream_program: NUMEL 1..8 and START in the first cycles, no reset, every other
-input free), to ``stream_depth`` (the first beat + 3: C2 v2's first beat is ~15 cycles after reset,
-beyond the from-reset depth), checking steps 10.. only (sby ``skip``: the earlier steps of any such trace
+input free), to ``stream_depth`` (the first beat + 3: a first beat can lie beyond the from-reset depth),
+checking steps 10.. only (sby ``skip``: the earlier steps of any such trace
 are steps of the from-reset run, which checks them); its cover run (``_stream_cover``) must reach an
 output beat, a beat held under backpressure and a last beat at that depth, so a decoder whose latency
 grows makes the cover FAIL instead of the output assertions pass vacuously.
 
 Configurations of the decoder properties: ``--config NAME`` takes a key of ``FORMAL_DECODERS`` or any
 decoder of hw/configs.NAMED_CONFIGS (the scheme, lanes and word widths come from its ports), e.g.
-``--config decoder_c1v2_l8_v4``. The default set is the smallest v2 decoder of each scheme (DEFAULT_DECODERS).
+``--config decoder_c1v3_l8``. The default set is decoder v3 of each scheme at L = 4 with 32-bit words
+(DEFAULT_DECODERS).
 """
 from __future__ import annotations
 
@@ -111,11 +112,6 @@ def yices_sound_64(paths: dict, work: Path) -> bool:
 
 # -------------------------------------------------------------------------------------------- properties
 
-def _c2v2_small():
-    from .decoder_c2_v2 import DecoderC2v2
-    return DecoderC2v2(lanes=4, word=64)     # v2 needs 9 * lanes <= word + 1
-
-
 # Decoder configurations of the default run. Any NAMED_CONFIGS decoder works too (``--config``).
 def _c2v3_small():
     from .decoder_c2_v3 import DecoderC2v3
@@ -128,23 +124,17 @@ def _c1v3_small():
 
 
 FORMAL_DECODERS: dict[str, Callable] = {
-    "decoder_c2v2_l4_w64": _c2v2_small,  # the smallest v2 C2 decoder (hw/decoder_c2_v2.py: word >= 9L - 1, >= 64)
     "decoder_c2v3_l4_w32": _c2v3_small,  # the C2 decoder v3 at L = 4, 32-bit words
     "decoder_c1v3_l4_w32": _c1v3_small,  # the C1 decoder v3 at L = 4, 32-bit words (its L = 8 stream BMC times out)
 }
-# The v2 decoders (the v1 blocks decoder_c1_l4 / decoder_c2_l4_w32 are retired: CHANGELOG.md).
-DEFAULT_DECODERS = ("decoder_c1v2_l4", "decoder_c2v2_l4_w64")
+DEFAULT_DECODERS = ("decoder_c1v3_l4_w32", "decoder_c2v3_l4_w32")
 
 
 # START -> first beat bound N of the liveness property, measured (N passes, N - 1 fails); otherwise
-# CONFIG_INFO latency_cycles + 1 (word -> beat latency plus the START cycle), which was right for the v1
-# decoders (3) but not for v2: decoder_c1v2_l4 needs 8 (latency_cycles 5), decoder_c2v2_l4_w64 15 (its
-# spec_mx.ready stays low for 9 cycles after busy rises; decoder_c2v2_l8 fails N = 14 too, not measured).
-# decoder_c2v2_l4_w64: 13 with its defaults (no DRAFT stage, no output register: N = 13 passes, 12 fails);
-# each of a FETCH register, a DRAFT stage or an output register adds one cycle. decoder_c1v3_l8: 6 (N = 6 passes,
-# 5 fails: START, INIT, then P, R, D, F). decoder_c2v3_l4_w32: 5 (5 passes, 4 fails, with its chunk gap of 1).
-FORMAL_LIVENESS_N = {"decoder_c1v2_l4": 8, "decoder_c2v2_l4_w64": 13, "decoder_c1v3_l8": 6, "decoder_c2v3_l4_w32": 5,
-                     "decoder_c1v3_l4_w32": 6}
+# CONFIG_INFO latency_cycles + 1 (word -> beat latency plus the START cycle). decoder_c1v3_l8 and
+# decoder_c1v3_l4_w32: 6 (N = 6 passes, 5 fails: START, INIT, then P, R, D, F). decoder_c2v3_l4_w32: 5 (5 passes,
+# 4 fails, with its chunk gap of 1).
+FORMAL_LIVENESS_N = {"decoder_c1v3_l8": 6, "decoder_c2v3_l4_w32": 5, "decoder_c1v3_l4_w32": 6}
 # Idle cycles a decoder takes after each chunk's last beat in the liveness run (draft mode, words valid every
 # cycle): decoder_c2_v3 reads a chunk's first MX block header in a step of its own (docs/datasheets/decoder_c1_v3.md).
 # From-reset protocol BMC depth where the default 10 is out of reach: decoder_c2v3_l4_w32's 64-bit code-reader
@@ -160,8 +150,7 @@ LIVENESS_N_OVERRIDE: dict[str, int] = {}      # --liveness-n
 def stream_depth(name: str) -> int:
     """BMC depth of the stream check: the program's writes, the first beat N - 1 cycles after the START
     write (N = liveness_n, measured with words valid from cycle 0, which this free environment can do
-    too), two stalled cycles for the ``hold`` mutant's toggle, one more step: decoder_c2v2_l4_w64 17
-    (first beat at step 14; 18 / 15 with its output register), decoder_c1v2_l4 13. The cover run at this depth
+    too), two stalled cycles for the ``hold`` mutant's toggle, one more step. The cover run at this depth
     fails if the beat is not reached, so a slower decoder cannot make the check vacuous."""
     dut = build_decoder(name)
     dut._MustUse__used = True            # built only to read its ports (no UnusedElaboratable warning)
@@ -269,7 +258,7 @@ def properties(quick: bool, configs=DEFAULT_DECODERS, depth_scale: float = 1.0, 
                               f"zero counter W={W} L={L}: the same equivalence with Yosys sat (cross-check)",
                               sat="", timeout=1800))
     for cfg in configs:
-        # every input free: each BMC step is much harder than the last (v1 decoder_c1_l4 with z3 at load ~14:
+        # every input free: each BMC step is much harder than the last (a C1 L = 4 decoder with z3 at load ~14:
         # step 8 after 11 min), so 10 is the default depth; reachability is shown by the mutants failing
         d_proto = 4 if quick else max(4, int(FORMAL_PROTOCOL_DEPTH.get(cfg, 10) * depth_scale))
         d_live = 22          # 6 register writes + 3 + ceil(40 / 4) beats = 19 cycles, with slack
@@ -280,15 +269,15 @@ def properties(quick: bool, configs=DEFAULT_DECODERS, depth_scale: float = 1.0, 
                           "bmc", 4 if quick else 8, f"{cfg} with error shown every other cycle: must fail",
                           expect="FAIL"))
         if not quick:
-            # "hold" needs a beat, which from reset is beyond this depth for both v2 decoders (first beat at
-            # step 10 / 17): it runs on the stream harness below, where the cover shows the beat is reached
+            # "hold" needs a beat, which from reset may lie beyond this depth: it runs on the stream harness
+            # below, where the cover shows the beat is reached
             for mut in ("drain",):
                 props.append(Prop(f"{cfg}_protocol_mutant_{mut}",
                                   lambda c=cfg, mut=mut: fp.DecoderProtocol(build_decoder(c), mut), "bmc", 8,
                                   f"{cfg} mutant '{mut}': must fail", expect="FAIL"))
         # the stream check: the same assertions from a programmed tensor (stream_program: NUMEL 1..8, START,
-        # no reset), so the output side is reached (C2 v2: a beat from reset needs ~17 cycles, beyond the
-        # from-reset depth); steps below the from-reset depth are not re-checked (``skip``: any trace of
+        # no reset), so the output side is reached even where a beat from reset lies beyond the from-reset
+        # depth); steps below the from-reset depth are not re-checked (``skip``: any trace of
         # this environment is one of the from-reset run's, which checks those steps), and a cover run at
         # the same depth shows the first beat, a beat held under backpressure and a last beat are reached
         d_stream = stream_depth(cfg)
@@ -861,7 +850,7 @@ def main(argv=None) -> int:
                     "that z3 decides 64-bit models when yices fails its self-test)")
     ap.add_argument("--depth-scale", type=float, default=1.0, help="scale the decoder protocol BMC depth")
     ap.add_argument("--liveness-n", default=None, help="START -> first beat bound N, e.g. 7 (every config) or "
-                    "decoder_c1v2_l4=7,decoder_c2v2_l4_w64=8 (default: FORMAL_LIVENESS_N / CONFIG_INFO latency + 1)")
+                    "decoder_c1v3_l4_w32=5,decoder_c2v3_l4_w32=4 (default: FORMAL_LIVENESS_N / CONFIG_INFO latency + 1)")
     ap.add_argument("--cover", action="store_true", help="also the decoder cover runs (reachability traces)")
     ap.add_argument("--timeout", type=int, default=None, metavar="S",
                     help="seconds each selected property may run (default: its own, 600-3600)")

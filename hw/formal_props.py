@@ -191,7 +191,7 @@ def _stream_rule(m, p: _Past, s, name, kind):
 class _Shadow:
     """The register file as hw/regs/cassandra.rdl defines it, from the observed ``cfg`` writes: reset values
     MODE = draft, MBITS = 0, KEEP = 1, GROUP = 128, NUMEL = 0, CHUNK = 0, no book loaded. ``good`` = START
-    would start a tensor (no CONFIG / NO_BOOK error). CHUNK (format 2.0, read by both v2 decoders): START
+    would start a tensor (no CONFIG / NO_BOOK error). CHUNK (read by every decoder): START
     with A = 2^CHUNK > 64 or A * G > 1024 is a CONFIG error. (A bad pair mask is CONFIG too, but raised
     after START, while busy: the protocol allows any error while busy.)"""
 
@@ -341,8 +341,8 @@ class DecoderProtocol(wiring.Component):
     ``program`` (the stream check, ``stream_program``): the environment's first cycles are these cfg
     writes, one per cycle (address fixed, data fixed, free or in a range), without reset; every other
     input is free from cycle 0 on and cfg is free after the program. It starts the decoder from a
-    programmed tensor in the fewest cycles, so a BMC reaches the output side (C2 v2: the first beat ~17
-    cycles after reset, beyond the depth of the from-reset run). ``reset=False``: reset never asserted.
+    programmed tensor in the fewest cycles, so a BMC reaches the output side even where the first beat
+    after reset lies beyond the depth of the from-reset run. ``reset=False``: reset never asserted.
     ``covers``: the Cover statements (cover mode): COVERS_RESET for the from-reset run, COVERS_BEAT
     ("an output beat", "a beat held under backpressure", "a last beat") so a run shows that the output
     side is reached at its depth (otherwise the output assertions would hold vacuously).

@@ -7,8 +7,8 @@ compares the two, and a changed offset, width, access or reset value on either s
 
 * every register's byte address against ``Reg`` (block registers: 4 x index; the arrays SPEC_SYM /
   VERIF_SYM have ``K_MAX`` entries) and ``Csr``, in both directions (nothing missing on either side);
-* each block-register field against the register-file signal its ``rtl_signal`` names, in a decoder
-  (decoder_c1v2_l4) and a KV encoder (encoder_kv_c1_l2) where it exists: the reset value equals the
+* each block-register field against the register-file signal its ``rtl_signal`` names, in a decoder's
+  tensor registers (tensor_regs) and a KV encoder (encoder_kv_c1_l2) where it exists: the reset value equals the
   signal's ``init``; the width equals the signal's, or is the whole 32-bit word for a register the block
   checks or saturates as a whole (MBITS, KEEP, GROUP, ...); CTRL's bits are ``CTRL_START`` / ``CTRL_CLEAR_ERROR``;
   every block-register field is write-only (``sw = w``);
@@ -94,7 +94,7 @@ def _register_file_signals(name: str) -> dict:
 def field_mismatches(root) -> list[str]:
     from .decoder import CFG_DATA_BITS, CTRL_CLEAR_ERROR, CTRL_START
     problems = []
-    files = {n: _register_file_signals(n) for n in ("decoder_c1v2_l4", "encoder_kv_c1_l2")}
+    files = {n: _register_file_signals(n) for n in ("tensor_regs", "encoder_kv_c1_l2")}
     strobes = {"start": CTRL_START, "clear": CTRL_CLEAR_ERROR}
     for name, addr, reg in registers(root):
         if addr >= BLOCK_SPAN:

@@ -1,8 +1,8 @@
 """Timing diagrams of the decoders, recorded from simulation (not drawn by hand).
 
-``python -m cassandra_rtl.hw.waves --out docs/datasheets/waves`` (``make waves``) simulates decoder_c1v2_l4
-(C1) and decoder_c2v2_l8 (C2) in the Amaranth simulator on the worked example of the datasheets (16 values,
-G = 32, draft mode) in three scenarios and writes, per block and scenario, the WaveDrom JSON of the ports
+``python -m cassandra_rtl.hw.waves --out docs/datasheets/waves`` (``make waves``) simulates decoder_c1v3_l4
+(C1) and decoder_c2v3_l8 (C2) in the Amaranth simulator on the worked example of the datasheets (16 values,
+G = 32, draft mode, the planes in format 3.0) in three scenarios and writes, per block and scenario, the WaveDrom JSON of the ports
 cycle by cycle (``<block>_<scenario>.json``) and, with the ``wavedrom`` package installed, its SVG:
 
 * ``start``  the last register writes and START, the plane words waiting, the tensor's beats to ``last``;
@@ -26,17 +26,17 @@ SCENARIOS = ("start", "stall", "error")
 WAVES = Path(__file__).resolve().parent.parent / "docs" / "datasheets" / "waves"
 
 
-BLOCKS = {"c1": ("decoder_c1v2_l4", ("spec_codes", "spec_signman")), "c2": ("decoder_c2v2_l8", ("spec_mx",))}
+BLOCKS = {"c1": ("decoder_c1v3_l4", ("spec_codes", "spec_signman")), "c2": ("decoder_c2v3_l8", ("spec_mx",))}
 
 
 def _example(scheme: str = "c1"):
     import numpy as np
-    from ..golden.codec import encode_tensor
     from ..golden.config import CodecConfig
+    from ..golden.escfield import encode3
     from .datasheets import EXAMPLE_VALUES
-    return encode_tensor(np.array(EXAMPLE_VALUES, dtype=np.uint16),
-                         CodecConfig(scheme=scheme, group_size=32, mantissa_bits=3, keep_count=24,
-                                     chunk_superblocks=1, pair_codes=False))
+    return encode3(np.array(EXAMPLE_VALUES, dtype=np.uint16),
+                   CodecConfig(scheme=scheme, group_size=32, mantissa_bits=3, keep_count=24,
+                               chunk_superblocks=1, pair_codes=False))
 
 
 def record(scenario: str, block: str = "c1") -> dict:

@@ -123,7 +123,7 @@ def hw_blocks() -> tuple[dict[str, Block], str | None]:
 def block_kind(name: str, meta: dict) -> str:
     if meta.get("kind"):
         return str(meta["kind"])
-    # hw/configs.py's CONFIG_INFO names the block family ("decoder_c1v2", "decoder_c2", "zero_counter", ...).
+    # hw/configs.py's CONFIG_INFO names the block family ("decoder_c1v3", "decoder_c2v3", "zero_counter", ...).
     low = f"{meta.get('block', '')} {name}".lower()
     for kind in ("decoder", "encoder", "zero_counter", "pe"):
         if re.search(rf"(^|[\s_]){kind}", low):

@@ -188,12 +188,12 @@ def _ok_blocks(report: dict, kind: str) -> dict[str, dict]:
 
 
 # The headline decoder's plane layout: decoder v3's (the NPU tile's cluster, the whole-model runs), as the KV
-# encoders write (docs/FORMAT.md §3.1, §4). Decoder v2 (format 2.0) is priced when named.
+# encoders write (docs/FORMAT.md §3.1, §4).
 HEADLINE_DECODER_LAYOUT = "format 3.0"
 
 
 def block_scheme(name: str, block: dict) -> str | None:
-    """"c1" / "c2" for a decoder or encoder (its registry family, e.g. decoder_c1v2, encoder_kv_c2), else None."""
+    """"c1" / "c2" for a decoder or encoder (its registry family, e.g. decoder_c1v3, encoder_kv_c2), else None."""
     for label in ((block.get("meta") or {}).get("block"), name):     # the registry family, else the name
         for part in (label or "").split("_")[1:]:
             for sch in SCHEMES:

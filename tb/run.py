@@ -5,7 +5,7 @@
 
 Default: every block's quick configurations (the same as `make test`, plus the self-test). ``--full``:
 every named configuration, long random runs (TB_FULL=1) and SmolLM2's whole set of linear weights
-through the RTL decoders (C1 decoder_c1v2_l8 and C2 decoder_c2v2_l8) with the bulk Verilator harness (draft and
+through the RTL decoders (C1 decoder_c1v3_l8 and C2 decoder_c2v3_l8) with the bulk Verilator harness (draft and
 full mode), compared with the golden decode. Exit status 1 on any failure or mismatch, 2 when the simulator is missing.
 """
 from __future__ import annotations
@@ -80,7 +80,7 @@ def coverage_report(results: list[RunResult]) -> str:
 
 
 # the decoders the whole model runs through (`make sim-full`): decoder v3 at 8 values/cycle (draft), reading
-# format 3.0 as a container holds it (`config=` runs decoder v2 on the 2.0 layout)
+# format 3.0 as a container holds it (`config=` names another decoder)
 WHOLE_MODEL_CONFIGS = {"c1": "decoder_c1v3_l8", "c2": "decoder_c2v3_l8"}
 
 
@@ -88,8 +88,8 @@ def whole_model(sim_jobs: int, modes=("draft", "full"), scheme: str = "c1", clus
                 config: str | None = None) -> dict:
     """SmolLM2's linear weights (106 M values) encoded by the golden codec, decoded by the RTL (bulk):
     scheme c1 through decoder_c1v3_l8, c2 through decoder_c2v3_l8 (WHOLE_MODEL_CONFIGS), or ``config``, each
-    tensor encoded in the layout the decoder reads (format 3.0 for decoder v3, golden/escfield.py; the 2.0
-    layout for decoder v2) and compared with its golden decode."""
+    tensor encoded in the layout the decoder reads (format 3.0, golden/escfield.py) and compared with its golden
+    decode."""
     import numpy as np
 
     from cassandra_rtl.golden.codec import decode_draft, decode_full

@@ -7,7 +7,7 @@ import pytest
 # CPython 3.11.7's parser can raise "SystemError: AST constructor recursion depth mismatch" when pytest's
 # assertion rewriter parses a module deep in the stack. Hypothesis' pytest plugin imports hypothesis lazily
 # from its terminal-summary hook, that deep, so a run of test files that never import hypothesis (e.g.
-# tests/test_hw_decoder_c2_v2.py alone) crashed after its tests with exit code 1. Imported here, at
+# a single hardware test file alone) crashed after its tests with exit code 1. Imported here, at
 # collection depth, it is already loaded when the hook runs.
 try:
     import hypothesis  # noqa: F401

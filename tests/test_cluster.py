@@ -18,7 +18,7 @@ from cassandra_rtl.errors import ConfigError, ToolMissingError
 
 NO_DASK = "the cluster extra (Dask distributed) is not installed: pip install '.[cluster]'"
 needs_dask = pytest.mark.skipif(not X.dask_available(), reason=NO_DASK)
-CONFIG = "decoder_c1v2_l4"          # the harness make test builds anyway (test_cosim_bulk)
+CONFIG = "decoder_c1v3_l4"          # the harness make test builds anyway (test_cosim_bulk)
 
 
 # ------------------------------------------------------------------ selection (no Dask needed)
@@ -304,10 +304,10 @@ def test_synthetic_task_cosimulates_without_mismatch():
     local pool, draft mode: every value equal to golden."""
     _bulk_or_skip()
     from cassandra_rtl.tb.bulk import jobs, synthetic as S
-    from cassandra_rtl.tb.decoder.framing import FORMAT_2
+    from cassandra_rtl.tb.decoder.framing import FORMAT_3
 
     spec = next(t for t in S.tensors() if t.kind == "attn")
-    tasks = jobs.make_tasks([[S.SyntheticPiece(spec, 5, layout=FORMAT_2)]], "draft", CONFIG)   # decoder v2
+    tasks = jobs.make_tasks([[S.SyntheticPiece(spec, 5, layout=FORMAT_3)]], "draft", CONFIG)
     with X.Executor(None, jobs=1, progress=False) as ex:
         r = jobs.run_tasks(tasks, CONFIG, ex)
     assert (r["values"], r["mismatches"]) == (spec.rows_per_block * spec.cols, 0) and r["stream_bytes"] > 0

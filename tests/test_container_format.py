@@ -424,7 +424,7 @@ def test_version_2_entry_needs_chunk_superblocks_and_pairs(written):
 
 def test_reads_a_version_2_container(tmp_path, monkeypatch, written):
     """A 2.x container holds the 2.0 layout (the writer of 2.0 is this one converting to 2.0 instead of 3.0):
-    read as format 2.0 tensors, which every golden decoder and decoder v2 take, and converted on writing."""
+    read as format 2.0 tensors, which every golden decoder takes, and converted on writing."""
     _, tensors, originals, _ = written
     path = tmp_path / "v2.cass"
     with monkeypatch.context() as mp:

@@ -1,13 +1,14 @@
 """The bulk path (tb/bulk: compiled Verilator harness) on real data: SmolLM2-135M linear weights encoded by
-the golden codec go through the exported decoder (C1 decoder_c1v2_l4, C2 decoder_c2v2_l8) and must come out
-equal to the golden decode. A sample in `make test`; the sample through decoder_c1v3_l8 (the CLI's default,
-minutes to verilate on a 2-core machine against ~35 s for decoder_c1v2_l4) and the whole model (106 M values) are `make
-test-slow` / `make sim-full`."""
+the golden codec go through the exported decoder v3 (C1 decoder_c1v3_l4, C2 decoder_c2v3_l8), each tensor in
+format 3.0, and must come out equal to the golden decode. A sample in `make test`; the sample through
+decoder_c1v3_l8 (the CLI's default, minutes to verilate on a 2-core machine) and the whole model (106 M values)
+are `make test-slow` / `make sim-full`."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from cassandra_rtl.golden import escfield
 from cassandra_rtl.golden.codec import decode_draft, decode_full, encode_tensor
 from cassandra_rtl.golden.config import CodecConfig
 from cassandra_rtl.hw.configs import CONFIG_INFO
@@ -16,7 +17,7 @@ from cassandra_rtl.tb.decoder import data as D
 
 pytestmark = pytest.mark.sim
 
-C1_CONFIG = "decoder_c1v2_l4"      # the cheapest C1 harness (~35 s); decoder v3: C1_WIDE and tb.run.whole_model
+C1_CONFIG = "decoder_c1v3_l4"      # the cheapest C1 harness; L = 8: C1_WIDE and tb.run.whole_model
 C1_WIDE = "decoder_c1v3_l8"        # the CLI's default C1 configuration (slow: its harness takes minutes to build)
 
 
@@ -74,7 +75,7 @@ def test_reference_roundtrip_is_lossless(smollm2_rows):
 def test_corrupt_stream_is_reported(harness):
     """A malformed stream must surface as RtlError (the decoder's error output), never as silent output."""
     rng = np.random.default_rng(3)
-    enc = D.encode(D.weights_like(rng, 128 * 8), CodecConfig(group_size=128, mantissa_bits=3, keep_count=100))
+    enc = escfield.encode3(D.weights_like(rng, 128 * 8), CodecConfig(group_size=128, mantissa_bits=3, keep_count=100))
     planes = dict(enc.planes)
     b = bytearray(planes["spec.codes"])
     b[:4] = b"\x00\x00\x00\x00"           # a zero run longer than K at the start of superblock 0
@@ -86,14 +87,13 @@ def test_corrupt_stream_is_reported(harness):
 
 @pytest.mark.slow
 @pytest.mark.model
-@pytest.mark.parametrize("config", [None, "decoder_c1v2_l8_v4"], ids=["v3", "v2"])
-def test_whole_smollm2_through_rtl(config):
+def test_whole_smollm2_through_rtl():
     from cassandra_rtl.tb.run import whole_model
 
     if not bulk.available():
         pytest.skip("Verilator not available")
     try:
-        res = whole_model(2, config=config)
+        res = whole_model(2)
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
     assert res["values"] >= 2 * 100_000_000
@@ -102,14 +102,14 @@ def test_whole_smollm2_through_rtl(config):
 
 # --------------------------------------------------------------------------------- Cassandra-2 decoder
 
-C2_CONFIG = "decoder_c2v2_l8"
+C2_CONFIG = "decoder_c2v3_l8"
 
 
 @pytest.fixture(scope="module")
 def harness_c2():
     if not bulk.available():
         pytest.skip("Verilator not available")
-    return bulk.build_harness(C2_CONFIG)      # ~30 s cold (Verilator, -DHARNESS_C2)
+    return bulk.build_harness(C2_CONFIG)      # Verilator, -DHARNESS_C2
 
 
 def _check_c2(encs, mode, config=C2_CONFIG, **kw):
@@ -126,8 +126,8 @@ def _check_c2(encs, mode, config=C2_CONFIG, **kw):
 @pytest.mark.parametrize("mode", ["draft", "full"])
 @pytest.mark.parametrize("keep", [1.0, 0.5])
 def test_c2_smollm2_sample_through_rtl(harness_c2, smollm2_rows, mode, keep):
-    """4 x 256 Ki SmolLM2 values encoded C2 (G = 128, m = 3) through decoder_c2v2_l8: bit-exact, within 2 % of
-    its nominal rate (8 values/cycle in draft mode, 4 in full mode: verif_lanes = L/2)."""
+    """4 x 256 Ki SmolLM2 values encoded C2 (G = 128, m = 3) through decoder_c2v3_l8: bit-exact, within 2 % of
+    its nominal rate (8 values/cycle in draft mode, 4 in full mode)."""
     cfg = CodecConfig(scheme="c2", group_size=128, mantissa_bits=3, keep_ratio=keep)
     st = _check_c2([encode_tensor(x, cfg) for x in smollm2_rows], mode)
     info = CONFIG_INFO[C2_CONFIG]
@@ -161,16 +161,17 @@ def test_c2_kv_stream_through_rtl(smollm2_rows, head_dim, keep):
     vecs = smollm2_rows[1][: head_dim * 512].reshape(-1, head_dim)
     enc = encode_kv(vecs, cfg, calibrate_kv_codebooks(vecs[: len(vecs) // 2], cfg))
     for mode in ("draft", "full"):
-        _check_c2([enc], mode, config="decoder_c2v3_l8", idle=0.1, backpressure=0.1, seed=3)
+        _check_c2([enc], mode, idle=0.1, backpressure=0.1, seed=3)
 
 
 def test_c2_corrupt_stream_is_reported(harness_c2):
-    """A keep bitmap with one bit too many (KEEP) surfaces as RtlError, never as silent output."""
+    """An MX block's keep bits set to all ones (more kept values than KEEP allows) surface as RtlError, never as
+    silent output."""
     rng = np.random.default_rng(5)
-    enc = D.encode(D.weights_like(rng, 128 * 8), D.c2cfg(128, 3, 100))
+    enc = escfield.encode3(D.weights_like(rng, 128 * 8), D.c2cfg(128, 3, 100))
     planes = dict(enc.planes)
     b = bytearray(planes["spec.mx"])
-    b[:16] = b"\xff" * 16                   # superblock 0's bitmap: all 128 values kept, k = 100
+    b[1:5] = b"\xff" * 4                     # MX block 0's 32 keep bits (after its X byte): all kept
     planes["spec.mx"] = bytes(b)
     bad = type(enc)(enc.shape, enc.config, enc.spec_book, enc.verif_book, planes, enc.offsets)
     with pytest.raises(bulk.RtlError):
@@ -185,12 +186,11 @@ def test_c2_tensor_rejected_by_c1_harness(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.model
-@pytest.mark.parametrize("config", [None, C2_CONFIG], ids=["v3", "v2"])
-def test_whole_smollm2_through_rtl_c2(harness_c2, config):
+def test_whole_smollm2_through_rtl_c2(harness_c2):
     from cassandra_rtl.tb.run import whole_model
 
     try:
-        res = whole_model(2, scheme="c2", config=config)
+        res = whole_model(2, scheme="c2")
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
     assert res["values"] >= 2 * 100_000_000

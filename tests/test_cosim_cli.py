@@ -51,9 +51,9 @@ def _run(capsys, *argv):
 def test_cosim_container_json(cass, capsys, mode):
     if not bulk.available():
         pytest.skip("Verilator not available")
-    # decoder_c1v2_l4: the harness make test builds anyway (test_cosim_bulk); the default configuration
+    # decoder_c1v3_l4: the harness make test builds anyway (test_cosim_bulk); the default configuration
     # (decoder_c1v3_l8, minutes to verilate here) is chosen by the tests of test_robustness_cli.py
-    rc, out = _run(capsys, cass, "--mode", mode, "--config", "decoder_c1v2_l4", "--json")
+    rc, out = _run(capsys, cass, "--mode", mode, "--config", "decoder_c1v3_l4", "--json")
     rep = json.loads(out.out)
     assert rc == 0, out
     for key in ("values", "mismatches", "values_per_second", "simulator"):
@@ -65,7 +65,7 @@ def test_cosim_container_json(cass, capsys, mode):
 def test_cosim_npy_max_values(npy, capsys):
     if not bulk.available():
         pytest.skip("Verilator not available")
-    rc, out = _run(capsys, npy, "--max-values", "20000", "--config", "decoder_c1v2_l4", "--json")
+    rc, out = _run(capsys, npy, "--max-values", "20000", "--config", "decoder_c1v3_l4", "--json")
     rep = json.loads(out.out)
     assert rc == 0 and rep["mismatches"] == 0 and 20000 <= rep["values"] < 20000 + 128
 
@@ -75,15 +75,15 @@ def test_cosim_icarus_small(npy, capsys):
 
     if not simulator_available("icarus"):
         pytest.skip("icarus not installed")
-    rc, out = _run(capsys, npy, "--sim", "icarus", "--max-values", "600", "--config", "decoder_c1v2_l4", "--json")
+    rc, out = _run(capsys, npy, "--sim", "icarus", "--max-values", "600", "--config", "decoder_c1v3_l4", "--json")
     rep = json.loads(out.out)
     assert rc == 0 and rep["values"] == 600 and rep["mismatches"] == 0 and rep["simulator"] == "icarus"
 
 
 @pytest.mark.parametrize("config", ["decoder_c1v3_l8", "decoder_c2v3_l8"])
 def test_cosim_container_through_decoder_v3(cass, capsys, config):
-    """Decoder v3 reads the container's format 3.0 tensors as stored (decoder v2's runs above get them
-    converted to the 2.0 layout): the first values of one tensor in full mode, on Icarus."""
+    """Decoder v3 reads the container's format 3.0 tensors as stored: the first values of one tensor in full
+    mode at L = 8, on Icarus."""
     from cassandra_rtl.tb.common.tools import simulator_available
 
     if not simulator_available("icarus"):

@@ -25,7 +25,7 @@ def test_every_named_configuration_has_a_port_table():
 def test_a_port_without_a_meaning_fails(monkeypatch):
     monkeypatch.delitem(datasheets.MEANINGS, "spec_signman")
     with pytest.raises(KeyError, match="spec_signman"):
-        datasheets.ports_table(["decoder_c1v2_l4"])
+        datasheets.ports_table(["decoder_c1v3_l4"])
 
 
 def test_a_changed_port_width_makes_the_datasheet_stale(monkeypatch):
@@ -49,13 +49,13 @@ def test_worked_example_decodes_to_the_input():
 @pytest.mark.parametrize("full", [False, True], ids=["draft", "full"])
 def test_worked_example_as_printed_decodes_on_the_rtl(full):
     """The example exactly as the C1 datasheet prints it (register program, plane words) decodes to the values
-    it prints on decoder_c1v2_l4 in the Amaranth simulator, with random idles and backpressure."""
+    it prints on decoder_c1v3_l4 in the Amaranth simulator, with random idles and backpressure."""
     import re
 
     import numpy as np
 
-    from cassandra_rtl.golden.codec import encode_tensor
     from cassandra_rtl.golden.config import CodecConfig
+    from cassandra_rtl.golden.escfield import encode3
     from cassandra_rtl.hw.simutil import DecodeJob, Stalls, run_decoder
     text = (datasheets.DATASHEETS / "decoder_c1.md").read_text()
     part = text.split("<!-- generated: example-c1 32 -->")[1].split("<!-- end generated -->")[0]
@@ -66,10 +66,9 @@ def test_worked_example_as_printed_decodes_on_the_rtl(full):
               for port, words in re.findall(r"^- `(\w+)`: (.*)$", part, re.M)
               if full or port.startswith("spec")}
     expected = [int(v, 16) for v in part.split("- full:" if full else "- draft:")[1].split("\n")[0].split()]
-    dut = NAMED_CONFIGS["decoder_c1v2_l4"]()
-    enc = encode_tensor(np.array(datasheets.EXAMPLE_VALUES, dtype=np.uint16),
-                        CodecConfig(group_size=32, mantissa_bits=3, keep_count=24, chunk_superblocks=1,
-                                    pair_codes=False))
+    dut = NAMED_CONFIGS["decoder_c1v3_l4"]()
+    enc = encode3(np.array(datasheets.EXAMPLE_VALUES, dtype=np.uint16),
+                  CodecConfig(group_size=32, mantissa_bits=3, keep_count=24, chunk_superblocks=1, pair_codes=False))
     res = run_decoder(dut, [DecodeJob(enc, full, planes=planes, program=program)],
                       Stalls(idle=0.3, backpressure=0.3, seed=5))
     assert res.error_code == 0
@@ -86,14 +85,14 @@ def _words(line: str) -> list[tuple[int, int]]:
 
 
 def test_c2_worked_example_as_printed_decodes_on_the_rtl():
-    """The C2 datasheet's example (its printed program and words) decodes on decoder_c2v2_l8 to the printed
+    """The C2 datasheet's example (its printed program and words) decodes on decoder_c2v3_l8 to the printed
     full-mode values."""
     import re
 
     import numpy as np
 
-    from cassandra_rtl.golden.codec import encode_tensor
     from cassandra_rtl.golden.config import CodecConfig
+    from cassandra_rtl.golden.escfield import encode3
     from cassandra_rtl.hw.decoder import Reg
     from cassandra_rtl.hw.simutil import DecodeJob, Stalls, run_decoder
     part = _part("decoder_c2.md", "example-c2")
@@ -106,10 +105,10 @@ def test_c2_worked_example_as_printed_decodes_on_the_rtl():
     program = [(index(n), int(v)) for n, v in (kv.split(" = ") for kv in prog_line.split(", "))]
     planes = {port: _words(words) for port, words in re.findall(r"^- `(\w+)` \(\d+ bits\): (.*)$", part, re.M)}
     expected = [int(v, 16) for v in part.split("- full:")[1].split("\n")[0].split()]
-    enc = encode_tensor(np.array(datasheets.EXAMPLE_VALUES, dtype=np.uint16),
-                        CodecConfig(scheme="c2", group_size=32, mantissa_bits=3, keep_count=24, chunk_superblocks=1,
-                                    pair_codes=False))
-    res = run_decoder(NAMED_CONFIGS["decoder_c2v2_l8"](), [DecodeJob(enc, True, planes=planes, program=program)],
+    enc = encode3(np.array(datasheets.EXAMPLE_VALUES, dtype=np.uint16),
+                  CodecConfig(scheme="c2", group_size=32, mantissa_bits=3, keep_count=24, chunk_superblocks=1,
+                              pair_codes=False))
+    res = run_decoder(NAMED_CONFIGS["decoder_c2v3_l8"](), [DecodeJob(enc, True, planes=planes, program=program)],
                       Stalls(idle=0.3, backpressure=0.3, seed=3))
     assert res.error_code == 0 and [int(v) for v in res.values[0]] == expected
 
@@ -143,9 +142,12 @@ def test_area_figures_follow_the_generated_hardware_report(tmp_path, monkeypatch
     """The datasheets' area / clock tables are docs/report/hardware.md's rows: a changed figure there makes
     the C1 datasheet stale."""
     report = datasheets.HW_REPORT.read_text()
-    assert "| decoder_c1v2_l8_v4 | 47,670 GE" in report
-    changed = tmp_path / "hardware.md"
-    changed.write_text(report.replace("| decoder_c1v2_l8_v4 | 47,670 GE", "| decoder_c1v2_l8_v4 | 47,671 GE"))
-    monkeypatch.setattr(datasheets, "HW_REPORT", changed)
+    row = next(line for line in report.splitlines() if line.startswith("| decoder_c1v3_l8 | "))
+    area = row.split(" | ")[1].split(" GE")[0]                      # e.g. "41,720"
+    bumped = f"{int(area.replace(',', '')) + 1:,}"
     page = (datasheets.DATASHEETS / "decoder_c1.md").read_text()
-    assert "| decoder_c1v2_l8_v4 | 47,671 |" in datasheets.render(page)
+    assert f"| decoder_c1v3_l8 | {area} |" in datasheets.render(page)
+    changed = tmp_path / "hardware.md"
+    changed.write_text(report.replace(row, row.replace(f"| {area} GE", f"| {bumped} GE", 1)))
+    monkeypatch.setattr(datasheets, "HW_REPORT", changed)
+    assert f"| decoder_c1v3_l8 | {bumped} |" in datasheets.render(page)

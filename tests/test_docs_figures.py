@@ -72,13 +72,13 @@ def _report_rows() -> dict[str, list[str]]:
 def test_readme_hardware_figures_match_the_generated_report():
     rows = _report_rows()
     assert "pe_bf16_fp32" in rows
-    line = next(x for x in README.splitlines() if x.startswith("| decoder v2 "))
+    line = next(x for x in README.splitlines() if x.startswith("| decoder v3 "))
     checked = 0
-    for block, kge in re.findall(r"(decoder_c[12]v2_l\d+(?:_v\d+)?) ([\d.]+) k GE", line):
+    for block, kge in re.findall(r"(decoder_c[12]v3_l\d+) ([\d.]+) k GE", line):
         ge = int(rows[block][0].split(" GE")[0].replace(",", ""))
         assert float(kge) == round(ge / 1000, 1), (block, kge, ge)
         checked += 1
-    for block, ratio in re.findall(r"(decoder_c[12]v2_l\d+(?:_v\d+)?) [\d.]+ k GE[^,;]*?at \*\*([\d.]+)x\*\*", line):
+    for block, ratio in re.findall(r"(decoder_c[12]v3_l\d+) [\d.]+ k GE[^,;]*?at \*\*([\d.]+)x\*\*", line):
         assert rows[block][1].endswith(f"({ratio}x)"), (block, ratio, rows[block][1])
         checked += 1
     assert checked >= 3
@@ -103,7 +103,7 @@ def test_generated_report_matches_the_synthesis_report():
 
 def _escape_row(mode: str, keep: float, p: float) -> tuple[str, str]:
     from cassandra_rtl.hw.measure import measure_escapes
-    rows = measure_escapes("decoder_c1v2_l8_v4", mode, [0.0, p], 131072, keep)
+    rows = measure_escapes("decoder_c1v3_l8", mode, [0.0, p], 131072, keep)
     return f"{rows[0]['of_nominal']:.3f}", f"{rows[1]['of_nominal']:.3f} ({rows[1]['cycles_per_escape']:.2f})"
 
 

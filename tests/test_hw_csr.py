@@ -11,6 +11,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from cassandra_rtl.errors import ConfigError
+from cassandra_rtl.golden import escfield
 from cassandra_rtl.golden.codec import encode_tensor
 from cassandra_rtl.golden.config import FORMAT_VERSION, CodecConfig
 from cassandra_rtl.hw.csr import (ID_VALUE, IRQ_DONE, IRQ_ERROR, KINDS, RESP_OKAY, RESP_SLVERR, STATUS_BUSY,
@@ -103,8 +104,7 @@ async def _program(ctx, dut, writes):
         assert await axil_write(ctx, dut, 4 * addr, data) == RESP_OKAY
 
 
-@pytest.mark.parametrize("name,kind,lanes,full_lanes", [("decoder_c1v2_l4", "decoder_c1v2", 4, 4),
-                                                        ("decoder_c2v2_l8", "decoder_c2", 8, 4),
+@pytest.mark.parametrize("name,kind,lanes,full_lanes", [("decoder_c1v3_l4", "decoder_c1v3", 4, 4),
                                                         ("encoder_kv_c1_l2", "encoder_kv_c1", 2, 2),
                                                         ("decoder_c1v3_l8", "decoder_c1v3", 8, 8),
                                                         ("decoder_c2v3_l8", "decoder_c2v3", 8, 4)])
@@ -118,9 +118,8 @@ def test_identity_registers(name, kind, lanes, full_lanes):
     _sim(dut, cpu)
     assert all(resp == RESP_OKAY for _, resp in got.values())
     assert got[Csr.ID][0] == ID_VALUE == int.from_bytes(b"CASS", "big")
-    v3 = kind.endswith("v3") or kind.startswith("encoder")   # decoder v3 reads, the KV encoders write format 3.0
-    fmt = FORMAT_VERSION if v3 else (2, 0)
-    assert fmt[0] == (3 if v3 else 2)
+    fmt = FORMAT_VERSION                 # decoder v3 reads, the KV encoders write format 3.0
+    assert fmt[0] == 3
     assert got[Csr.VERSION][0] & 0xFFFF == (fmt[0] << 8) | fmt[1]
     assert got[Csr.BLOCK][0] == KINDS[kind] | (lanes << 8) | (full_lanes << 16)
     assert [got[o][0] for o in (Csr.STATUS, Csr.ERROR_CODE, Csr.IRQ_STATUS, Csr.IRQ_ENABLE)] == [0, 0, 0, 0]
@@ -131,9 +130,9 @@ def test_decoder_through_the_bus_busy_writes_refused_and_done_irq():
     (the decoder is busy) and never reaches the block; DONE rises, W1C clears it; tensor 2 (full) is then
     programmed with AW first, W first and apart (independent channels); both decode exactly under 30 %
     input idles and output backpressure; the block saw exactly the two programs."""
-    dut = CsrTop("decoder_c1v2_l4")
+    dut = CsrTop("decoder_c1v3_l4")
     cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5)
-    encs = [encode_tensor(weights(32 * 9 + 5, seed=s), cfg) for s in (1, 2)]
+    encs = [escfield.encode3(weights(32 * 9 + 5, seed=s), cfg) for s in (1, 2)]
     fulls = [False, True]
     regs2: dict = {}
     progs = [decoder_program(enc, full, state=regs2) for enc, full in zip(encs, fulls)]
@@ -180,7 +179,7 @@ def test_error_irq_error_code_and_clear():
     """START before any book: NO_BOOK; the ERROR interrupt, STATUS / ERROR_CODE show it; while in error a START
     answers SLVERR (the block ignores it) and other writes OKAY; CTRL = CLEAR_ERROR through the bus clears the
     code, W1C clears the interrupt; DONE is not raised by an error."""
-    dut = CsrTop("decoder_c1v2_l4")
+    dut = CsrTop("decoder_c1v3_l4")
     got = {}
 
     async def cpu(ctx):
@@ -210,7 +209,7 @@ def test_error_irq_error_code_and_clear():
 
 
 def test_outside_the_map_is_slverr_and_never_reaches_the_block():
-    dut = CsrTop("decoder_c1v2_l4")
+    dut = CsrTop("decoder_c1v3_l4")
     got, forwarded = {}, []
 
     async def cpu(ctx):
@@ -315,7 +314,7 @@ def test_c_header_compiles_and_agrees(tmp_path):
     assert "rank" not in c_header()          # SPEC_SYM + i holds books.spec[i], a list position, not a code rank
     want = {"CASS_CSR_ID": Csr.ID, "CASS_CSR_STATUS": Csr.STATUS, "CASS_CSR_IRQ_ENABLE": Csr.IRQ_ENABLE,
             "CASS_ID_VALUE": ID_VALUE, "CASS_FORMAT_MAJOR": FORMAT_VERSION[0], "CASS_FORMAT_MINOR": FORMAT_VERSION[1],
-            "CASS_KIND_DECODER_C2": KINDS["decoder_c2"], "CASS_STATUS_BUSY": STATUS_BUSY,
+            "CASS_KIND_DECODER_C2V3": KINDS["decoder_c2v3"], "CASS_STATUS_BUSY": STATUS_BUSY,
             "CASS_STATUS_ERROR": STATUS_ERROR, "CASS_STATUS_WRITE_PENDING": STATUS_WRITE_PENDING,
             "CASS_IRQ_ERROR": IRQ_ERROR, "CASS_REG_NUMEL": int(Reg.NUMEL), "CASS_REG_VERIF_SYM": int(Reg.VERIF_SYM),
             "CASS_CTRL_CLEAR_ERROR": CTRL_CLEAR_ERROR, "CASS_ERR_NO_BOOK": 1 << Err.NO_BOOK,
@@ -335,9 +334,9 @@ def test_program_stream_programs_ahead_while_the_cpu_is_refused():
     random idles are held by the busy decoder, not dropped — the second tensor's first write is offered before
     the first tensor's last beat — and all three decode exactly; a CPU write meanwhile answers SLVERR (busy);
     DONE rises at the end."""
-    dut = CsrTop("decoder_c1v2_l4")
+    dut = CsrTop("decoder_c1v3_l4")
     cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5)
-    encs = [encode_tensor(weights(32 * 7 + 3 * s, seed=s), cfg) for s in (3, 4, 5)]
+    encs = [escfield.encode3(weights(32 * 7 + 3 * s, seed=s), cfg) for s in (3, 4, 5)]
     fulls = [True, False, True]
     regs2: dict = {}
     progs = [decoder_program(enc, full, state=regs2) for enc, full in zip(encs, fulls)]
@@ -386,9 +385,9 @@ def test_cpu_write_racing_a_dma_start_is_refused_at_once():
     """The CPU's write executes in the cycle cfg_dma offers START to the ready decoder: it waits that cycle
     (the DMA write is taken), then finds the decoder busy and answers SLVERR within a few cycles instead of
     holding the bus for the decode; it never reaches the block; the tensor decodes exactly."""
-    dut = CsrTop("decoder_c1v2_l4")
+    dut = CsrTop("decoder_c1v3_l4")
     cfg = CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.5)
-    enc = encode_tensor(weights(32 * 6, seed=9), cfg)
+    enc = escfield.encode3(weights(32 * 6, seed=9), cfg)
     prog = decoder_program(enc, True)
     beats, forwarded, log = [], [], {}
     clock = _cycle_counter(log)
@@ -430,7 +429,6 @@ def test_decoder_v3_through_the_bus():
     """Decoder v3 behind the register block: two tensors in format 3.0 programmed over the bus
     (draft, then full), DONE after each, both equal to the golden decode of their format 2.0 twins under 30 %
     input idles and output backpressure."""
-    from cassandra_rtl.golden import escfield
     from cassandra_rtl.golden.codec import decode_draft, decode_full
 
     dut = CsrTop("decoder_c1v3_l8")

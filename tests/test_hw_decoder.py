@@ -1,9 +1,5 @@
-"""The C1 decoder interface (hw/decoder.py ``DecoderC1``, the base of the v2 decoders) and the word framing.
-
-The v1 C1 datapath is retired and so are its Amaranth-simulator tests (this file at commit d0f60ad); the v2
-decoder's are tests/test_hw_decoder_c1_v2.py. What remains: the shared constructor's parameter checks and
-``simutil.chunk_words``.
-"""
+"""The decoder interface (hw/decoder.py ``DecoderC1``, the base of decoder v3) and the word framing: the shared
+constructor's parameter checks, ``simutil.chunk_words``, and decoder v3's own parameter checks."""
 from __future__ import annotations
 
 import pytest
@@ -27,14 +23,24 @@ def test_chunk_words_framing():
     assert chunk_words(bytes([1, 2, 3, 4, 5]), 32) == [(0x04030201, 0), (0x05, 1)]
 
 
-@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
-@pytest.mark.parametrize("cls", ["DecoderC1", "DecoderC2"])
-def test_retired_v1_datapaths_say_so(cls):
-    """The v1 classes keep their constructors (the v2 decoders and tests use their ports) but do not
-    elaborate: one clear message naming the v2 class, not an AttributeError deep in Amaranth."""
+def test_the_shared_interface_does_not_elaborate():
+    """DecoderC1 has ports and registers but no datapath: elaborating it is one clear message naming the
+    decoders that have one, not an AttributeError deep in Amaranth."""
     from amaranth.sim import Simulator
 
-    from cassandra_rtl.hw import decoder, decoder_c2
-    dut = getattr(decoder if cls == "DecoderC1" else decoder_c2, cls)(4)
-    with pytest.raises(NotImplementedError, match="retired.*" + cls + "v2"):
+    dut = DecoderC1(4)
+    with pytest.raises(NotImplementedError, match="DecoderC1v3.*DecoderC2v3"):
         Simulator(dut)
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+@pytest.mark.parametrize("cls,kw", [("DecoderC1v3", {"lanes": 2}), ("DecoderC1v3", {"lanes": 16}),
+                                    ("DecoderC1v3", {"lanes": 8, "code_word": 32, "verif_word": 64}),
+                                    ("DecoderC1v3", {"lanes": 4, "code_word": 16, "verif_word": 16}),
+                                    ("DecoderC2v3", {"lanes": 2}), ("DecoderC2v3", {"lanes": 32}),
+                                    ("DecoderC2v3", {"lanes": 8, "word": 48}), ("DecoderC2v3", {"lanes": 8, "word": 16})])
+def test_decoder_v3_rejects_bad_parameters(cls, kw):
+    from cassandra_rtl.hw.decoder_c1_v3 import DecoderC1v3
+    from cassandra_rtl.hw.decoder_c2_v3 import DecoderC2v3
+    with pytest.raises(ConfigError):
+        {"DecoderC1v3": DecoderC1v3, "DecoderC2v3": DecoderC2v3}[cls](**kw)

@@ -17,11 +17,11 @@ from cassandra_rtl.errors import ToolMissingError
 from cassandra_rtl.hw.configs import CONFIG_INFO, NAMED_CONFIGS, build
 from cassandra_rtl.hw.export import _tool, axis_wrapper, export, lint, to_verilog
 
-SMALL = ["zero_counter_w64_l8", "decoder_c1v2_l4", "encoder_kv_c1_l8"]
+SMALL = ["zero_counter_w64_l8", "decoder_c1v3_l4", "encoder_kv_c1_l8"]
 
 
 def test_registry_has_required_configs():
-    for name in ("decoder_c1v2_l8", "decoder_c1v2_l8_v4", "decoder_c2v2_l8", "zero_counter_w64_l8", "encoder_kv_c1_l8"):
+    for name in ("decoder_c1v3_l8", "decoder_c1v3_l4", "decoder_c2v3_l8", "zero_counter_w64_l8", "encoder_kv_c1_l8"):
         assert name in NAMED_CONFIGS and name in CONFIG_INFO
         assert CONFIG_INFO[name]["lanes"] > 0
 
@@ -33,7 +33,7 @@ def test_export_small_configs_lint_clean(tmp_path):
         text = (tmp_path / f"{name}.v").read_text()
         assert f"module {name}(" in text
     table = json.loads((tmp_path / "ports.json").read_text())
-    dec = {p["name"]: p for p in table["decoder_c1v2_l4"]["ports"]}
+    dec = {p["name"]: p for p in table["decoder_c1v3_l4"]["ports"]}
     # The stable interface of docs/HARDWARE.md.
     for port, direction in [("spec_codes__payload", "input"), ("spec_codes__valid", "input"),
                             ("spec_codes__ready", "output"), ("cfg__payload", "input"), ("out__payload", "output"),
@@ -57,7 +57,7 @@ def test_unknown_config_is_a_config_error():
 
 
 # ---- AXI4-Stream wrappers (--axis) ----
-AXIS_CONFIGS = ["decoder_c1v2_l4", "encoder_kv_c1_l2"]
+AXIS_CONFIGS = ["decoder_c1v3_l4", "encoder_kv_c1_l2"]
 
 
 def _need_verilator():
@@ -124,7 +124,7 @@ def test_axis_wrappers_match_signature_and_lint_clean(tmp_path):
         decl, conns = _wrapper_ports((tmp_path / f"{name}_axis.v").read_text(), name)
         assert decl == expected, name
         assert sorted(conns) == sorted(core) and len(conns) == len(set(conns)), name  # each core port once
-    dec, _ = _wrapper_ports((tmp_path / "decoder_c1v2_l4_axis.v").read_text(), "decoder_c1v2_l4")
+    dec, _ = _wrapper_ports((tmp_path / "decoder_c1v3_l4_axis.v").read_text(), "decoder_c1v3_l4")
     # The decoder's out stream: all lanes as tdata, count + sb_end as tuser.
     assert dec["m_axis_out_tdata"] == ("output", 64) and dec["m_axis_out_tuser"] == ("output", 3 + 1)
     assert "m_axis_out_tlast" in dec and dec["s_axis_cfg_tdata"] == ("input", 64) and "s_axis_cfg_tuser" not in dec
@@ -135,9 +135,9 @@ def test_axis_wrappers_match_signature_and_lint_clean(tmp_path):
 
 
 def test_axis_off_by_default(tmp_path):
-    export(tmp_path, only=["decoder_c1v2_l4"], quiet=True)
+    export(tmp_path, only=["decoder_c1v3_l4"], quiet=True)
     assert not list(tmp_path.glob("*_axis.v"))
-    assert "axis" not in json.loads((tmp_path / "ports.json").read_text())["decoder_c1v2_l4"]
+    assert "axis" not in json.loads((tmp_path / "ports.json").read_text())["decoder_c1v3_l4"]
     assert "_axis" not in (tmp_path / "ports.md").read_text() + (tmp_path / "files.f").read_text()
 
 
@@ -234,22 +234,22 @@ def test_axil_writes_csr_tops_for_register_blocks_only(tmp_path):
         _tool("verilator")
     except ToolMissingError:
         lint_ = False
-    res = export(tmp_path, only=["zero_counter_w64_l8", "decoder_c1v2_l4"], run_lint=lint_, quiet=True, axis=True,
+    res = export(tmp_path, only=["zero_counter_w64_l8", "decoder_c1v3_l4"], run_lint=lint_, quiet=True, axis=True,
                  axil=True)
     assert res.get("lint_clean", True), "verilator -Wall reported warnings on a CSR top"
-    assert sorted(p.name for p in tmp_path.glob("*_csr*.v")) == ["decoder_c1v2_l4_csr.v", "decoder_c1v2_l4_csr_axis.v"]
+    assert sorted(p.name for p in tmp_path.glob("*_csr*.v")) == ["decoder_c1v3_l4_csr.v", "decoder_c1v3_l4_csr_axis.v"]
     tables = json.loads((tmp_path / "ports.json").read_text())
     assert "csr" not in tables["zero_counter_w64_l8"]
-    csr = tables["decoder_c1v2_l4"]["csr"]
-    assert csr["registers"] == register_table() and csr["module"] == "decoder_c1v2_l4_csr"
+    csr = tables["decoder_c1v3_l4"]["csr"]
+    assert csr["registers"] == register_table() and csr["module"] == "decoder_c1v3_l4_csr"
     names = {p["name"] for p in csr["ports"]}
     assert {"s_axil_awaddr", "s_axil_rdata", "irq", "out__valid", "spec_codes__payload", "cfg_dma__valid"} <= names
     assert not names & {"cfg__valid", "busy", "error", "error_code"}
-    top = (tmp_path / "decoder_c1v2_l4_csr_axis.v").read_text()
-    assert "module decoder_c1v2_l4_csr_axis (" in top and "s_axil_awaddr" in top and "m_axis_out_tdata" in top
+    top = (tmp_path / "decoder_c1v3_l4_csr_axis.v").read_text()
+    assert "module decoder_c1v3_l4_csr_axis (" in top and "s_axil_awaddr" in top and "m_axis_out_tdata" in top
     assert "s_axis_cfg_tdata" not in top and "input wire [63:0] s_axis_cfg_dma_tdata" in top
     assert "s_axis_cfg_dma_tuser" not in top          # a plain MM2S DMA (no tuser) can stream register programs
-    assert "decoder_c1v2_l4_csr_axis.v" in (tmp_path / "files.f").read_text()
+    assert "decoder_c1v3_l4_csr_axis.v" in (tmp_path / "files.f").read_text()
     assert "AXI4-Lite register block" in (tmp_path / "ports.md").read_text()
     assert "#define CASS_CSR_IRQ_STATUS" in (tmp_path / "cassandra_csr.h").read_text()
     assert "CASSANDRA_CSR__IRQ_STATUS__DONE_bm" in (tmp_path / "cassandra_regs.h").read_text()   # from the RDL
@@ -257,26 +257,26 @@ def test_axil_writes_csr_tops_for_register_blocks_only(tmp_path):
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_axil_top_simulates(tmp_path):
-    """Icarus on the exported decoder_c1v2_l4_csr_axis: after aresetn, ID / BLOCK read over AXI4-Lite, IRQ_ENABLE
+    """Icarus on the exported decoder_c1v3_l4_csr_axis: after aresetn, ID / BLOCK read over AXI4-Lite, IRQ_ENABLE
     written and read back, START without books raises NO_BOOK -> irq and ERROR_CODE, CLEAR_ERROR through the
     forwarded CTRL register clears it, a write to ID answers SLVERR. Expected values from hw/csr.py's constants."""
     from cassandra_rtl.hw.csr import ID_VALUE, IRQ_ERROR, KINDS, Csr
     from cassandra_rtl.hw.decoder import CTRL_CLEAR_ERROR, CTRL_START, Err, Reg
     if shutil.which("iverilog") is None or shutil.which("vvp") is None:
         pytest.skip("iverilog not installed")
-    export(tmp_path, only=["decoder_c1v2_l4"], quiet=True, axil=True)
-    text = (tmp_path / "decoder_c1v2_l4_csr_axis.v").read_text()
-    start = text.index("module decoder_c1v2_l4_csr_axis (")
+    export(tmp_path, only=["decoder_c1v3_l4"], quiet=True, axil=True)
+    text = (tmp_path / "decoder_c1v3_l4_csr_axis.v").read_text()
+    start = text.index("module decoder_c1v3_l4_csr_axis (")
     header = text[start:text.index(");", start)]
     ins = re.findall(r"^\s*input wire (?:\[(\d+):0\] )?(\w+)", header, re.M)
     outs = re.findall(r"^\s*output wire (?:\[(\d+):0\] )?(\w+)", header, re.M)
     decl = [f"  reg [{int(w or 0)}:0] {n} = 0;" for w, n in ins] + [f"  wire [{int(w or 0)}:0] {n};" for w, n in outs]
     conn = ", ".join(f".{n}({n})" for _, n in ins + outs)
-    block = KINDS["decoder_c1v2"] | (4 << 8) | (4 << 16)
+    block = KINDS["decoder_c1v3"] | (4 << 8) | (4 << 16)
     (tmp_path / "tb.v").write_text(f"""`timescale 1ns/1ps
 module tb;
 {chr(10).join(decl)}
-  decoder_c1v2_l4_csr_axis dut({conn});
+  decoder_c1v3_l4_csr_axis dut({conn});
   always #5 aclk = ~aclk;
   reg [31:0] rd; reg [1:0] resp;
   task wr(input [11:0] a, input [31:0] d);
@@ -314,8 +314,8 @@ module tb;
   end
 endmodule
 """)
-    build_ = subprocess.run(["iverilog", "-g2012", "-o", "sim", "tb.v", "decoder_c1v2_l4_csr_axis.v",
-                             "decoder_c1v2_l4_csr.v"], cwd=tmp_path, capture_output=True, text=True)
+    build_ = subprocess.run(["iverilog", "-g2012", "-o", "sim", "tb.v", "decoder_c1v3_l4_csr_axis.v",
+                             "decoder_c1v3_l4_csr.v"], cwd=tmp_path, capture_output=True, text=True)
     assert build_.returncode == 0, build_.stderr
     run = subprocess.run(["vvp", "-n", "sim"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert "PASS" in run.stdout, run.stdout + run.stderr

@@ -2,7 +2,7 @@
 tb_decoder_csr_axis.v, no cocotb and no project code at simulation time) decodes a tensor exported by
 `cassandra-rtl export-planes` through the exported `<name>_csr_axis` top on Icarus — AXI4-Lite register
 program, AXI4-Stream planes with random idles, output backpressure — and every value equals golden.
-Quick: one small tensor, draft and full, on decoder_c1v2_l4; slow: a SmolLM2 weight on decoder_c1v3_l8."""
+Quick: one small tensor, draft and full, on decoder_c1v3_l4; slow: a SmolLM2 weight on decoder_c1v3_l8."""
 from __future__ import annotations
 
 import shutil
@@ -58,7 +58,7 @@ def _small_container(path: Path) -> None:
     vals.reshape(-1)[::11] *= np.float32(2.0) ** rng.integers(-60, 60, 70)   # rare exponents: escapes in both books
     bits = (vals.view(np.uint32) >> 16).astype(np.uint16)            # truncated to bf16
     enc = encode_tensor(bits, CodecConfig(group_size=32, mantissa_bits=3, keep_ratio=0.75))
-    v3 = escfield.to_format3(enc)        # the container holds format 3.0; decoder v2 gets the 2.0 layout back
+    v3 = escfield.to_format3(enc)        # the container holds format 3.0
     assert all(escfield.escapes_per_chunk(v3, p).sum() > 0 for p in ("spec.codes", "verif.codes"))
     write_container(path, {"w": enc})
 
@@ -86,9 +86,9 @@ def test_small_tensor_through_the_exported_top_on_icarus(tmp_path):
     _need_icarus()
     _small_container(tmp_path / "t.cass")
     assert cli(["export-planes", str(tmp_path / "t.cass"), "--out", str(tmp_path / "planes"),
-                "--config", "decoder_c1v2_l4"]) == 0
+                "--config", "decoder_c1v3_l4"]) == 0
     _check_layout_comments_and_program_length(tmp_path / "t.cass", tmp_path / "planes")
-    image = _build(tmp_path, "decoder_c1v2_l4")
+    image = _build(tmp_path, "decoder_c1v3_l4")
     for full in (False, True):
         assert _run(image, tmp_path / "planes", full).startswith("PASS values=768 "), full
         # the program as a plain DMA stream: 64-bit {index, value} words on s_axis_cfg_dma, no tuser
@@ -108,7 +108,7 @@ def test_small_tensor_through_the_exported_top_on_icarus(tmp_path):
 def test_export_planes_rejects_the_other_scheme(tmp_path, capsys):
     _small_container(tmp_path / "t.cass")
     assert cli(["export-planes", str(tmp_path / "t.cass"), "--out", str(tmp_path / "p"),
-                "--config", "decoder_c2v2_l8"]) == 2
+                "--config", "decoder_c2v3_l8"]) == 2
     assert "reads C2 tensors" in capsys.readouterr().err
 
 

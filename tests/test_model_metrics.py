@@ -96,14 +96,14 @@ def test_split_is_a_product_and_ar_runs_are_unaffected_by_mode():
 
 def test_decoder_from_synthesis_report(tmp_path):
     rep = {"overhead": {"by_device": {"jetson_agx_orin": {
-        "decoder": "decoder_c1v2_l8_v4", "decoder_instances": 128, "decoder_values_per_cycle": 8,
+        "decoder": "decoder_c1v3_l8", "decoder_instances": 128, "decoder_values_per_cycle": 8,
         "decoder_values_per_cycle_full": 4, "clock_mhz": 141.0, "decoder_percent": 1.2}}}}
     f = tmp_path / "report.json"
     f.write_text(json.dumps(rep))
     hw = M.hardware_presets(synth_report=f)
     assert hw["orin"].decoder_values_per_s == pytest.approx(128 * 8 * 141e6)
     assert hw["orin"].decoder_values_per_s_full == pytest.approx(128 * 4 * 141e6)
-    assert "decoder_c1v2_l8_v4" in hw["orin"].decoder_source
+    assert "decoder_c1v3_l8" in hw["orin"].decoder_source
     assert hw["rtx4090"].decoder_values_per_s is None and "no decoder sized" in hw["rtx4090"].decoder_source
     assert M.hardware_presets(decoder="256:8:141")["npu"].decoder_values_per_s == pytest.approx(256 * 8 * 141e6)
     # a decoder that misses the PE clock is priced at its own Fmax with its own-clock instance count

@@ -34,7 +34,7 @@ def measurement(extra_cycles=0.0, verify_extra=0.0):
         nbytes = PARAMS * b
         per[k] = {"cycles": nbytes / W + extra_cycles, "bytes": nbytes, "weight_bytes": nbytes}
     per["verify"] = dict(per["full"], cycles=per["full"]["cycles"] + verify_extra)
-    return {"tile": {"data_bytes": W, "instances": 3, "decoder": "decoder_c1v2_l8_v4"}, "clock_hz": 500e6,
+    return {"tile": {"data_bytes": W, "instances": 3, "decoder": "decoder_c1v3_l8_core"}, "clock_hz": 500e6,
             "verify_rows": 5, "per_tensor": {"t": per}}
 
 

@@ -54,11 +54,11 @@ def test_every_pass_kind_bit_exact_and_batch_invariant(small_tile):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("decoder", ["decoder_c1v3_l8_core", "decoder_c1v3_l8", "decoder_c1v2_l8_v4"])
+@pytest.mark.parametrize("decoder", ["decoder_c1v3_l8_core", "decoder_c1v3_l8"])
 def test_other_clusters_every_pass_kind(decoder):
-    """The tile at V = 8 with a cluster of cores (shared TensorRegisters), with whole decoders that hold their
-    own registers (each takes the OP_DEC writes itself), and with decoder v2 (tensors placed in format 2.0):
-    every pass kind bit-exact (`-m slow`: a Verilator build each, about two minutes)."""
+    """The tile at V = 8 with a cluster of cores (shared TensorRegisters) and with whole decoders that hold their
+    own registers (each takes the OP_DEC writes itself): every pass kind bit-exact (`-m slow`: a Verilator build
+    each, about two minutes)."""
     if not npu.available():
         pytest.skip("Verilator not available")
     check_every_pass_kind(npu.TileParams(data_bytes=8, instances=2, decoder=decoder, max_rows=5, max_in=128,
@@ -156,10 +156,10 @@ def test_split_ranges_balance():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("decoder", ["decoder_c2v3_l8_core", "decoder_c2v2_l8"])
-def test_c2_cluster_bit_exact(decoder):
+def test_c2_cluster_bit_exact():
     """The tile with a Cassandra-2 cluster (spec.mx in slot 0, slot 1 unused): decoder v3 cores sharing the C2
-    TensorRegisters (format 3.0), decoder v2 (format 2.0)."""
+    TensorRegisters, tensors placed in format 3.0."""
+    decoder = "decoder_c2v3_l8_core"
     if not npu.available():
         pytest.skip("Verilator not available")
     tile = npu.TileParams(data_bytes=8, instances=2, decoder=decoder, max_rows=3, max_in=256, burst=8,

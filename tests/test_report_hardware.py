@@ -1,4 +1,4 @@
-"""eval/report_hardware.py on small fake flow reports: tables, v1 -> v2 rows, the overhead section, errors."""
+"""eval/report_hardware.py on small fake flow reports: tables, v2 -> v3 rows, the overhead section, errors."""
 from __future__ import annotations
 
 import importlib.util
@@ -19,8 +19,7 @@ def _block(kind, ge, mhz, vpc=None):
 def test_hardware_report_from_fake_flows(tmp_path):
     generic = {"flow": {"library": "cassandra_generic"}, "blocks": {
         "pe_bf16_fp32": _block("pe", 3000.0, 400.0),
-        "decoder_c1_l8": _block("decoder", 60000.0, 140.0, 8),
-        "decoder_c1v2_l8": _block("decoder", 30000.0, 560.0, 8),
+        "decoder_c1v3_l8": _block("decoder", 30000.0, 560.0, 8),
         "encoder_kv_c1_l2": _block("encoder", 40000.0, 600.0, 2)}}
     from cassandra_rtl.synth import overhead
     generic.update(overhead.overhead(generic))
@@ -28,33 +27,45 @@ def test_hardware_report_from_fake_flows(tmp_path):
     out = tmp_path / "rep"
     assert rh.main(["--out", str(out), "--synth", str(tmp_path / "g.json"), "--fpga", str(tmp_path / "none.json"),
                     "--formal", str(tmp_path / "none.json"), "--real", str(tmp_path / "none.json"),
-                    "--v1-retired", str(tmp_path / "none.json")]) == 0
+                    "--retired", str(tmp_path / "none.json")]) == 0
     md = (out / "hardware.md").read_text()
-    # v1 7,500 GE per value/cycle at 0.35x the PE -> 3,750 at 1.40x
-    assert "decoder_c1_l8 -> decoder_c1v2_l8 | 7,500 -> 3,750 | 0.35 -> 1.40" in md
-    assert "Overhead on real devices" in md and "decoder_c1v2_l8" in md and "Formal: **not run**" in md
-    assert (out / "hardware_v2.png").stat().st_size > 1000
+    # no v2 rows anywhere: the v2 -> v3 row shows the v3 side only (30,000 / 8 GE at 560 / 400 = 1.40x)
+    assert "| decoder_c1v2_l8_v4 -> decoder_c1v3_l8 | — -> 3.75 k |" in md and "— -> 1.40 |" in md
+    assert "Overhead on real devices" in md and "decoder_c1v3_l8" in md and "Formal: **not run**" in md
+    assert (out / "hardware_area_clock.png").stat().st_size > 1000
 
 
-def test_v1_rows_come_from_the_frozen_file(tmp_path):
-    """The flows no longer build v1: its rows come from synth/v1_retired.json (written by --freeze-v1 from
-    reports that held them), each against the PE of its own flow."""
+def test_v2_rows_come_from_the_frozen_file(tmp_path):
+    """The flows no longer build v2: its rows come from synth/retired.json (written by --freeze-v2 from reports
+    that held them; ECP5 rows no report holds from the page's table, marked carried), each against the PE of
+    its own flow."""
     old = {"flow": {"library": "cassandra_generic", "command": "python -m cassandra_rtl.synth.flow ..."}, "blocks": {
         "pe_bf16_fp32": _block("pe", 3000.0, 350.0),
-        "decoder_c1_l8": _block("decoder", 64000.0, 140.0, 8),
-        "decoder_c1v2_l8": _block("decoder", 1.0, 1.0, 8)}}        # not a v1 block: not frozen
+        "decoder_c1v2_l8_v4": _block("decoder", 64000.0, 560.0, 8),
+        "decoder_c1v3_l8": _block("decoder", 1.0, 1.0, 8)}}        # not a v2 block: not frozen
+    fpga = {"blocks": {"pe_bf16_fp32": {"status": "ok", "lut4": 900, "fmax_mhz": 20.0}}}
     (tmp_path / "old.json").write_text(json.dumps(old))
-    frozen = tmp_path / "v1.json"
-    assert rh.main(["--freeze-v1", str(frozen), "--synth", str(tmp_path / "old.json"),
-                    "--fpga", str(tmp_path / "none.json"), "--commit", "abc1234"]) == 0
+    (tmp_path / "fpga.json").write_text(json.dumps(fpga))
+    (tmp_path / "hardware.md").write_text(
+        "| block | g: area | g: MHz | s: area | s: MHz | ECP5: area | ECP5: MHz |\n|---|---|---|---|---|---|---|\n"
+        "| pe_bf16_fp32 | 1 GE | 1.0 (1.00x) | 1 GE | 1.0 (1.00x) | 900 LUT4 (1.00x) | 20.0 (1.00x) |\n"
+        "| decoder_c1v2_l8_v4 | 2 GE | 2.0 (2.00x) | 2 GE | 2.0 (2.00x) | 14,205 LUT4 (15.78x) ‡ | 27.0 (1.35x) ‡ |\n")
+    frozen = tmp_path / "retired.json"
+    assert rh.main(["--freeze-v2", str(frozen), "--out", str(tmp_path), "--synth", str(tmp_path / "old.json"),
+                    "--gated", str(tmp_path / "none.json"), "--fpga", str(tmp_path / "fpga.json"),
+                    "--commit", "abc1234"]) == 0
     d = json.loads(frozen.read_text())
-    assert set(d["flows"]["generic"]["blocks"]) == {"pe_bf16_fp32", "decoder_c1_l8"} and "abc1234" in d["note"]
+    assert set(d["flows"]["generic"]["blocks"]) == {"pe_bf16_fp32", "decoder_c1v2_l8_v4"} and "abc1234" in d["note"]
+    assert "gated" not in d["flows"] and d["flows"]["fpga"]["flow"]["carried_from"]
+    assert d["flows"]["fpga"]["blocks"]["decoder_c1v2_l8_v4"] == {"status": "ok", "lut4": 14205, "fmax_mhz": 27.0,
+                                                                  "carried": True}
     generic = {"flow": {"library": "cassandra_generic"}, "blocks": {
         "pe_bf16_fp32": _block("pe", 3000.0, 400.0),
-        "decoder_c1v2_l8": _block("decoder", 30000.0, 560.0, 8)}}
-    md = "\n".join(rh.old_vs_new(generic, None, None, v1_flows=d["flows"]))
-    # 64,000 / 8 = 8,000 GE per value/cycle at 140 / 350 = 0.40x its own flow's PE
-    assert "decoder_c1_l8 -> decoder_c1v2_l8 | 8,000 -> 3,750 | 0.40 -> 1.40" in md
+        "decoder_c1v3_l8": _block("decoder", 30000.0, 520.0, 8)}}
+    md = "\n".join(rh.v2_vs_v3(generic, None, None, None, retired=d["flows"]))
+    # 64,000 / 8 = 8.00 k GE per draft value/cycle at 560 / 350 = 1.60x its own flow's PE; ECP5 27 / 20 = 1.35
+    assert "| decoder_c1v2_l8_v4 -> decoder_c1v3_l8 | 8.00 k -> 3.75 k | — -> — | — | 3.50 k | 1.60 -> 1.30 | " \
+           "— -> — | 14,205 -> — | 1.35 -> — |" in md
 
 
 def test_missing_synth_report_is_an_error(tmp_path, capsys):
@@ -89,18 +100,13 @@ def test_v2_to_v3_rows_price_the_cluster_instance(tmp_path):
                        "3.50 k | 1.50 -> 1.30 | — -> — | 14,000 -> 12,000 | 1.20 -> 1.40 |")
     for name, rep in (("g.json", generic), ("cg.json", gated), ("ungated.json", {**gated, "flow": {}})):
         (tmp_path / name).write_text(json.dumps(rep))
-    body = rh.render(tmp_path / "rep", str(tmp_path / "g.json"), str(tmp_path / "none.json"), str(tmp_path / "none.json"),
-                     str(tmp_path / "none.json"), gated=str(tmp_path / "cg.json"))
+    none = str(tmp_path / "none.json")
+    body = rh.render(tmp_path / "rep", str(tmp_path / "g.json"), none, none, none, gated=str(tmp_path / "cg.json"),
+                     retired=none)
     assert "## v2 -> v3" in body and "| 4.15 k |" in body
-    body = rh.render(tmp_path / "rep", str(tmp_path / "g.json"), str(tmp_path / "none.json"), str(tmp_path / "none.json"),
-                     str(tmp_path / "none.json"), gated=str(tmp_path / "ungated.json"))
+    body = rh.render(tmp_path / "rep", str(tmp_path / "g.json"), none, none, none, gated=str(tmp_path / "ungated.json"),
+                     retired=none)
     assert "**not run**: `make synth CLOCK_GATING=1`" in body and "6.00 k -> 5.00 k | — -> — | —" in body
-
-
-def test_block_version_from_meta_or_name():
-    assert rh.block_version("decoder_c1v3_l8", {"meta": {"variant": "v3"}}) == "v3"
-    assert [rh.block_version(n, {}) for n in ("decoder_c2v3_l8_core", "decoder_c1v2_l4", "encoder_kv_c1_l2",
-                                               "decoder_c1_l8")] == ["v3", "v2", "v2", "v1"]
 
 
 def test_several_formal_reports_each_get_a_table(tmp_path):
@@ -113,7 +119,7 @@ def test_several_formal_reports_each_get_a_table(tmp_path):
          "seconds": 12.0}]}))
     out = tmp_path / "rep"
     assert rh.main(["--out", str(out), "--synth", str(tmp_path / "g.json"), "--fpga", str(tmp_path / "none.json"),
-                    "--real", str(tmp_path / "none.json"), "--v1-retired", str(tmp_path / "none.json"),
+                    "--real", str(tmp_path / "none.json"), "--retired", str(tmp_path / "none.json"),
                     "--formal", str(tmp_path / "missing.json"), "--formal", str(tmp_path / "f1.json")]) == 0
     md = (out / "hardware.md").read_text()
     assert f"Formal: **not run** here ({tmp_path / 'missing.json'} not found" in md
@@ -160,7 +166,7 @@ def test_overhead_section_rerendered_alone(tmp_path):
         return rep
     none = str(tmp_path / "none.json")
     args = ["--out", str(tmp_path / "rep"), "--synth", str(tmp_path / "g.json"), "--fpga", none, "--formal", none,
-            "--real", none, "--gated", none, "--v1-retired", none]
+            "--real", none, "--gated", none, "--retired", none]
     first = generic(30000.0)
     assert rh.main(args) == 0
     md = (tmp_path / "rep" / "hardware.md").read_text()
@@ -183,9 +189,9 @@ def test_ecp5_cells_carried_from_the_previous_rendering():
     left alone."""
     head = "| block | generic | ECP5 LUT4 | ECP5 MHz |\n|---|---:|---:|---:|\n"
     prev = (head + "| a | 1 GE | 100 LUT4 | 30.0 |\n| b | 2 GE | 200 LUT4 | 31.0 |\n| c | — | 300 LUT4 | 32.0 |\n\n"
-            "| v1 -> v2 | ECP5 LUT4 |\n|---|---:|\n| a -> a2 | 80 -> 100 |\n")
+            "| v2 -> v3 | ECP5 LUT4 |\n|---|---:|\n| a -> a2 | 80 -> 100 |\n")
     new = (head + "| a | 1 GE | — | — |\n| b | 2 GE | 250 LUT4 | — |\n| c | — | — | — |\n| d | 4 GE | — | — |\n\n"
-           "| v1 -> v2 | ECP5 LUT4 |\n|---|---:|\n| a -> a2 | 80 -> — |\n\n| other | ECP5 LUT4 |\n|---|---:|\n"
+           "| v2 -> v3 | ECP5 LUT4 |\n|---|---:|\n| a -> a2 | 80 -> — |\n\n| other | ECP5 LUT4 |\n|---|---:|\n"
            "| a | — |\n")
     body, n = rh.carry_ecp5(new, prev)
     rows = body.split("\n")

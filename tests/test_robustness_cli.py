@@ -367,7 +367,7 @@ def test_cosim_bad_npy(tmp_path, run, case):
 
 @pytest.mark.parametrize("config,word", [("nope", "unknown"), ("encoder_kv_c1_l8", "not a decoder"),
                                          ("zero_counter_w64_l8", "not a decoder"),
-                                         ("decoder_c2v2_l8", "decoder_c1v3_l8")])
+                                         ("decoder_c2v3_l8", "decoder_c1v3_l8")])
 def test_cosim_config_checked_against_the_container(run, small_cass, config, word):
     one_line_error(run("cosim", small_cass, "--config", config), config, word)
 
@@ -375,7 +375,7 @@ def test_cosim_config_checked_against_the_container(run, small_cass, config, wor
 def test_cosim_c1_config_on_a_c2_container_names_the_c2_decoder(tmp_path, run, small_npy):
     r = run("encode", small_npy, "-o", tmp_path / "c2.cass", "--scheme", "c2", "-q")
     assert r.returncode == 0
-    line = one_line_error(run("cosim", tmp_path / "c2.cass", "--config", "decoder_c1v2_l8"), "decoder_c2v3_l8")
+    line = one_line_error(run("cosim", tmp_path / "c2.cass", "--config", "decoder_c1v3_l8"), "decoder_c2v3_l8")
     assert "implements c1" not in line.lower()          # row 12: the stale message is gone
 
 

@@ -154,7 +154,7 @@ def _gated_netlist(tmp_path, component, top: str, kind: str) -> list:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config", ["decoder_c1v2_l4", "decoder_c2v2_l8"])
+@pytest.mark.parametrize("config", ["decoder_c1v3_l4", "decoder_c2v3_l8"])
 def test_gated_decoder_netlist_decodes_bit_exactly(tmp_path, config):
     """The clock-gated gate-level netlist of a decoder, verilated into the bulk harness (tb/bulk), decodes random
     configurations (every m, k, G, escapes, partial superblocks) under 30 % idles and 40 % backpressure, draft and

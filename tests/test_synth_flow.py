@@ -173,24 +173,23 @@ def test_liberty_file_matches_generator():
 @pytest.mark.slow
 def _small_hw_families():
     """Every hw block family at two small lane counts (the named configurations, up to 194 k GE and
-    20 min of Yosys each, are `make synth`'s job; these take seconds)."""
-    from cassandra_rtl.hw.decoder_c1_v2 import DecoderC1v2
-    from cassandra_rtl.hw.decoder_c2_v2 import DecoderC2v2
+    20 min of Yosys each, are `make synth`'s job; these take seconds, the decoder v3 cores about a minute)."""
+    from cassandra_rtl.hw.decoder_c1_v3 import DecoderC1v3Core
+    from cassandra_rtl.hw.decoder_c2_v3 import DecoderC2v3Core
     from cassandra_rtl.hw.encoder import EncoderKvC1
     from cassandra_rtl.hw.encoder_c2 import EncoderKvC2
     from cassandra_rtl.hw.zero_counter import ZeroCounter
     return {
         "zero_counter": [lambda: ZeroCounter(32, 2, registered=True), lambda: ZeroCounter(32, 4, registered=True)],
-        # the v2 decoders (v1 retired): v2 C1 words >= 16 bits, v2 C2 words >= 64 bits with 9 L <= IW + 1
-        "decoder_c1": [lambda: DecoderC1v2(2, 16), lambda: DecoderC1v2(4, 32)],
-        "decoder_c1_half_verif": [lambda: DecoderC1v2(2, 16, verif_lanes=1), lambda: DecoderC1v2(4, 32, verif_lanes=2)],
-        "decoder_c2": [lambda: DecoderC2v2(2, 64), lambda: DecoderC2v2(4, 64)],
+        # decoder v3 cores (a cluster's per-instance part) at their two smallest lane counts
+        "decoder_c1": [lambda: DecoderC1v3Core(4), lambda: DecoderC1v3Core(8)],
+        "decoder_c2": [lambda: DecoderC2v3Core(4, word=32), lambda: DecoderC2v3Core(8)],
         "encoder_kv_c1": [lambda: EncoderKvC1(2, 32, max_group=32), lambda: EncoderKvC1(4, 32, max_group=32)],
         "encoder_kv_c2": [lambda: EncoderKvC2(2, 32, max_group=32), lambda: EncoderKvC2(4, 32, max_group=32)],
     }
 
 
-@pytest.mark.slow      # ~2 min: ten small hw blocks through the flow
+@pytest.mark.slow      # a few minutes: ten small hw blocks through the flow
 def test_hw_blocks_monotone_in_lanes(tmp_path):
     """Every hw block family (C1/C2 decoders and encoders, zero counter) synthesises and grows with L."""
     blocks = {}

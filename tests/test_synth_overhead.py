@@ -170,8 +170,8 @@ def test_headline_prices_only_blocks_of_the_streams_scheme():
     """The default streams are C1 (the bundled artifact's), so a cheaper C2 decoder / encoder, which cannot read
     them, is listed (marked) but not chosen; with scheme="c2" it is, and a scheme without blocks says so."""
     rep = _fake_report()
-    rep["blocks"]["decoder_c2v2_l16"] = {"status": "ok", "kind": "decoder", "area_ge": 5_000.0,
-                                         "meta": {"block": "decoder_c2", "values_per_cycle": 16,
+    rep["blocks"]["decoder_c2x_l16"] = {"status": "ok", "kind": "decoder", "area_ge": 5_000.0,
+                                         "meta": {"block": "decoder_c2x", "values_per_cycle": 16,
                                                   "layout": "format 3.0"},
                                          "timing": {"est_fmax_mhz": 2000.0}}
     rep["blocks"]["encoder_kv_c2_l2"] = {"status": "ok", "kind": "encoder", "area_ge": 1_000.0,
@@ -179,44 +179,45 @@ def test_headline_prices_only_blocks_of_the_streams_scheme():
                                          "timing": {"est_fmax_mhz": 2000.0}}
     c1 = overhead.overhead(rep, OverheadParams(devices=DEV))
     assert (c1["overhead"]["decoder"], c1["overhead"]["encoder"]) == ("decoder_c1x_l16", "encoder_kv_c1x_l2")
-    assert c1["overhead"]["by_decoder"]["decoder_c2v2_l16"]["x"]["scheme"] == "c2"
+    assert c1["overhead"]["by_decoder"]["decoder_c2x_l16"]["x"]["scheme"] == "c2"
     rep1 = {**rep, **c1}
-    assert "| decoder_c2v2_l16 | " in (text := "\n".join(overhead.render_markdown(rep1))) and " % †" in text
+    assert "| decoder_c2x_l16 | " in (text := "\n".join(overhead.render_markdown(rep1))) and " % †" in text
     c2 = overhead.overhead(rep, OverheadParams(devices=DEV, scheme="c2"))
-    assert (c2["overhead"]["decoder"], c2["overhead"]["encoder"]) == ("decoder_c2v2_l16", "encoder_kv_c2_l2")
+    assert (c2["overhead"]["decoder"], c2["overhead"]["encoder"]) == ("decoder_c2x_l16", "encoder_kv_c2_l2")
     assert c2["npu_overhead_percent"]["x"] < c1["npu_overhead_percent"]["x"]
-    c2_block = rep["blocks"].pop("decoder_c2v2_l16")
+    c2_block = rep["blocks"].pop("decoder_c2x_l16")
     none = overhead.overhead(rep, OverheadParams(devices=DEV, scheme="c2"))["overhead"]
     assert none["decoder"] is None and "C2 decoder" in none["decoder_missing"]
     forced = overhead.overhead(rep, OverheadParams(devices=DEV, decoder="decoder_c1x_l16"))["overhead"]
     assert forced["decoder"] == "decoder_c1x_l16" and "cannot read" not in forced["choice"]
-    rep["blocks"]["decoder_c2v2_l16"] = c2_block
-    other = overhead.overhead(rep, OverheadParams(devices=DEV, decoder="decoder_c2v2_l16"))["overhead"]
-    assert other["decoder"] == "decoder_c2v2_l16" and "C2 block, priced on C1 streams it cannot read" in other["choice"]
+    rep["blocks"]["decoder_c2x_l16"] = c2_block
+    other = overhead.overhead(rep, OverheadParams(devices=DEV, decoder="decoder_c2x_l16"))["overhead"]
+    assert other["decoder"] == "decoder_c2x_l16" and "C2 block, priced on C1 streams it cannot read" in other["choice"]
     old = {**rep1, "overhead": {**rep1["overhead"], "by_device": {
         k: {kk: vv for kk, vv in r.items() if kk != "decoder_budget_ge_per_draft_value_cycle"}
         for k, r in rep1["overhead"]["by_device"].items()}}}
     assert "Area budget" not in "\n".join(overhead.render_markdown(old))     # a report from before the budget
     with pytest.raises(ConfigError, match="scheme"):
         OverheadParams(scheme="c3")
-    assert overhead.block_scheme("decoder_c1v2_l8_v4", {"meta": {"block": "decoder_c1v2"}}) == "c1"
+    assert overhead.block_scheme("decoder_c1v3_l8", {"meta": {"block": "decoder_c1v3"}}) == "c1"
     assert overhead.block_scheme("encoder_kv_c2_l2", {}) == "c2"
     assert overhead.block_scheme("pe_bf16_fp32", {"meta": {}}) is None
-    assert overhead.block_scheme("decoder_c2v2_l8", {"meta": {"block": "decoder"}}) == "c2"   # the name, then
+    assert overhead.block_scheme("decoder_c2v3_l8", {"meta": {"block": "decoder"}}) == "c2"   # the name, then
 
 
 def test_headline_skips_decoders_of_another_layout():
-    """A cheaper decoder that reads another plane layout (decoder v2's format 2.0) is listed but not the headline
-    unless named."""
+    """A cheaper decoder that reads another plane layout (here the format 2.0 layout) is listed but not the
+    headline unless named."""
     rep = _fake_report()
-    rep["blocks"]["decoder_c1v2_l16"] = {"status": "ok", "kind": "decoder", "area_ge": 2_000.0,
-                                         "meta": {"block": "decoder_c1v2", "values_per_cycle": 16},
-                                         "timing": {"est_fmax_mhz": 2000.0}}
+    rep["blocks"]["decoder_c1y_l16"] = {"status": "ok", "kind": "decoder", "area_ge": 2_000.0,
+                                        "meta": {"block": "decoder_c1y", "values_per_cycle": 16,
+                                                 "layout": "format 2.0"},
+                                        "timing": {"est_fmax_mhz": 2000.0}}
     assert overhead.HEADLINE_DECODER_LAYOUT == "format 3.0"
     ov = overhead.overhead(rep, OverheadParams(devices=DEV))["overhead"]
-    assert ov["decoder"] == "decoder_c1x_l16" and "decoder_c1v2_l16" in ov["by_decoder"]
-    named = overhead.overhead(rep, OverheadParams(devices=DEV, decoder="decoder_c1v2_l16"))["overhead"]
-    assert named["decoder"] == "decoder_c1v2_l16"
+    assert ov["decoder"] == "decoder_c1x_l16" and "decoder_c1y_l16" in ov["by_decoder"]
+    named = overhead.overhead(rep, OverheadParams(devices=DEV, decoder="decoder_c1y_l16"))["overhead"]
+    assert named["decoder"] == "decoder_c1y_l16"
 
 
 def test_cluster_core_priced_with_its_shared_registers():

@@ -3,7 +3,7 @@
 with the golden decode. Exit 0 when everything matches, 1 on any mismatch or RTL failure, 2 on bad input /
 missing simulator (checked before any encoding or simulation).
 
-Decoders: a decoder_c1v2_* configuration takes the container's Cassandra-1 tensors, a decoder_c2v2_* its
+Decoders: a decoder_c1v3_* configuration takes the container's Cassandra-1 tensors, a decoder_c2v3_* its
 Cassandra-2 tensors (the default follows the container; tensors of the other scheme are skipped and
 counted). A run that would compare 0 values is refused.
 
@@ -117,7 +117,7 @@ def run(args) -> int:
     check_config(args.config)
 
     # decoder v3 (the default configurations) reads a container's format 3.0 tensors as stored (a draft run needs
-    # no verification section); decoder v2 reads the 2.0 layout: the harnesses convert each tensor
+    # no verification section); a decoder reading another layout would have each tensor converted
     # (tb/decoder/framing.py ``framed``), which re-encodes its values from both sections
     from ..tb.decoder.framing import config_layout
     as_stored = config_layout(args.config or DEFAULT_CONFIGS["c1"]) == "format 3.0"

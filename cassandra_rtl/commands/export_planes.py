@@ -53,7 +53,7 @@ def port_widths(config: str) -> dict[str, int]:
 
 def export_tensor(enc, config: str, out: Path, name: str = "") -> dict:
     """Write the files of one encoded tensor for ``config``, its planes in the layout the configuration reads
-    (a container's format 3.0 tensor is converted for decoder v2, tb/decoder/framing.py); returns the manifest."""
+    (tb/decoder/framing.py converts a tensor of another layout); returns the manifest."""
     from ..golden.codec import decode_draft, decode_full
     from ..hw.simutil import decoder_planes, decoder_program
     from ..tb.decoder.framing import config_layout, framed

@@ -16,8 +16,8 @@ from ..cli import CliError
 from ..hw.npu import DEFAULT_DECODER
 
 # the tile's C1 clusters: the headline, decoder v3 cores sharing one TensorRegisters (its measurement feeds
-# `generate --numerics npu`), decoder v3 with its own registers per instance, decoder v2 (format 2.0)
-TILE_DECODERS = (DEFAULT_DECODER, "decoder_c1v3_l8", "decoder_c1v2_l8_v4")
+# `generate --numerics npu`), decoder v3 with its own registers per instance
+TILE_DECODERS = (DEFAULT_DECODER, "decoder_c1v3_l8")
 
 
 def _ordered(container):

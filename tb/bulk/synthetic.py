@@ -101,7 +101,7 @@ def codec_config():
 @dataclass
 class SyntheticPiece:
     """Block ``block`` of tensor ``spec``: generated and encoded when a worker loads it (tb/bulk/jobs.py), in
-    ``layout``: the plane layout the decoder reads ("format 3.0": decoder v3; "format 2.0": decoder v2)."""
+    ``layout``: the plane layout the decoder reads ("format 3.0": decoder v3; "format 2.0": the older layout golden still converts to)."""
     spec: TensorSpec
     block: int
     seed: int = 2026

@@ -51,16 +51,14 @@ def make_zero_counter(params):
 # ---------------------------------------------------------------------------------------- decoder
 
 def decoder_configs() -> dict[str, dict]:
-    """The C1 decoders with their own register file: DecoderC1v2 (docs/HARDWARE.md 2b) decoder_c1v2_l4 / _l8 /
-    _l8_v4 and decoder v3 decoder_c1v3_l8 (framed in its layout); not a cluster's per-instance core,
-    which takes its tensor registers from a shared TensorRegisters."""
+    """The C1 decoders with their own register file: decoder v3 decoder_c1v3_l4 / _l8 (docs/datasheets/decoder_c1.md);
+    not a cluster's per-instance core, which takes its tensor registers from a shared TensorRegisters."""
     return {n: p for n, p in _named("decoder_c1").items() if "cluster_part" not in p}
 
 
 def decoder_c2_configs() -> dict[str, dict]:
-    """The C2 decoders with their own register file: DecoderC2v2(lanes=L, word=IW) (docs/HARDWARE.md 2c)
-    decoder_c2v2_l8 / decoder_c2v2_l16 and decoder v3 decoder_c2v3_l8 (framed in its layout); not a
-    cluster's per-instance core."""
+    """The C2 decoders with their own register file: decoder v3 decoder_c2v3_l8 (docs/datasheets/decoder_c2.md);
+    not a cluster's per-instance core."""
     return {n: p for n, p in _named("decoder_c2").items() if "cluster_part" not in p}
 
 
@@ -143,9 +141,8 @@ def bench_frames(params: dict) -> bool:
 
 
 def reads_containers(params: dict) -> bool:
-    """The configuration is one ``cosim`` runs: a decoder reading format 3.0 (decoder v3, what containers hold)
-    or the 2.0 layout (decoder v2: the harnesses convert each tensor, tb/decoder/framing.py ``framed``): every
-    configuration the benches can frame."""
+    """The configuration is one ``cosim`` runs: a decoder reading a plane layout the benches can frame
+    (format 3.0 for decoder v3, what containers hold; tb/decoder/framing.py)."""
     return bench_frames(params)
 
 
@@ -158,7 +155,7 @@ def make_csr(params):
 
 
 QUICK = {"zero_counter": ["zero_counter_w64_l8", "tb_w64_l8_comb"],
-         # decoder v3 (the NPU tile's) at its small sizes; L = 8 and decoder v2 run in `make sim-full`
+         # decoder v3 (the NPU tile's) at its small sizes; L = 8 runs in `make sim-full`
          "decoder": ["decoder_c1v3_l4"],
          "decoder_c2": ["decoder_c2v3_l8"], "encoder": ["encoder_kv_c1_l2", "encoder_kv_c2_l2"],
          # not in `make sim`: direct coupling deadlocks on some full-mode streams (see docs/VERIFICATION.md

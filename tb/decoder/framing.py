@@ -25,9 +25,9 @@ PORTS_C2 = {"spec.mx": "spec_mx", "verif.codes": "verif_codes", "verif.rest": "v
 SCHEME_PORTS = {"c1": PORTS, "c2": PORTS_C2}
 
 
-# Plane layouts a decoder reads (hw/configs.py CONFIG_INFO "layout"): decoder v2 reads the format 2.0 layout,
-# decoder v3 format 3.0 (golden/escfield.py: an escape's 8 raw bits in the companion field, C2's spec.mx by MX
-# block). Containers hold format 3.0; ``framed`` converts.
+# Plane layouts (hw/configs.py CONFIG_INFO "layout"): decoder v3 reads format 3.0 (golden/escfield.py: an escape's
+# 8 raw bits in the companion field, C2's spec.mx by MX block), as containers hold it; golden still writes and
+# converts the format 2.0 layout (``framed``).
 FORMAT_2 = "format 2.0"
 FORMAT_3 = "format 3.0"
 LAYOUTS = (FORMAT_2, FORMAT_3)
@@ -36,7 +36,7 @@ LAYOUTS = (FORMAT_2, FORMAT_3)
 def config_layout(config: str) -> str:
     """The plane layout decoder configuration ``config`` reads (hw/configs.py CONFIG_INFO "layout")."""
     from cassandra_rtl.hw.configs import CONFIG_INFO
-    return CONFIG_INFO[config].get("layout", FORMAT_2)
+    return CONFIG_INFO[config].get("layout", FORMAT_3)
 
 
 def encode_in(bits, cfg, layout: str) -> EncodedTensor:

@@ -51,7 +51,7 @@ class DecoderHarness:
         self.L, self.IW = int(p["lanes"]), int(p["word"])
         self.cb = bits_for(self.L)
         self.scheme = F.decoder_scheme(p)
-        self.layout = p.get("layout", F.FORMAT_2)        # the planes' layout (tensors are framed in it)
+        self.layout = p.get("layout", F.FORMAT_3)        # the planes' layout (tensors are framed in it)
         ports = list(F.ports(self.scheme).values())
         rng = ctx.rng
         if profiles is None:

@@ -200,7 +200,7 @@ async def malformed_streams(dut, ctx):
     cov.define("dec.error", list(F.ERROR_NAMES.values()))
     IW = h.IW
     # The mutations locate superblock chunks and rank-unary code lengths: format 1.0 layout (A = 1, no
-    # pairs). Format 2.0's chunk and pair errors are covered by tests/test_hw_decoder_c1_v2.py.
+    # pairs).
     V1 = dict(chunk_superblocks=1, pair_codes=False)
     cfg = CodecConfig(group_size=64, mantissa_bits=3, keep_count=48, **V1)
     good = D.encode(D.weights_like(rng, 64 * 2 + 9), cfg)

@@ -140,8 +140,8 @@ def _spec_mx_used_bits(enc, s: int) -> int:
 
 def _mutations(enc, full, port_words, rng, layout=F.FORMAT_2):
     """(name, expected error bit, planes, program) for one pruning tensor in the decoder's plane ``layout``:
-    minimal corruptions (``port_words``: {port: word bits}; the C2 v2 decoders have narrower verification
-    ports)."""
+    minimal corruptions (``port_words``: {port: word bits}; decoder v3's verification ports are narrower than
+    spec_mx)."""
     pw = F.plane_words(F.framed(enc, layout), full, port_words)
     IW, VW = port_words["spec_mx"], port_words["verif_codes"]
     prog = F.program(enc, full)
@@ -228,8 +228,7 @@ async def malformed_streams(dut, ctx):
     h = DecoderHarness(dut, ctx)
     ctx.cov.define("dec.error", list(F.ERROR_NAMES.values()))
     IW = h.IW
-    # The mutations locate per-superblock chunks: format 1.0 layout (A = 1, no pairs). Format 2.0's chunk
-    # and pair errors are covered by tests/test_hw_decoder_c2_v2.py.
+    # The mutations locate per-superblock chunks: format 1.0 layout (A = 1, no pairs).
     V1 = dict(chunk_superblocks=1, pair_codes=False)
     good = D.encode(D.weights_like(rng, 64 * 2 + 9), D.c2cfg(64, 3, 40, **V1))
     cases = []
