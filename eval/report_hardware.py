@@ -93,8 +93,11 @@ def freeze_v2(path: Path, reports: dict, commit: str | None, page: str = "") -> 
                 info["carried_from"] = "docs/report/hardware.md"
         if blocks:
             flows[label] = {"flow": info, "blocks": blocks}
+    carried = "carried_from" in (flows.get("fpga") or {}).get("flow", {})
     data = {"note": "decoder v2 (DecoderC1v2 / DecoderC2v2, hw/configs decoder_c1v2_* / decoder_c2v2_*): retired; "
-                    f"figures as synthesised at commit {commit or '?'} (format 2.0 layout)",
+                    f"figures as synthesised at commit {commit or '?'} (format 2.0 layout)"
+                    + ("; its ECP5 rows from an earlier place and route, as docs/report/hardware.md carried them"
+                       if carried else ""),
             "commit": commit, "flows": flows}
     path.write_text(json.dumps(data, indent=1) + "\n")
     return data

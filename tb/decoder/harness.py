@@ -80,7 +80,7 @@ class DecoderHarness:
         L = self.L
         self.fill_point = f"dec.lane_fill_L{L}"
         cov.define(self.fill_point, range(1, L + 1))
-        cov.define("dec.beat", ["full", "short_escape", "sb_end", "last"])
+        cov.define("dec.beat", ["full", "short", "sb_end", "last"])
         if self.scheme == "c1":
             cov.define("dec.spec_rank", [*range(15), "esc"])
             cov.define("dec.spec_K_with_escape", range(16))
@@ -96,11 +96,11 @@ class DecoderHarness:
         if self.scheme == "c2":
             # C2-specific events (docs/HARDWARE.md 2a): draft-zero lanes (pruned / elem = 0 / elem = 0 of a
             # subnormal), subnormal drafts (draft exponent 0 from a normal or subnormal input), X = 0
-            # blocks, c < 0 (every mantissa bit cut), escapes of delta codes, header kinds of a superblock
-            # (bitmap merged into the first beat, HEAD cycles for the bitmap, no bitmap at k = G)
+            # blocks, c < 0 (every mantissa bit cut), escapes of delta codes, MX block headers (with keep bits,
+            # without at k = G) and the header step of each chunk's first block
             cov.define("c2.lane", ["kept_nonzero", "pruned", "elem_zero", "subnormal_draft", "x_zero",
                                    "c_negative"])
-            cov.define("c2.header", ["no_bitmap", "bitmap_merged", "bitmap_head_cycles"])
+            cov.define("c2.header", ["no_keep_bits", "keep_bits", "chunk_header_step"])
             cov.define("c2.verif_K_with_escape", range(16))
 
     # ----------------------------------------------------------------------------------------- monitors
@@ -149,7 +149,7 @@ class DecoderHarness:
             self._violation(f"sb_end={sb_end} at value {new} (superblock {t.sb} ends at {end})")
         if bool(last) != (new == t.n):
             self._violation(f"last={last} at value {new} of {t.n}")
-        cov.hit("dec.beat", "last" if last else "sb_end" if want_sb_end else "full" if count == L else "short_escape")
+        cov.hit("dec.beat", "last" if last else "sb_end" if want_sb_end else "full" if count == L else "short")
         t.pos = new
         if new >= end:
             t.sb += 1
@@ -206,16 +206,9 @@ class DecoderHarness:
             cov.hit("dec.value_class", "pruned", int((~kept).sum()))
         G, N = c.group_size, enc.numel
         nfull, tail = divmod(N, G)
-        W_MX = int(self.ctx.params.get("mx_window", 9 * self.L + 160))
-        if not c.prunes:
-            cov.hit("c2.header", "no_bitmap", enc.nsb)
-        else:
-            merged = G + G // 4 + 9 * self.L <= W_MX
-            if merged and nfull:
-                cov.hit("c2.header", "bitmap_merged", nfull)
-            heads = (0 if merged else nfull) + (1 if tail else 0)
-            if heads:
-                cov.hit("c2.header", "bitmap_head_cycles", heads)
+        blocks = nfull * (G // 32) + -(-tail // 32)            # MX blocks of 32 values, one header each
+        cov.hit("c2.header", "keep_bits" if c.prunes else "no_keep_bits", blocks)
+        cov.hit("c2.header", "chunk_header_step", -(-enc.nsb // c.chunk_superblocks))
         if full:
             K = enc.verif_book.K
             hist = np.bincount(ln["verif_rank"], minlength=16)

@@ -42,9 +42,8 @@ async def bf16_specials(dut, ctx):
 
 @tb_test()
 async def boundary_configs(dut, ctx):
-    """k = G (no bitmap), k = 1, k = 2, k = G - 1 for every G (G = 256 with k < G reads its bitmap in HEAD
-    cycles), m = 0 and 7, partial last superblocks (HEAD cycles for its bitmap when pruning), a tensor of a
-    single value and one of exactly one MX block."""
+    """k = G (no keep bits), k = 1, k = 2, k = G - 1 for every G, m = 0 and 7, partial last superblocks and MX
+    blocks, a tensor of a single value and one of exactly one MX block."""
     rng = _rng(ctx)
     h = DecoderHarness(dut, ctx)
     items = []
@@ -233,11 +232,11 @@ async def malformed_streams(dut, ctx):
     good = D.encode(D.weights_like(rng, 64 * 2 + 9), D.c2cfg(64, 3, 40, **V1))
     cases = []
     for full in (False, True):
-        for G, k in ((64, 40), (256, 100)):          # G = 256: the bitmap is read in HEAD cycles
+        for G, k in ((64, 40), (256, 100)):          # G = 256: 8 MX blocks, 8 headers per superblock
             enc = D.encode(D.weights_like(rng, G * 3), D.c2cfg(G, 3, k, **V1))
             for name, bit, planes, prog in _mutations(enc, full, h.port_words, rng, h.layout):
                 cases.append((f"{name}/G{G}/{'full' if full else 'draft'}", bit, enc, full, planes, prog))
-    # OVERRUN inside the bitmap: a G = 256 spec.mx chunk cut after its first word (128 of 256 bitmap bits)
+    # OVERRUN in the middle of a superblock: a G = 256 spec.mx chunk cut after its first word
     enc = D.encode(D.weights_like(rng, 512), D.c2cfg(256, 3, 100, **V1))
     pw = F.plane_words(F.framed(enc, h.layout), False, IW)
     if IW < 256:
