@@ -67,12 +67,13 @@ def parse_args(argv=None):
                          "build/ or model/ when present (not in --quick)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quiet", action="store_true")
-    ap.add_argument("--sections", choices=["all", "hardware", "overhead", "crosscheck", "npu"], default="all",
+    ap.add_argument("--sections", choices=["all", "hardware", "overhead", "crosscheck", "npu", "cosim"], default="all",
                     help="hardware: re-render only section 5's synthesis part from the flows' reports (seconds); "
                          "overhead: only section 5's overhead subsection (the ECP5 and formal parts kept); "
                          "crosscheck: only section 4's cross-check against GenZ / SCALE-Sim from "
                          "build/crosscheck/crosscheck.json (python bench/crosscheck.py); npu: only section 6, "
-                         "the NPU tile measured in cycles (cassandra-rtl npu --all, python bench/npu_speedup.py)")
+                         "the NPU tile measured in cycles (cassandra-rtl npu --all, python bench/npu_speedup.py); "
+                         "cosim: only section 5's co-simulation table (cassandra-rtl cosim on build/demo/smollm2.cass)")
     a = ap.parse_args(argv)
     q = a.quick
     a.prompts = a.prompts or (2 if q else len(PROMPTS))
@@ -177,6 +178,8 @@ def main(argv=None) -> int:
         return splice_crosscheck(a)
     if a.sections == "npu":
         return splice_npu(a)
+    if a.sections == "cosim":
+        return splice_cosim(a)
     import torch
 
     torch.set_num_threads(a.threads)
@@ -492,24 +495,7 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
     hw_md = hardware_section(synth_path, Path(a.out), R['command'], a.formal,
                              previous=old_md.read_text() if old_md.exists() else "", fpga=a.fpga)
     w(hw_md if hw_md else f"Synthesis: **not run** (`{os.path.relpath(synth_path, ROOT)}` not found; run `make synth`).\n")
-    good = [c for c in R["cosim"] if "error" not in c]
-    if good:
-        w("Co-simulation (RTL decoder vs golden decode):\n")
-        w("| command | decoder config | simulator / engine | mode | values | mismatches | values / cycle | values / s |")
-        w("|---|---|---|---|---:|---:|---:|---:|")
-        for c in good:
-            w(f"| `{c.get('command', c.get('source', '?'))}` | {c.get('config', '?')} | {c.get('simulator', '?')} / "
-              f"{c.get('engine', '?')} | {c.get('mode', '?')} | {c.get('values', 0):,} | {c.get('mismatches', '?')} | "
-              f"{c.get('values_per_cycle', '—')} | {fmt(c.get('values_per_second'), ',.0f')} |")
-        w(f"\nThe container is `build/demo/smollm2.cass` (`make demo`: the bundled SmolLM2 at the default config); "
-          f"values/s is wall-clock throughput of the compiled Verilator harness on this shared CPU, measured after a "
-          f"warm-up run that builds it (it includes "
-          f"framing and comparison); values/cycle is the decoder's own rate. Results are cached in "
-          f"`{a.cache}/cosim.json`; delete it to re-run.\n")
-    else:
-        errs = [c for c in R["cosim"] if "error" in c]
-        w("Co-simulation throughput: **not run**" + (f" — {cosim_note}" if cosim_note else "") +
-          ("".join(f"\n- `{c.get('command')}`: {c['error']}" for c in errs)) + "\n")
+    w(cosim_part(R["cosim"], a.cache, cosim_note))
 
     # limits -------------------------------------------------------------------------------------
     w(report_npu.render(Path(a.out), R['command']))
@@ -526,6 +512,7 @@ def render_markdown(a, R, figs, ck, srep, synth_path, cosim_note, ent_cfg, acc_c
          " (none found)") + (" and its saved search rows (overlaid, not re-measured)." if R["tuned"] else "."),
         "The 8B-class memory figure reuses SmolLM2's bits/value (no 8B checkpoint offline).",
     ]
+    good = [c for c in R["cosim"] if "error" not in c]
     if not good:
         lim.append("Co-simulation throughput was not available for this run.")
     if not srep or not {"decoder", "encoder"} <= {bl["kind"] for bl in R["synth_blocks"]}:
@@ -554,6 +541,56 @@ def hardware_section(synth_path: Path, out: Path, command: str, formal=None, pre
                                   fpga=fpga)
 
 
+COSIM_HEADING = "Co-simulation (RTL decoder vs golden decode):"
+
+
+def cosim_part(cosim: list[dict], cache, note: str | None = None) -> str:
+    """Section 5's co-simulation table (`cassandra-rtl cosim` results), or one line saying why it is absent."""
+    good = [c for c in cosim if "error" not in c]
+    if not good:
+        errs = [c for c in cosim if "error" in c]
+        return ("Co-simulation throughput: **not run**" + (f" — {note}" if note else "") +
+                "".join(f"\n- `{c.get('command')}`: {c['error']}" for c in errs) + "\n")
+    lines = [COSIM_HEADING + "\n",
+             "| command | decoder config | simulator / engine | mode | values | mismatches | values / cycle | values / s |",
+             "|---|---|---|---|---:|---:|---:|---:|"]
+    for c in good:
+        lines.append(f"| `{c.get('command', c.get('source', '?'))}` | {c.get('config', '?')} | {c.get('simulator', '?')} / "
+                     f"{c.get('engine', '?')} | {c.get('mode', '?')} | {c.get('values', 0):,} | "
+                     f"{c.get('mismatches', '?')} | {c.get('values_per_cycle', '—')} | "
+                     f"{fmt(c.get('values_per_second'), ',.0f')} |")
+    lines.append(f"\nThe container is `build/demo/smollm2.cass` (`make demo`: the bundled SmolLM2 at the default "
+                 f"config); values/s is wall-clock throughput of the compiled Verilator harness on this shared CPU, "
+                 f"measured after a warm-up run that builds it (it includes framing and comparison); values/cycle is "
+                 f"the decoder's own rate. Results are cached in `{cache}/cosim.json`; delete it to re-run.\n")
+    return "\n".join(lines) + "\n"
+
+
+def splice_cosim(a) -> int:
+    """`--sections cosim`: section 5's co-simulation table, `cassandra-rtl cosim` run again on the demo container
+    (eval/report_hw.py COSIM_CONFIGS, draft and full), the rest of the report as it was."""
+    import report_hw as rhw
+
+    md_path = Path(a.out) / "report.md"
+    text = md_path.read_text() if md_path.exists() else ""
+    start = text.find(COSIM_HEADING)
+    start = start if start >= 0 else text.find("Co-simulation throughput: **not run**")
+    end = text.find("\n## 6.", start)
+    cass = ROOT / "build" / "demo" / "smollm2.cass"
+    if start < 0 or end < 0 or not cass.exists():
+        print(f"report: error: --sections cosim needs {md_path} with section 5's co-simulation part and {cass} "
+              "(run `make demo`)", file=sys.stderr)
+        return 2
+    cosim = rhw.run_cosim(cass.relative_to(ROOT), a.cosim_values or 2_000_000,      # run in ROOT, named as in the table
+                          log=lambda *x: print(*x, file=sys.stderr))
+    if any("error" not in c for c in cosim):
+        a.cache.mkdir(parents=True, exist_ok=True)
+        (a.cache / "cosim.json").write_text(json.dumps(cosim, indent=1))
+    md_path.write_text(text[:start] + cosim_part(cosim, a.cache) + text[end:])
+    print(f"rewrote section 5's co-simulation table of {md_path}")
+    return 0
+
+
 def splice_hardware(a) -> int:
     """`--sections hardware`: re-render only section 5's synthesis part into the existing report.md (the
     other sections keep the measurements and commands they were generated with; so does the co-simulation
@@ -571,7 +608,8 @@ def splice_hardware(a) -> int:
         return 2
     stamp = f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
     new = (f"## 5. Hardware\n\n*Re-rendered {stamp} by* `python eval/report.py --out {a.out} --sections hardware{inputs}` "
-           "*from the flows' current reports; the co-simulation table below is from the last full run.*\n\n" + body + "\n")
+           "*from the flows' current reports; the co-simulation table below is from its own run (the last full run or "
+           "`--sections cosim`).*\n\n" + body + "\n")
     md_path.write_text(text[:start] + new + text[cos:])
     print(f"rewrote section 5 of {md_path}")
     return 0

@@ -67,3 +67,28 @@ def test_find_tuned_reads_points(tmp_path):
     pts, files = report.find_tuned(tmp_path)
     assert files == ["build/tune/frontier.jsonl"]
     assert pts[0]["ratio"] == 0.25 and pts[0]["acceptance"] == 0.8 and pts[0]["speedup"] == 2.1
+
+
+def test_cosim_splice_replaces_only_the_cosim_table(tmp_path, monkeypatch, capsys):
+    """`report.py --sections cosim` reruns `cassandra-rtl cosim` (here a stand-in returning one record and one
+    error) and rewrites section 5's co-simulation table alone; without the demo container it is one line, exit 2."""
+    import report
+    import report_hw
+
+    head = "## 5. Hardware\n\nsynthesis part\n\n"
+    tail = "\n## 6. The NPU tile\n\nkept\n"
+    (tmp_path / "report.md").write_text(head + report.cosim_part([{"config": "old_cfg", "values": 5}], "c") + tail)
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    assert report.main(["--out", str(tmp_path), "--sections", "cosim", "--cache", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "make demo" in err[0]
+    (tmp_path / "build" / "demo").mkdir(parents=True)
+    (tmp_path / "build" / "demo" / "smollm2.cass").write_bytes(b"")
+    recs = [{"config": "decoder_c1v3_l8", "mode": "draft", "values": 2_000_000, "mismatches": 0, "command": "cosim x"},
+            {"mode": "full", "error": "timed out after 900s", "command": "cosim y"}]
+    monkeypatch.setattr(report_hw, "run_cosim", lambda cass, n, log=print: recs)
+    assert report.main(["--out", str(tmp_path), "--sections", "cosim", "--cache", str(tmp_path / "c")]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert text.startswith(head) and text.endswith(tail) and "old_cfg" not in text
+    assert "| `cosim x` | decoder_c1v3_l8 |" in text and "2,000,000" in text and "timed out" not in text
+    assert json.loads((tmp_path / "c" / "cosim.json").read_text()) == recs

@@ -12,8 +12,8 @@
 // lane of every beat, waits for `irq`, reads IRQ_STATUS and ERROR_CODE and prints one line:
 // "PASS values=N cycles=C" or "FAIL ...".
 //
-//   iverilog -g2005 -o sim -DDUT=decoder_c1v2_l4_csr_axis -Ptb.L=4 -Ptb.WC=32 -Ptb.WS=32 -Ptb.WV=32 \
-//            tb_decoder_csr_axis.v decoder_c1v2_l4_csr_axis.v decoder_c1v2_l4_csr.v
+//   iverilog -g2005 -o sim -DDUT=decoder_c1v3_l4_csr_axis -Ptb.L=4 -Ptb.WC=32 -Ptb.WS=32 -Ptb.WV=32 \
+//            tb_decoder_csr_axis.v decoder_c1v3_l4_csr_axis.v decoder_c1v3_l4_csr.v
 //   vvp sim +dir=DIR +full=0|1 [+dma=1] [+seed=S] [+idle=30] [+stall=30]
 //
 // +dma=1 streams the register program on `s_axis_cfg_dma` instead, as a plain memory-to-stream DMA would:
@@ -23,7 +23,7 @@
 // (ports.md or the datasheet's port table), MAXW / MAXV / MAXP the largest word, value and write counts.
 `timescale 1ns / 1ps
 `ifndef DUT
-`define DUT decoder_c1v2_l4_csr_axis
+`define DUT decoder_c1v3_l4_csr_axis
 `endif
 
 module tb;
