@@ -583,9 +583,12 @@ def splice_cosim(a) -> int:
         return 2
     cosim = rhw.run_cosim(cass.relative_to(ROOT), a.cosim_values or 2_000_000,      # run in ROOT, named as in the table
                           log=lambda *x: print(*x, file=sys.stderr))
-    if any("error" not in c for c in cosim):
-        a.cache.mkdir(parents=True, exist_ok=True)
-        (a.cache / "cosim.json").write_text(json.dumps(cosim, indent=1))
+    if not any("error" not in c for c in cosim):
+        print("report: error: every cosim run failed (" + "; ".join(f"{c.get('command')}: {c.get('error')}"
+              for c in cosim)[:300] + "); report.md kept as it was", file=sys.stderr)
+        return 1
+    a.cache.mkdir(parents=True, exist_ok=True)
+    (a.cache / "cosim.json").write_text(json.dumps(cosim, indent=1))
     md_path.write_text(text[:start] + cosim_part(cosim, a.cache) + text[end:])
     print(f"rewrote section 5's co-simulation table of {md_path}")
     return 0

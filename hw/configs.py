@@ -39,7 +39,7 @@ for _w, _l in ((64, 8), (128, 16)):
 
 
 def _c1v3_factories():
-    """The C1 decoder v3 (hw/decoder_c1_v3.py, docs/datasheets/decoder_c1_v3.md): the format 3.0
+    """The C1 decoder v3 (hw/decoder_c1_v3.py, docs/datasheets/decoder_c1.md): the format 3.0
     layout of golden/escfield.py, one parser / extractor / lookup set for both modes."""
     from .decoder_c1_v3 import DecoderC1v3, DecoderC1v3Core
     from .tensor_regs import TensorRegisters
@@ -66,7 +66,7 @@ _c1v3_factories()
 
 
 def _c2v3_factories():
-    """The C2 decoder v3 (hw/decoder_c2_v3.py, docs/datasheets/decoder_c1_v3.md): format 3.0
+    """The C2 decoder v3 (hw/decoder_c2_v3.py, docs/datasheets/decoder_c2.md): format 3.0
     of golden/escfield.py (block-interleaved spec.mx), one spec.mx reader with header registers, pass B half a beat
     a cycle."""
     from .decoder_c2_v3 import DecoderC2v3, DecoderC2v3Core

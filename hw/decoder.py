@@ -22,8 +22,6 @@ SYMBOL_BITS = bits_for(PRUNED)            # 9: exponents 0..255 and the pruned m
 FIELD_MAX = 1 + BF16_MANTISSA_BITS        # widest fixed field: a pruned value's sign + mantissa (8 bits)
 CFG_ADDR_BITS = 8
 CFG_DATA_BITS = 32
-# superblocks (and chunks) of a tensor: at most ceil(NUMEL / min G) for a CFG_DATA_BITS-bit NUMEL (28 bits)
-SB_COUNT_BITS = bits_for(-(-((1 << CFG_DATA_BITS) - 1) // min(ALLOWED_GROUP_SIZES)))
 MAX_LANES = 32
 MAX_WORD = 1024
 
@@ -202,19 +200,14 @@ class DecoderC1(C1RegisterFile, wiring.Component):
 
     Parameters
         lanes         L, values per output beat (1..32)
-        word          IW, bits per input word on the speculation planes (a power of two >= 8)
-        window        W, code window of the speculation zero counter (>= 24; default 8*L, min 24): the beat
-                      holds at most the codes that fit in W bits, so W / L is the mean code length
-                      sustained at full rate
-        verif_lanes   Lv <= L, values per beat in full mode (default L). Full mode reads ~11 bits/value
-                      against ~3-5 for the draft, so at a given memory bandwidth it needs far fewer values
-                      per cycle; Lv < L shrinks the verification zero counter, readers and rest-field
-                      logic.
+        word          IW, bits per input word on ``spec_signman`` (a power of two >= 8)
+        window        W, the span of ``spec_codes`` bits a beat's codes are taken from (>= 24; decoder v3: two
+                      code words)
+        verif_lanes   Lv <= L, values per output beat in full mode (default L)
         verif_word    bits per input word on the verification planes (default IW, or max(32, 8*Lv) when Lv < L)
-        code_word     bits per input word on the speculation code plane ``spec_codes`` (default IW): the codes
-                      average ~2.7 bits against ~4.5 bits of ``spec_signman`` per value, so they may use a
-                      narrower port
-        verif_window  code window of the verification zero counter (default W, or max(24, 8*Lv))
+        code_word     bits per input word on ``spec_codes`` (default IW): the codes average ~2.7 bits against
+                      ~4.5 bits of ``spec_signman`` per value, so they may use a narrower port
+        verif_window  the span of ``verif_codes`` bits (default W, or max(24, 8*Lv))
     """
 
     def __init__(self, lanes: int = 8, word: int | None = None, window: int | None = None,
@@ -235,8 +228,6 @@ class DecoderC1(C1RegisterFile, wiring.Component):
         check_lanes_word(lanes, code_word, window)
         self.lanes, self.word, self.window = lanes, word, window
         self.verif_lanes, self.verif_word, self.verif_window = verif_lanes, verif_word, verif_window
-        self.field_window = FIELD_MAX * lanes      # L fields of at most 8 bits always fit
-        self.verif_field_window = FIELD_MAX * verif_lanes
         self.code_word = code_word
         self.port_words = {"spec_codes": code_word, "spec_signman": word,
                            "verif_codes": verif_word, "verif_rest": verif_word}

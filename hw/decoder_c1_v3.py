@@ -1,5 +1,5 @@
 """Cassandra-1 decoder v3: one position stage, one set of field extractors and book lookups for both modes; full
-mode runs them twice per beat (docs/datasheets/decoder_c1_v3.md).
+mode runs them twice per beat (docs/datasheets/decoder_c1.md).
 
 It reads format 3.0 (golden/escfield.py): every code is ``q`` zeros and a one, the raw
 symbol of an escape sits at the front of its value's companion field. Ports, registers and error bits are
@@ -102,11 +102,12 @@ def interface(lanes, code_word, word, verif_word) -> dict:
     if lanes not in (4, 8):
         raise ConfigError(f"decoder v3 lanes must be 4 or 8, got {lanes!r}")
     word = 8 * lanes if word is None else word
-    verif_word = max(32, 4 * lanes) if verif_word is None else verif_word
+    verif_word = code_word if verif_word is None else verif_word
     if code_word != verif_word:     # verif_codes and verif_rest share the verification word width
         raise ConfigError(f"decoder v3 needs code_word == verif_word, got {code_word!r} / {verif_word!r}")
-    if not isinstance(code_word, int) or code_word < 32:
-        raise ConfigError(f"decoder v3 needs code words of at least 32 bits, got {code_word!r}")
+    if not isinstance(code_word, int) or not 32 <= code_word <= 512 or code_word & (code_word - 1):
+        raise ConfigError(f"decoder v3 needs code words of a power of two in 32..512 bits (a code reader's span "
+                          f"is two words), got {code_word!r}")
     window = 2 * code_word          # the code readers' span
     return dict(lanes=lanes, word=word, window=window, verif_lanes=lanes, verif_word=verif_word,
                 verif_window=window, code_word=code_word)
@@ -119,7 +120,7 @@ class DecoderC1v3Core(ClusterCore, DecoderC1):
         lanes        L, values per beat (4 or 8)
         code_word    bits per word on both code planes (default 32)
         word         bits per word on ``spec_signman`` (default 8 L)
-        verif_word   bits per word on ``verif_codes`` and ``verif_rest`` (default max(32, 4 L): full mode reads
+        verif_word   bits per word on ``verif_codes`` and ``verif_rest`` (default ``code_word``; full mode reads
                      them every other cycle); equal to ``code_word``
     """
 

@@ -84,6 +84,8 @@ def interface(lanes, word, verif_word) -> dict:
     if not isinstance(word, int) or word < 32 or word > 1024 or word & (word - 1):
         raise ConfigError(f"C2 decoder v3 spec_mx word must be a power of two in 32..1024 bits, got {word!r}")
     verif_word = 32 if verif_word is None else verif_word
+    if not isinstance(verif_word, int) or verif_word < 32 or verif_word > 1024 or verif_word & (verif_word - 1):
+        raise ConfigError(f"C2 decoder v3 verification word must be a power of two in 32..1024 bits, got {verif_word!r}")
     return dict(lanes=lanes, word=word, verif_word=verif_word)
 
 

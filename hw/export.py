@@ -51,11 +51,11 @@ HANDSHAKE = ("valid/ready streams: a transfer happens on a rising clk edge with 
 BLOCK_NOTES = {
     "zero_counter": "Combinational core with one output register: outputs describe the `data` of the previous cycle.",
     "decoder_c1v3": ("Program through `cfg` while busy = 0, then START; every plane chunk (A superblocks) ends with a "
-                     "`last` word (an empty chunk is one zero word); planes in format 3.0. Datasheet: "
-                     "docs/datasheets/decoder_c1_v3.md."),
+                     "`last` word (an empty chunk is one zero word); planes in format 3.0; full-mode beats hold L "
+                     "values, one every two cycles. Datasheet: docs/datasheets/decoder_c1.md."),
     "decoder_c2v3": ("Program through `cfg` while busy = 0 (no speculation book; VERIF_* = book over the exponent "
-                     "deltas), then START; chunk framing as the C1 decoder; planes in format 3.0. Datasheet: "
-                     "docs/datasheets/decoder_c1_v3.md \"C2 decoder v3\"."),
+                     "deltas), then START; chunk framing as the C1 decoder; planes in format 3.0; full-mode beats "
+                     "hold at most L/2 values (lanes 0..L/2-1). Datasheet: docs/datasheets/decoder_c2.md."),
     "encoder_kv_c1": "See docs/datasheets/kv_encoders.md.",
 }
 

@@ -132,11 +132,12 @@ DEFAULT_DECODERS = ("decoder_c1v3_l4_w32", "decoder_c2v3_l4_w32")
 
 # START -> first beat bound N of the liveness property, measured (N passes, N - 1 fails); otherwise
 # CONFIG_INFO latency_cycles + 1 (word -> beat latency plus the START cycle). decoder_c1v3_l8 and
-# decoder_c1v3_l4_w32: 6 (N = 6 passes, 5 fails: START, INIT, then P, R, D, F). decoder_c2v3_l4_w32: 5 (5 passes,
+# decoder_c1v3_l4_w32: 6 (N = 6 passes, 5 fails: START, two set-up cycles, then P, R, D, F). decoder_c2v3_l4_w32: 5 (5 passes,
 # 4 fails, with its chunk gap of 1).
-FORMAL_LIVENESS_N = {"decoder_c1v3_l8": 6, "decoder_c2v3_l4_w32": 5, "decoder_c1v3_l4_w32": 6}
+FORMAL_LIVENESS_N = {"decoder_c1v3_l8": 6, "decoder_c2v3_l4_w32": 5, "decoder_c1v3_l4_w32": 6,
+                     "decoder_c1v3_l4": 6}      # decoder_c1v3_l4 is decoder_c1v3_l4_w32 (the same parameters)
 # Idle cycles a decoder takes after each chunk's last beat in the liveness run (draft mode, words valid every
-# cycle): decoder_c2_v3 reads a chunk's first MX block header in a step of its own (docs/datasheets/decoder_c1_v3.md).
+# cycle): decoder_c2_v3 reads a chunk's first MX block header in a step of its own (docs/datasheets/decoder_c2.md).
 # From-reset protocol BMC depth where the default 10 is out of reach: decoder_c2v3_l4_w32's 64-bit code-reader
 # span leaves it to z3, whose step 9 ran > 10 min after steps 0..8 in 40 s; its stream check (a programmed tensor)
 # takes over from step 6 and reaches the output beats.
@@ -850,7 +851,7 @@ def main(argv=None) -> int:
                     "that z3 decides 64-bit models when yices fails its self-test)")
     ap.add_argument("--depth-scale", type=float, default=1.0, help="scale the decoder protocol BMC depth")
     ap.add_argument("--liveness-n", default=None, help="START -> first beat bound N, e.g. 7 (every config) or "
-                    "decoder_c1v3_l4_w32=5,decoder_c2v3_l4_w32=4 (default: FORMAL_LIVENESS_N / CONFIG_INFO latency + 1)")
+                    "decoder_c1v3_l8=6,decoder_c2v3_l4_w32=5 (default: FORMAL_LIVENESS_N / CONFIG_INFO latency + 1)")
     ap.add_argument("--cover", action="store_true", help="also the decoder cover runs (reachability traces)")
     ap.add_argument("--timeout", type=int, default=None, metavar="S",
                     help="seconds each selected property may run (default: its own, 600-3600)")

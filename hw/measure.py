@@ -1,7 +1,7 @@
 """Measure the decoder's values/cycle on SmolLM2 tensors, or on synthetic tensors of a chosen escape density
 (the throughput tables of docs/datasheets/decoder_c1.md "Latency and throughput").
 
-    python -m cassandra_rtl.hw.measure [--config decoder_c1_l16] [--mode draft|full] [--keep 0.5]
+    python -m cassandra_rtl.hw.measure [--config decoder_c1v3_l8] [--mode draft|full] [--keep 0.5]
                                        [--max-values 2000000] [--amaranth] [--scheme c1|c2] [--mbits 3]
                                        [--chunk A] [--pairs] [--escapes P[,P...]]
 
@@ -12,10 +12,9 @@ compiled Verilator harness on the exported Verilog (``cassandra_rtl.tb.bulk``: w
 per-cycle Python); ``--amaranth`` runs the Amaranth simulator instead (slow: use a small --max-values).
 Every decoded value is compared with the golden decode. Reported: values/cycle (including the
 per-tensor register programming) and values/beat (the steady-state lane occupancy).
-``--scheme c2`` encodes the same tensors with Cassandra-2 for a ``decoder_c2_*`` config (Amaranth only:
-the bulk harness drives the C1 ports). ``--chunk A --pairs``: format 2.0 streams (chunks of A
-superblocks, books with pair groups); ``--chunk 1 --no-pairs``: v1.0 streams; default: golden's policy
-(``golden.config.FORMAT2_DEFAULTS``: v1.0 while it is False).
+``--scheme c2`` encodes the same tensors with Cassandra-2 for a ``decoder_c2*`` config. Each tensor goes to the
+decoder in the plane layout it reads (format 3.0, tb/decoder/framing.py). ``--chunk A --pairs``: chunks of A
+superblocks, books with pair groups; ``--chunk 1 --no-pairs``: the 1.0 framing; default: golden's policy.
 
 ``--escapes P[,P...]``: instead of SmolLM2, one synthetic C1 tensor of ``--max-values`` values per P
 (``escape_tensor``: a fraction P of the values get an exponent outside every book, half of them large, so
@@ -125,13 +124,14 @@ def measure(config: str, mode: str, keep: float, max_values: int, amaranth: bool
     encs = sample_tensors(keep, max_values, m=m, scheme=scheme, chunk=chunk, pairs=pairs)
     full = mode == "full"
     if amaranth:
+        from ..tb.decoder.framing import config_layout, framed
         from .configs import build
         from .simutil import DecodeJob, Stalls, run_decoder
         dut = build(config)
         values = cycles = beats = 0
         outs = []
-        for enc in encs:
-            res = run_decoder(dut, [DecodeJob(enc, full)], Stalls())
+        for enc in encs:            # framed in the layout the decoder reads; compared with enc's own decode
+            res = run_decoder(dut, [DecodeJob(framed(enc, config_layout(config)), full)], Stalls())
             outs.append(res.values[0])
             values += len(res.values[0])
             cycles += res.cycles
@@ -158,7 +158,7 @@ def measure(config: str, mode: str, keep: float, max_values: int, amaranth: bool
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="decoder_c1_l16")
+    ap.add_argument("--config", default="decoder_c1v3_l8")
     ap.add_argument("--mode", choices=("draft", "full"), default="draft")
     ap.add_argument("--keep", type=float, default=0.5)
     ap.add_argument("--max-values", type=int, default=2_000_000)

@@ -136,7 +136,7 @@ def test_c2_smollm2_sample_through_rtl(harness_c2, smollm2_rows, mode, keep):
 
 
 def test_c2_random_configs_with_stalls(harness_c2):
-    """Random C2 configurations (every G incl. 256 with HEAD cycles, k = 1 / G, partial superblocks) and data
+    """Random C2 configurations (every G incl. 256: 8 MX block headers per superblock, k = 1 / G, partial superblocks) and data
     (subnormal blocks, the whole exponent range, specials) under random idles and backpressure."""
     rng = np.random.default_rng(17)
     encs = []

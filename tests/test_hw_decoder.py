@@ -37,10 +37,23 @@ def test_the_shared_interface_does_not_elaborate():
 @pytest.mark.parametrize("cls,kw", [("DecoderC1v3", {"lanes": 2}), ("DecoderC1v3", {"lanes": 16}),
                                     ("DecoderC1v3", {"lanes": 8, "code_word": 32, "verif_word": 64}),
                                     ("DecoderC1v3", {"lanes": 4, "code_word": 16, "verif_word": 16}),
+                                    ("DecoderC1v3", {"lanes": 8, "code_word": 1024}),
+                                    ("DecoderC1v3", {"lanes": 8, "code_word": 48}),
                                     ("DecoderC2v3", {"lanes": 2}), ("DecoderC2v3", {"lanes": 32}),
-                                    ("DecoderC2v3", {"lanes": 8, "word": 48}), ("DecoderC2v3", {"lanes": 8, "word": 16})])
+                                    ("DecoderC2v3", {"lanes": 8, "word": 48}), ("DecoderC2v3", {"lanes": 8, "word": 16}),
+                                    ("DecoderC2v3", {"lanes": 8, "verif_word": 16}),
+                                    ("DecoderC2v3", {"lanes": 8, "verif_word": 48})])
 def test_decoder_v3_rejects_bad_parameters(cls, kw):
+    """Out-of-range lanes and word widths are one ConfigError at construction (the C1 code readers' span is two
+    code words, at most 1024 bits)."""
     from cassandra_rtl.hw.decoder_c1_v3 import DecoderC1v3
     from cassandra_rtl.hw.decoder_c2_v3 import DecoderC2v3
     with pytest.raises(ConfigError):
         {"DecoderC1v3": DecoderC1v3, "DecoderC2v3": DecoderC2v3}[cls](**kw)
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_decoder_v3_verification_words_follow_the_code_words():
+    from cassandra_rtl.hw.decoder_c1_v3 import DecoderC1v3
+    assert DecoderC1v3(8, code_word=64).port_words == {"spec_codes": 64, "spec_signman": 64, "verif_codes": 64,
+                                                       "verif_rest": 64}

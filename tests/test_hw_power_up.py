@@ -2,7 +2,7 @@
 
 Silicon starts every flip-flop and memory word at an arbitrary value, and the reset sets only the registers that
 have one. The datapath buffers have none (the word slots of hw/bitreader.py and hw/code_reader.py with its ones
-counts, the stage registers of decoder v3 behind their valid flags; the encoders' ``lib.memory`` vector buffer
+counts, the C2 decoder v3's stage registers behind their valid flags; the encoders' ``lib.memory`` vector buffer
 never had one), while Amaranth's simulator and its Verilog start every register at its reset value. Here
 the bulk Verilator harnesses run the Verilog without initial values (``tb.bulk.without_initial_values``) from
 per-seed random state (``--x-initial unique``, ``Verilated::randReset(2)``), reset for 4 cycles, then decode or

@@ -71,7 +71,8 @@ def test_find_tuned_reads_points(tmp_path):
 
 def test_cosim_splice_replaces_only_the_cosim_table(tmp_path, monkeypatch, capsys):
     """`report.py --sections cosim` reruns `cassandra-rtl cosim` (here a stand-in returning one record and one
-    error) and rewrites section 5's co-simulation table alone; without the demo container it is one line, exit 2."""
+    error) and rewrites section 5's co-simulation table alone; without the demo container it is one line, exit 2;
+    when every run fails the table is kept, exit 1."""
     import report
     import report_hw
 
@@ -92,3 +93,6 @@ def test_cosim_splice_replaces_only_the_cosim_table(tmp_path, monkeypatch, capsy
     assert text.startswith(head) and text.endswith(tail) and "old_cfg" not in text
     assert "| `cosim x` | decoder_c1v3_l8 |" in text and "2,000,000" in text and "timed out" not in text
     assert json.loads((tmp_path / "c" / "cosim.json").read_text()) == recs
+    monkeypatch.setattr(report_hw, "run_cosim", lambda cass, n, log=print: recs[1:])      # every run fails
+    assert report.main(["--out", str(tmp_path), "--sections", "cosim", "--cache", str(tmp_path / "c")]) == 1
+    assert (tmp_path / "report.md").read_text() == text and "kept as it was" in capsys.readouterr().err

@@ -154,8 +154,7 @@ def test_missing_solver_is_one_line(monkeypatch, capsys, tmp_path):
 
 def test_v3_decoders_assert_no_beat_pending_while_error():
     """Decoder v3 clears every stage in the cycle an error is set: its protocol harness asserts that no beat is
-    pending while error, and its from-reset cover set leaves that trace out (it cannot be reached). A decoder
-    without ``ERROR_CLEARS_BEATS`` (a pending beat may complete) keeps that cover and has no such assertion."""
+    pending while error, and its from-reset cover set leaves that trace out (it cannot be reached)."""
     from cassandra_rtl.hw import formal_props as fp
     for name, clears in (("decoder_c1v3_l4_w32", True), ("decoder_c2v3_l4_w32", True)):
         harness = fp.DecoderProtocol(formal.build_decoder(name))

@@ -39,7 +39,7 @@ def _beats_before(rec, mark):
 
 def test_the_datasheet_cycle_counts():
     start = waves.record("start")["marks"]
-    assert start["first_beat"] - start["start"] == 6          # START write, INIT, then stages P, R, D, F (liveness bound 6)
+    assert start["first_beat"] - start["start"] == 6          # START write, two set-up cycles, then P, R, D, F (liveness bound 6)
     assert start["busy_fell"] == start["last_beat"] + 1         # busy falls the cycle after the last beat
     stall = waves.record("stall")["marks"]
     assert stall["last_beat"] - start["last_beat"] == 2         # two cycles of backpressure cost two cycles

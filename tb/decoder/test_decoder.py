@@ -136,7 +136,7 @@ async def reset_mid_stream(dut, ctx):
 
 # ------------------------------------------------------------------------------------ malformed streams
 
-def _mutations(enc, full, IW, rng, port_words=None, layout=F.FORMAT_2):
+def _mutations(enc, full, IW, rng, port_words=None, layout=F.FORMAT_3):
     """(name, expected error bit, planes) for one tensor: each a minimal corruption of one plane (the
     speculation planes, as framed in ``layout``; spec_codes in its own port's words, which may be narrower
     than IW)."""

@@ -137,7 +137,7 @@ def _spec_mx_used_bits(enc, s: int) -> int:
     return (n if c.prunes else 0) + 8 * (-(-n // 32)) + k * (c.mantissa_bits + 2)
 
 
-def _mutations(enc, full, port_words, rng, layout=F.FORMAT_2):
+def _mutations(enc, full, port_words, rng, layout=F.FORMAT_3):
     """(name, expected error bit, planes, program) for one pruning tensor in the decoder's plane ``layout``:
     minimal corruptions (``port_words``: {port: word bits}; decoder v3's verification ports are narrower than
     spec_mx)."""
