@@ -90,6 +90,9 @@ def _stream_of(name: str) -> tuple[str, str | None]:
 
 
 def _meaning(name: str) -> str:
+    array, _, index = name.rpartition("__")
+    if array and index.isdigit():                 # element ``index`` of an array port
+        return f"{_meaning(array)} (element {index})"
     base, leaf = _stream_of(name)
     if base not in MEANINGS:
         raise KeyError(f"port {name!r}: no meaning in hw/datasheets.py MEANINGS")

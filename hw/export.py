@@ -24,6 +24,7 @@ and ``cassandra_csr.h`` (the register map, block registers, CTRL / status / inte
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import shutil
@@ -122,8 +123,11 @@ def port_table(component: wiring.Component) -> list[dict]:
     for path, member in component.signature.members.flatten():
         if not member.is_port:
             continue
-        ports.append({"name": "__".join(map(str, path)), "dir": "input" if member.flow == wiring.In else "output",
-                      "width": _width(member.shape), "fields": _fields(member.shape)})
+        # an array member (``Out(...).array(n)``) is one Verilog port per element: ``name__0`` .. ``name__{n-1}``
+        for index in itertools.product(*(range(d) for d in member.dimensions)):
+            ports.append({"name": "__".join(map(str, (*path, *index))),
+                          "dir": "input" if member.flow == wiring.In else "output",
+                          "width": _width(member.shape), "fields": _fields(member.shape)})
     return ports
 
 

@@ -319,3 +319,28 @@ endmodule
     assert build_.returncode == 0, build_.stderr
     run = subprocess.run(["vvp", "-n", "sim"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert "PASS" in run.stdout, run.stdout + run.stderr
+
+
+class _ArrayPorts(wiring.Component):
+    """An array output port (``Out(...).array(2)``): the NPU tile's per-instance performance counters."""
+
+    def __init__(self):
+        super().__init__({"x": In(4), "y": Out(4).array(2)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += [self.y[0].eq(self.x), self.y[1].eq(~self.x)]
+        return m
+
+
+def test_array_ports_are_one_port_per_element(tmp_path):
+    """The port table and the AXI4-Stream wrapper name an array port's elements as yosys writes them
+    (``y__0``, ``y__1``), so the wrapper of a component with one is built (it used to stop: 'signature ports
+    missing from the Verilog')."""
+    from cassandra_rtl.hw.export import _module_ports, port_table
+    comp = _ArrayPorts()
+    assert [(p["name"], p["dir"], p["width"]) for p in port_table(comp)[2:]] == \
+        [("x", "input", 4), ("y__0", "output", 4), ("y__1", "output", 4)]
+    verilog = to_verilog(comp, "array_probe", tmp_path)
+    text = axis_wrapper("array_probe", comp, _module_ports(verilog, "array_probe"))
+    assert ".y__0(y__0)" in text.replace(" ", "") and ".y__1(y__1)" in text.replace(" ", "")
