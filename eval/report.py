@@ -537,11 +537,12 @@ def hardware_section(synth_path: Path, out: Path, command: str, formal=None, pre
     device, the proofs (eval/report_hardware.py, also `make report-hw`)."""
     import report_hardware
 
-    return report_hardware.render(out, str(synth_path), level=3, command=command, formal=formal or ["build/formal/report.json"], previous=previous,
-                                  fpga=fpga)
+    return report_hardware.render(out, str(synth_path), level=3, command=command,
+                                  formal=formal or ["build/formal/report.json"], previous=previous, fpga=fpga)
 
 
 COSIM_HEADING = "Co-simulation (RTL decoder vs golden decode):"
+COSIM_NOT_RUN = "Co-simulation throughput: **not run**"
 
 
 def cosim_part(cosim: list[dict], cache, note: str | None = None) -> str:
@@ -549,7 +550,7 @@ def cosim_part(cosim: list[dict], cache, note: str | None = None) -> str:
     good = [c for c in cosim if "error" not in c]
     if not good:
         errs = [c for c in cosim if "error" in c]
-        return ("Co-simulation throughput: **not run**" + (f" — {note}" if note else "") +
+        return (COSIM_NOT_RUN + (f" — {note}" if note else "") +
                 "".join(f"\n- `{c.get('command')}`: {c['error']}" for c in errs) + "\n")
     lines = [COSIM_HEADING + "\n",
              "| command | decoder config | simulator / engine | mode | values | mismatches | values / cycle | values / s |",
@@ -574,7 +575,7 @@ def splice_cosim(a) -> int:
     md_path = Path(a.out) / "report.md"
     text = md_path.read_text() if md_path.exists() else ""
     start = text.find(COSIM_HEADING)
-    start = start if start >= 0 else text.find("Co-simulation throughput: **not run**")
+    start = start if start >= 0 else text.find(COSIM_NOT_RUN)
     end = text.find("\n## 6.", start)
     cass = ROOT / "build" / "demo" / "smollm2.cass"
     if start < 0 or end < 0 or not cass.exists():

@@ -248,7 +248,9 @@ def example_c2() -> str:
     enc = encode3(np.array(EXAMPLE_VALUES, dtype=np.uint16),
                   CodecConfig(scheme="c2", group_size=32, mantissa_bits=3, keep_count=24, chunk_superblocks=1,
                               pair_codes=False))
-    widths = {"spec_mx": 64, "verif_codes": 32, "verif_rest": 32}        # decoder_c2v3_l8
+    from .configs import CONFIG_INFO
+    info = CONFIG_INFO["decoder_c2v3_l8"]
+    widths = {"spec_mx": info["word"], "verif_codes": info["verif_word"], "verif_rest": info["verif_word"]}
     out = ["Input (bf16 hex): " + " ".join(f"{v:04X}" for v in EXAMPLE_VALUES), "",
            f"Golden's verification book over δ = X − e: `books.verif` = {list(enc.verif_book.symbols)}; one chunk.",
            "", "Register program, full mode (index, value): " + ", ".join(

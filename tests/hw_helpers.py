@@ -9,7 +9,7 @@ import numpy as np
 
 from cassandra_rtl.golden.codec import decode_draft, decode_full, superblock_sizes
 from cassandra_rtl.hw.decoder import CTRL_CLEAR_ERROR, Reg
-from cassandra_rtl.hw.simutil import DecodeJob, Stalls, decoder_planes, decoder_program, run_decoder
+from cassandra_rtl.hw.simutil import DecodeJob, Stalls, decoder_program, run_decoder
 
 
 def bf16(x: np.ndarray) -> np.ndarray:
@@ -55,65 +55,6 @@ def check_recovers(dut, bad, good_enc, pre_wait, ref=None, full=True):
     ref = expected(good_enc, full) if ref is None else ref
     got = np.concatenate(res.values)
     assert len(got) >= len(ref) and np.array_equal(got[-len(ref):], ref)
-
-
-def check_reset_mid_stream(dut, enc, word, ticks):
-    """A synchronous reset ``ticks`` cycles into a full-mode tensor (``word``-bit plane words): busy / error /
-    out.valid clear, and the tensor, fully reprogrammed (reset cleared the books) with its planes sent
-    afresh, then decodes exactly."""
-    from amaranth.hdl import Module, ResetInserter, Signal
-    from amaranth.sim import Simulator
-
-    from cassandra_rtl.hw.simutil import beat_values, drive_stream
-
-    rst = Signal()
-    top = Module()
-    top.submodules.dut = ResetInserter(rst)(dut)
-    planes = decoder_planes(enc, True, word)
-    out = {"beats": [], "after_reset": None}
-
-    async def first_run_then_reset(ctx):
-        await drive_stream(ctx, dut.cfg, decoder_program(enc, True), Stalls(), fields=("addr", "data"))
-        for _ in range(ticks):                    # part of the tensor is decoded
-            await ctx.tick()
-        assert ctx.get(dut.busy)
-        ctx.set(rst, 1)
-        await ctx.tick()
-        ctx.set(rst, 0)
-        out["after_reset"] = (ctx.get(dut.busy), ctx.get(dut.error_code), ctx.get(dut.out.valid))
-        # Second run: reprogram everything (reset cleared the books), then stream the planes afresh.
-        await drive_stream(ctx, dut.cfg, decoder_program(enc, True), Stalls(), fields=("addr", "data"))
-
-    def feeder(port, items):
-        async def proc(ctx):
-            # First pass: a few words only, interrupted by the reset; second pass after the reset.
-            await drive_stream(ctx, getattr(dut, port), items[:2], Stalls())   # all accepted before the reset
-            while out["after_reset"] is None:
-                await ctx.tick()
-            await drive_stream(ctx, getattr(dut, port), items, Stalls())
-        return proc
-
-    async def sink(ctx):
-        ctx.set(dut.out.ready, 1)
-        while out["after_reset"] is None:
-            await ctx.tick()
-        for _ in range(3000):
-            _, _, valid, payload = await ctx.tick().sample(dut.out.valid, dut.out.payload)
-            if valid:
-                out["beats"].append(payload)
-                if payload.last:
-                    break
-
-    sim = Simulator(top)
-    sim.add_clock(1e-6)
-    sim.add_testbench(first_run_then_reset, background=True)
-    for port, items in planes.items():
-        sim.add_testbench(feeder(port, items), background=True)
-    sim.add_testbench(sink)
-    sim.run()
-    assert out["after_reset"] == (0, 0, 0)
-    vals, _ = beat_values(out["beats"], dut.lanes)
-    assert np.array_equal(vals, expected(enc, True))
 
 
 def with_chunk(v3, plane: str, c: int, edit):

@@ -228,7 +228,7 @@ def _run_job(exe: Path, encs, full, params, idle=0.0, backpressure=0.0, seed=1,
              tmp_dir: Path | None = None) -> tuple[list[np.ndarray], dict]:
     """One harness process over ``encs``; its job and output files in ``tmp_dir`` (default BULK_ROOT; a
     cluster worker passes its own temporary folder)."""
-    encs = [F.framed(e, params.get("layout", F.FORMAT_3)) for e in encs]     # the layout the decoder reads
+    encs = [F.framed(e, F.params_layout(params)) for e in encs]     # the layout the decoder reads
     with tempfile.TemporaryDirectory(prefix="cass-bulk-", dir=tmp_dir or BULK_ROOT) as tmp:
         job, out = Path(tmp) / "job.bin", Path(tmp) / "out.u16"
         write_job(job, encs, full, params["lanes"], params["word"],

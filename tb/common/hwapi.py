@@ -136,8 +136,8 @@ def make_kv_loopback_c2(params):
 
 def bench_frames(params: dict) -> bool:
     """The decoder benches can frame the configuration's plane layout (tb/decoder/framing.py LAYOUTS)."""
-    from cassandra_rtl.tb.decoder.framing import LAYOUTS
-    return params.get("layout", LAYOUTS[0]) in LAYOUTS
+    from cassandra_rtl.tb.decoder.framing import LAYOUTS, params_layout
+    return params_layout(params) in LAYOUTS
 
 
 def reads_containers(params: dict) -> bool:

@@ -33,10 +33,15 @@ FORMAT_3 = "format 3.0"
 LAYOUTS = (FORMAT_2, FORMAT_3)
 
 
+def params_layout(params: dict) -> str:
+    """The plane layout a decoder configuration's CONFIG_INFO entry ``params`` reads (its "layout")."""
+    return params.get("layout", FORMAT_3)
+
+
 def config_layout(config: str) -> str:
     """The plane layout decoder configuration ``config`` reads (hw/configs.py CONFIG_INFO "layout")."""
     from cassandra_rtl.hw.configs import CONFIG_INFO
-    return CONFIG_INFO[config].get("layout", FORMAT_3)
+    return params_layout(CONFIG_INFO[config])
 
 
 def encode_in(bits, cfg, layout: str) -> EncodedTensor:
