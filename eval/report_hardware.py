@@ -67,13 +67,17 @@ def ecp5_rows_from_page(text: str, names) -> dict:
     """ECP5 rows (LUT4, MHz) of ``names`` and the PE from a rendered page's "Every block" table (carried cells
     included), for blocks no ECP5 report holds any more."""
     rows = {}
-    for line in text.splitlines():
-        cells = _cells(line) if line.startswith("| ") else []
-        if len(cells) >= 7 and cells[0] in {"pe_bf16_fp32", *names}:
-            lut, mhz = cells[5].split(" LUT4")[0].replace(",", ""), cells[6].split(" (")[0]
-            if lut.isdigit():
-                rows[cells[0]] = {"status": "ok", "lut4": int(lut), "fmax_mhz": float(mhz),
-                                  **({"carried": True} if CARRY_MARK in cells[5] else {})}
+    for header, table in _tables(text).items():
+        ecp5 = [j for j, col in enumerate(header) if col.startswith("ECP5")]     # its area and MHz columns
+        if len(ecp5) != 2:
+            continue
+        for name in ("pe_bf16_fp32", *names):
+            cells = table.get(name)
+            if not cells or " LUT4" not in cells[ecp5[0]]:
+                continue
+            area, mhz = cells[ecp5[0]], cells[ecp5[1]]
+            rows[name] = {"status": "ok", "lut4": int(area.split(" LUT4")[0].replace(",", "")),
+                          "fmax_mhz": float(mhz.split(" (")[0]), **({"carried": True} if CARRY_MARK in area else {})}
     return rows
 
 
